@@ -1,0 +1,40 @@
+"""The parser registry and format detection.
+
+Each parser is a module with `FORMAT`, `VERSION`, `detect(head) -> int` (0: not mine; higher: surer)
+and `parse(source) -> Iterator[Batch]`. Adding a format is one module and one line in `PARSERS`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from tracelog.errors import TracelogError
+from tracelog.parsers import megatron
+
+PARSERS: list[ModuleType] = [megatron]
+
+HEAD_BYTES = 64 * 1024
+LONG_HEAD_BYTES = 4 * 1024 * 1024
+
+
+def formats() -> list[str]:
+    return [p.FORMAT for p in PARSERS]
+
+
+def by_format(format_id: str) -> ModuleType:
+    for parser in PARSERS:
+        if parser.FORMAT == format_id:
+            return parser
+    raise TracelogError(f"unknown format {format_id!r}; known formats: {', '.join(formats())}")
+
+
+def detect(head: str, path: str) -> ModuleType:
+    """Pick the parser most sure of the head of a file; a file nobody claims is an error."""
+    scored = sorted(((p.detect(head), i, p) for i, p in enumerate(PARSERS)), key=lambda t: (-t[0], t[1]))
+    if not scored or scored[0][0] <= 0:
+        raise TracelogError(
+            f"no parser recognises this file (looked at its first {len(head) // 1024 or 1} KiB); "
+            f"use --format with one of: {', '.join(formats())}",
+            path,
+        )
+    return scored[0][2]

@@ -1,0 +1,151 @@
+"""A Megatron run's configuration, from its arguments block and the lines that echo it.
+
+Every argument is kept verbatim (as `run_params`); the ones the model needs map onto run columns.
+Names changed across eras and forks, so several argument names can feed one column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# run column -> argument names that hold it, newest spelling first
+ARG_COLUMNS: dict[str, tuple[str, ...]] = {
+    "tp": ("tensor_model_parallel_size", "model_parallel_size"),
+    "pp": ("pipeline_model_parallel_size",),
+    "dp": ("data_parallel_size",),
+    "cp": ("context_parallel_size",),
+    "vp": ("virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage"),
+    "mbs": ("micro_batch_size", "batch_size"),
+    "gbs": ("global_batch_size",),
+    "seq_len": ("seq_length", "max_position_embeddings"),
+    "layers": ("num_layers",),
+    "hidden": ("hidden_size",),
+    "heads": ("num_attention_heads",),
+    "query_groups": ("num_query_groups",),
+    "ffn_hidden": ("ffn_hidden_size",),
+    "vocab": ("padded_vocab_size",),
+    "gpus": ("world_size",),
+    "zero_stage": ("zero_stage",),
+    "train_iters": ("train_iters",),
+}
+INT_COLUMNS = set(ARG_COLUMNS)
+NONE_WORDS = {"none", "null", ""}
+
+
+def _int(value: str) -> int | None:
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def _true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("true", "1", "yes")
+
+
+@dataclass
+class RunInfo:
+    run_key: int
+    line_start: int | None = None
+    line_end: int | None = None
+    args: dict[str, str] = field(default_factory=dict)
+    params: list[dict[str, Any]] = field(default_factory=list)
+    columns: dict[str, Any] = field(default_factory=dict)
+    rank_params: dict[tuple[int, int], int] = field(default_factory=dict)
+    params_printed: int | None = None
+    tflops_seen: bool = False
+    effective_tflops: bool = False
+
+    def set_arg(self, name: str, value: str, line_no: int) -> None:
+        self.args[name] = value
+        self.params.append({"name": name, "value": value, "line_no": line_no})
+
+    def set_world(self, world: int, parts: dict[str, str], line_no: int) -> None:
+        """`using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, ...`"""
+        self.columns["gpus"] = world
+        names = {"data-parallel": "dp", "tensor-model-parallel": "tp", "pipeline-model-parallel": "pp",
+                 "context-parallel": "cp", "model-parallel": "tp"}
+        for part, value in parts.items():
+            column = names.get(part.rstrip("-"))
+            if column:
+                self.columns[column] = int(value)
+        self.params.append({"name": "world_size_line", "value": f"{world} {parts}", "line_no": line_no})
+
+    def add_rank_params(self, tp_rank: int, pp_rank: int, count: int) -> None:
+        self.rank_params[(tp_rank, pp_rank)] = count
+
+    def theoretical_memory(self, match: Any, line_no: int) -> None:
+        labels = ("theoretical_weight_and_optimizer_mib", "theoretical_activation_mib", "theoretical_total_mib")
+        for label, value in zip(labels, match.groups(), strict=True):
+            if value is not None:
+                self.params.append({"name": label, "value": value, "line_no": line_no})
+
+    def _from_args(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for column, names in ARG_COLUMNS.items():
+            for name in names:
+                raw = self.args.get(name)
+                if raw is not None and raw.strip().lower() not in NONE_WORDS:
+                    value = _int(raw)
+                    if value is not None:
+                        out[column] = value
+                        break
+        args = self.args
+        if args.get("num_layers_per_virtual_pipeline_stage") and "virtual_pipeline_model_parallel_size" not in args:
+            out.pop("vp", None)  # a layer count, not a chunk count: derived below when layers and pp are known
+            per_stage = _int(args["num_layers_per_virtual_pipeline_stage"] or "")
+            layers, pp = out.get("layers"), out.get("pp")
+            if per_stage and layers and pp:
+                out["vp"] = layers // pp // per_stage
+        if out.get("query_groups") and not _true(args.get("group_query_attention")):
+            out.pop("query_groups")
+        if _true(args.get("bf16")):
+            out["precision"] = "bf16"
+        elif _true(args.get("fp16")):
+            out["precision"] = "fp16"
+        elif "fp16" in args or "bf16" in args:
+            out["precision"] = "fp32"
+        if _true(args.get("fp8")) or (args.get("fp8") or "none").lower() in ("e4m3", "hybrid"):
+            out["precision"] = "fp8"
+        granularity = (args.get("recompute_granularity") or "").strip().lower()
+        if granularity in ("full", "selective"):
+            out["recompute"] = granularity
+        elif _true(args.get("checkpoint_activations")):
+            out["recompute"] = "full"
+        elif _true(args.get("recompute_activations")):
+            out["recompute"] = "selective"  # Megatron's --recompute-activations means selective
+        elif any(k in args for k in ("checkpoint_activations", "recompute_granularity", "recompute_activations")):
+            out["recompute"] = "none"
+        if "sequence_parallel" in args:
+            out["sequence_parallel"] = _true(args.get("sequence_parallel"))
+        if "swiglu" in args:
+            out["swiglu"] = _true(args.get("swiglu"))
+        if _true(args.get("deepspeed")):
+            out["framework"] = "megatron-deepspeed"
+        return out
+
+    def record(self) -> dict[str, Any]:
+        """The row for `runs`: log-derived columns only (the user's options are applied later)."""
+        columns = {"framework": "megatron", **self._from_args(), **self.columns}
+        if self.params_printed:
+            columns["params"] = self.params_printed
+        elif self.rank_params and columns.get("tp") and columns.get("pp"):
+            if len(self.rank_params) == columns["tp"] * columns["pp"]:
+                columns["params"] = sum(self.rank_params.values())
+        if columns.get("gpus") and columns.get("tp") and columns.get("pp") and not columns.get("dp"):
+            columns["dp"] = columns["gpus"] // (columns["tp"] * columns["pp"] * (columns.get("cp") or 1))
+        if self.tflops_seen:
+            columns["tflops_formula"] = "log: TFLOPs per GPU as printed"
+        elif self.effective_tflops:
+            columns["tflops_formula"] = "log: Effective Tera Flops per GPU (BigScience)"
+        params = list(self.params)
+        for (tp_rank, pp_rank), count in sorted(self.rank_params.items()):
+            params.append({"name": f"parameters_on_rank_{tp_rank}_{pp_rank}", "value": str(count), "line_no": None})
+        return {
+            "run_key": self.run_key,
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+            **columns,
+            "run_params": params,
+        }
