@@ -81,9 +81,12 @@ PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
 
 
+ITER_LINE_RX = regex.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration")
+
+
 def detect(head: str) -> int:
     score = 0
-    if ITER_MARK in head:
+    if ITER_LINE_RX.search(head):
         score += 10
     if ARGS_START.search(head):
         score += 8
@@ -91,7 +94,7 @@ def detect(head: str) -> int:
         score += 6
     if "number of parameters on (tensor, pipeline)" in head:
         score += 6
-    if "megatron" in head.lower():
+    if score and "megatron" in head.lower():
         score += 2
     return score
 

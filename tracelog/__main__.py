@@ -1,0 +1,3 @@
+from tracelog.cli import main
+
+main()

@@ -1,0 +1,138 @@
+"""The library surface: everything the CLI does, as functions returning pandas DataFrames.
+
+    import tracelog
+    tracelog.ingest(["run.log"], db="lab.duckdb")
+    tracelog.runs(db="lab.duckdb")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tracelog.errors import TracelogError
+from tracelog.ingest import IngestResult, Progress, RunOptions, expand_paths, ingest_file
+from tracelog.store import Store
+
+RUN_LIST_COLUMNS = [
+    "run_id", "name", "framework", "gpu_model", "nodes", "gpus", "dp", "tp", "pp", "mbs", "gbs",
+    "layers", "hidden", "heads", "seq_len", "vocab", "params", "sec_per_it", "samples_per_s",
+    "tflops_reported", "final_loss",
+]
+
+
+def connect(db: str | Store | None = None, read_only: bool = False) -> Store:
+    """An open store: pass a path, an already open `Store`, or nothing for `TRACELOG_DB` / the default."""
+    return db if isinstance(db, Store) else Store(db, read_only=read_only)
+
+
+@dataclass
+class IngestFailure:
+    path: str
+    error: TracelogError
+
+
+def ingest(
+    paths: Iterable[str],
+    db: str | Store | None = None,
+    format: str | None = None,
+    name: str | None = None,
+    tags: dict[str, str] | None = None,
+    gpu: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> list[IngestResult | IngestFailure]:
+    """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
+
+    A file that fails is reported and skipped; the files before and after it still land.
+    """
+    store = connect(db)
+    options = RunOptions(name=name, tags=dict(tags or {}), gpu_model=gpu, nodes=nodes, gpus_per_node=gpus_per_node)
+    results: list[IngestResult | IngestFailure] = []
+    for path in expand_paths(paths):
+        try:
+            results.append(ingest_file(store, path, format, options, force, progress))
+        except TracelogError as exc:
+            results.append(IngestFailure(path, exc))
+    return results
+
+
+def _tag_filter(tags: dict[str, str] | None) -> tuple[str, list[str]]:
+    if not tags:
+        return "", []
+    clauses, params = [], []
+    for key, value in tags.items():
+        clauses.append("run_id IN (SELECT run_id FROM run_tags WHERE key = ? AND value = ?)")
+        params += [key, value]
+    return " WHERE " + " AND ".join(clauses), params
+
+
+def runs(db: str | Store | None = None, tags: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary)."""
+    store = connect(db)
+    where, params = _tag_filter(tags)
+    cols = ", ".join(RUN_LIST_COLUMNS)
+    return store.query(f"SELECT {cols} FROM run_summary{where} ORDER BY run_id", params)
+
+
+def resolve_run(store: Store, ref: str | int) -> int:
+    """A run by id, by unique name, or by a unique prefix of its name; ambiguity lists the candidates."""
+    text = str(ref).strip()
+    if text.isdigit() and store.scalar("SELECT count(*) FROM runs WHERE run_id = ?", [int(text)]):
+        return int(text)
+    exact = store.con.execute("SELECT run_id FROM runs WHERE name = ?", [text]).fetchall()
+    if len(exact) == 1:
+        return int(exact[0][0])
+    found = exact or store.con.execute(
+        "SELECT run_id FROM runs WHERE starts_with(name, ?) ORDER BY run_id", [text]
+    ).fetchall()
+    if len(found) == 1:
+        return int(found[0][0])
+    if not found:
+        raise TracelogError(f"no run matches {text!r} (by id, name or name prefix); see `tracelog runs`")
+    names = store.con.execute(
+        f"SELECT run_id, name FROM runs WHERE run_id IN ({', '.join(str(r[0]) for r in found)}) ORDER BY run_id"
+    ).fetchall()
+    listing = "; ".join(f"{rid}: {name}" for rid, name in names[:20])
+    raise TracelogError(f"{text!r} matches {len(found)} runs, name one of them: {listing}")
+
+
+def show_run(ref: str | int, db: str | Store | None = None) -> dict[str, pd.DataFrame]:
+    """One run in full: summary, configuration, tags, parameters, iterations, memory and timers."""
+    store = connect(db)
+    run_id = resolve_run(store, ref)
+    one = [run_id]
+    return {
+        "summary": store.query("SELECT * FROM run_summary WHERE run_id = ?", one),
+        "run": store.query("SELECT * FROM runs WHERE run_id = ?", one),
+        "tags": store.query("SELECT key, value FROM run_tags WHERE run_id = ? ORDER BY key", one),
+        "params": store.query("SELECT name, value, line_no FROM run_params WHERE run_id = ? ORDER BY line_no", one),
+        "iterations": store.query(
+            "SELECT iteration, elapsed_s, tflops_reported, samples_per_s, lm_loss, loss_scale, grad_norm, "
+            "skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = ? ORDER BY line_no",
+            one,
+        ),
+        "memory": store.query(
+            "SELECT rank, iteration, allocated_mib, max_allocated_mib, reserved_mib, max_reserved_mib, line_no "
+            "FROM memory WHERE run_id = ? ORDER BY line_no",
+            one,
+        ),
+        "timers": store.query(
+            "SELECT name, count(*) AS lines, median(time_ms) AS median_ms, max(time_ms) AS max_ms "
+            "FROM timers WHERE run_id = ? GROUP BY name ORDER BY median_ms DESC",
+            one,
+        ),
+    }
+
+
+def sql(query: str, db: str | Store | None = None) -> pd.DataFrame:
+    """Any SQL over the store."""
+    return connect(db).query(query)
+
+
+def sources(db: str | Store | None = None) -> pd.DataFrame:
+    return connect(db).query("SELECT * FROM sources ORDER BY source_id")

@@ -1,0 +1,178 @@
+"""The `tracelog` command: parse options, call one library function, render the result."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+from tracelog import api
+from tracelog.errors import TracelogError
+from tracelog.ingest import IngestResult
+from tracelog.parsers import formats
+from tracelog.render import FORMATS, render
+from tracelog.store import DB_ENVVAR, DEFAULT_DB
+
+PROGRESS_MIN_BYTES = 4 << 20
+
+
+class Context:
+    def __init__(self, db: str) -> None:
+        self.db = db
+        self._store: Any = None
+
+    def store(self, read_only: bool = False) -> Any:
+        if self._store is None:
+            self._store = api.connect(self.db, read_only=read_only and os.path.exists(self.db))
+        return self._store
+
+
+pass_ctx = click.make_pass_decorator(Context)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
+)
+
+
+def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    tags = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--tag")
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    try:
+        yield
+    except TracelogError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    envvar=DB_ENVVAR,
+    default=DEFAULT_DB,
+    show_default=True,
+    help=f"DuckDB database file (or set {DB_ENVVAR}).",
+)
+@click.version_option(package_name="tracelog")
+@click.pass_context
+def cli(ctx: click.Context, db: str) -> None:
+    """Training logs and fabric benchmarks in DuckDB, held against what the hardware allows."""
+    ctx.obj = Context(db)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "format_id", type=click.Choice(formats()), help="Skip detection: parse as this format.")
+@click.option("--name", help="Name for the run(s) of these files.")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Tag the runs (repeatable).")
+@click.option("--gpu", help="GPU model, a hardware catalog id such as a100-sxm4-80gb.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes of the run.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node of the run.")
+@click.option("--force", is_flag=True, help="Ingest again files already ingested.")
+@pass_ctx
+def ingest(
+    obj: Context,
+    paths: tuple[str, ...],
+    format_id: str | None,
+    name: str | None,
+    tags: tuple[str, ...],
+    gpu: str | None,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    force: bool,
+) -> None:
+    """Ingest log files, folders (recursively), globs, .gz files or '-' for standard input."""
+    parsed_tags = parse_tags(tags)
+    err = Console(stderr=True, markup=False, highlight=False)
+    with user_errors():
+        store = obj.store()
+        from tracelog.ingest import expand_paths
+
+        expanded = expand_paths(paths)
+        failures = 0
+        for path in expanded:
+            size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else 0
+            with _progress(path, size, err) as advance:
+                results = api.ingest(
+                    [path], store, format_id, name, parsed_tags, gpu, nodes, gpus_per_node, force, advance
+                )
+            for result in results:
+                if isinstance(result, IngestResult):
+                    click.echo(result.summary())
+                else:
+                    failures += 1
+                    click.echo(f"Error: {result.error}", err=True)
+        if failures:
+            sys.exit(1)
+
+
+@contextmanager
+def _progress(path: str, size: int, console: Console) -> Iterator[Any]:
+    if size < PROGRESS_MIN_BYTES or not console.is_terminal:
+        yield None
+        return
+    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(os.path.basename(path), total=size)
+        yield lambda n: bar.advance(task, n)
+
+
+@cli.command()
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Only runs with this tag.")
+@format_option
+@pass_ctx
+def runs(obj: Context, tags: tuple[str, ...], fmt: str) -> None:
+    """List runs: configuration and steady-state medians (warm-up excluded)."""
+    with user_errors():
+        render(api.runs(obj.store(), parse_tags(tags)), fmt)
+
+
+@cli.command()
+@click.argument("run")
+@format_option
+@pass_ctx
+def show(obj: Context, run: str, fmt: str) -> None:
+    """Show one run in full: by id, name or unique name prefix."""
+    with user_errors():
+        parts = api.show_run(run, obj.store())
+    summary = parts.pop("summary")
+    render(summary.T.reset_index().set_axis(["field", "value"], axis=1), fmt, title="summary")
+    parts.pop("run")
+    for title, frame in parts.items():
+        if not frame.empty:
+            render(frame, fmt, title=title)
+
+
+@cli.command()
+@click.argument("query")
+@format_option
+@pass_ctx
+def sql(obj: Context, query: str, fmt: str) -> None:
+    """Run any SQL over the database and print the result."""
+    with user_errors():
+        render(api.sql(query, obj.store()), fmt)
+
+
+@cli.command()
+@format_option
+@pass_ctx
+def sources(obj: Context, fmt: str) -> None:
+    """List ingested files with their line counts."""
+    with user_errors():
+        render(api.sources(obj.store()), fmt)
+
+
+def main() -> None:
+    cli(prog_name="tracelog")
