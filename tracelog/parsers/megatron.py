@@ -62,14 +62,27 @@ MEMORY_FIELDS = {
     "reserved_mib": r"\|\s*reserved:\s*" + NUM,
     "max_reserved_mib": r"max reserved:\s*" + NUM,
 }
-WARNING_RX = r"(?i)(traceback \(most recent call last\)|\berror\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory|killed|segmentation fault)"
+WARNING_RX = r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory|killed|segmentation fault)"
+# event kind -> words that mark it, most specific first
+EVENT_KINDS = (
+    ("traceback", "traceback (most recent call last)"),
+    ("oom", "out of memory"),
+    ("nccl_warn", "nccl warn"),
+    ("crash", "segmentation fault"),
+    ("crash", "killed"),
+    ("error", "error"),
+    ("error", "exception"),
+    ("warning", "warn"),
+)
 # Lines the Python state machine must see (rare: configuration echoes and multi-line timer blocks).
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
-    r"|time across ranks|\.\.\.: \(|padded vocab|-{3,}\s*arguments|end of arguments"
+    r"|time across ranks|\.\.\.: \(|padded vocab|-{3,}\s*arguments|end of arguments|estimated model parameters:"
 )
 
-KV_RX = regex.compile(r"\s*([^|:]+?)\s*:\s*([^|]*?)\s*(?=\||$)")
+TIMESTAMP_RX = regex.compile(TIMESTAMP)
+RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
+ITERATION_PART_RX = regex.compile(r"^\s*iteration\s+\d+")
 ARG_LINE_RX = regex.compile(r"^\s*([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)\s*$")
 TIMER_BLOCK_LINE_RX = regex.compile(r"^\s*(.+?)\s*\.{2,}:\s*\(\s*" + NUM + r"\s*,\s*" + NUM + r"\s*\)\s*$")
 WORLD_RX = regex.compile(r"using world size:\s*(\d+)(.*)")
@@ -77,6 +90,7 @@ WORLD_PART_RX = regex.compile(r"([a-z-]+?)[- ]size:\s*(\d+)")
 PARAMS_RX = regex.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)")
 EFFECTIVE_RX = regex.compile(r"Effective Tera Flops per GPU:\s*" + NUM + r"(?: and total parameters\s*" + NUM + r"\s*B)?")
 THEORY_RX = regex.compile(r"Theoretical memory footprints: weight and optimizer=\s*" + NUM + r"\s*MB(?:, activation=\s*" + NUM + r"\s*MB, total=\s*" + NUM + r"\s*MB)?")
+ESTIMATED_RX = regex.compile(r"estimated model parameters:\s*" + NUM)
 PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
 
@@ -101,12 +115,12 @@ def detect(head: str) -> int:
 
 @dataclass
 class _Carry:
-    """What one block hands the next: run, arguments-block state, last iteration per run."""
+    """What one block hands the next: runs started, arguments-block state, last iteration per run."""
 
-    run_key: int = -1
+    run_key: int = 0
+    iterations_since_start: bool = False
     inside_args: int = 0
     last_iteration: dict[int, int] = field(default_factory=dict)
-    timer_block: bool = False
 
 
 def parse(source: LineSource) -> Iterator[Batch]:
@@ -124,15 +138,44 @@ def _ensure_run(runs: dict[int, RunInfo], key: int, line_no: int) -> RunInfo:
     return runs[key]
 
 
+def _run_starts(markers: list[int], iteration_lines: list[int], carry: _Carry) -> list[int]:
+    """Which configuration echoes begin a new run: those with iterations logged since the last start.
+
+    Megatron prints `using world size` and then the arguments block at every (re)start; only the first
+    echo after some training begins a run, so both lines of one start land in the same run.
+    """
+    starts = []
+    position = 0
+    for marker in markers:
+        while position < len(iteration_lines) and iteration_lines[position] < marker:
+            carry.iterations_since_start = True
+            position += 1
+        if carry.iterations_since_start:
+            starts.append(marker)
+            carry.iterations_since_start = False
+    if position < len(iteration_lines):
+        carry.iterations_since_start = True
+    return starts
+
+
 def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -> Iterator[Batch]:
     line = pl.col("line")
-    starts = line.str.contains(r"-{3,}\s*arguments\s*-{3,}") & ~line.str.contains(ARGS_END, literal=True)
-    ends = line.str.contains(ARGS_END, literal=True)
+    args_start = line.str.contains(r"-{3,}\s*arguments\s*-{3,}") & ~line.str.contains(ARGS_END, literal=True)
+    args_end = line.str.contains(ARGS_END, literal=True)
+    is_iter = line.str.contains(ITER_MARK, literal=True) & line.str.contains(r"iteration\s+\d")
     frame = frame.with_columns(
-        starts.alias("_start"),
-        ends.alias("_end"),
-    ).with_columns(
-        (pl.col("_start").cast(pl.Int32).cum_sum() + carry.run_key).clip(lower_bound=0).alias("run_key"),
+        args_start.alias("_start"),
+        args_end.alias("_end"),
+        is_iter.alias("_iter"),
+        (args_start | line.str.contains("using world size:", literal=True)).alias("_marker"),
+    )
+    markers = frame.filter(pl.col("_marker"))["line_no"].to_list()
+    iteration_lines = frame.filter(pl.col("_iter"))["line_no"].to_list() if markers else []
+    starts = _run_starts(markers, iteration_lines, carry)
+    if not markers and not frame.filter(pl.col("_iter")).is_empty():
+        carry.iterations_since_start = True
+    frame = frame.with_columns(
+        (pl.col("line_no").is_in(starts).cast(pl.Int32).cum_sum() + carry.run_key).alias("run_key"),
         (
             pl.lit(carry.inside_args)
             + pl.col("_start").cast(pl.Int32).cum_sum()
@@ -143,10 +186,10 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
     n_starts = int(frame["_start"].sum())
     n_ends = int(frame["_end"].sum())
     carry.inside_args = max(0, min(1, carry.inside_args + n_starts - n_ends))
-    carry.run_key += n_starts
+    carry.run_key += len(starts)
 
     kind = (
-        pl.when(line.str.contains(ITER_MARK, literal=True) & line.str.contains("iteration", literal=True))
+        pl.when(pl.col("_iter"))
         .then(pl.lit("iter"))
         .when(pl.col("_in_args") | line.str.contains(STATEFUL_RX))
         .then(pl.lit("state"))
@@ -160,7 +203,7 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
         .then(pl.lit("blank"))
         .otherwise(pl.lit("other"))
     )
-    frame = frame.with_columns(kind.alias("kind")).drop("_start", "_end")
+    frame = frame.with_columns(kind.alias("kind")).drop("_start", "_end", "_iter", "_marker")
 
     for key, lo, hi in frame.group_by("run_key").agg(
         pl.col("line_no").min().alias("lo"), pl.col("line_no").max().alias("hi")
@@ -198,15 +241,19 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
     if not events.is_empty():
         yield Batch(
             "events",
-            events.select(
-                "line_no",
-                pl.col("line").str.extract(WARNING_RX, 1).str.to_lowercase().alias("kind"),
-                pl.col("line").alias("text"),
-            ),
+            events.select("line_no", "run_key", _event_kind().alias("kind"), pl.col("line").alias("text")),
         )
     other = frame.filter(pl.col("kind") == "other")
     if not other.is_empty():
         yield Batch("unparsed", other.select("line_no", pl.col("line").alias("text")))
+
+
+def _event_kind() -> pl.Expr:
+    lowered = pl.col("line").str.to_lowercase()
+    expr: Any = pl
+    for kind, word in EVENT_KINDS:
+        expr = expr.when(lowered.str.contains(word, literal=True)).then(pl.lit(kind))
+    return expr.otherwise(pl.lit("warning"))
 
 
 def _iterations(iters: pl.DataFrame) -> pl.DataFrame:
@@ -248,12 +295,12 @@ def _generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str,
 def split_fields(line: str) -> list[tuple[str, str]]:
     """`key: value` pairs of a `|`-separated log line, in order, keys stripped of prefixes."""
     pairs = []
-    for part in line.split("|"):
-        if ":" not in part:
+    for raw_part in line.split("|"):
+        part = RANK_PREFIX_RX.sub("", TIMESTAMP_RX.sub("", raw_part))
+        if ":" not in part or ITERATION_PART_RX.match(part):
             continue
-        key, _, raw = part.rpartition(": ") if ": " in part else part.partition(":")
-        key = regex.sub(TIMESTAMP, "", key)
-        key = regex.sub(RANK_PREFIX, "", key).strip()
+        key, _, raw = part.partition(": ") if ": " in part else part.partition(":")
+        key = key.strip()
         if key:
             pairs.append((key, raw.strip()))
     return pairs
@@ -329,8 +376,9 @@ def _stateful(
     timers: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
     unparsed: list[dict[str, Any]] = []
-    for line_no, line, run_key in stateful.select("line_no", "line", "run_key").iter_rows():
+    for line_no, raw_line, run_key in stateful.select("line_no", "line", "run_key").iter_rows():
         run = _ensure_run(runs, run_key, line_no)
+        line = RANK_PREFIX_RX.sub("", raw_line, count=1)
         if ARGS_START.search(line) or ARGS_END in line:
             continue
         if "time across ranks" in line:
@@ -364,8 +412,11 @@ def _stateful(
         if match := PADDED_RX.search(line):
             run.columns["vocab"] = int(match.group(3))
             continue
+        if match := ESTIMATED_RX.search(line):
+            run.params_printed = int(float(match.group(1)) * 1e9)
+            continue
         if line.strip():
-            unparsed.append({"line_no": line_no, "text": line})
+            unparsed.append({"line_no": line_no, "text": raw_line})
     if timers:
         yield Batch("timers", _attach_iteration(pl.DataFrame(timers), anchors))
     if metrics:
