@@ -1,8 +1,8 @@
 """The library surface: everything the CLI does, as functions returning pandas DataFrames.
 
-    import tracelog
-    tracelog.ingest(["run.log"], db="lab.duckdb")
-    tracelog.runs(db="lab.duckdb")
+import tracelog
+tracelog.ingest(["run.log"], db="lab.duckdb")
+tracelog.runs(db="lab.duckdb")
 """
 
 from __future__ import annotations
@@ -17,9 +17,27 @@ from tracelog.ingest import IngestResult, Progress, RunOptions, expand_paths, in
 from tracelog.store import Store
 
 RUN_LIST_COLUMNS = [
-    "run_id", "name", "framework", "gpu_model", "nodes", "gpus", "dp", "tp", "pp", "mbs", "gbs",
-    "layers", "hidden", "heads", "seq_len", "vocab", "params", "sec_per_it", "samples_per_s",
-    "tflops_reported", "final_loss",
+    "run_id",
+    "name",
+    "framework",
+    "gpu_model",
+    "nodes",
+    "gpus",
+    "dp",
+    "tp",
+    "pp",
+    "mbs",
+    "gbs",
+    "layers",
+    "hidden",
+    "heads",
+    "seq_len",
+    "vocab",
+    "params",
+    "sec_per_it",
+    "samples_per_s",
+    "tflops_reported",
+    "final_loss",
 ]
 
 
@@ -51,7 +69,9 @@ def ingest(
     A file that fails is reported and skipped; the files before and after it still land.
     """
     store = connect(db)
-    options = RunOptions(name=name, tags=dict(tags or {}), gpu_model=gpu, nodes=nodes, gpus_per_node=gpus_per_node)
+    options = RunOptions(
+        name=name, tags=dict(tags or {}), gpu_model=gpu, nodes=nodes, gpus_per_node=gpus_per_node
+    )
     results: list[IngestResult | IngestFailure] = []
     for path in expand_paths(paths):
         try:
@@ -87,9 +107,12 @@ def resolve_run(store: Store, ref: str | int) -> int:
     exact = store.con.execute("SELECT run_id FROM runs WHERE name = ?", [text]).fetchall()
     if len(exact) == 1:
         return int(exact[0][0])
-    found = exact or store.con.execute(
-        "SELECT run_id FROM runs WHERE starts_with(name, ?) ORDER BY run_id", [text]
-    ).fetchall()
+    found = (
+        exact
+        or store.con.execute(
+            "SELECT run_id FROM runs WHERE starts_with(name, ?) ORDER BY run_id", [text]
+        ).fetchall()
+    )
     if len(found) == 1:
         return int(found[0][0])
     if not found:
@@ -110,7 +133,9 @@ def show_run(ref: str | int, db: str | Store | None = None) -> dict[str, pd.Data
         "summary": store.query("SELECT * FROM run_summary WHERE run_id = ?", one),
         "run": store.query("SELECT * FROM runs WHERE run_id = ?", one),
         "tags": store.query("SELECT key, value FROM run_tags WHERE run_id = ? ORDER BY key", one),
-        "params": store.query("SELECT name, value, line_no FROM run_params WHERE run_id = ? ORDER BY line_no", one),
+        "params": store.query(
+            "SELECT name, value, line_no FROM run_params WHERE run_id = ? ORDER BY line_no", one
+        ),
         "iterations": store.query(
             "SELECT iteration, elapsed_s, tflops_reported, samples_per_s, lm_loss, loss_scale, grad_norm, "
             "skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = ? ORDER BY line_no",

@@ -74,7 +74,9 @@ def cli(ctx: click.Context, db: str) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "format_id", type=click.Choice(formats()), help="Skip detection: parse as this format.")
+@click.option(
+    "--format", "format_id", type=click.Choice(formats()), help="Skip detection: parse as this format."
+)
 @click.option("--name", help="Name for the run(s) of these files.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Tag the runs (repeatable).")
 @click.option("--gpu", help="GPU model, a hardware catalog id such as a100-sxm4-80gb.")
@@ -123,7 +125,12 @@ def _progress(path: str, size: int, console: Console) -> Iterator[Any]:
     if size < PROGRESS_MIN_BYTES or not console.is_terminal:
         yield None
         return
-    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    columns = (
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(os.path.basename(path), total=size)
         yield lambda n: bar.advance(task, n)

@@ -216,7 +216,10 @@ class SourceWriter:
             self.rows += count
 
     def _map_keys(self, frame: pl.DataFrame) -> pl.DataFrame:
-        for key, id_col, make in (("run_key", "run_id", self.run_id), ("bench_key", "bench_id", self.bench_id)):
+        for key, id_col, make in (
+            ("run_key", "run_id", self.run_id),
+            ("bench_key", "bench_id", self.bench_id),
+        ):
             if key in frame.columns:
                 keys = [k for k in frame[key].unique().to_list() if k is not None]
                 mapping = {k: make(int(k)) for k in keys}
@@ -294,7 +297,8 @@ def delete_source(store: Store, source_id: int) -> None:
     for kind, ids in (("run", run_ids), ("bench", bench_ids)):
         for table in ("predictions", "comparisons", "flags"):
             con.execute(
-                f"DELETE FROM {table} WHERE subject_kind = '{kind}' AND subject_id IN ({ids})", {"s": source_id}
+                f"DELETE FROM {table} WHERE subject_kind = '{kind}' AND subject_id IN ({ids})",
+                {"s": source_id},
             )
     for table in ("runs", "benches", "unparsed", "events", "sources"):
         con.execute(f"DELETE FROM {table} WHERE source_id = $s", {"s": source_id})
@@ -384,7 +388,9 @@ def _ingest_stream(
         source.on_bytes.append(lambda chunk: progress(len(chunk)))
     if previous:
         source_id = previous[0]
-        previous_unparsed = store.scalar("SELECT lines_unparsed FROM sources WHERE source_id = ?", [source_id])
+        previous_unparsed = store.scalar(
+            "SELECT lines_unparsed FROM sources WHERE source_id = ?", [source_id]
+        )
     else:
         row = store.con.execute(
             "INSERT INTO sources (path, sha256, bytes, format, parser_version, lines_total, lines_parsed, "
@@ -417,8 +423,16 @@ def _ingest_stream(
     store.con.execute(
         "UPDATE sources SET sha256 = ?, bytes = ?, lines_total = ?, lines_parsed = ?, lines_unparsed = ?, "
         "ingested_at = current_timestamp, format = ?, parser_version = ? WHERE source_id = ?",
-        [sha, source.bytes_read, source.lines_total, source.lines_total - unparsed, unparsed,
-         parser.FORMAT, parser.VERSION, source_id],
+        [
+            sha,
+            source.bytes_read,
+            source.lines_total,
+            source.lines_total - unparsed,
+            unparsed,
+            parser.FORMAT,
+            parser.VERSION,
+            source_id,
+        ],
     )
     return IngestResult(
         path,

@@ -54,9 +54,7 @@ class Store:
                 ) from None
             raise TracelogError(f"cannot open the database: {text.splitlines()[0]}", self.path) from None
         except duckdb.Error as exc:
-            raise TracelogError(
-                f"not a DuckDB database ({str(exc).splitlines()[0]})", self.path
-            ) from None
+            raise TracelogError(f"not a DuckDB database ({str(exc).splitlines()[0]})", self.path) from None
         if not read_only:
             self.migrate()
 

@@ -23,7 +23,7 @@ def formats() -> list[str]:
 
 def by_format(format_id: str) -> ModuleType:
     for parser in PARSERS:
-        if parser.FORMAT == format_id:
+        if format_id == parser.FORMAT:
             return parser
     raise TracelogError(f"unknown format {format_id!r}; known formats: {', '.join(formats())}")
 

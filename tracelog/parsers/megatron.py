@@ -48,10 +48,24 @@ ITER_FIELDS: dict[str, tuple[str, Any]] = {
 }
 # Keys (as printed, normalised) that the columns above already hold; every other key is kept as a metric.
 KNOWN_KEYS = {
-    "consumed samples", "consumed tokens", "elapsed time per iteration (ms)",
-    "elapsed time per iteration (s)", "learning rate", "global batch size", "lm loss", "lm-loss",
-    "lm_loss", "loss scale", "grad norm", "grad-norm", "grad_norm", "num zeros",
-    "number of skipped iterations", "number of nan iterations", "samples per second", "tflops",
+    "consumed samples",
+    "consumed tokens",
+    "elapsed time per iteration (ms)",
+    "elapsed time per iteration (s)",
+    "learning rate",
+    "global batch size",
+    "lm loss",
+    "lm-loss",
+    "lm_loss",
+    "loss scale",
+    "grad norm",
+    "grad-norm",
+    "grad_norm",
+    "num zeros",
+    "number of skipped iterations",
+    "number of nan iterations",
+    "samples per second",
+    "tflops",
     "throughput per gpu (tflop/s/gpu)",
 }
 TIMESTAMP = r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?\]"
@@ -87,9 +101,21 @@ ARG_LINE_RX = regex.compile(r"^\s*([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)\s*$")
 TIMER_BLOCK_LINE_RX = regex.compile(r"^\s*(.+?)\s*\.{2,}:\s*\(\s*" + NUM + r"\s*,\s*" + NUM + r"\s*\)\s*$")
 WORLD_RX = regex.compile(r"using world size:\s*(\d+)(.*)")
 WORLD_PART_RX = regex.compile(r"([a-z-]+?)[- ]size:\s*(\d+)")
-PARAMS_RX = regex.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)")
-EFFECTIVE_RX = regex.compile(r"Effective Tera Flops per GPU:\s*" + NUM + r"(?: and total parameters\s*" + NUM + r"\s*B)?")
-THEORY_RX = regex.compile(r"Theoretical memory footprints: weight and optimizer=\s*" + NUM + r"\s*MB(?:, activation=\s*" + NUM + r"\s*MB, total=\s*" + NUM + r"\s*MB)?")
+PARAMS_RX = regex.compile(
+    r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
+)
+EFFECTIVE_RX = regex.compile(
+    r"Effective Tera Flops per GPU:\s*" + NUM + r"(?: and total parameters\s*" + NUM + r"\s*B)?"
+)
+THEORY_RX = regex.compile(
+    r"Theoretical memory footprints: weight and optimizer=\s*"
+    + NUM
+    + r"\s*MB(?:, activation=\s*"
+    + NUM
+    + r"\s*MB, total=\s*"
+    + NUM
+    + r"\s*MB)?"
+)
 ESTIMATED_RX = regex.compile(r"estimated model parameters:\s*" + NUM)
 PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
@@ -205,9 +231,11 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
     )
     frame = frame.with_columns(kind.alias("kind")).drop("_start", "_end", "_iter", "_marker")
 
-    for key, lo, hi in frame.group_by("run_key").agg(
-        pl.col("line_no").min().alias("lo"), pl.col("line_no").max().alias("hi")
-    ).iter_rows():
+    for key, lo, hi in (
+        frame.group_by("run_key")
+        .agg(pl.col("line_no").min().alias("lo"), pl.col("line_no").max().alias("hi"))
+        .iter_rows()
+    ):
         run = _ensure_run(runs, key, lo)
         run.line_end = max(run.line_end or 0, hi)
 
@@ -218,7 +246,9 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
             yield Batch("iteration_metrics", _generic_metrics(iters, extra))
-        for row in iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows():
+        for row in (
+            iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows()
+        ):
             if row[1]:
                 runs[row[0]].tflops_seen = True
 
@@ -258,27 +288,48 @@ def _event_kind() -> pl.Expr:
 
 def _iterations(iters: pl.DataFrame) -> pl.DataFrame:
     line = pl.col("line")
-    cols = [line.str.extract(pattern, 1).cast(dtype, strict=False).alias(name) for name, (pattern, dtype) in ITER_FIELDS.items()]
+    cols = [
+        line.str.extract(pattern, 1).cast(dtype, strict=False).alias(name)
+        for name, (pattern, dtype) in ITER_FIELDS.items()
+    ]
     known_fields = [
-        pl.col(name).is_not_null().cast(pl.Int32) for name in ITER_FIELDS if name not in ("iteration", "train_iters")
+        pl.col(name).is_not_null().cast(pl.Int32)
+        for name in ITER_FIELDS
+        if name not in ("iteration", "train_iters")
     ]
     rows = iters.with_columns(
         *cols,
         line.str.contains(r"elapsed time per iteration \(ms\)").alias("_ms"),
-        line.str.extract(TIMESTAMP, 1).str.replace("T", " ").str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("ts"),
-        pl.coalesce(line.str.extract(RANK_PREFIX, 1), line.str.extract(RANK_PREFIX, 2)).cast(pl.Int32, strict=False).alias("rank"),
-        (line.str.count_matches(r"[^\s|]:\s") - line.str.contains(RANK_PREFIX).cast(pl.UInt32)).alias("_fields"),
+        line.str.extract(TIMESTAMP, 1)
+        .str.replace("T", " ")
+        .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
+        .alias("ts"),
+        pl.coalesce(line.str.extract(RANK_PREFIX, 1), line.str.extract(RANK_PREFIX, 2))
+        .cast(pl.Int32, strict=False)
+        .alias("rank"),
+        (line.str.count_matches(r"[^\s|]:\s") - line.str.contains(RANK_PREFIX).cast(pl.UInt32)).alias(
+            "_fields"
+        ),
     )
     rows = rows.with_columns(
-        pl.when(pl.col("_ms")).then(pl.col("elapsed_raw") / 1000.0).otherwise(pl.col("elapsed_raw")).alias("elapsed_s"),
+        pl.when(pl.col("_ms"))
+        .then(pl.col("elapsed_raw") / 1000.0)
+        .otherwise(pl.col("elapsed_raw"))
+        .alias("elapsed_s"),
         (pl.col("_fields").cast(pl.Int32) > pl.sum_horizontal(known_fields)).alias("_extra"),
     )
-    return rows.filter(pl.col("iteration").is_not_null()).drop("line", "kind", "_in_args", "_ms", "elapsed_raw", "_fields")
+    return rows.filter(pl.col("iteration").is_not_null()).drop(
+        "line", "kind", "_in_args", "_ms", "elapsed_raw", "_fields"
+    )
 
 
 def _generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, Any]]:
     """Every key of an iteration line that has no column of its own, kept as a metric."""
-    lines = dict(iters.filter(pl.col("line_no").is_in(extra["line_no"].implode())).select("line_no", "line").iter_rows())
+    lines = dict(
+        iters.filter(pl.col("line_no").is_in(extra["line_no"].implode()))
+        .select("line_no", "line")
+        .iter_rows()
+    )
     out = []
     for line_no, run_key, iteration in extra.select("line_no", "run_key", "iteration").iter_rows():
         for key, raw in split_fields(lines[line_no]):
@@ -286,9 +337,27 @@ def _generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str,
             if norm in KNOWN_KEYS or norm.startswith("iteration") or "tflop" in norm:
                 continue
             value, _unit, average = parse_value(raw)
-            out.append({"run_key": run_key, "iteration": iteration, "key": key, "value": value, "text": raw, "line_no": line_no})
+            out.append(
+                {
+                    "run_key": run_key,
+                    "iteration": iteration,
+                    "key": key,
+                    "value": value,
+                    "text": raw,
+                    "line_no": line_no,
+                }
+            )
             if average is not None:
-                out.append({"run_key": run_key, "iteration": iteration, "key": f"{key} (average)", "value": average, "text": raw, "line_no": line_no})
+                out.append(
+                    {
+                        "run_key": run_key,
+                        "iteration": iteration,
+                        "key": f"{key} (average)",
+                        "value": average,
+                        "text": raw,
+                        "line_no": line_no,
+                    }
+                )
     return out
 
 
@@ -344,8 +413,14 @@ def _timers(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             pl.col("part").str.extract(r"^\s*(.+?)\s*:\s*\S", 1).alias("name"),
             pl.col("part").str.extract(r":\s*" + NUM, 1).cast(pl.Float64, strict=False).alias("time_ms"),
-            pl.col("part").str.extract(r":\s*\(?\s*" + NUM + r"\s*,\s*" + NUM, 1).cast(pl.Float64, strict=False).alias("_min"),
-            pl.col("part").str.extract(r":\s*\(?\s*" + NUM + r"\s*,\s*" + NUM, 2).cast(pl.Float64, strict=False).alias("_max"),
+            pl.col("part")
+            .str.extract(r":\s*\(?\s*" + NUM + r"\s*,\s*" + NUM, 1)
+            .cast(pl.Float64, strict=False)
+            .alias("_min"),
+            pl.col("part")
+            .str.extract(r":\s*\(?\s*" + NUM + r"\s*,\s*" + NUM, 2)
+            .cast(pl.Float64, strict=False)
+            .alias("_max"),
         )
         .filter(pl.col("name").is_not_null())
         .with_columns(
@@ -385,10 +460,15 @@ def _stateful(
             carry.timer_block = True
             continue
         if match := TIMER_BLOCK_LINE_RX.match(line):
-            timers.append({
-                "run_key": run_key, "line_no": line_no, "name": match.group(1),
-                "time_min_ms": float(match.group(2)), "time_ms": float(match.group(3)),
-            })
+            timers.append(
+                {
+                    "run_key": run_key,
+                    "line_no": line_no,
+                    "name": match.group(1),
+                    "time_min_ms": float(match.group(2)),
+                    "time_ms": float(match.group(3)),
+                }
+            )
             continue
         if match := ARG_LINE_RX.match(line):
             run.set_arg(match.group(1), match.group(2), line_no)
@@ -400,8 +480,15 @@ def _stateful(
             run.add_rank_params(int(match.group(1)), int(match.group(2)), int(match.group(3)))
             continue
         if match := EFFECTIVE_RX.search(line):
-            metrics.append({"run_key": run_key, "key": "effective tera flops per gpu",
-                            "value": float(match.group(1)), "text": line.strip(), "line_no": line_no})
+            metrics.append(
+                {
+                    "run_key": run_key,
+                    "key": "effective tera flops per gpu",
+                    "value": float(match.group(1)),
+                    "text": line.strip(),
+                    "line_no": line_no,
+                }
+            )
             if match.group(2):
                 run.params_printed = int(float(match.group(2)) * 1e9)
             run.effective_tflops = True

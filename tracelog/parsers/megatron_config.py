@@ -64,8 +64,13 @@ class RunInfo:
     def set_world(self, world: int, parts: dict[str, str], line_no: int) -> None:
         """`using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, ...`"""
         self.columns["gpus"] = world
-        names = {"data-parallel": "dp", "tensor-model-parallel": "tp", "pipeline-model-parallel": "pp",
-                 "context-parallel": "cp", "model-parallel": "tp"}
+        names = {
+            "data-parallel": "dp",
+            "tensor-model-parallel": "tp",
+            "pipeline-model-parallel": "pp",
+            "context-parallel": "cp",
+            "model-parallel": "tp",
+        }
         for part, value in parts.items():
             column = names.get(part.rstrip("-"))
             if column:
@@ -76,7 +81,11 @@ class RunInfo:
         self.rank_params[(tp_rank, pp_rank)] = count
 
     def theoretical_memory(self, match: Any, line_no: int) -> None:
-        labels = ("theoretical_weight_and_optimizer_mib", "theoretical_activation_mib", "theoretical_total_mib")
+        labels = (
+            "theoretical_weight_and_optimizer_mib",
+            "theoretical_activation_mib",
+            "theoretical_total_mib",
+        )
         for label, value in zip(labels, match.groups(), strict=True):
             if value is not None:
                 self.params.append({"name": label, "value": value, "line_no": line_no})
@@ -92,8 +101,13 @@ class RunInfo:
                         out[column] = value
                         break
         args = self.args
-        if args.get("num_layers_per_virtual_pipeline_stage") and "virtual_pipeline_model_parallel_size" not in args:
-            out.pop("vp", None)  # a layer count, not a chunk count: derived below when layers and pp are known
+        if (
+            args.get("num_layers_per_virtual_pipeline_stage")
+            and "virtual_pipeline_model_parallel_size" not in args
+        ):
+            out.pop(
+                "vp", None
+            )  # a layer count, not a chunk count: derived below when layers and pp are known
             per_stage = _int(args["num_layers_per_virtual_pipeline_stage"] or "")
             layers, pp = out.get("layers"), out.get("pp")
             if per_stage and layers and pp:
@@ -115,7 +129,9 @@ class RunInfo:
             out["recompute"] = "full"
         elif _true(args.get("recompute_activations")):
             out["recompute"] = "selective"  # Megatron's --recompute-activations means selective
-        elif any(k in args for k in ("checkpoint_activations", "recompute_granularity", "recompute_activations")):
+        elif any(
+            k in args for k in ("checkpoint_activations", "recompute_granularity", "recompute_activations")
+        ):
             out["recompute"] = "none"
         if "sequence_parallel" in args:
             out["sequence_parallel"] = _true(args.get("sequence_parallel"))
@@ -130,9 +146,10 @@ class RunInfo:
         columns = {"framework": "megatron", **self._from_args(), **self.columns}
         if self.params_printed:
             columns["params"] = self.params_printed
-        elif self.rank_params and columns.get("tp") and columns.get("pp"):
-            if len(self.rank_params) == columns["tp"] * columns["pp"]:
-                columns["params"] = sum(self.rank_params.values())
+        elif self.rank_params and len(self.rank_params) == (columns.get("tp") or 0) * (
+            columns.get("pp") or 0
+        ):
+            columns["params"] = sum(self.rank_params.values())
         if columns.get("gpus") and columns.get("tp") and columns.get("pp") and not columns.get("dp"):
             columns["dp"] = columns["gpus"] // (columns["tp"] * columns["pp"] * (columns.get("cp") or 1))
         if self.tflops_seen:
@@ -141,7 +158,9 @@ class RunInfo:
             columns["tflops_formula"] = "log: Effective Tera Flops per GPU (BigScience)"
         params = list(self.params)
         for (tp_rank, pp_rank), count in sorted(self.rank_params.items()):
-            params.append({"name": f"parameters_on_rank_{tp_rank}_{pp_rank}", "value": str(count), "line_no": None})
+            params.append(
+                {"name": f"parameters_on_rank_{tp_rank}_{pp_rank}", "value": str(count), "line_no": None}
+            )
         return {
             "run_key": self.run_key,
             "line_start": self.line_start,

@@ -1,0 +1,99 @@
+"""The CLI as a user drives it, through click's CliRunner against a fresh database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.conftest import SAMPLES
+from tracelog.cli import cli
+
+BLOOM = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
+LLAMA = str(SAMPLES / "megatron_lm_llama3_8b_h100.log")
+
+
+def run(db: Path, *args: str, input: str | bytes | None = None):
+    return CliRunner().invoke(cli, ["--db", str(db), *args], input=input, catch_exceptions=False)
+
+
+def test_ingest_prints_one_summary_line_per_file(db_path: Path) -> None:
+    result = run(db_path, "ingest", BLOOM, LLAMA)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2
+    assert "ingested as megatron, 1 run," in lines[0] and "10 of 121 lines unparsed" in lines[0]
+    assert "2 runs" in lines[1]
+    again = run(db_path, "ingest", BLOOM)
+    assert "already ingested" in again.output and again.exit_code == 0
+
+
+def test_runs_json_has_configuration_and_steady_state(db_path: Path) -> None:
+    run(db_path, "ingest", BLOOM, "--name", "bloom", "--tag", "exp=a")
+    result = run(db_path, "runs", "--format", "json", "--tag", "exp=a")
+    (row,) = json.loads(result.output)
+    assert (row["dp"], row["tp"], row["pp"], row["mbs"], row["gbs"]) == (8, 4, 12, 2, 2048)
+    assert 114.0 < row["sec_per_it"] < 114.5  # warm-up (185 s) and the skipped steps are left out
+    assert 140.5 < row["tflops_reported"] < 141.7
+
+
+def test_show_by_name_prefix_and_ambiguity(db_path: Path) -> None:
+    run(db_path, "ingest", LLAMA)
+    ambiguous = run(db_path, "show", "megatron_lm")
+    assert ambiguous.exit_code == 1
+    assert "matches 2 runs" in ambiguous.output
+    shown = run(db_path, "show", "1", "--format", "markdown")
+    assert shown.exit_code == 0
+    assert (
+        "### iterations" in shown.output
+        and "### timers" in shown.output
+        and "forward-backward" in shown.output
+    )
+    missing = run(db_path, "show", "nope")
+    assert missing.exit_code == 1 and "no run matches 'nope'" in missing.output
+
+
+def test_sql_formats(db_path: Path) -> None:
+    run(db_path, "ingest", BLOOM)
+    csv = run(db_path, "sql", "SELECT count(*) AS n FROM iterations", "--format", "csv")
+    assert csv.output == "n\n40\n"
+    md = run(db_path, "sql", "SELECT 1 AS one", "--format", "markdown")
+    assert "| one |" in md.output.replace("|   one |", "| one |")
+    bad = run(db_path, "sql", "SELECT * FROM no_such_table")
+    assert bad.exit_code == 1 and "SQL error" in bad.output
+
+
+def test_table_output_does_not_interpret_markup(db_path: Path) -> None:
+    result = run(db_path, "sql", "SELECT '[bold red]x[/bold red]' AS t")
+    assert "[bold red]x[/bold red]" in result.output
+
+
+def test_bad_file_exits_1_and_keeps_the_good_one(db_path: Path, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00\x01\x02")
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "ingest", str(junk), BLOOM])
+    assert result.exit_code == 1
+    assert f"{junk}:1: binary file" in result.output
+    assert (
+        json.loads(run(db_path, "sql", "SELECT count(*) AS n FROM sources", "--format", "json").output)[0][
+            "n"
+        ]
+        == 1
+    )
+
+
+def test_stdin_dash(db_path: Path) -> None:
+    result = run(db_path, "ingest", "-", input=Path(BLOOM).read_bytes())
+    assert result.exit_code == 0 and "-: ingested as megatron" in result.output
+
+
+def test_usage_error_exits_2(db_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "ingest", BLOOM, "--tag", "novalue"])
+    assert result.exit_code == 2
+
+
+def test_db_from_environment(tmp_path: Path) -> None:
+    db = tmp_path / "env.duckdb"
+    result = CliRunner(env={"TRACELOG_DB": str(db)}).invoke(cli, ["ingest", BLOOM])
+    assert result.exit_code == 0 and db.exists()

@@ -1,0 +1,244 @@
+"""Ingest as users meet it: idempotence, growth, rollback, and every kind of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tracelog
+from tests.conftest import SAMPLES
+from tracelog.errors import TracelogError
+from tracelog.ingest import IngestResult, ingest_file
+from tracelog.parsers import megatron
+from tracelog.store import Store
+
+LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
+BLOOM = SAMPLES / "megatron_deepspeed_bloom_ugly.log"
+
+
+def counts(store: Store) -> dict[str, int]:
+    tables = ("sources", "runs", "iterations", "timers", "memory", "unparsed", "events", "run_params")
+    return {t: store.scalar(f"SELECT count(*) FROM {t}") for t in tables}
+
+
+def test_same_bytes_twice_is_one_source(store: Store, tmp_path: Path) -> None:
+    first = ingest_file(store, str(LLAMA))
+    before = counts(store)
+    copy = tmp_path / "renamed.log"
+    shutil.copy(LLAMA, copy)
+    again = ingest_file(store, str(LLAMA))
+    renamed = ingest_file(store, str(copy))
+    assert first.status == "ingested"
+    assert again.status == renamed.status == "already ingested"
+    assert again.source_id == renamed.source_id == first.source_id
+    assert counts(store) == before
+
+
+def test_force_replaces_the_source(store: Store) -> None:
+    ingest_file(store, str(LLAMA))
+    before = counts(store)
+    result = ingest_file(store, str(LLAMA), force=True)
+    assert result.status == "replaced"
+    assert counts(store) == before
+    assert store.scalar("SELECT min(source_id) FROM sources") == result.source_id
+
+
+def test_grown_log_adds_only_new_lines_to_the_same_runs(store: Store, tmp_path: Path) -> None:
+    lines = LLAMA.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "iteration      150/" in line)
+    log = tmp_path / "live.log"
+    log.write_text("".join(lines[:cut]))
+    first = ingest_file(store, str(log))
+    assert store.scalar("SELECT count(*) FROM iterations") == 14
+    log.write_text("".join(lines))
+    grown = ingest_file(store, str(log))
+    assert grown.status == "appended" and grown.source_id == first.source_id
+    fresh = Store(tmp_path / "fresh.duckdb")
+    ingest_file(fresh, str(log))
+    for table in ("iterations", "timers", "memory", "unparsed", "events", "iteration_metrics"):
+        sql = f"SELECT count(*), count(DISTINCT line_no) FROM {table}"
+        assert store.scalar(sql) == fresh.scalar(sql), table
+    assert store.scalar("SELECT count(*) FROM sources") == 1
+    assert store.scalar("SELECT count(*) FROM runs") == 2
+    assert store.scalar("SELECT lines_total FROM sources") == len(lines)
+    iterations = store.query("SELECT run_id, iteration FROM iterations ORDER BY line_no")
+    assert iterations.iteration.is_unique
+
+
+def test_failure_mid_file_leaves_database_as_before(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    ingest_file(store, str(BLOOM))
+    before = counts(store)
+    real_parse = megatron.parse
+
+    def failing(source):
+        for n, batch in enumerate(real_parse(source)):
+            yield batch
+            if n == 3:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(megatron, "parse", failing)
+    with pytest.raises(KeyboardInterrupt):
+        ingest_file(store, str(LLAMA))
+    assert counts(store) == before
+
+
+def test_parser_error_names_file_and_rolls_back(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(source):
+        yield from []
+        raise TracelogError("malformed table row", line=12)
+
+    monkeypatch.setattr(megatron, "parse", broken)
+    with pytest.raises(TracelogError) as err:
+        ingest_file(store, str(LLAMA))
+    assert str(err.value) == f"{LLAMA}:12: malformed table row"
+    assert counts(store)["sources"] == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "file is empty"),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00binary", "binary file"),
+        (b"hello\nthis is a shopping list\nmilk\n", "no parser recognises this file"),
+        (b'{"loss": [1.0, 0.9], "step": 2}\n', "no parser recognises this file"),
+    ],
+    ids=["empty", "binary", "prose", "other-format"],
+)
+def test_bad_files_get_clear_errors(store: Store, tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.log"
+    path.write_bytes(content)
+    with pytest.raises(TracelogError) as err:
+        ingest_file(store, str(path))
+    assert str(path) in str(err.value) and message in str(err.value)
+    assert counts(store)["sources"] == 0
+
+
+def test_binary_error_names_the_line(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "core.log"
+    path.write_bytes(b"line one\nline two\nbad \x00 byte\n")
+    with pytest.raises(TracelogError) as err:
+        ingest_file(store, str(path))
+    assert err.value.line == 3
+
+
+def test_crlf_and_ansi_parse_like_plain_text(store: Store, tmp_path: Path) -> None:
+    plain = LLAMA.read_bytes()
+    dressed = tmp_path / "dressed.log"
+    dressed.write_bytes(plain.replace(b"\n", b"\r\n").replace(b" iteration ", b"\x1b[32m iteration \x1b[0m"))
+    ingest_file(store, str(dressed))
+    other = Store(tmp_path / "plain.duckdb")
+    ingest_file(other, str(LLAMA))
+    sql = "SELECT iteration, elapsed_s, lm_loss, tflops_reported FROM iterations ORDER BY line_no"
+    assert store.query(sql).equals(other.query(sql))
+
+
+def test_gzip_and_stdin(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gz = tmp_path / "run.log.gz"
+    gz.write_bytes(gzip.compress(BLOOM.read_bytes()))
+    assert ingest_file(store, str(gz)).status == "ingested"
+    assert ingest_file(store, str(BLOOM)).status == "already ingested"
+
+    class Stdin:
+        buffer = LLAMA.open("rb")
+
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    result = ingest_file(store, "-")
+    assert result.status == "ingested" and result.runs == 2
+    assert store.scalar("SELECT count(*) FROM iterations") == 40 + 25
+
+
+def test_folder_without_logs_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TracelogError, match="folder holds no files"):
+        tracelog.ingest([str(tmp_path / "empty")], db=tmp_path / "t.duckdb")
+
+
+def test_one_bad_file_does_not_lose_the_good_ones(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("nothing to see\n")
+    results = tracelog.ingest([str(LLAMA), str(bad), str(BLOOM)], db=tmp_path / "t.duckdb")
+    assert [type(r).__name__ for r in results] == ["IngestResult", "IngestFailure", "IngestResult"]
+    assert tracelog.sql("SELECT count(*) AS n FROM sources", db=tmp_path / "t.duckdb").n[0] == 2
+
+
+def test_not_a_duckdb_file(tmp_path: Path) -> None:
+    path = tmp_path / "oops.duckdb"
+    path.write_text("this is a text file, not a database\n" * 100)
+    with pytest.raises(TracelogError) as err:
+        Store(path)
+    assert str(path) in str(err.value) and "DuckDB" in str(err.value)
+
+
+def test_locked_database(tmp_path: Path) -> None:
+    path = tmp_path / "busy.duckdb"
+    Store(path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+            import duckdb, sys, time
+            con = duckdb.connect({str(path)!r})
+            print("locked", flush=True)
+            time.sleep(30)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(TracelogError) as err:
+            Store(path)
+        assert "locked" in str(err.value) and str(path) in str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_counts_on_the_source_row(store: Store) -> None:
+    result = ingest_file(store, str(BLOOM))
+    assert isinstance(result, IngestResult)
+    row = store.query("SELECT * FROM sources").iloc[0]
+    assert row.lines_total == BLOOM.read_bytes().count(b"\n") + 1
+    assert row.lines_unparsed == store.scalar("SELECT count(*) FROM unparsed") == result.lines_unparsed
+    assert row.lines_parsed == row.lines_total - row.lines_unparsed
+    assert row.format == "megatron" and len(row.sha256) == 64
+
+
+def test_user_options_override_and_tag(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    tracelog.ingest(
+        [str(BLOOM)],
+        db=db,
+        name="bloom-176b",
+        tags={"exp": "topology"},
+        gpu="a100-sxm4-80gb",
+        nodes=48,
+        gpus_per_node=8,
+    )
+    run = tracelog.sql("SELECT name, gpu_model, nodes, gpus_per_node, gpus FROM runs", db=db).iloc[0]
+    assert (run["name"], run.gpu_model, run.nodes, run.gpus_per_node, run.gpus) == (
+        "bloom-176b",
+        "a100-sxm4-80gb",
+        48,
+        8,
+        384,
+    )
+    assert list(tracelog.runs(db=db, tags={"exp": "topology"}).name) == ["bloom-176b"]
+    assert tracelog.runs(db=db, tags={"exp": "other"}).empty
+
+
+def test_schema_version_is_recorded_and_reopen_is_a_no_op(db_path: Path) -> None:
+    with Store(db_path) as store:
+        version = store.schema_version
+        assert version >= 2
+    with Store(db_path) as store:
+        assert store.migrate() == []
+        assert store.schema_version == version

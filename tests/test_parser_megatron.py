@@ -1,0 +1,312 @@
+"""The Megatron parser on the shapes real logs take: every era, ranks, warnings, restarts, bad bytes."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import SAMPLES, corpus_files, source_of
+from tracelog.parsers import megatron
+
+ARGS = """\
+------------------------ arguments ------------------------
+  bf16 ............................................ True
+  fp16 ............................................ False
+  global_batch_size ............................... 512
+  group_query_attention ........................... True
+  hidden_size ..................................... 8192
+  micro_batch_size ................................ 1
+  num_attention_heads ............................. 64
+  num_layers ...................................... 80
+  num_query_groups ................................ 8
+  pipeline_model_parallel_size .................... 4
+  recompute_granularity ........................... selective
+  seq_length ...................................... 4096
+  some_future_flag ................................ [1, 2, 3]
+  swiglu .......................................... True
+  tensor_model_parallel_size ...................... 8
+  virtual_pipeline_model_parallel_size ............ 5
+  world_size ...................................... 256
+-------------------- end of arguments ---------------------
+"""
+
+
+def collect(text: str | bytes, block_bytes: int = 1 << 20) -> dict[str, pl.DataFrame | list]:
+    """All batches of a parse, concatenated per table."""
+    out: dict[str, list] = {}
+    for batch in megatron.parse(source_of(text, block_bytes)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def one_iteration(line: str) -> dict:
+    rows = collect(line + "\n")["iterations"]
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            " iteration      100/  500000 | consumed samples:        51200 | elapsed time per iteration (ms): 1234.5 "
+            "| learning rate: 1.500000E-04 | global batch size:   512 | lm loss: 3.456789E+00 | loss scale: 1.0 "
+            "| grad norm: 0.789 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+            {
+                "iteration": 100,
+                "train_iters": 500000,
+                "consumed_samples": 51200,
+                "elapsed_s": 1.2345,
+                "learning_rate": 1.5e-4,
+                "global_batch_size": 512,
+                "lm_loss": 3.456789,
+                "loss_scale": 1.0,
+                "grad_norm": 0.789,
+                "skipped": 0,
+                "nan": 0,
+            },
+        ),
+        (
+            " [2024-05-01 12:00:00] iteration       20/    5000 | consumed samples:        10240 | elapsed time per "
+            "iteration (ms): 4710.2 | throughput per GPU (TFLOP/s/GPU): 402.5 | learning rate: 3.000000E-05 | "
+            "global batch size:   512 | lm loss: 1.034567E+01 | loss scale: 1.0 | grad norm: 5.123 | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |",
+            {"iteration": 20, "elapsed_s": 4.7102, "tflops_reported": 402.5, "lm_loss": 10.34567},
+        ),
+        (
+            " iteration     5000/   95367 | consumed samples:     10240000 | consumed tokens:  20971520000 | elapsed "
+            "time per iteration (s): 114.11 | learning rate: 6.000E-05 | global batch size:  2048 | lm loss: "
+            "2.345678E+00 | grad norm: 0.312 | num zeros: 0.0 | loss scale: 4096.0 | number of skipped iterations: "
+            "  0 | number of nan iterations:   0 | samples per second: 17.948 | TFLOPs: 141.27 |",
+            {
+                "elapsed_s": 114.11,
+                "consumed_tokens": 20971520000,
+                "samples_per_s": 17.948,
+                "tflops_reported": 141.27,
+                "num_zeros": 0.0,
+                "loss_scale": 4096.0,
+            },
+        ),
+        (
+            " iteration        1/    1000 | consumed samples:         1024 | elapsed time per iteration (ms): 159778.9 "
+            "| learning rate: 1.875E-05 | global batch size:  1024 | lm-loss: 1.244238E+01 | loss scale: -1.0 | "
+            "grad norm: 0.000 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+            {"lm_loss": 12.44238, "loss_scale": -1.0, "elapsed_s": 159.7789},
+        ),
+        (
+            "[rank7]: [2024-05-01 12:00:00] iteration 3/ 10 | elapsed time per iteration (ms): 10.0 | lm loss: nan |",
+            {"rank": 7, "iteration": 3, "elapsed_s": 0.01},
+        ),
+        (
+            "12:  iteration        3/      10 | elapsed time per iteration (ms): 10.0 | number of nan iterations:   1 |",
+            {"rank": 12, "nan": 1},
+        ),
+    ],
+    ids=[
+        "megatron-lm-2021",
+        "megatron-lm-2024",
+        "bloom-meg-ds",
+        "meg-ds-lm-loss-dash",
+        "rank-bracket",
+        "srun-l",
+    ],
+)
+def test_iteration_line_eras(line: str, expected: dict) -> None:
+    row = one_iteration(line)
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value), key
+
+
+def test_timestamp_prefix_becomes_ts() -> None:
+    row = one_iteration("[2024-05-01 12:34:56] iteration 1/ 2 | elapsed time per iteration (ms): 5.0 |")
+    assert row["ts"].isoformat() == "2024-05-01T12:34:56"
+
+
+def test_nan_loss_is_nan_not_dropped() -> None:
+    row = one_iteration(" iteration 3/ 10 | elapsed time per iteration (ms): 10.0 | lm loss: nan |")
+    assert math.isnan(row["lm_loss"])
+
+
+def test_unknown_keys_are_kept_as_metrics() -> None:
+    line = (
+        " iteration 7/ 10 | consumed samples: 70 | elapsed time per iteration (ms): 10.0 | lm loss: 2.0 | "
+        "mtp_1 loss: 2.5 | load_balancing_loss: 1.02E-02 | mem usage: 153.81GB | params norm: 312.4 | "
+        "val loss: 2.4/2.6 |"
+    )
+    out = collect(line + "\n")
+    metrics = {m["key"]: m for m in out["iteration_metrics"]}
+    assert metrics["mtp_1 loss"]["value"] == 2.5
+    assert metrics["load_balancing_loss"]["value"] == pytest.approx(0.0102)
+    assert metrics["mem usage"]["value"] == pytest.approx(153.81)
+    assert metrics["mem usage"]["text"] == "153.81GB"
+    assert metrics["params norm"]["value"] == pytest.approx(312.4)
+    assert metrics["val loss"]["value"] == 2.4
+    assert metrics["val loss (average)"]["value"] == 2.6
+    assert all(m["iteration"] == 7 for m in out["iteration_metrics"])
+    assert "lm loss" not in metrics and "consumed samples" not in metrics
+
+
+def test_arguments_block_maps_to_run_columns_and_keeps_every_argument() -> None:
+    out = collect(ARGS + " iteration 1/ 2 | elapsed time per iteration (ms): 5.0 |\n")
+    (run,) = out["runs"]
+    assert (run["tp"], run["pp"], run["mbs"], run["gbs"], run["gpus"]) == (8, 4, 1, 512, 256)
+    assert (run["layers"], run["hidden"], run["heads"], run["query_groups"], run["seq_len"]) == (
+        80,
+        8192,
+        64,
+        8,
+        4096,
+    )
+    assert run["dp"] == 256 // (8 * 4)
+    assert run["vp"] == 5
+    assert run["precision"] == "bf16"
+    assert run["recompute"] == "selective"
+    assert run["swiglu"] is True
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["some_future_flag"] == "[1, 2, 3]"
+    assert len([p for p in run["run_params"] if p["line_no"]]) == 17
+
+
+def test_world_size_line_and_parameter_counts() -> None:
+    text = (
+        "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 16 \n"
+        + "".join(
+            f" > number of parameters on (tensor, pipeline) model parallel rank ({t}, {p}): 1000\n"
+            for t in range(4)
+            for p in range(16)
+        )
+    )
+    (run,) = collect(text)["runs"]
+    assert (run["gpus"], run["dp"], run["tp"], run["pp"]) == (64, 1, 4, 16)
+    assert run["params"] == 64 * 1000
+
+
+def test_parameter_count_left_unknown_when_ranks_are_missing() -> None:
+    text = (
+        "using world size: 8, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 2\n"
+        " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 1000\n"
+    )
+    (run,) = collect(text)["runs"]
+    assert run.get("params") is None
+
+
+def test_memory_lines_both_eras_attach_to_iterations() -> None:
+    text = (
+        " iteration 10/ 20 | elapsed time per iteration (ms): 5.0 |\n"
+        "[Rank 3] (after 10 iterations) memory (MB) | allocated: 1.5 | max allocated: 2.5 | reserved: 3.0 | "
+        "max reserved: 4.0\n"
+        " iteration 11/ 20 | elapsed time per iteration (ms): 5.0 |\n"
+        "after 11 iterations memory (MB) | allocated: 10.0 | max allocated: 20.0 | reserved: 30.0 | max reserved: 40.0\n"
+    )
+    memory = collect(text)["memory"]
+    assert [(m["rank"], m["iteration"], m["max_reserved_mib"]) for m in memory] == [
+        (3, 10, 4.0),
+        (None, 11, 40.0),
+    ]
+    assert memory[0]["allocated_mib"] == 1.5 and memory[0]["reserved_mib"] == 3.0
+
+
+def test_timers_both_styles_attach_to_the_iteration_before_them() -> None:
+    text = (
+        " iteration 10/ 20 | elapsed time per iteration (ms): 5.0 |\n"
+        "time (ms) | forward-compute: 32054.16 | backward-compute: 87380.53 | optimizer: 342.01\n"
+        " iteration 20/ 20 | elapsed time per iteration (ms): 5.0 |\n"
+        "(min, max) time across ranks (ms):\n"
+        "    forward-backward ...............................: (1187.12, 1187.65)\n"
+        "    optimizer ......................................: (40.10, 41.50)\n"
+    )
+    timers = {(t["name"], t["iteration"]): t for t in collect(text)["timers"]}
+    assert timers[("forward-compute", 10)]["time_ms"] == pytest.approx(32054.16)
+    assert timers[("optimizer", 10)]["time_ms"] == pytest.approx(342.01)
+    assert timers[("forward-backward", 20)]["time_ms"] == pytest.approx(1187.65)
+    assert timers[("forward-backward", 20)]["time_min_ms"] == pytest.approx(1187.12)
+    assert len(timers) == 5
+
+
+def test_restart_with_new_arguments_block_is_a_new_run() -> None:
+    iteration = " iteration {i}/ 100 | elapsed time per iteration (ms): 5.0 |\n"
+    world = "using world size: 256, data-parallel size: 8, tensor-model-parallel size: 8, pipeline-model-parallel size: 4\n"
+    text = world + ARGS + iteration.format(i=1) + iteration.format(i=2) + world + ARGS + iteration.format(i=3)
+    out = collect(text)
+    assert sorted(r["run_key"] for r in out["runs"]) == [0, 1]
+    assert [(r["run_key"], r["iteration"]) for r in out["iterations"]] == [(0, 1), (0, 2), (1, 3)]
+    second = next(r for r in out["runs"] if r["run_key"] == 1)
+    assert second["line_start"] == len((world + ARGS + iteration * 2).splitlines()) + 1
+
+
+@pytest.mark.parametrize("block_bytes", [64, 200, 1 << 20])
+def test_block_size_does_not_change_the_result(block_bytes: int) -> None:
+    text = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()
+    whole = collect(text)
+    split = collect(text, block_bytes)
+    for table in ("iterations", "timers", "memory", "iteration_metrics", "unparsed", "events"):
+        key = "line_no"
+        assert sorted(r[key] for r in split[table]) == sorted(r[key] for r in whole[table]), table
+    assert [r["iteration"] for r in split["timers"]] == [r["iteration"] for r in whole["timers"]]
+    assert {r["run_key"]: r["gbs"] for r in split["runs"]} == {r["run_key"]: r["gbs"] for r in whole["runs"]}
+
+
+def test_ugly_log_crlf_ansi_ranks_bad_bytes_and_truncated_last_line() -> None:
+    raw = (SAMPLES / "megatron_deepspeed_bloom_ugly.log").read_bytes()
+    assert b"\r\n" in raw and b"\x1b[" in raw and b"\xff" in raw and not raw.endswith(b"\n")
+    out = collect(raw)
+    iterations = out["iterations"]
+    assert len(iterations) == len(
+        re.findall(rb"iteration\s+\d+/\s*\d+ \|.*elapsed time per iteration \(s\)", raw)
+    )
+    assert [r["iteration"] for r in iterations] == list(range(1, 41))
+    assert sum(r["skipped"] for r in iterations) == 3
+    assert [r["iteration"] for r in iterations if r["nan"]] == [27]
+    (run,) = out["runs"]
+    assert (run["dp"], run["tp"], run["pp"], run["mbs"], run["gbs"]) == (8, 4, 12, 2, 2048)
+    assert run["framework"] == "megatron-deepspeed" and run["params"] == 176_247_271_424
+    kinds = {e["kind"] for e in out["events"]}
+    assert {"traceback", "error", "warning"} <= kinds
+    unparsed = {u["line_no"]: u["text"] for u in out["unparsed"]}
+    total_lines = raw.count(b"\n") + 1
+    assert max(unparsed) == total_lines  # the cut-off last line is kept, not lost
+    assert "elapsed time per iter" in unparsed[total_lines]
+    assert not any("\x1b" in text or text.endswith("\r") for text in unparsed.values())
+
+
+def test_every_line_is_accounted_for() -> None:
+    raw = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_text()
+    out = collect(raw)
+    understood = {r["line_no"] for t in ("iterations", "timers", "memory", "events") for r in out.get(t, [])}
+    unparsed = {r["line_no"] for r in out["unparsed"]}
+    assert not understood & unparsed
+    config_lines = {p["line_no"] for r in out["runs"] for p in r["run_params"] if p["line_no"]}
+    assert config_lines.isdisjoint(unparsed)
+    assert len(raw.splitlines()) >= len(understood | unparsed | config_lines)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=80), max_size=30))
+def test_hostile_lines_never_crash_and_are_kept(lines: list[str]) -> None:
+    text = "\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines)
+    out = collect(text)
+    kept = {
+        r["line_no"] for t in ("unparsed", "events", "iterations", "timers", "memory") for r in out.get(t, [])
+    }
+    assert all(1 <= n <= max(1, len(text.split("\n"))) for n in kept)
+
+
+CORPUS = corpus_files("megatron")
+
+
+@pytest.mark.skipif(
+    not CORPUS, reason="the shared corpus of published Megatron logs is not beside this checkout"
+)
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+def test_published_logs_yield_every_iteration_line(path) -> None:
+    raw = path.read_bytes()
+    expected = len(re.findall(rb"(?m)^.*iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration", raw))
+    out = collect(raw)
+    assert len(out.get("iterations", [])) == expected
+    assert all(r["elapsed_s"] > 0 for r in out.get("iterations", []))
