@@ -161,3 +161,62 @@ def sql(query: str, db: str | Store | None = None) -> pd.DataFrame:
 
 def sources(db: str | Store | None = None) -> pd.DataFrame:
     return connect(db).query("SELECT * FROM sources ORDER BY source_id")
+
+
+def compare_runs(
+    refs: list[str | int], db: str | Store | None = None, all_params: bool = False
+) -> dict[str, pd.DataFrame]:
+    """Configuration (differences only unless `all_params`) and steady-state metrics against the first run."""
+    from tracelog import experiments
+
+    store = connect(db)
+    run_ids = [resolve_run(store, ref) for ref in refs]
+    if len(set(run_ids)) < 2:
+        raise TracelogError("compare needs at least two different runs")
+    return {
+        "configuration": experiments.config_side_by_side(store, run_ids, all_params),
+        "metrics": experiments.metrics_side_by_side(store, run_ids),
+    }
+
+
+def tag_run(ref: str | int, tags: dict[str, str], db: str | Store | None = None) -> int:
+    from tracelog import annotate
+
+    store = connect(db)
+    run_id = resolve_run(store, ref)
+    annotate.tag(store, run_id, tags)
+    return run_id
+
+
+def untag_run(ref: str | int, keys: list[str], db: str | Store | None = None) -> int:
+    from tracelog import annotate
+
+    store = connect(db)
+    return annotate.untag(store, resolve_run(store, ref), keys)
+
+
+def note_run(ref: str | int, text: str, db: str | Store | None = None) -> int:
+    from tracelog import annotate
+
+    store = connect(db)
+    run_id = resolve_run(store, ref)
+    annotate.note(store, run_id, text)
+    return run_id
+
+
+def rename_run(ref: str | int, name: str, db: str | Store | None = None) -> int:
+    from tracelog import annotate
+
+    store = connect(db)
+    run_id = resolve_run(store, ref)
+    annotate.rename(store, run_id, name)
+    return run_id
+
+
+def remove_run(ref: str | int, db: str | Store | None = None) -> int:
+    from tracelog import annotate
+
+    store = connect(db)
+    run_id = resolve_run(store, ref)
+    annotate.remove(store, run_id)
+    return run_id

@@ -181,5 +181,78 @@ def sources(obj: Context, fmt: str) -> None:
         render(api.sources(obj.store()), fmt)
 
 
+@cli.command()
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--all", "all_params", is_flag=True, help="Show every parameter, not only those that differ.")
+@format_option
+@pass_ctx
+def compare(obj: Context, runs: tuple[str, ...], all_params: bool, fmt: str) -> None:
+    """Runs side by side: differing configuration, steady-state metrics against the first run."""
+    with user_errors():
+        parts = api.compare_runs(list(runs), obj.store(), all_params)
+    for title, frame in parts.items():
+        render(frame, fmt, title=title)
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("tags", nargs=-1, required=True, metavar="KEY=VALUE...")
+@pass_ctx
+def tag(obj: Context, run: str, tags: tuple[str, ...]) -> None:
+    """Tag a run."""
+    with user_errors():
+        run_id = api.tag_run(run, parse_tags(tags), obj.store())
+    click.echo(f"run {run_id}: tagged {', '.join(tags)}")
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("keys", nargs=-1, required=True)
+@pass_ctx
+def untag(obj: Context, run: str, keys: tuple[str, ...]) -> None:
+    """Remove tags from a run by key."""
+    with user_errors():
+        removed = api.untag_run(run, list(keys), obj.store())
+    click.echo(f"removed {removed} tag{'s' * (removed != 1)}")
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("text")
+@pass_ctx
+def note(obj: Context, run: str, text: str) -> None:
+    """Append a note to a run."""
+    with user_errors():
+        run_id = api.note_run(run, text, obj.store())
+    click.echo(f"run {run_id}: noted")
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("name")
+@pass_ctx
+def rename(obj: Context, run: str, name: str) -> None:
+    """Rename a run."""
+    with user_errors():
+        run_id = api.rename_run(run, name, obj.store())
+    click.echo(f"run {run_id}: renamed to {name}")
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_ctx
+def rm(obj: Context, run: str, yes: bool) -> None:
+    """Remove a run and all its rows."""
+    with user_errors():
+        store = obj.store()
+        run_id = api.resolve_run(store, run)
+        name = store.scalar("SELECT name FROM runs WHERE run_id = ?", [run_id])
+        if not yes:
+            click.confirm(f"Remove run {run_id} ({name}) and all its rows?", abort=True)
+        api.remove_run(run_id, store)
+    click.echo(f"removed run {run_id} ({name})")
+
+
 def main() -> None:
     cli(prog_name="tracelog")
