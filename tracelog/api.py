@@ -75,10 +75,28 @@ def ingest(
     results: list[IngestResult | IngestFailure] = []
     for path in expand_paths(paths):
         try:
-            results.append(ingest_file(store, path, format, options, force, progress))
+            result = ingest_file(store, path, format, options, force, progress)
         except TracelogError as exc:
             results.append(IngestFailure(path, exc))
+            continue
+        results.append(result)
+        if result.status != "already ingested" and result.source_id is not None:
+            refresh_source(store, result.source_id)
     return results
+
+
+def refresh_source(store: Store, source_id: int) -> int:
+    """Recompute the model's predictions and the flags for one source's runs and benches."""
+    from tracelog import compare
+
+    run_ids = [
+        r[0] for r in store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
+    ]
+    bench_ids = [
+        b[0]
+        for b in store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
+    ]
+    return compare.refresh(store, run_ids, bench_ids)
 
 
 def _tag_filter(tags: dict[str, str] | None) -> tuple[str, list[str]]:
@@ -180,11 +198,12 @@ def compare_runs(
 
 
 def tag_run(ref: str | int, tags: dict[str, str], db: str | Store | None = None) -> int:
-    from tracelog import annotate
+    from tracelog import annotate, compare
 
     store = connect(db)
     run_id = resolve_run(store, ref)
     annotate.tag(store, run_id, tags)
+    compare.refresh(store, [run_id], [])
     return run_id
 
 
@@ -220,3 +239,34 @@ def remove_run(ref: str | int, db: str | Store | None = None) -> int:
     run_id = resolve_run(store, ref)
     annotate.remove(store, run_id)
     return run_id
+
+
+def refresh(db: str | Store | None = None, thresholds: dict[str, str] | None = None) -> int:
+    """Recompute every prediction, comparison and flag; returns the number of flags."""
+    from tracelog import compare
+    from tracelog.thresholds import DEFAULT
+
+    return compare.refresh(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
+
+
+def flags(
+    db: str | Store | None = None,
+    severity: str | None = None,
+    rule: str | None = None,
+    runs: list[str | int] | None = None,
+    tags: dict[str, str] | None = None,
+) -> pd.DataFrame:
+    """Flags, most severe first: rule, subject, measured against expected, message and a hint."""
+    from tracelog import compare
+
+    store = connect(db)
+    run_ids = [resolve_run(store, r) for r in runs] if runs else None
+    if tags:
+        tagged = list(runs_frame_ids(store, tags))
+        run_ids = tagged if run_ids is None else [r for r in run_ids if r in tagged]
+    return compare.flags(store, severity, rule, run_ids)
+
+
+def runs_frame_ids(store: Store, tags: dict[str, str]) -> list[int]:
+    where, params = _tag_filter(tags)
+    return [int(r[0]) for r in store.con.execute(f"SELECT run_id FROM runs{where}", params).fetchall()]

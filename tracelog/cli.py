@@ -254,5 +254,39 @@ def rm(obj: Context, run: str, yes: bool) -> None:
     click.echo(f"removed run {run_id} ({name})")
 
 
+@cli.command()
+@click.option("--severity", type=click.Choice(["critical", "warning", "info"]), help="Only this severity.")
+@click.option("--rule", help="Only this rule id.")
+@click.option("--run", "runs", multiple=True, help="Only flags about this run (repeatable).")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Only runs with this tag.")
+@click.option("--refresh", is_flag=True, help="Recompute predictions and flags first.")
+@click.option(
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a threshold (implies --refresh).",
+)
+@format_option
+@pass_ctx
+def flags(
+    obj: Context,
+    severity: str | None,
+    rule: str | None,
+    runs: tuple[str, ...],
+    tags: tuple[str, ...],
+    refresh: bool,
+    thresholds: tuple[str, ...],
+    fmt: str,
+) -> None:
+    """List flags, most severe first, each with a message and a hint."""
+    with user_errors():
+        store = obj.store()
+        if refresh or thresholds:
+            api.refresh(store, parse_tags(thresholds))
+        frame = api.flags(store, severity, rule, list(runs) or None, parse_tags(tags))
+    render(frame, fmt)
+
+
 def main() -> None:
     cli(prog_name="tracelog")

@@ -1,0 +1,80 @@
+"""Training-health flags on small logs written to show one problem each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tracelog
+from tracelog.thresholds import DEFAULT, Thresholds
+
+
+def write_log(path: Path, rows: list[dict]) -> Path:
+    lines = []
+    for i, row in enumerate(rows, start=1):
+        loss = row.get("loss", 3.0)
+        lines.append(
+            f" iteration {i:8d}/ 1000 | consumed samples: {i * 64:8d} | elapsed time per iteration (ms): "
+            f"{row.get('ms', 1000.0):.1f} | learning rate: 1.0E-04 | global batch size:    64 | lm loss: {loss:.6E} | "
+            f"loss scale: {row.get('scale', 1.0):.1f} | number of skipped iterations: {row.get('skipped', 0):3d} | "
+            f"number of nan iterations: {row.get('nan', 0):3d} |"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def flags_for(tmp_path: Path, rows: list[dict], **overrides: float) -> list[dict]:
+    db = tmp_path / "t.duckdb"
+    tracelog.ingest([str(write_log(tmp_path / "run.log", rows))], db=db)
+    if overrides:
+        tracelog.api.refresh(db, {k: str(v) for k, v in overrides.items()})
+    return tracelog.api.flags(db).to_dict("records")
+
+
+def test_healthy_run_has_no_flags(tmp_path: Path) -> None:
+    assert flags_for(tmp_path, [{"loss": 3.0 - i * 0.01} for i in range(30)]) == []
+
+
+def test_nan_iteration_is_critical_and_points_at_the_line(tmp_path: Path) -> None:
+    rows = [{} for _ in range(20)]
+    rows[12] = {"nan": 1, "loss": float("nan")}
+    (flag,) = flags_for(tmp_path, rows)
+    assert flag["severity"] == "critical" and "NaN" in flag["message"]
+    assert flag["row_ref"] == "line 13"
+
+
+def test_loss_spike_against_running_median(tmp_path: Path) -> None:
+    rows = [{"loss": 3.0} for _ in range(20)]
+    rows[15] = {"loss": 5.0}
+    (flag,) = flags_for(tmp_path, rows)
+    assert flag["rule"] == "training_health" and "loss spike" in flag["message"]
+    assert flag["ratio"] == pytest.approx(5.0 / 3.0)
+    (tmp_path / "higher").mkdir()
+    assert flags_for(tmp_path / "higher", rows, loss_spike=2.0) == []
+
+
+def test_sec_per_it_drift(tmp_path: Path) -> None:
+    rows = [{"ms": 1000.0 + 15 * i} for i in range(40)]
+    flag = next(f for f in flags_for(tmp_path, rows) if "drifted" in f["message"])
+    assert flag["severity"] == "warning"
+    assert flag["ratio"] > DEFAULT.sec_it_drift
+
+
+def test_straggler_step_is_info(tmp_path: Path) -> None:
+    rows = [{"ms": 1000.0} for _ in range(30)]
+    rows[20] = {"ms": 1600.0}
+    (flag,) = flags_for(tmp_path, rows)
+    assert flag["severity"] == "info" and "iteration 21" in flag["message"]
+
+
+def test_fp16_loss_scale_collapse(tmp_path: Path) -> None:
+    rows = [{"scale": 65536.0} for _ in range(10)] + [{"scale": 2.0**-i, "skipped": 1} for i in range(10)]
+    found = flags_for(tmp_path, rows)
+    assert any(f["severity"] == "critical" and "collapsed" in f["message"] for f in found)
+    assert any("skipped iteration(s) after warm-up" in f["message"] for f in found)
+
+
+def test_unknown_threshold_is_a_clear_error() -> None:
+    with pytest.raises(tracelog.TracelogError, match="unknown threshold nope"):
+        Thresholds().with_overrides({"nope": 1})

@@ -1,0 +1,115 @@
+"""The comparator: materialise predictions, comparisons and flags in the store.
+
+`refresh` recomputes them for the runs and benches in scope (all by default) in one transaction, so any
+DuckDB client sees numbers that match the data. Ingest refreshes the subjects of the file it ingested;
+`tracelog flags --refresh` and a changed `--gpu` or tag refresh again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from tracelog.rules import health
+from tracelog.rules.scope import Scope
+from tracelog.store import Store
+from tracelog.thresholds import DEFAULT, Thresholds
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+FLAG_COLUMNS = (
+    "rule",
+    "severity",
+    "subject_kind",
+    "subject_id",
+    "row_ref",
+    "measured",
+    "expected",
+    "ratio",
+    "message",
+    "hint",
+)
+Family = Callable[[Store, Thresholds, Scope], list[dict[str, Any]]]
+
+
+def rule_families() -> list[Family]:
+    """Every rule family, in the order their flags are written."""
+    families: list[Family] = [health.evaluate]
+    try:
+        from tracelog.rules import model_rules
+    except ImportError:  # the analytic model is optional for the health rules
+        return families
+    return [model_rules.evaluate, *families]
+
+
+def predictors() -> list[Callable[[Store, Scope], dict[str, list[dict[str, Any]]]]]:
+    try:
+        from tracelog import predict
+    except ImportError:
+        return []
+    return list(predict.PREDICTORS)
+
+
+def _subject_predicate(scope: Scope) -> str:
+    return (
+        f"((subject_kind = 'run' AND subject_id IN (SELECT run_id FROM runs WHERE {scope.runs})) OR "
+        f"(subject_kind IN ('bench', 'collective', 'p2p', 'links') "
+        f"AND subject_id IN (SELECT bench_id FROM benches WHERE {scope.benches})))"
+    )
+
+
+def refresh(
+    store: Store,
+    run_ids: list[int] | None = None,
+    bench_ids: list[int] | None = None,
+    thresholds: Thresholds = DEFAULT,
+) -> int:
+    """Recompute predictions, comparisons and flags for the subjects in scope; returns the flag count."""
+    scope = Scope.of(run_ids, bench_ids)
+    with store.transaction():
+        where = _subject_predicate(scope)
+        for table in ("predictions", "comparisons", "flags"):
+            store.con.execute(f"DELETE FROM {table} WHERE {where}")
+        for predictor in predictors():
+            for table, rows in predictor(store, scope).items():
+                if rows:
+                    store.insert(table, pd.DataFrame(rows))
+        flags = [flag for family in rule_families() for flag in family(store, thresholds, scope)]
+        if flags:
+            frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])
+            store.insert("flags", frame)
+    return len(flags)
+
+
+def flags(
+    store: Store,
+    severity: str | None = None,
+    rule: str | None = None,
+    run_ids: list[int] | None = None,
+) -> pd.DataFrame:
+    """Flags, most severe first, with a readable subject name."""
+    clauses, params = [], []
+    if severity:
+        clauses.append("severity = ?")
+        params.append(severity)
+    if rule:
+        clauses.append("rule = ?")
+        params.append(rule)
+    if run_ids is not None:
+        ids = ", ".join(str(int(r)) for r in run_ids) or "NULL"
+        clauses.append(f"subject_kind = 'run' AND subject_id IN ({ids})")
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    return store.query(
+        f"""
+        SELECT f.flag_id, f.severity, f.rule, f.subject_kind || ' ' || f.subject_id AS subject,
+               coalesce(r.name, b.tool || coalesce(' ' || b.collective, '')) AS subject_name,
+               f.row_ref, f.measured, f.expected, f.ratio, f.message, f.hint
+        FROM flags f
+        LEFT JOIN runs r ON f.subject_kind = 'run' AND r.run_id = f.subject_id
+        LEFT JOIN benches b ON f.subject_kind <> 'run' AND b.bench_id = f.subject_id
+        {where}
+        ORDER BY CASE f.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, f.rule, f.flag_id
+        """,
+        params,
+    )

@@ -1,0 +1,238 @@
+"""Training health: NaN and skipped iterations, loss-scale collapse, loss spikes, sec/it drift,
+straggler steps, and runs that ended in an error. Pure SQL over the store; no model needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracelog.rules.scope import Scope
+from tracelog.store import Store
+from tracelog.thresholds import Thresholds
+
+Flag = dict[str, Any]
+
+
+def _flag(rule: str, severity: str, run_id: int, message: str, hint: str, **extra: Any) -> Flag:
+    return {
+        "rule": rule,
+        "severity": severity,
+        "subject_kind": "run",
+        "subject_id": int(run_id),
+        "message": message,
+        "hint": hint,
+        **extra,
+    }
+
+
+def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT run_id,
+               sum(coalesce(nan, 0)) AS nan_total,
+               min(iteration) FILTER (coalesce(nan, 0) > 0) AS first_nan,
+               min(line_no) FILTER (coalesce(nan, 0) > 0) AS first_nan_line,
+               sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
+               sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
+               min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip
+        FROM iteration_phase WHERE {scope.runs} GROUP BY run_id
+        """
+    ).fetchall()
+    flags = []
+    for run_id, nan_total, first_nan, nan_line, skipped_steady, skipped_warmup, first_skip in rows:
+        if nan_total:
+            flags.append(
+                _flag(
+                    "training_health",
+                    "critical",
+                    run_id,
+                    f"{int(nan_total)} NaN iteration(s), the first in the interval ending at iteration {first_nan}.",
+                    "Look at the loss and grad norm before it; lower the learning rate or restart from the last "
+                    "good checkpoint, and check the data shard of that step.",
+                    row_ref=f"line {nan_line}",
+                    measured=float(nan_total),
+                    expected=0.0,
+                )
+            )
+        if skipped_steady:
+            flags.append(
+                _flag(
+                    "training_health",
+                    "warning",
+                    run_id,
+                    f"{int(skipped_steady)} skipped iteration(s) after warm-up (first near iteration {first_skip}): "
+                    "the fp16 loss scaler hit overflows.",
+                    "Repeated overflows after warm-up point at instability: consider bf16, a lower learning rate "
+                    "or a larger initial loss scale window.",
+                    measured=float(skipped_steady),
+                    expected=0.0,
+                )
+            )
+        elif skipped_warmup:
+            flags.append(
+                _flag(
+                    "training_health",
+                    "info",
+                    run_id,
+                    f"{int(skipped_warmup)} skipped iteration(s) during warm-up: the fp16 loss scale calibrating.",
+                    "Normal at the start of fp16 training; these lines are left out of the steady-state medians.",
+                    measured=float(skipped_warmup),
+                    expected=0.0,
+                )
+            )
+    return flags
+
+
+def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT run_id, max(loss_scale) AS top, arg_min(loss_scale, line_no) AS low, min(loss_scale) AS lowest,
+               arg_min(line_no, loss_scale) AS at_line
+        FROM iteration_phase WHERE {scope.runs} AND NOT warmup AND loss_scale > 0 GROUP BY run_id
+        HAVING max(loss_scale) > 1 AND min(loss_scale) <= 1
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "critical",
+            run_id,
+            f"fp16 loss scale collapsed to {lowest:g} (it reached {top:g}).",
+            "A loss scale at 1 means every step overflows: the run is diverging. Restart from an earlier "
+            "checkpoint with a lower learning rate, or train in bf16.",
+            row_ref=f"line {at_line}",
+            measured=float(lowest),
+            expected=float(top),
+        )
+        for run_id, top, _low, lowest, at_line in rows
+    ]
+
+
+def loss_spikes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        WITH rolling AS (
+            SELECT run_id, iteration, line_no, lm_loss,
+                   median(lm_loss) OVER (PARTITION BY run_id ORDER BY line_no
+                                         ROWS BETWEEN 10 PRECEDING AND 1 PRECEDING) AS before,
+                   count(lm_loss) OVER (PARTITION BY run_id ORDER BY line_no
+                                        ROWS BETWEEN 10 PRECEDING AND 1 PRECEDING) AS n_before
+            FROM iterations WHERE {scope.runs} AND lm_loss IS NOT NULL AND NOT isnan(lm_loss)
+        )
+        SELECT run_id, count(*) AS spikes, arg_max(iteration, lm_loss / before) AS worst_it,
+               max(lm_loss / before) AS worst_ratio, arg_max(line_no, lm_loss / before) AS worst_line,
+               arg_max(lm_loss, lm_loss / before) AS worst_loss, arg_max(before, lm_loss / before) AS base
+        FROM rolling WHERE n_before >= 3 AND before > 0 AND lm_loss > ? * before
+        GROUP BY run_id
+        """,
+        [t.loss_spike],
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "warning",
+            run_id,
+            f"{spikes} loss spike(s); the worst at iteration {worst_it}: {loss:.4g} against a running "
+            f"median of {base:.4g} ({ratio:.2f}x).",
+            "Check the data at those steps and the grad norm; frequent spikes suggest a lower learning rate "
+            "or gradient clipping.",
+            row_ref=f"line {line}",
+            measured=float(loss),
+            expected=float(base),
+            ratio=float(ratio),
+        )
+        for run_id, spikes, worst_it, ratio, line, loss, base in rows
+    ]
+
+
+def sec_per_it_drift(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        WITH steady AS (
+            SELECT run_id, elapsed_s,
+                   ntile(5) OVER (PARTITION BY run_id ORDER BY line_no) AS fifth,
+                   count(*) OVER (PARTITION BY run_id) AS n
+            FROM iteration_phase WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
+        )
+        SELECT run_id, median(elapsed_s) FILTER (fifth = 1) AS first, median(elapsed_s) FILTER (fifth = 5) AS last
+        FROM steady WHERE n >= 10 GROUP BY run_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "warning",
+            run_id,
+            f"sec/it drifted up over the run: {last:.4g} s in the last fifth against {first:.4g} s in the "
+            f"first ({last / first:.2f}x).",
+            "A slow rise points at thermal throttling, a straggler node or a leak (memory fragmentation, "
+            "growing dataloader queues); compare per-rank timers and nvidia-smi clocks.",
+            measured=float(last),
+            expected=float(first),
+            ratio=float(last / first),
+        )
+        for run_id, first, last in rows
+        if first and last and last / first > t.sec_it_drift
+    ]
+
+
+def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        WITH steady AS (
+            SELECT run_id, iteration, line_no, elapsed_s,
+                   median(elapsed_s) OVER (PARTITION BY run_id) AS typical
+            FROM iteration_phase WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0
+        )
+        SELECT run_id, count(*), arg_max(iteration, elapsed_s), max(elapsed_s), any_value(typical),
+               arg_max(line_no, elapsed_s)
+        FROM steady WHERE elapsed_s > ? * typical GROUP BY run_id
+        """,
+        [t.straggler],
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "info",
+            run_id,
+            f"{count} logged interval(s) at least {t.straggler:g}x the steady median; the slowest at "
+            f"iteration {it}: {worst:.4g} s against {typical:.4g} s.",
+            "Isolated slow steps are usually checkpoints, evaluation or a straggler rank; if they recur, "
+            "line them up with the timers and the events around them.",
+            row_ref=f"line {line}",
+            measured=float(worst),
+            expected=float(typical),
+            ratio=float(worst / typical),
+        )
+        for run_id, count, it, worst, typical, line in rows
+    ]
+
+
+def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT run_id, arg_max(text, line_no), max(line_no), count(*)
+        FROM events WHERE {scope.runs} AND run_id IS NOT NULL AND kind IN ('error', 'oom', 'crash', 'nccl_warn')
+        GROUP BY run_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "critical" if "out of memory" in text.lower() or "timeout" in text.lower() else "warning",
+            run_id,
+            f"{count} error line(s) in the log; the last: {text.strip()[:200]}",
+            'Read the events table for this run (tracelog sql "SELECT * FROM events WHERE run_id = '
+            f'{run_id}"): a crash ends the run early and its last iterations are not steady state.',
+            row_ref=f"line {line}",
+            measured=float(count),
+            expected=0.0,
+        )
+        for run_id, text, line, count in rows
+    ]
+
+
+RULES = (nan_and_skipped, loss_scale_collapse, loss_spikes, sec_per_it_drift, straggler_steps, ended_in_error)
+
+
+def evaluate(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    return [flag for rule in RULES for flag in rule(store, t, scope)]

@@ -1,0 +1,20 @@
+"""Which runs and benches a refresh looks at, as SQL predicates the rules splice into their queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scope:
+    runs: str = "TRUE"  # predicate over a `run_id` column
+    benches: str = "TRUE"  # predicate over a `bench_id` column
+
+    @classmethod
+    def of(cls, run_ids: list[int] | None = None, bench_ids: list[int] | None = None) -> Scope:
+        def predicate(column: str, ids: list[int] | None) -> str:
+            if ids is None:
+                return "TRUE"
+            return f"{column} IN ({', '.join(str(int(i)) for i in ids)})" if ids else "FALSE"
+
+        return cls(predicate("run_id", run_ids), predicate("bench_id", bench_ids))
