@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracelog.rules import health
+from tracelog.rules import bandwidth, health
 from tracelog.rules.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import DEFAULT, Thresholds
@@ -35,7 +35,7 @@ Family = Callable[[Store, Thresholds, Scope], list[dict[str, Any]]]
 
 def rule_families() -> list[Family]:
     """Every rule family, in the order their flags are written."""
-    families: list[Family] = [health.evaluate]
+    families: list[Family] = [bandwidth.evaluate, health.evaluate]
     try:
         from tracelog.rules import model_rules
     except ImportError:  # the analytic model is optional for the health rules

@@ -1,0 +1,292 @@
+"""Fabric flags: nccl-tests data errors, incomplete benches, latency-bound sizes, bandwidth against the
+link's specification (with the duplex confusion spelled out), and p2p pairs far from their peers.
+
+busbw (nccl-tests doc/PERFORMANCE.md) and p2p unidirectional bandwidth are one direction, so the spec
+they are held against is the link's unidirectional figure; p2p bidirectional values (both directions
+summed) are held against the bidirectional one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracelog.rules.scope import Scope
+from tracelog.rules.specs import bench_link
+from tracelog.store import Store
+from tracelog.thresholds import Thresholds
+
+Flag = dict[str, Any]
+
+
+def _flag(
+    rule: str, severity: str, bench_id: int, message: str, hint: str, kind: str = "bench", **extra: Any
+) -> Flag:
+    return {
+        "rule": rule,
+        "severity": severity,
+        "subject_kind": kind,
+        "subject_id": int(bench_id),
+        "message": message,
+        "hint": hint,
+        **extra,
+    }
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{int(n)} B"
+
+
+def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT bench_id, sum(wrong), count(*), min(size_bytes), min(line_no)
+        FROM collectives WHERE {scope.benches} AND wrong > 0 GROUP BY bench_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "nccl_data_error",
+            "critical",
+            bench_id,
+            f"{int(wrong)} wrong values in {rows_bad} row(s), from {_size(size)} up: the collective returned "
+            "corrupted data.",
+            "Data corruption is a hardware or driver fault, not a tuning matter: rerun on the same GPUs with "
+            "-c 1, then test node by node and GPU pair by pair to isolate the bad GPU, NVLink or NIC.",
+            row_ref=f"line {line}",
+            measured=float(wrong),
+            expected=0.0,
+        )
+        for bench_id, wrong, rows_bad, size, line in rows
+    ]
+
+
+def incomplete(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"SELECT bench_id, tool, status, line_end FROM benches WHERE {scope.benches} "
+        "AND status IN ('partial', 'failed')"
+    ).fetchall()
+    return [
+        _flag(
+            "bench_incomplete",
+            "warning" if status == "partial" else "critical",
+            bench_id,
+            f"{tool} {status}: its table stops before the largest message size; figures from it are not a "
+            "complete sweep.",
+            "Look at the events of this bench (NCCL WARN, timeouts, a killed rank) and rerun it.",
+            row_ref=f"line {line_end}",
+        )
+        for bench_id, tool, status, line_end in rows
+    ]
+
+
+def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        WITH oop AS (
+            SELECT bench_id, size_bytes, busbw_gbps FROM collectives
+            WHERE {scope.benches} AND placement = 'out-of-place' AND busbw_gbps IS NOT NULL
+        ), plateau AS (SELECT bench_id, max(busbw_gbps) AS peak FROM oop GROUP BY bench_id)
+        SELECT o.bench_id, max(o.size_bytes) FILTER (o.busbw_gbps < ? * p.peak) AS bound_up_to,
+               min(o.size_bytes) FILTER (o.busbw_gbps >= ? * p.peak) AS half_at, any_value(p.peak)
+        FROM oop o JOIN plateau p USING (bench_id) WHERE p.peak > 0 GROUP BY o.bench_id
+        """,
+        [t.latency_bound, t.latency_bound],
+    ).fetchall()
+    flags = []
+    for bench_id, bound_up_to, half_at, peak in rows:
+        if bound_up_to is None:
+            continue
+        flags.append(
+            _flag(
+                "latency_bound",
+                "info",
+                bench_id,
+                f"Messages up to {_size(bound_up_to)} reach less than {t.latency_bound:.0%} of the {peak:.1f} GB/s "
+                f"plateau: they are latency-bound"
+                + (f"; half the plateau is reached from {_size(half_at)}." if half_at else "."),
+                "Keep the collectives a job issues above that size: larger gradient buckets (DDP bucket_cap_mb, "
+                "DeepSpeed reduce_bucket_size) or fewer, fused all-reduces.",
+                measured=float(bound_up_to),
+                expected=float(half_at) if half_at else None,
+            )
+        )
+    return flags
+
+
+def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT b.bench_id, b.collective, b.gpu_name, b.gpu_model, b.nodes, b.ranks, b.gpus_per_node,
+               max(c.busbw_gbps) AS peak, arg_max(c.size_bytes, c.busbw_gbps) AS at_size,
+               arg_max(c.line_no, c.busbw_gbps) AS at_line
+        FROM benches b JOIN collectives c USING (bench_id)
+        WHERE {scope.benches.replace("bench_id", "b.bench_id")} AND c.busbw_gbps IS NOT NULL
+        GROUP BY ALL
+        """
+    ).fetchall()
+    flags = []
+    for bench_id, collective, gpu_name, gpu_model, nodes, ranks, gpn, peak, at_size, line in rows:
+        link = bench_link(gpu_model, gpu_name, nodes, ranks, gpn)
+        if link is None or not peak:
+            continue
+        uni, bi = link.unidirectional_gbps, link.bidirectional_gbps
+        share = peak / uni
+        common = dict(row_ref=f"line {line}", measured=float(peak))
+        if share < t.low_bandwidth:
+            flags.append(
+                _flag(
+                    "low_bandwidth",
+                    "warning",
+                    bench_id,
+                    f"{collective} busbw peaks at {peak:.1f} GB/s ({_size(at_size)}): {share:.0%} of the "
+                    f"{link.name} unidirectional {uni:g} GB/s.",
+                    "Check that NVLink/NVSwitch or the NICs are used (NCCL_DEBUG=INFO shows the transport), that "
+                    "NCCL_P2P_DISABLE/NCCL_IB_DISABLE are unset, the PCIe topology (nvidia-smi topo -m) and "
+                    "GPU clocks.",
+                    expected=float(uni),
+                    ratio=share,
+                    **common,
+                )
+            )
+        if bi and t.duplex_band_low <= peak / bi <= t.duplex_band_high and share >= t.low_bandwidth:
+            flags.append(
+                _flag(
+                    "duplex_confusion",
+                    "info",
+                    bench_id,
+                    f"{peak:.1f} GB/s looks like {peak / bi:.0%} of the {link.name} figure of {bi:g} GB/s, but that "
+                    f"figure is bidirectional; busbw is one direction: {share:.0%} of the {uni:g} GB/s unidirectional "
+                    "spec, which is healthy.",
+                    "Compare nccl-tests busbw and p2p unidirectional bandwidth with the unidirectional spec.",
+                    expected=float(uni),
+                    ratio=share,
+                    **common,
+                )
+            )
+    return flags
+
+
+def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        WITH m AS (
+            SELECT bench_id, matrix, src, dst, value, line_no,
+                   median(value) OVER (PARTITION BY bench_id, matrix) AS typical
+            FROM p2p WHERE {scope.benches} AND src <> dst AND unit = 'GB/s' AND value IS NOT NULL
+        )
+        SELECT bench_id, matrix, list(src || '→' || dst ORDER BY value), min(value), any_value(typical),
+               min(line_no), count(*)
+        FROM m WHERE value < ? * typical GROUP BY bench_id, matrix
+        """,
+        [t.p2p_outlier],
+    ).fetchall()
+    flags = []
+    for bench_id, matrix, pairs, low, typical, line, count in rows:
+        rule = "p2p_disabled" if "p2p_on" in matrix and low < 0.3 * typical else "asymmetric_link"
+        flags.append(
+            _flag(
+                rule,
+                "warning",
+                bench_id,
+                f"{count} GPU pair(s) in {matrix} below {t.p2p_outlier:.0%} of the median {typical:.1f} GB/s: "
+                f"{', '.join(pairs[:8])}{' …' if len(pairs) > 8 else ''} (lowest {low:.1f} GB/s).",
+                "A pair far below its peers crosses a slower path (PCIe/SMP instead of NVLink) or has P2P "
+                "disabled: compare with nvidia-smi topo -m and nvidia-smi nvlink --status for those GPUs.",
+                kind="p2p",
+                row_ref=f"line {line}",
+                measured=float(low),
+                expected=float(typical),
+                ratio=low / typical,
+            )
+        )
+    no_gain = store.con.execute(
+        f"""
+        SELECT on_.bench_id, count(*), min(on_.line_no)
+        FROM p2p on_ JOIN p2p off ON on_.bench_id = off.bench_id AND on_.src = off.src AND on_.dst = off.dst
+         AND off.matrix = replace(on_.matrix, 'p2p_on', 'p2p_off')
+        WHERE {scope.benches.replace("bench_id", "on_.bench_id")} AND on_.matrix LIKE 'bandwidth_%p2p_on%'
+          AND on_.src <> on_.dst AND on_.value <= 1.1 * off.value
+        GROUP BY on_.bench_id
+        """
+    ).fetchall()
+    for bench_id, count, line in no_gain:
+        flags.append(
+            _flag(
+                "p2p_disabled",
+                "warning",
+                bench_id,
+                f"{count} GPU pair(s) gain nothing from enabling P2P: their traffic goes through host memory.",
+                "Check that P2P is supported between those GPUs (CAN Access Peer lines), IOMMU/ACS settings on the "
+                "PCIe switches, and that the driver exposes NVLink.",
+                kind="p2p",
+                row_ref=f"line {line}",
+                measured=float(count),
+                expected=0.0,
+            )
+        )
+    return flags
+
+
+def p2p_against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT p.bench_id, b.gpu_model, b.gpu_name, p.matrix, median(p.value), min(p.line_no)
+        FROM p2p p JOIN benches b USING (bench_id)
+        WHERE {scope.benches.replace("bench_id", "p.bench_id")} AND p.src <> p.dst AND p.unit = 'GB/s'
+          AND p.matrix LIKE 'bandwidth_%_p2p_on%'
+        GROUP BY ALL
+        """
+    ).fetchall()
+    flags = []
+    for bench_id, gpu_model, gpu_name, matrix, typical, line in rows:
+        link = bench_link(gpu_model, gpu_name, 1, None, None)
+        if link is None or not typical:
+            continue
+        bidirectional = "_bi" in matrix
+        spec = link.bidirectional_gbps if bidirectional else link.unidirectional_gbps
+        if not spec:
+            continue
+        share = typical / spec
+        common = dict(
+            kind="p2p", row_ref=f"line {line}", measured=float(typical), expected=float(spec), ratio=share
+        )
+        if share < t.low_bandwidth:
+            flags.append(
+                _flag(
+                    "low_bandwidth",
+                    "warning",
+                    bench_id,
+                    f"{matrix}: median pair {typical:.1f} GB/s is {share:.0%} of the {link.name} "
+                    f"{'bidirectional' if bidirectional else 'unidirectional'} {spec:g} GB/s.",
+                    "Check the link state (nvidia-smi nvlink --status), clocks and the topology.",
+                    **common,
+                )
+            )
+        elif (
+            not bidirectional
+            and link.bidirectional_gbps
+            and (t.duplex_band_low <= typical / link.bidirectional_gbps <= t.duplex_band_high)
+        ):
+            flags.append(
+                _flag(
+                    "duplex_confusion",
+                    "info",
+                    bench_id,
+                    f"{matrix}: {typical:.1f} GB/s is {share:.0%} of the {spec:g} GB/s unidirectional spec (healthy); "
+                    f"against the {link.bidirectional_gbps:g} GB/s bidirectional figure it would look like "
+                    f"{typical / link.bidirectional_gbps:.0%}.",
+                    "Unidirectional matrices measure one direction: hold them against the unidirectional figure.",
+                    **common,
+                )
+            )
+    return flags
+
+
+RULES = (data_errors, incomplete, latency_bound, against_spec, p2p_outliers, p2p_against_spec)
+
+
+def evaluate(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    return [flag for rule in RULES for flag in rule(store, t, scope)]
