@@ -9,9 +9,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from tracelog.errors import TracelogError
-from tracelog.parsers import megatron
+from tracelog.parsers import deepspeed, megatron, table
 
-PARSERS: list[ModuleType] = [megatron]
+PARSERS: list[ModuleType] = [megatron, deepspeed, table]
 
 HEAD_BYTES = 64 * 1024
 LONG_HEAD_BYTES = 4 * 1024 * 1024

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tracelog.parsers.base import Batch, LineSource
 from tracelog.parsers.table_headers import (
     CONFIG_ALIASES,
@@ -146,7 +148,7 @@ class _Parser:
         for table in ("runs", "iterations", "memory", "iteration_metrics", "unparsed"):
             rows = self.out.pop(table, None)
             if rows:
-                yield Batch(table, rows)
+                yield Batch(table, rows if table == "runs" else pl.DataFrame(rows, infer_schema_length=None))
 
     def pending_rows(self) -> int:
         return sum(len(rows) for rows in self.out.values())

@@ -1,0 +1,664 @@
+"""DeepSpeed engine logs: the configuration echo, step lines, throughput and wall-clock timers, memory.
+
+What DeepSpeed prints and where it lands:
+
+- `DeepSpeedEngine configuration:` and its `  name ...... value` lines (and the `json = {...}` user
+  config): run parameters, verbatim; ZeRO stage, micro batch, train batch size, fp16/bf16 and the
+  data-parallel `world_size` feed run columns. The launcher's `nnodes=`, `num_local_procs=` and
+  `dist_world_size=` give nodes, GPUs per node and GPUs.
+- `[Rank 0] step=N, skipped=S, lr=[...], mom=[...]`: an `iterations` row for step N (learning rate of
+  the first parameter group; `skipped` is the difference of DeepSpeed's running count).
+- `epoch=E/micro_step=M/global_step=N, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=...,
+  MemAllocated=..GB, MaxMemAllocated=..GB` (ThroughputTimer): `samples_per_s` of step N from
+  CurrSamplesPerSec, the running average as an `iteration_metrics` row, and a `memory` row per rank.
+  `elapsed_s` is train_batch_size / CurrSamplesPerSec, which is how DeepSpeed computes that rate.
+- `time (ms) | fwd: ... | bwd: ... | step: ...` (and the `_microstep` variants): `timers` rows.
+- `MA .. GB Max_MA .. GB CA .. GB Max_CA .. GB` (see_memory_usage): `memory` rows.
+- The flops profiler summary: its latencies as timers, its figures as metrics, its FLOPS per GPU as
+  the profiled step's `tflops_reported`.
+- Loss-scale overflow lines set the loss scale of the following steps; warnings, errors and tracebacks
+  are events.
+
+DeepSpeed memory figures are bytes / 1024**3 printed as `GB`, so GB here is GiB: x 1024 gives MiB.
+A new run starts at a (re)start (launcher, `DeepSpeed info`, configuration echo) after training steps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from tracelog.parsers import megatron
+from tracelog.parsers.base import Batch, LineSource
+
+FORMAT = "deepspeed"
+VERSION = "1"
+
+FLUSH_ROWS = 5000
+OPEN_STEPS = 4  # iterations kept open for lines of lagging ranks before they are written
+NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
+
+RANK_PREFIX_RX = re.compile(r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):\s|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-))")
+LOG_PREFIX_RX = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.]\d+)?\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
+)
+DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
+STEP_RX = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\](?:, mom=\[(.*)\])?")
+TPUT_STEP_RX = re.compile(r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|\b(\d+)/(\d+)),\s*RunningAvg")
+TPUT_FIELD_RX = {
+    "running": re.compile(r"RunningAvgSamplesPerSec=" + NUM),
+    "current": re.compile(r"CurrSamplesPerSec=" + NUM),
+    "alloc": re.compile(r"\bMemAllocated=" + NUM + r"\s*GB"),
+    "max_alloc": re.compile(r"MaxMemAllocated=" + NUM + r"\s*GB"),
+}
+TIMER_PART_RX = re.compile(r"^\s*([\w./ -]+?)\s*:\s*" + NUM + r"\s*(GB)?\s*$")
+TIMER_RANK_RX = re.compile(r"rank=(\d+)\s+time \(ms\)")
+SEE_MEMORY_RX = re.compile(
+    r"MA " + NUM + r" GB\s+Max_MA " + NUM + r" GB\s+CA " + NUM + r" GB\s+Max_CA " + NUM + r" GB"
+)
+CONFIG_LINE_RX = re.compile(r"^\s{1,4}([A-Za-z_][\w]*)\s*(?:\.{2,}\s?|\s{2,}|\s(?=[\[{]))(.*?)\s*$")
+USER_JSON_RX = re.compile(r"^\s*json = (\{.*)$")
+LAUNCH_RX = re.compile(r"nnodes=(\d+), num_local_procs=(\d+)")
+WORLD_RX = re.compile(r"\bdist_world_size=(\d+)")
+SCALE_RX = re.compile(r"(?:reducing to|loss scale from \S+ to)\s*" + NUM)
+PROFILER_STEP_RX = re.compile(r"Profile Summary at step (\d+)")
+PROFILER_LINE_RX = re.compile(r"^(.+?):\s{2,}" + NUM + r"\s*([A-Za-z/]*)\s*$")
+INFO_PARAMS = (
+    (re.compile(r"DeepSpeed info: version=([^,\s]+)"), "deepspeed_version"),
+    (re.compile(r"Initializing TorchBackend in DeepSpeed with backend (\w+)"), "backend"),
+    (re.compile(r"DeepSpeed Final Optimizer = (\S+)"), "optimizer"),
+    (re.compile(r"DeepSpeed Basic Optimizer = (\S+)"), "basic_optimizer"),
+    (re.compile(r"using (?:configured|client) LR scheduler(?: = (\S+))?"), "lr_scheduler"),
+    (re.compile(r"WORLD INFO DICT: (.*)"), "world_info"),
+    (re.compile(r"Creating (.+? optimizer)"), "optimizer_wrapper"),
+    (re.compile(r"DeepSpeed Flops Profiler Enabled: (\w+)"), "flops_profiler_enabled"),
+)
+RESTART_MARKS = ("DeepSpeedEngine configuration:", "DeepSpeed info: version=", "WORLD INFO DICT")
+EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")
+EVENT_WORDS_RX = re.compile(megatron.WARNING_RX)
+NUMBER_RX = re.compile(r"^\s*" + NUM + r"\s*$")
+SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}  # B: params, billions
+TIME_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3}
+
+
+def detect(head: str) -> int:
+    """DeepSpeed engine output; a Megatron-DeepSpeed log (which carries these lines too) stays Megatron's."""
+    if megatron.detect(head):
+        return 0
+    score = 0
+    if "DeepSpeedEngine configuration:" in head:
+        score += 10
+    if STEP_RX.search(head):
+        score += 10
+    if "RunningAvgSamplesPerSec=" in head:
+        score += 8
+    if "DeepSpeed info: version=" in head:
+        score += 5
+    if "fwd_microstep:" in head or ("time (ms) |" in head and "bwd_allreduce" in head):
+        score += 4
+    return score
+
+
+def _num(text: str) -> float:
+    return float(text)
+
+
+@dataclass
+class _Run:
+    key: int
+    line_start: int
+    line_end: int = 0
+    params: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)
+    loss_scale: float | None = None
+    last_skipped: int | None = None
+    last_step: int | None = None
+    open: dict[int, dict[str, Any]] = field(default_factory=dict)
+    written: deque[int] = field(default_factory=lambda: deque(maxlen=64))
+    _gbs: tuple[int, int | None] | None = None
+    scales: dict[str, float] = field(default_factory=dict)
+
+    def current_scale(self) -> float | None:
+        """fp16 only: the last scale an overflow line set, else the configured static or initial scale."""
+        if self.loss_scale is not None:
+            return self.loss_scale
+        if _config_columns(self.config).get("precision") != "fp16":
+            return None
+        static = self.scales.get("loss_scale")
+        return static if static else self.scales.get("initial_dynamic_scale")
+
+    def gbs(self) -> int | None:
+        """train_batch_size, from the echo or the user's JSON (cached: asked once per written step)."""
+        if self._gbs is None or self._gbs[0] != len(self.config):
+            self._gbs = (len(self.config), _config_columns(self.config).get("gbs"))
+        return self._gbs[1]
+
+    def param(self, name: str, value: str, line_no: int | None, once: bool = False) -> None:
+        """Keep a parameter; `once` skips a repeat of the same name and value (every rank prints it)."""
+        if once and any(p["name"] == name and p["value"] == value for p in self.params):
+            return
+        self.params.append({"name": name, "value": value, "line_no": line_no})
+
+    def record(self) -> dict[str, Any]:
+        columns = {"framework": FORMAT, **_config_columns(self.config), **self.columns}
+        if columns.get("gpus") is None and columns.get("dp") is not None:
+            columns["gpus"] = columns["dp"]
+            self.param("gpus_from", "world_size (data parallel; no model parallelism printed)", None)
+        return {
+            "run_key": self.key,
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+            **columns,
+            "run_params": self.params,
+        }
+
+
+def _config_columns(config: dict[str, str]) -> dict[str, Any]:
+    """Run columns from the configuration echo (or the user's JSON config where the echo lacks them)."""
+
+    def first(*names: str) -> str | None:
+        return next((config[n] for n in names if config.get(n) not in (None, "", "None", "null")), None)
+
+    def integer(*names: str) -> int | None:
+        raw = first(*names)
+        try:
+            return int(float(raw)) if raw is not None else None
+        except ValueError:
+            return None
+
+    def enabled(*names: str) -> bool | None:
+        raw = first(*names)
+        if raw is None:
+            return None
+        return raw.strip().lower() in ("true", "1") or "enabled=true" in raw.lower().replace(" ", "")
+
+    out: dict[str, Any] = {
+        "zero_stage": integer("zero_optimization_stage", "json.zero_optimization.stage"),
+        "mbs": integer("train_micro_batch_size_per_gpu", "json.train_micro_batch_size_per_gpu"),
+        "gbs": integer("train_batch_size", "json.train_batch_size"),
+        "dp": integer("world_size"),
+    }
+    bf16 = enabled("bfloat16_enabled", "bfloat16_config", "json.bf16.enabled", "json.bfloat16.enabled")
+    fp16 = enabled("fp16_enabled", "float16_config", "json.fp16.enabled", "amp_enabled")
+    if bf16:
+        out["precision"] = "bf16"
+    elif fp16:
+        out["precision"] = "fp16"
+    elif bf16 is not None or fp16 is not None:
+        out["precision"] = "fp32"
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.runs: list[_Run] = []
+        self.trained = False  # steps logged since the last (re)start marker
+        self.out: dict[str, list[dict[str, Any]]] = {}
+        self.config_streams: set[int | None] = set()  # streams inside a configuration echo
+        self.json_lines: list[str] | None = None  # a multi-line value being collected
+        self.json_name = ""
+        self.json_line = 0
+        self.json_source: int | None = None
+        self.event_kind: dict[int | None, str] = {}  # per stream: the traceback or warning being continued
+        self.profiler_step: int | None = None
+        self.in_profiler = False
+
+    # ---- output -------------------------------------------------------------------------------------
+    def emit(self, table: str, row: dict[str, Any]) -> None:
+        self.out.setdefault(table, []).append(row)
+
+    def pending(self) -> int:
+        return sum(len(v) for v in self.out.values())
+
+    def batches(self) -> Iterator[Batch]:
+        for table in ("iterations", "iteration_metrics", "memory", "timers", "events", "unparsed"):
+            rows = self.out.pop(table, None)
+            if rows:
+                yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
+
+    def run(self, line_no: int) -> _Run:
+        if not self.runs:
+            self.runs.append(_Run(0, line_no))
+        run = self.runs[-1]
+        run.line_end = max(run.line_end, line_no)
+        return run
+
+    # ---- iterations ---------------------------------------------------------------------------------
+    def step_row(
+        self, run: _Run, step: int, line_no: int, rank: int | None, ts: datetime | None
+    ) -> dict | None:
+        """The open iterations row of a step (opened if new); None for a step already written."""
+        if step in run.open:
+            return run.open[step]
+        if step in run.written:
+            return None
+        row = {
+            "run_key": run.key,
+            "iteration": step,
+            "rank": rank,
+            "learning_rate": None,
+            "skipped": None,
+            "loss_scale": None,
+            "samples_per_s": None,
+            "elapsed_s": None,
+            "tflops_reported": None,
+            "global_batch_size": None,
+            "ts": ts,
+            "line_no": line_no,
+            "_rank0": False,
+            "_tput": None,
+        }
+        run.open[step] = row
+        while len(run.open) > OPEN_STEPS:
+            self.close(run, next(iter(run.open)))
+        return row
+
+    def close(self, run: _Run, step: int) -> None:
+        row = run.open.pop(step)
+        del row["_rank0"]
+        if tput := row.pop("_tput"):
+            running, epoch, tput_line = tput
+            if running is not None:
+                self.metric(run, step, "RunningAvgSamplesPerSec", running, "", tput_line)
+            if epoch is not None:
+                self.metric(run, step, "epoch", float(epoch), "", tput_line)
+        run.written.append(step)
+        gbs = run.gbs()
+        row["global_batch_size"] = gbs
+        if row["elapsed_s"] is None and gbs and row["samples_per_s"]:
+            row["elapsed_s"] = gbs / row["samples_per_s"]
+        self.emit("iterations", row)
+
+    def metric(
+        self, run: _Run, step: int | None, key: str, value: float | None, text: str, line_no: int
+    ) -> None:
+        self.emit(
+            "iteration_metrics",
+            {
+                "run_key": run.key,
+                "iteration": step,
+                "key": key,
+                "value": value,
+                "text": text,
+                "line_no": line_no,
+            },
+        )
+
+    # ---- lines --------------------------------------------------------------------------------------
+    def feed(self, line_no: int, raw: str) -> None:
+        line, rank = raw, None
+        if match := RANK_PREFIX_RX.match(line):
+            label = match.group(1) or match.group(2)
+            rank = int(label) if label else None
+            line = line[match.end() :]
+        source = rank  # the stream a line came from (ranks interleave; their state is kept apart)
+        if self.json_lines is not None and source == self.json_source:
+            if not LOG_PREFIX_RX.match(line):
+                self.json_lines.append(line)
+                if self._json_done():
+                    self._finish_json()
+                return
+            self._finish_json()
+        ts = None
+        prefixed = LOG_PREFIX_RX.match(line)
+        level = ""
+        if prefixed:
+            ts = datetime.fromisoformat(prefixed.group(1).replace("T", " "))
+            level = prefixed.group(2).upper()
+            message = prefixed.group(6)
+            func = prefixed.group(5)
+        else:
+            message, func = line, ""
+        if dist := DIST_RANK_RX.match(message):
+            rank = int(dist.group(1))
+            message = message[dist.end() :]
+        if not message.strip():
+            self.event_kind.pop(source, None)
+            return
+        if self._understood(line_no, message, func, rank, ts, source):
+            self.event_kind.pop(source, None)
+            return
+        self._event_or_unparsed(line_no, raw, message, level, source)
+
+    def _understood(
+        self, line_no: int, msg: str, func: str, rank: int | None, ts: datetime | None, source: int | None
+    ) -> bool:
+        if any(mark in msg for mark in RESTART_MARKS):
+            self._restart(line_no)
+        if "DeepSpeedEngine configuration:" in msg:
+            self.run(line_no)
+            self.config_streams.add(source)
+            return True
+        if source in self.config_streams:
+            if (func.startswith("print") or not func) and self._config_line(line_no, msg, source):
+                return True
+            self.config_streams.discard(source)
+        if match := STEP_RX.search(msg):
+            self._step(line_no, match, rank, ts)
+            return True
+        if "RunningAvgSamplesPerSec=" in msg:
+            self._throughput(line_no, msg, rank, ts)
+            return True
+        if "time (ms)" in msg and "|" in msg:
+            self._timers(line_no, msg, rank)
+            return True
+        if match := SEE_MEMORY_RX.search(msg):
+            run = self.run(line_no)
+            values = [_num(v) * 1024.0 for v in match.groups()]
+            self.emit("memory", _memory_row(run, rank, run.last_step, line_no, *values))
+            return True
+        if match := SCALE_RX.search(msg):
+            self.run(line_no).loss_scale = _num(match.group(1))
+            return True
+        if "Grad overflow on iteration" in msg:
+            return True
+        if self._profiler(line_no, msg):
+            return True
+        if match := LAUNCH_RX.search(msg):
+            run = self.run(line_no)
+            run.columns["nodes"], run.columns["gpus_per_node"] = int(match.group(1)), int(match.group(2))
+            return True
+        if match := WORLD_RX.search(msg):
+            self.run(line_no).columns["gpus"] = int(match.group(1))
+            return True
+        for rx, name in INFO_PARAMS:
+            if match := rx.search(msg):
+                self.run(line_no).param(name, (match.group(1) or "").strip(), line_no, once=True)
+                return True
+        if "Checkpoint global_step" in msg or "Saving model checkpoint" in msg:
+            self.emit(
+                "events",
+                {"run_key": self.run(line_no).key, "line_no": line_no, "kind": "checkpoint", "text": msg},
+            )
+            return True
+        return False
+
+    def _restart(self, line_no: int) -> None:
+        """A (re)start marker begins a new run when training was logged since the previous one."""
+        if self.trained and self.runs:
+            previous = self.runs[-1]
+            for step in list(previous.open):
+                self.close(previous, step)
+            self.runs.append(_Run(previous.key + 1, line_no))
+        self.trained = False
+
+    def _config_line(self, line_no: int, msg: str, source: int | None) -> bool:
+        run = self.run(line_no)
+        if match := USER_JSON_RX.match(msg):
+            self._start_json("json", match.group(1), line_no, source)
+            return True
+        match = CONFIG_LINE_RX.match(msg)
+        if not match:
+            return False
+        name, value = match.group(1), match.group(2)
+        if value.rstrip().endswith(("{", "[")) and value.count("{") + value.count("[") > value.count(
+            "}"
+        ) + value.count("]"):
+            self._start_json(name, value, line_no, source)
+            return True
+        run.config[name] = value
+        run.param(name, value, line_no)
+        if name in ("initial_dynamic_scale", "loss_scale") and NUMBER_RX.match(value):
+            run.scales[name] = float(value)
+        return True
+
+    def _start_json(self, name: str, first: str, line_no: int, source: int | None) -> None:
+        self.json_name, self.json_line, self.json_lines, self.json_source = name, line_no, [first], source
+        if self._json_done():
+            self._finish_json()
+
+    def _json_done(self) -> bool:
+        text = "\n".join(self.json_lines or [])
+        return text.count("{") + text.count("[") <= text.count("}") + text.count("]")
+
+    def _finish_json(self) -> None:
+        lines, self.json_lines = self.json_lines or [], None
+        text = " ".join(part.strip() for part in lines)
+        run = self.run(self.json_line)
+        run.param(self.json_name, text, self.json_line)
+        if self.json_name == "json":
+            try:
+                user = json.loads(text)
+            except ValueError:
+                return
+            for key, value in _flatten(user, "json"):
+                run.config[key] = value
+        else:
+            run.config[self.json_name] = text
+
+    def _step(self, line_no: int, match: re.Match[str], rank: int | None, ts: datetime | None) -> None:
+        run = self.run(line_no)
+        step, skipped_total = int(match.group(1)), int(match.group(2))
+        lrs = [v for v in re.findall(NUM, match.group(3))]
+        run.last_step = step
+        if step == 0:
+            run.last_skipped = skipped_total
+            return
+        self.trained = True
+        row = self.step_row(run, step, line_no, rank, ts)
+        skipped = skipped_total - (run.last_skipped or 0)
+        run.last_skipped = skipped_total
+        if row is None:
+            return
+        row["learning_rate"] = float(lrs[0]) if lrs else None
+        row["skipped"] = max(skipped, 0)
+        row["loss_scale"] = run.current_scale()
+        if len(set(lrs)) > 1:
+            self.metric(run, step, "lr", None, f"[{match.group(3)}]", line_no)
+        if match.group(4):
+            first_mom = re.search(NUM, match.group(4))
+            self.metric(
+                run,
+                step,
+                "mom",
+                float(first_mom.group(1)) if first_mom else None,
+                f"[{match.group(4)}]",
+                line_no,
+            )
+
+    def _throughput(self, line_no: int, msg: str, rank: int | None, ts: datetime | None) -> None:
+        run = self.run(line_no)
+        self.trained = True
+        fields = {k: (_num(m.group(1)) if (m := rx.search(msg)) else None) for k, rx in TPUT_FIELD_RX.items()}
+        step = run.last_step
+        epoch = None
+        if match := TPUT_STEP_RX.search(msg):
+            if match.group(3):
+                step, epoch = int(match.group(3)), int(match.group(1))
+            elif step is None:
+                step, epoch = int(match.group(5)), int(match.group(4))
+        if step is not None:
+            first = step not in run.open and step not in run.written
+            row = self.step_row(run, step, line_no, rank, ts)
+            # every rank may print this line: rank 0's figure wins, else the first one seen
+            if row is not None and (row["samples_per_s"] is None or (rank == 0 and not row["_rank0"])):
+                row["samples_per_s"] = fields["current"]
+                row["_rank0"] = rank == 0
+                row["_tput"] = (fields["running"], epoch, line_no)
+                if first:
+                    row["rank"] = rank
+        if fields["alloc"] is not None or fields["max_alloc"] is not None:
+            alloc = fields["alloc"] * 1024.0 if fields["alloc"] is not None else None
+            peak = fields["max_alloc"] * 1024.0 if fields["max_alloc"] is not None else None
+            self.emit("memory", _memory_row(run, rank, step, line_no, alloc, peak, None, None))
+
+    def _timers(self, line_no: int, msg: str, rank: int | None) -> None:
+        run = self.run(line_no)
+        if match := TIMER_RANK_RX.search(msg):
+            rank = int(match.group(1))
+        memory: dict[str, float] = {}
+        for part in msg.split("|")[1:]:
+            match = TIMER_PART_RX.match(part)
+            if not match:
+                continue
+            name, value = match.group(1).strip(), _num(match.group(2))
+            if match.group(3):
+                memory[name] = value * 1024.0
+                continue
+            self.emit(
+                "timers",
+                {
+                    "run_key": run.key,
+                    "rank": rank,
+                    "iteration": run.last_step,
+                    "name": name,
+                    "time_ms": value,
+                    "line_no": line_no,
+                },
+            )
+        if memory:
+            self.emit(
+                "memory",
+                _memory_row(
+                    run,
+                    rank,
+                    run.last_step,
+                    line_no,
+                    memory.get("mem_allocated"),
+                    memory.get("max_mem_allocated"),
+                    memory.get("cache_allocated"),
+                    memory.get("max_cache_allocated"),
+                ),
+            )
+
+    def _profiler(self, line_no: int, msg: str) -> bool:
+        """The flops profiler's summary block; its per-module breakdown is left unparsed."""
+        if "DeepSpeed Flops Profiler" in msg:
+            self.in_profiler = True
+            self.profiler_step = None
+            return True
+        if not self.in_profiler:
+            return False
+        if match := PROFILER_STEP_RX.search(msg):
+            self.profiler_step = int(match.group(1))
+            return True
+        if "Aggregated Profile per GPU" in msg or "Detailed Profile" in msg:
+            self.in_profiler = False
+            return False
+        if msg.startswith(("Notations:", "data parallel size (dp_size)", "number of parameters (params)")):
+            return True
+        if msg.startswith(("number of floating-point", "fwd latency (forward", "step (weights update")):
+            return True
+        match = PROFILER_LINE_RX.match(msg.strip())
+        if not match:
+            return False
+        run = self.run(line_no)
+        label, value, unit = match.group(1).strip(), _num(match.group(2)), match.group(3)
+        name = label.split(" = ")[0].strip()
+        step = self.profiler_step
+        if unit in TIME_MS:
+            self.emit(
+                "timers",
+                {
+                    "run_key": run.key,
+                    "rank": None,
+                    "iteration": step,
+                    "name": f"flops_profiler: {name}",
+                    "time_ms": value * TIME_MS[unit],
+                    "line_no": line_no,
+                },
+            )
+            return True
+        scaled = value * SI.get(unit[:1], 1.0) if unit else value
+        if unit.endswith("FLOPS"):
+            scaled /= 1e12
+            if name == "FLOPS per GPU" and step is not None:
+                row = self.step_row(run, step, line_no, None, None)
+                if row is not None:
+                    row["tflops_reported"] = scaled
+        self.metric(run, step, f"flops_profiler: {name}", scaled, f"{match.group(2)} {unit}".strip(), line_no)
+        columns = {"world size": "gpus", "data parallel size": "dp", "batch size per GPU": "mbs"}
+        if name in columns:
+            run.columns.setdefault(columns[name], int(value))
+        elif name.startswith("params of model"):
+            run.columns.setdefault("params", int(scaled))
+        return True
+
+    def _event_or_unparsed(self, line_no: int, raw: str, msg: str, level: str, source: int | None) -> None:
+        """Warnings, errors and tracebacks (with their indented continuation lines) are events."""
+        text = msg.strip()
+        exception = EXCEPTION_RX.match(text)
+        open_kind = self.event_kind.get(source)
+        if "Traceback (most recent call last)" in text:
+            kind = self.event_kind[source] = "traceback"
+        elif open_kind and (msg[:1].isspace() or exception):
+            kind = _kind_of(text) if exception else open_kind
+            if exception and open_kind == "traceback":
+                del self.event_kind[source]
+        elif level in ("WARNING", "ERROR", "CRITICAL") or EVENT_WORDS_RX.search(text):
+            kind = _kind_of(text)
+            if level == "WARNING" and kind == "error":
+                kind = "warning"
+            elif level in ("ERROR", "CRITICAL") and kind == "warning":
+                kind = "error"
+            self.event_kind[source] = kind
+        else:
+            self.event_kind.pop(source, None)
+            self.emit("unparsed", {"line_no": line_no, "text": raw})
+            return
+        self.emit("events", {"run_key": self.run(line_no).key, "line_no": line_no, "kind": kind, "text": raw})
+
+    def finish(self) -> Iterator[Batch]:
+        if self.json_lines is not None:
+            self._finish_json()
+        for run in self.runs:
+            for step in list(run.open):
+                self.close(run, step)
+        yield from self.batches()
+        for run in self.runs:
+            yield Batch("runs", [run.record()])
+
+
+def _kind_of(text: str) -> str:
+    lowered = text.lower()
+    for kind, word in megatron.EVENT_KINDS:
+        if word in lowered:
+            return kind
+    return "warning"
+
+
+def _memory_row(
+    run: _Run,
+    rank: int | None,
+    step: int | None,
+    line_no: int,
+    alloc: float | None,
+    max_alloc: float | None,
+    reserved: float | None,
+    max_reserved: float | None,
+) -> dict[str, Any]:
+    return {
+        "run_key": run.key,
+        "rank": rank,
+        "iteration": step,
+        "allocated_mib": alloc,
+        "max_allocated_mib": max_alloc,
+        "reserved_mib": reserved,
+        "max_reserved_mib": max_reserved,
+        "line_no": line_no,
+    }
+
+
+def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _flatten(inner, f"{prefix}.{key}")
+    else:
+        yield prefix, json.dumps(value) if not isinstance(value, str) else value
+
+
+def parse(source: LineSource) -> Iterator[Batch]:
+    parser = _Parser()
+    for line_no, line in source.lines():
+        parser.feed(line_no, line)
+        if parser.pending() >= FLUSH_ROWS:
+            yield from parser.batches()
+    yield from parser.finish()
