@@ -431,6 +431,7 @@ class _Parser:
                 return
             for key, value in _flatten(user, "json"):
                 run.config[key] = value
+                run.param(key, value, self.json_line)
         else:
             run.config[self.json_name] = text
 

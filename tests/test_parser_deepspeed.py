@@ -1,0 +1,381 @@
+"""The DeepSpeed parser on the lines DeepSpeed really prints: step and throughput-timer lines, wall-clock
+timers, the configuration echo, memory reports, the flops profiler, ranks interleaving, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracelog
+from tests.conftest import SAMPLES, source_of
+from tracelog import parsers
+from tracelog.parsers import deepspeed, megatron
+from tracelog.parsers.base import head_text
+
+TS = "[2024-01-01 10:00:00,123]"
+STEP = f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] step=20, skipped=2, lr=[0.00015, 0.00015], mom=[(0.9, 0.95), (0.9, 0.95)]"
+TPUT = (
+    f"{TS} [INFO] [timer.py:260:stop] epoch=0/micro_step=80/global_step=20, RunningAvgSamplesPerSec=25.02, "
+    "CurrSamplesPerSec=25.7, MemAllocated=4.32GB, MaxMemAllocated=38.49GB"
+)
+ECHO = """\
+[2024-01-01 10:00:00,001] [INFO] [config.py:999:print] DeepSpeedEngine configuration:
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   activation_checkpointing_config  {
+    "partition_activations": false,
+    "profile": false
+}
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   bfloat16_enabled ............. {bf16}
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   checkpoint_parallel_write_pipeline  False
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   fp16_enabled ................. {fp16}
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   gradient_accumulation_steps .. 4
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   initial_dynamic_scale ........ 65536
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   train_batch_size ............. {tbs}
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   train_micro_batch_size_per_gpu  {mbs}
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   world_size ................... 16
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   zero_optimization_stage ...... 3
+"""
+
+
+def echo(mbs: int = 2, tbs: int = 128, bf16: bool = True) -> str:
+    return (
+        ECHO.replace("{mbs}", str(mbs))
+        .replace("{tbs}", str(tbs))
+        .replace("{bf16}", str(bf16))
+        .replace("{fp16}", str(not bf16))
+    )
+
+
+def collect(text: str | bytes) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in deepspeed.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "3: ", "gpu-node-01: ", "[rank0]: "],
+    ids=["plain", "srun-label", "pdsh-host", "torchrun"],
+)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_step_line_and_its_throughput_line_make_one_iteration(prefix: str, newline: str) -> None:
+    text = echo() + newline.join(prefix + line for line in (STEP, TPUT)) + newline
+    out = collect(text)
+    (row,) = out["iterations"]
+    assert row["iteration"] == 20
+    assert row["learning_rate"] == 0.00015
+    assert row["skipped"] == 2
+    assert row["samples_per_s"] == 25.7
+    assert row["elapsed_s"] == pytest.approx(128 / 25.7)  # train_batch_size / CurrSamplesPerSec
+    assert row["global_batch_size"] == 128
+    assert str(row["ts"]) == "2024-01-01 10:00:00"
+    metrics = {m["key"]: m for m in out["iteration_metrics"]}
+    assert metrics["RunningAvgSamplesPerSec"]["value"] == 25.02
+    assert "lr" not in metrics  # one learning rate for every parameter group: no extra row
+    (mem,) = out["memory"]
+    assert (mem["allocated_mib"], mem["max_allocated_mib"]) == (4.32 * 1024, 38.49 * 1024)
+    assert mem["iteration"] == 20
+
+
+def test_the_old_throughput_format_attaches_to_the_last_step() -> None:
+    old = (
+        f"{TS} [INFO] [timer.py:198:stop] 0/20, RunningAvgSamplesPerSec=232.73, CurrSamplesPerSec=227.48, "
+        "MemAllocated=0.36GB, MaxMemAllocated=15.06GB"
+    )
+    out = collect(echo() + STEP + "\n" + old + "\n")
+    (row,) = out["iterations"]
+    assert (row["iteration"], row["samples_per_s"]) == (20, 227.48)
+
+
+def test_skipped_is_the_difference_of_the_running_count_and_overflows_set_the_loss_scale() -> None:
+    lines = [
+        f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] step=0, skipped=0, lr=[0.0], mom=[(0.9, 0.95)]",
+        f"{TS} [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+        "Attempted loss scale: 65536, reducing to 32768",
+        f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=1, lr=[1e-05], mom=[(0.9, 0.95)]",
+        f"{TS} [INFO] [fused_optimizer.py:348:_update_scale] Reducing dynamic loss scale from 32768 to 16384",
+        f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] step=20, skipped=3, lr=[2e-05], mom=[(0.9, 0.95)]",
+        f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] step=30, skipped=3, lr=[3e-05], mom=[(0.9, 0.95)]",
+    ]
+    out = collect(echo(bf16=False) + "\n".join(lines) + "\n")
+    rows = out["iterations"]
+    assert [r["skipped"] for r in rows] == [1, 2, 0]
+    assert [r["loss_scale"] for r in rows] == [32768.0, 16384.0, 16384.0]
+    assert "unparsed" not in out
+
+
+def test_a_bf16_run_has_no_loss_scale_and_an_fp16_run_starts_at_the_initial_scale() -> None:
+    bf16 = collect(echo(bf16=True) + STEP + "\n")["iterations"][0]
+    fp16 = collect(echo(bf16=False) + STEP + "\n")["iterations"][0]
+    assert (bf16["loss_scale"], fp16["loss_scale"]) == (None, 65536.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "timers"),
+    [
+        (
+            f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 25341.72 | bwd_microstep: "
+            "77707.38 | bwd_inner_microstep: 75751.84 | bwd_allreduce_microstep: 1955.54 | step_microstep: 2218.38",
+            0,
+            {"fwd_microstep": 25341.72, "bwd_microstep": 77707.38, "step_microstep": 2218.38},
+        ),
+        (
+            f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 6567.66 | bwd: 17950.35 | bwd_inner: "
+            "17711.19 | bwd_allreduce: 239.11 | step: 1139.29",
+            0,
+            {"fwd": 6567.66, "bwd": 17950.35, "bwd_allreduce": 239.11, "step": 1139.29},
+        ),
+        (
+            f"{TS} [INFO] [logging.py:96:log_dist] rank=3 time (ms) | optimizer_allgather: 884.11 | "
+            "optimizer_gradients: 6.43 | optimizer_step: 23.44",
+            3,
+            {"optimizer_allgather": 884.11, "optimizer_step": 23.44},
+        ),
+        ("time (ms) | fwd_microstep: 54.76 | bwd_microstep: 122.95", None, {"fwd_microstep": 54.76}),
+    ],
+    ids=["microstep", "step", "rank=N", "bare"],
+)
+def test_wall_clock_timers(line: str, rank: int | None, timers: dict[str, float]) -> None:
+    out = collect(echo() + STEP + "\n" + line + "\n")
+    got = {t["name"]: t for t in out["timers"]}
+    for name, value in timers.items():
+        assert got[name]["time_ms"] == value
+        assert got[name]["rank"] == rank
+        assert got[name]["iteration"] == 20
+
+
+def test_a_timer_line_with_its_memory_breakdown() -> None:
+    line = (
+        f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 100.00 | mem_allocated: 2.0000 GB | "
+        "max_mem_allocated: 4.0000 GB | cache_allocated: 5.0000 GB | max_cache_allocated: 6.0000 GB"
+    )
+    out = collect(line + "\n")
+    assert [t["name"] for t in out["timers"]] == ["fwd"]
+    (mem,) = out["memory"]
+    assert (mem["allocated_mib"], mem["max_allocated_mib"], mem["reserved_mib"], mem["max_reserved_mib"]) == (
+        2048.0,
+        4096.0,
+        5120.0,
+        6144.0,
+    )
+
+
+def test_see_memory_usage_lines_are_memory_rows() -> None:
+    line = f"{TS} [INFO] [utils.py:782:see_memory_usage] MA 0.36 GB         Max_MA 0.36 GB         CA 0.54 GB         Max_CA 1 GB"
+    (mem,) = collect(line + "\n")["memory"]
+    assert (mem["allocated_mib"], mem["reserved_mib"], mem["max_reserved_mib"]) == (
+        0.36 * 1024,
+        0.54 * 1024,
+        1024.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("bf16", "precision"),
+    [(True, "bf16"), (False, "fp16")],
+)
+def test_the_configuration_echo_feeds_the_run_columns(bf16: bool, precision: str) -> None:
+    (run,) = collect(echo(mbs=2, tbs=128, bf16=bf16) + STEP + "\n")["runs"]
+    assert (run["zero_stage"], run["mbs"], run["gbs"], run["dp"], run["precision"]) == (
+        3,
+        2,
+        128,
+        16,
+        precision,
+    )
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["gradient_accumulation_steps"] == "4"
+    assert params["checkpoint_parallel_write_pipeline"] == "False"
+    assert params["activation_checkpointing_config"] == '{ "partition_activations": false, "profile": false }'
+
+
+def test_the_users_json_config_fills_what_the_echo_does_not_print() -> None:
+    text = """\
+[2024-01-01 10:00:00,001] [INFO] [config.py:999:print] DeepSpeedEngine configuration:
+[2024-01-01 10:00:00,001] [INFO] [config.py:1003:print]   world_size ................... 8
+[2024-01-01 10:00:00,001] [INFO] [config.py:989:print_user_config]   json = {
+    "train_batch_size": 64,
+    "train_micro_batch_size_per_gpu": 8,
+    "zero_optimization": {
+        "stage": 2
+    },
+    "bf16": {
+        "enabled": true
+    }
+}
+"""
+    (run,) = collect(text)["runs"]
+    assert (run["gbs"], run["mbs"], run["zero_stage"], run["precision"]) == (64, 8, 2, "bf16")
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["json.zero_optimization.stage"] == "2"
+
+
+def test_the_launcher_gives_nodes_and_gpus() -> None:
+    lines = [
+        f"{TS} [INFO] [launch.py:152:main] nnodes=2, num_local_procs=8, node_rank=0",
+        f"{TS} [INFO] [launch.py:164:main] dist_world_size=16",
+    ]
+    (run,) = collect("\n".join(lines) + "\n" + echo())["runs"]
+    assert (run["nodes"], run["gpus_per_node"], run["gpus"]) == (2, 8, 16)
+
+
+def test_a_second_configuration_echo_after_training_is_a_second_run() -> None:
+    text = echo(mbs=8, tbs=512) + STEP + "\n" + TPUT + "\n" + echo(mbs=4, tbs=512) + STEP + "\n"
+    out = collect(text)
+    first, second = out["runs"]
+    assert (first["mbs"], second["mbs"]) == (8, 4)
+    assert first["line_end"] < second["line_start"]
+    assert [r["run_key"] for r in out["iterations"]] == [0, 1]
+
+
+def test_two_echoes_before_any_training_are_one_run() -> None:
+    out = collect(echo() + echo() + STEP + "\n")
+    assert len(out["runs"]) == 1
+
+
+def test_every_rank_printing_the_throughput_line_gives_one_iteration_and_a_memory_row_per_rank() -> None:
+    lines = [f"0: {STEP}"]
+    for rank in (3, 0, 1, 2):
+        lines.append(f"{rank}: " + TPUT.replace("CurrSamplesPerSec=25.7", f"CurrSamplesPerSec=25.{rank}"))
+    out = collect(echo() + "\n".join(lines) + "\n")
+    (row,) = out["iterations"]
+    assert row["samples_per_s"] == 25.0  # rank 0's figure
+    assert sorted(m["rank"] for m in out["memory"]) == [0, 1, 2, 3]
+    assert [m["key"] for m in out["iteration_metrics"]].count("RunningAvgSamplesPerSec") == 1
+
+
+def test_a_lagging_rank_does_not_duplicate_a_written_step() -> None:
+    lines = []
+    for step in range(10, 80, 10):
+        lines.append(STEP.replace("step=20", f"step={step}"))
+    lines.append("5: " + TPUT)  # step 20, long after it was written
+    out = collect(echo() + "\n".join(lines) + "\n")
+    assert [r["iteration"] for r in out["iterations"]] == list(range(10, 80, 10))
+    assert out["memory"][0]["rank"] == 5
+
+
+def test_tracebacks_of_interleaved_ranks_are_events() -> None:
+    lines = [
+        "11: Traceback (most recent call last):",
+        "0: 2024-06-02 22:46:05.432 | INFO     | __main__:main:280 - [Rank 0] step 42 | loss 3.2811",
+        '11:   File "/workspace/train.py", line 287, in main',
+        "11:     engine.backward(loss)",
+        "11: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "8: [2024-06-02 22:46:09,432] [ERROR] [launch.py:322:sigkill_handler] ['python', 'train.py'] exits with return code = 1",
+        "3: /opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:429: UserWarning: pass use_reentrant",
+        "3:   warnings.warn(",
+    ]
+    out = collect(echo() + "\n".join(lines) + "\n")
+    kinds = {e["line_no"]: e["kind"] for e in out["events"]}
+    base = echo().count("\n")
+    assert [kinds.get(base + n) for n in range(1, 9)] == [
+        "traceback",
+        None,
+        "traceback",
+        "traceback",
+        "oom",
+        "error",
+        "warning",
+        "warning",
+    ]
+    assert [u["line_no"] for u in out["unparsed"]] == [base + 2]
+
+
+def test_the_flops_profiler_summary() -> None:
+    summary = (SAMPLES / "deepspeed_zero2_gpt2_1b3.log").read_text().split("\n")
+    out = collect("\n".join(summary) + "\n")
+    step10 = next(r for r in out["iterations"] if r["iteration"] == 10)
+    assert step10["tflops_reported"] == 109.83
+    timers = {t["name"]: t["time_ms"] for t in out["timers"] if t["name"].startswith("flops_profiler")}
+    assert timers["flops_profiler: iter latency"] == 592.45
+    assert timers["flops_profiler: fwd latency"] == 148.37
+    metrics = {m["key"]: m["value"] for m in out["iteration_metrics"] if m["iteration"] == 10}
+    assert metrics["flops_profiler: fwd flops per GPU"] == pytest.approx(21.69e12)
+    assert metrics["flops_profiler: samples/second"] == 54.02
+    (run,) = out["runs"]
+    assert run["params"] == 1_310_000_000
+
+
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        ("deepspeed_zero2_gpt2_1b3.log", "deepspeed"),
+        ("deepspeed_ugly_restart.log", "deepspeed"),
+        ("megatron_deepspeed_bloom_ugly.log", "megatron"),
+        ("megatron_lm_llama3_8b_h100.log", "megatron"),
+        ("lab_notes_tr11_topology.md", "table"),
+    ],
+)
+def test_detection(sample: str, expected: str) -> None:
+    head = head_text((SAMPLES / sample).read_bytes()[: parsers.HEAD_BYTES])
+    chosen = parsers.detect(head, sample).FORMAT
+    assert chosen == expected
+
+
+def test_a_megatron_deepspeed_log_stays_megatrons_even_with_deepspeed_lines() -> None:
+    iteration = (
+        " iteration      199/  317892 | consumed samples:       152832 | elapsed time per iteration (ms): 14287.5 "
+        "| learning rate: 2.407E-04 | global batch size:   768 | lm loss: 5.905366E+00 | loss scale: 8192.0 |"
+    )
+    head = echo() + STEP + "\n" + TPUT + "\n" + iteration + "\n"
+    assert megatron.detect(head) > 0
+    assert deepspeed.detect(head) == 0
+    assert deepspeed.detect(echo() + STEP + "\n" + TPUT + "\n") > 0
+
+
+# ---- the samples, through the library ---------------------------------------------------------------
+
+
+def test_the_plain_sample_lands_in_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    (result,) = tracelog.ingest([str(SAMPLES / "deepspeed_zero2_gpt2_1b3.log")], db=db)
+    assert (result.format, result.runs) == ("deepspeed", 1)
+    run = tracelog.sql("SELECT * FROM runs r JOIN run_summary s USING (run_id)", db=db).iloc[0]
+    assert (run["framework"], run["zero_stage"], run["precision"]) == ("deepspeed", 2, "bf16")
+    assert (run["nodes"], run["gpus"], run["dp"], run["mbs"], run["gbs"]) == (1, 8, 8, 4, 128)
+    assert run["iterations_logged"] == 10 and run["last_iteration"] == 100
+    assert 48 < run["samples_per_s"] < 50 and 2.5 < run["sec_per_it"] < 2.7
+    timers = tracelog.sql("SELECT DISTINCT name FROM timers WHERE name NOT LIKE 'flops%' ORDER BY 1", db=db)
+    assert {"fwd", "bwd", "step", "fwd_microstep", "bwd_allreduce_microstep"} <= set(timers["name"])
+    peak = tracelog.sql("SELECT max(max_allocated_mib) AS peak FROM memory", db=db).iloc[0]["peak"]
+    assert peak == pytest.approx(31.42 * 1024)
+
+
+def test_the_ugly_sample_has_two_runs_a_crash_and_every_rank(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    (result,) = tracelog.ingest([str(SAMPLES / "deepspeed_ugly_restart.log")], db=db)
+    assert (result.format, result.runs, result.lines_unparsed) == ("deepspeed", 2, 4)
+    runs = tracelog.sql("SELECT run_id, mbs, gbs, precision, gpus, nodes FROM runs ORDER BY run_id", db=db)
+    assert runs["mbs"].tolist() == [8, 4]
+    assert set(runs["precision"]) == {"fp16"} and set(runs["gpus"]) == {16} and set(runs["nodes"]) == {2}
+    ranks = tracelog.sql("SELECT run_id, count(DISTINCT rank) AS n FROM memory GROUP BY 1 ORDER BY 1", db=db)
+    assert ranks["n"].tolist() == [16, 16]
+    events = tracelog.sql("SELECT kind, count(*) AS n FROM events WHERE run_id = 1 GROUP BY 1", db=db)
+    counts = dict(zip(events["kind"], events["n"], strict=True))
+    assert counts["oom"] == 1 and counts["traceback"] == 7 and counts["error"] == 1
+    scales = tracelog.sql("SELECT loss_scale FROM iterations WHERE run_id = 1 ORDER BY iteration", db=db)
+    assert scales["loss_scale"].tolist() == [8192.0, 8192.0, 4096.0, 4096.0]
+
+
+# ---- hostile input ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [STEP, TPUT, *echo().split("\n"), "Traceback (most recent call last):", "  x", "}", "{"]
+            ),
+            st.text(max_size=60),
+        ),
+        max_size=40,
+    )
+)
+def test_any_mix_of_deepspeed_lines_parses_without_error(lines: list[str]) -> None:
+    collect("\n".join(lines))
