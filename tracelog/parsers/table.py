@@ -2,8 +2,8 @@
 
 Each data row of an experiment table is one run (`framework` = `table`). Its configuration cells become run
 columns, its measurements one `iterations` row (iteration 0: `elapsed_s` from Sec/it, `tflops_reported`
-from TFLOPs) and one `memory` row (`max_reserved_mib` from Mem), and every cell is kept verbatim as a run
-parameter. A word where a number belongs (`OOM`, `xxxx`, an unfilled `GB`) leaves the value NULL and
+from TFLOPs) and one `memory` row (`max_reserved_mib` from Mem; a `GB` written in lab notes is read as GiB,
+1024 MiB, see `table_headers.mem_mib`), and every cell is kept verbatim as a run parameter. A word where a number belongs (`OOM`, `xxxx`, an unfilled `GB`) leaves the value NULL and
 becomes the run's `status`: an OOM row is a result, a configuration that did not fit.
 
 Context lines such as `NHIDDEN=14336 / NLAYERS=72` apply to the next table only; the prose around a table
@@ -13,7 +13,6 @@ Context lines such as `NHIDDEN=14336 / NLAYERS=72` apply to the next table only;
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,30 +24,30 @@ import polars as pl
 from tracelog.parsers.base import Batch, LineSource
 from tracelog.parsers.table_headers import (
     CONFIG_ALIASES,
-    MEASURE_FIELDS,
     PRECISIONS,
     Column,
     column_of,
+    context_values,
+    csv_cells,
+    derive_world,
     is_experiment_header,
     is_failure,
-    parse_config,
+    is_separator,
     parse_context,
-    parse_measure,
+    row_values,
+    split_row,
     strip_markup,
 )
 
 FORMAT = "table"
 VERSION = "1"
 
-GPUS_PER_NODE_ASSUMED = 8  # the A100/H100 nodes of the lab notes this format comes from
 NOTES_CHARS = 2000  # prose kept on each side of a table
 FLUSH_ROWS = 2000
 PROSE_LINES = 400  # lines of prose held while waiting for the next table (memory stays flat)
 
-SEPARATOR_RX = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 HEADING_RX = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE_RX = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-CELL_SPLIT_RX = re.compile(r"(?<!\\)\|")
 # Name parts for configuration columns, in order; extra ones only where they vary within the table.
 NAME_PARTS = (("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("mbs", "mbs"))
 VARYING_PARTS = (
@@ -59,28 +58,6 @@ VARYING_PARTS = (
     ("layers", "l"),
     ("seq_len", "seq"),
 )
-
-
-def split_row(line: str) -> list[str]:
-    text = line.strip()
-    if text.startswith("|"):
-        text = text[1:]
-    if text.endswith("|") and not text.endswith("\\|"):
-        text = text[:-1]
-    return [cell.strip() for cell in CELL_SPLIT_RX.split(text)]
-
-
-def is_separator(line: str) -> bool:
-    return "-" in line and bool(SEPARATOR_RX.match(line))
-
-
-def _csv_cells(line: str) -> list[str] | None:
-    """The cells of a delimited line (comma, tab or semicolon, whichever splits it most), or None."""
-    counts = {d: line.count(d) for d in (",", "\t", ";")}
-    delimiter = max(counts, key=lambda d: counts[d])
-    if counts[delimiter] < 2:
-        return None
-    return [c.strip() for c in next(csv.reader([line], delimiter=delimiter))]
 
 
 def detect(head: str) -> int:
@@ -98,7 +75,7 @@ def detect(head: str) -> int:
         ):
             return 40
     first = next((ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")), "")
-    cells = _csv_cells(first) if "|" not in first else None
+    cells = csv_cells(first) if "|" not in first else None
     if cells and len(cells) >= 3 and is_experiment_header([column_of(c) for c in cells]):
         return 30
     return 0
@@ -170,7 +147,7 @@ class _Parser:
 
     def _decide(self, line_no: int, line: str) -> None:
         """CSV if the first line that is neither blank nor `#` is a delimited experiment header."""
-        cells = _csv_cells(line) if "|" not in line else None
+        cells = csv_cells(line) if "|" not in line else None
         columns = [column_of(c) for c in cells] if cells and len(cells) >= 3 else []
         preamble, self.preamble = self.preamble, []
         if columns and is_experiment_header(columns):
@@ -230,7 +207,7 @@ class _Parser:
             self._prose_or_context(line_no, line.lstrip()[1:])
             return
         assert self.table is not None
-        cells = _csv_cells(line) or [line.strip()]
+        cells = csv_cells(line) or [line.strip()]
         self._add_row(line_no, cells)
 
     def _prose_or_context(self, line_no: int, line: str) -> None:
@@ -317,7 +294,7 @@ class _Parser:
 
     # ---- runs ---------------------------------------------------------------------------------------
     def _build(self, table: _Table, after: str) -> None:
-        rows = [_row_values(table, cells) for _, cells in table.rows]
+        rows = [row_values(table.columns, cells) for _, cells in table.rows]
         if table.varying is None:
             table.varying = {
                 f for f, _ in VARYING_PARTS if len({r[0].get(f) for r in rows if r[0].get(f) is not None}) > 1
@@ -351,11 +328,11 @@ class _Parser:
         for ctx_line, assignments in table.context:
             for name, _field, value in assignments:
                 params.append({"name": name, "value": value, "line_no": ctx_line})
-        for field_name, value in _context_values(table.context).items():
+        for field_name, value in context_values(table.context).items():
             values.setdefault(field_name, value)
         if table.precision_hint:
             values.setdefault("precision", table.precision_hint)
-        _derive_world(values, params, line_no)
+        derive_world(values, params, line_no)
         cell_notes = [c.strip() for col, c in zip(table.columns, cells, strict=True) if col.field == "notes"]
         failure = next((w for w in words if is_failure(w)), None)
         status = explicit_status or failure or (words[0] if words else None)
@@ -425,69 +402,6 @@ class _Parser:
             name = f"{name} (line {line_no})"
         self.names.add(name)
         return name
-
-
-def _row_values(
-    table: _Table, cells: list[str]
-) -> tuple[dict[str, Any], dict[str, float], list[str], str | None]:
-    """(configuration, measurements, words found where numbers belong, explicit status) of one row."""
-    columns: dict[str, Any] = {}
-    measures: dict[str, float] = {}
-    words: list[str] = []
-    status: str | None = None
-    for col, cell in zip(table.columns, cells, strict=True):
-        if col.field is None:
-            continue
-        if col.field in MEASURE_FIELDS:
-            parsed = parse_measure(col.field, cell, col.unit)
-            if parsed.value is not None:
-                measures.setdefault(col.field, parsed.value)
-            elif parsed.word is not None:
-                words.append(parsed.word)
-        elif col.field == "status":
-            status = strip_markup(cell) or status
-        elif col.field in CONFIG_ALIASES and col.field not in columns:
-            value = parse_config(col.field, cell, col.unit)
-            if value is not None:
-                columns[col.field] = value
-    return columns, measures, words, status
-
-
-def _context_values(context: list[tuple[int, list[tuple[str, str, str]]]]) -> dict[str, Any]:
-    """Fields the context lines set; a field given two different values above one table is ambiguous
-    (the lab note describes several set-ups) and is not applied."""
-    seen: dict[str, set[Any]] = {}
-    for _, assignments in context:
-        for _name, field_name, raw in assignments:
-            if field_name in CONFIG_ALIASES:
-                value = parse_config(field_name, raw)
-                if value is not None:
-                    seen.setdefault(field_name, set()).add(value)
-    return {f: next(iter(v)) for f, v in seen.items() if len(v) == 1}
-
-
-def _derive_world(values: dict[str, Any], params: list[dict[str, Any]], line_no: int) -> None:
-    """GPUs from nodes (8 per node unless the table says otherwise), DP from GPUs / (TP × PP × CP).
-
-    Each assumption is recorded as a run parameter; a table whose DP × TP × PP disagrees with its GPU
-    count keeps both figures (the mismatch is a parameter too)."""
-    nodes, gpus, per_node = values.get("nodes"), values.get("gpus"), values.get("gpus_per_node")
-    tp, pp, cp, dp = values.get("tp"), values.get("pp"), values.get("cp") or 1, values.get("dp")
-    if gpus is None and nodes is not None:
-        if per_node is None:
-            per_node = GPUS_PER_NODE_ASSUMED
-            params.append({"name": "gpus_assumed_per_node", "value": str(per_node), "line_no": line_no})
-        gpus = values["gpus"] = nodes * per_node
-    elif gpus is None and dp and tp and pp:
-        gpus = values["gpus"] = dp * tp * pp * cp
-        params.append({"name": "gpus_from", "value": "dp * tp * pp", "line_no": line_no})
-    if dp is None and gpus and tp and pp and gpus % (tp * pp * cp) == 0:
-        values["dp"] = gpus // (tp * pp * cp)
-        params.append({"name": "dp_derived", "value": "gpus / (tp * pp * cp)", "line_no": line_no})
-    elif dp and tp and pp and gpus and dp * tp * pp * cp != gpus:
-        params.append(
-            {"name": "gpus_mismatch", "value": f"dp*tp*pp*cp = {dp * tp * pp * cp}", "line_no": line_no}
-        )
 
 
 def _tail(lines: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""What the cells of a lab-note experiment table mean: header aliases, units in cells, placeholders.
+"""What the rows of a lab-note experiment table mean: header aliases, units in cells, placeholders.
 
 Hand-kept tables name the same thing many ways (`Sec/it`, `s/it`, `secs/it`; `NHIDDEN`, `hidden`) and
 write values with their unit (`55GB`, `181B`) or with a word instead of a number (`OOM`, `xxxx`, a bare
@@ -8,7 +8,10 @@ Context lines above a table (`NHIDDEN=14336 / NLAYERS=72`) use the same field na
 
 from __future__ import annotations
 
+import csv
+import re
 from dataclasses import dataclass
+from typing import Any
 
 import regex
 
@@ -92,6 +95,7 @@ FAILURE_WORDS = {
 }
 # Unit multipliers for counts (`181B` parameters, `250k` vocabulary).
 COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+GPUS_PER_NODE_ASSUMED = 8  # the A100/H100 nodes of the lab notes this format comes from
 PRECISIONS = {
     "fp16": "fp16",
     "half": "fp16",
@@ -108,6 +112,8 @@ UNIT_IN_HEADER_RX = regex.compile(r"^(.*?)\s*[\(\[]\s*([A-Za-z/%]+)\s*[\)\]]\s*$
 ASSIGNMENT_RX = regex.compile(r"\b([A-Za-z][A-Za-z0-9_]*)\s*=\s*('[^']*'|\"[^\"]*\"|[\w.+-]+(?:/[\d.]+)*)")
 PARENTHETICAL_RX = regex.compile(r"\([^)]*\)")
 WORD_RX = regex.compile(r"[A-Za-z0-9][\w.]*")
+SEPARATOR_RX = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+CELL_SPLIT_RX = re.compile(r"(?<!\\)\|")
 MARKUP_RX = regex.compile(r"[*`]|~~|<[^>]+>")
 
 
@@ -262,3 +268,88 @@ def parse_context(line: str) -> list[tuple[str, str, str]] | None:
     if len(words) > max(3, len(assignments)):
         return None
     return [(name, field or "", value) for name, field, value in known]
+
+
+def split_row(line: str) -> list[str]:
+    text = line.strip()
+    if text.startswith("|"):
+        text = text[1:]
+    if text.endswith("|") and not text.endswith("\\|"):
+        text = text[:-1]
+    return [cell.strip() for cell in CELL_SPLIT_RX.split(text)]
+
+
+def is_separator(line: str) -> bool:
+    return "-" in line and bool(SEPARATOR_RX.match(line))
+
+
+def csv_cells(line: str) -> list[str] | None:
+    """The cells of a delimited line (comma, tab or semicolon, whichever splits it most), or None."""
+    counts = {d: line.count(d) for d in (",", "\t", ";")}
+    delimiter = max(counts, key=lambda d: counts[d])
+    if counts[delimiter] < 2:
+        return None
+    return [c.strip() for c in next(csv.reader([line], delimiter=delimiter))]
+
+
+def row_values(
+    header: list[Column], cells: list[str]
+) -> tuple[dict[str, Any], dict[str, float], list[str], str | None]:
+    """(configuration, measurements, words found where numbers belong, explicit status) of one row."""
+    columns: dict[str, Any] = {}
+    measures: dict[str, float] = {}
+    words: list[str] = []
+    status: str | None = None
+    for col, cell in zip(header, cells, strict=True):
+        if col.field is None:
+            continue
+        if col.field in MEASURE_FIELDS:
+            parsed = parse_measure(col.field, cell, col.unit)
+            if parsed.value is not None:
+                measures.setdefault(col.field, parsed.value)
+            elif parsed.word is not None:
+                words.append(parsed.word)
+        elif col.field == "status":
+            status = strip_markup(cell) or status
+        elif col.field in CONFIG_ALIASES and col.field not in columns:
+            value = parse_config(col.field, cell, col.unit)
+            if value is not None:
+                columns[col.field] = value
+    return columns, measures, words, status
+
+
+def context_values(context: list[tuple[int, list[tuple[str, str, str]]]]) -> dict[str, Any]:
+    """Fields the context lines set; a field given two different values above one table is ambiguous
+    (the lab note describes several set-ups) and is not applied."""
+    seen: dict[str, set[Any]] = {}
+    for _, assignments in context:
+        for _name, field_name, raw in assignments:
+            if field_name in CONFIG_ALIASES:
+                value = parse_config(field_name, raw)
+                if value is not None:
+                    seen.setdefault(field_name, set()).add(value)
+    return {f: next(iter(v)) for f, v in seen.items() if len(v) == 1}
+
+
+def derive_world(values: dict[str, Any], params: list[dict[str, Any]], line_no: int) -> None:
+    """GPUs from nodes (8 per node unless the table says otherwise), DP from GPUs / (TP × PP × CP).
+
+    Each assumption is recorded as a run parameter; a table whose DP × TP × PP disagrees with its GPU
+    count keeps both figures (the mismatch is a parameter too)."""
+    nodes, gpus, per_node = values.get("nodes"), values.get("gpus"), values.get("gpus_per_node")
+    tp, pp, cp, dp = values.get("tp"), values.get("pp"), values.get("cp") or 1, values.get("dp")
+    if gpus is None and nodes is not None:
+        if per_node is None:
+            per_node = GPUS_PER_NODE_ASSUMED
+            params.append({"name": "gpus_assumed_per_node", "value": str(per_node), "line_no": line_no})
+        gpus = values["gpus"] = nodes * per_node
+    elif gpus is None and dp and tp and pp:
+        gpus = values["gpus"] = dp * tp * pp * cp
+        params.append({"name": "gpus_from", "value": "dp * tp * pp", "line_no": line_no})
+    if dp is None and gpus and tp and pp and gpus % (tp * pp * cp) == 0:
+        values["dp"] = gpus // (tp * pp * cp)
+        params.append({"name": "dp_derived", "value": "gpus / (tp * pp * cp)", "line_no": line_no})
+    elif dp and tp and pp and gpus and dp * tp * pp * cp != gpus:
+        params.append(
+            {"name": "gpus_mismatch", "value": f"dp*tp*pp*cp = {dp * tp * pp * cp}", "line_no": line_no}
+        )
