@@ -3,8 +3,9 @@
 Each data row of an experiment table is one run (`framework` = `table`). Its configuration cells become run
 columns, its measurements one `iterations` row (iteration 0: `elapsed_s` from Sec/it, `tflops_reported`
 from TFLOPs) and one `memory` row (`max_reserved_mib` from Mem; a `GB` written in lab notes is read as GiB,
-1024 MiB, see `table_headers.mem_mib`), and every cell is kept verbatim as a run parameter. A word where a number belongs (`OOM`, `xxxx`, an unfilled `GB`) leaves the value NULL and
-becomes the run's `status`: an OOM row is a result, a configuration that did not fit.
+1024 MiB, see `table_headers.mem_mib`), and every cell is kept verbatim as a run parameter. A word
+where a number belongs (`OOM`, `xxxx`, an unfilled `GB`) leaves the value NULL and becomes the run's
+`status`: an OOM row is a result, a configuration that did not fit.
 
 Context lines such as `NHIDDEN=14336 / NLAYERS=72` apply to the next table only; the prose around a table
 (from the section heading down to it, and after it up to the next table or heading) becomes the runs'
