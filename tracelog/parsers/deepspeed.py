@@ -58,6 +58,17 @@ TPUT_FIELD_RX = {
     "alloc": re.compile(r"\bMemAllocated=" + NUM + r"\s*GB"),
     "max_alloc": re.compile(r"MaxMemAllocated=" + NUM + r"\s*GB"),
 }
+TPUT_LINE_RX = re.compile(  # the whole line as DeepSpeed prints it: one search instead of four
+    r"RunningAvgSamplesPerSec="
+    + NUM
+    + r",\s*CurrSamplesPerSec="
+    + NUM
+    + r",\s*MemAllocated="
+    + NUM
+    + r"\s*GB,\s*MaxMemAllocated="
+    + NUM
+    + r"\s*GB"
+)
 TIMER_PART_RX = re.compile(r"^\s*([\w./ -]+?)\s*:\s*" + NUM + r"\s*(GB)?\s*$")
 TIMER_RANK_RX = re.compile(r"rank=(\d+)\s+time \(ms\)")
 SEE_MEMORY_RX = re.compile(
@@ -83,6 +94,7 @@ INFO_PARAMS = (
 RESTART_MARKS = ("DeepSpeedEngine configuration:", "DeepSpeed info: version=", "WORLD INFO DICT")
 EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")
 EVENT_WORDS_RX = re.compile(megatron.WARNING_RX)
+NUM_RX = re.compile(NUM)
 NUMBER_RX = re.compile(r"^\s*" + NUM + r"\s*$")
 SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}  # B: params, billions
 TIME_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3}
@@ -202,6 +214,7 @@ class _Parser:
         self.runs: list[_Run] = []
         self.trained = False  # steps logged since the last (re)start marker
         self.out: dict[str, list[dict[str, Any]]] = {}
+        self.pending = 0  # rows held in `out`
         self.config_streams: set[int | None] = set()  # streams inside a configuration echo
         self.json_lines: list[str] | None = None  # a multi-line value being collected
         self.json_name = ""
@@ -214,15 +227,14 @@ class _Parser:
     # ---- output -------------------------------------------------------------------------------------
     def emit(self, table: str, row: dict[str, Any]) -> None:
         self.out.setdefault(table, []).append(row)
-
-    def pending(self) -> int:
-        return sum(len(v) for v in self.out.values())
+        self.pending += 1
 
     def batches(self) -> Iterator[Batch]:
         for table in ("iterations", "iteration_metrics", "memory", "timers", "events", "unparsed"):
             rows = self.out.pop(table, None)
             if rows:
                 yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
+        self.pending = 0
 
     def run(self, line_no: int) -> _Run:
         if not self.runs:
@@ -232,9 +244,7 @@ class _Parser:
         return run
 
     # ---- iterations ---------------------------------------------------------------------------------
-    def step_row(
-        self, run: _Run, step: int, line_no: int, rank: int | None, ts: datetime | None
-    ) -> dict | None:
+    def step_row(self, run: _Run, step: int, line_no: int, rank: int | None, ts: str | None) -> dict | None:
         """The open iterations row of a step (opened if new); None for a step already written."""
         if step in run.open:
             return run.open[step]
@@ -251,7 +261,7 @@ class _Parser:
             "elapsed_s": None,
             "tflops_reported": None,
             "global_batch_size": None,
-            "ts": ts,
+            "ts": datetime.fromisoformat(ts.replace("T", " ")) if ts else None,
             "line_no": line_no,
             "_rank0": False,
             "_tput": None,
@@ -311,7 +321,7 @@ class _Parser:
         prefixed = LOG_PREFIX_RX.match(line)
         level = ""
         if prefixed:
-            ts = datetime.fromisoformat(prefixed.group(1).replace("T", " "))
+            ts = prefixed.group(1)
             level = prefixed.group(2).upper()
             message = prefixed.group(6)
             func = prefixed.group(5)
@@ -329,9 +339,19 @@ class _Parser:
         self._event_or_unparsed(line_no, raw, message, level, source)
 
     def _understood(
-        self, line_no: int, msg: str, func: str, rank: int | None, ts: datetime | None, source: int | None
+        self, line_no: int, msg: str, func: str, rank: int | None, ts: str | None, source: int | None
     ) -> bool:
-        if any(mark in msg for mark in RESTART_MARKS):
+        if "RunningAvgSamplesPerSec=" in msg:  # the most frequent lines first
+            self._throughput(line_no, msg, rank, ts)
+            return True
+        if "step=" in msg and (match := STEP_RX.search(msg)):
+            self.config_streams.discard(source)
+            self._step(line_no, match, rank, ts)
+            return True
+        if "time (ms)" in msg and "|" in msg:
+            self._timers(line_no, msg, rank)
+            return True
+        if ("DeepSpeed" in msg or "WORLD INFO DICT" in msg) and any(mark in msg for mark in RESTART_MARKS):
             self._restart(line_no)
         if "DeepSpeedEngine configuration:" in msg:
             self.run(line_no)
@@ -341,15 +361,6 @@ class _Parser:
             if (func.startswith("print") or not func) and self._config_line(line_no, msg, source):
                 return True
             self.config_streams.discard(source)
-        if match := STEP_RX.search(msg):
-            self._step(line_no, match, rank, ts)
-            return True
-        if "RunningAvgSamplesPerSec=" in msg:
-            self._throughput(line_no, msg, rank, ts)
-            return True
-        if "time (ms)" in msg and "|" in msg:
-            self._timers(line_no, msg, rank)
-            return True
         if match := SEE_MEMORY_RX.search(msg):
             run = self.run(line_no)
             values = [_num(v) * 1024.0 for v in match.groups()]
@@ -435,10 +446,10 @@ class _Parser:
         else:
             run.config[self.json_name] = text
 
-    def _step(self, line_no: int, match: re.Match[str], rank: int | None, ts: datetime | None) -> None:
+    def _step(self, line_no: int, match: re.Match[str], rank: int | None, ts: str | None) -> None:
         run = self.run(line_no)
         step, skipped_total = int(match.group(1)), int(match.group(2))
-        lrs = [v for v in re.findall(NUM, match.group(3))]
+        lrs = NUM_RX.findall(match.group(3))
         run.last_step = step
         if step == 0:
             run.last_skipped = skipped_total
@@ -455,7 +466,7 @@ class _Parser:
         if len(set(lrs)) > 1:
             self.metric(run, step, "lr", None, f"[{match.group(3)}]", line_no)
         if match.group(4):
-            first_mom = re.search(NUM, match.group(4))
+            first_mom = NUM_RX.search(match.group(4))
             self.metric(
                 run,
                 step,
@@ -465,10 +476,15 @@ class _Parser:
                 line_no,
             )
 
-    def _throughput(self, line_no: int, msg: str, rank: int | None, ts: datetime | None) -> None:
+    def _throughput(self, line_no: int, msg: str, rank: int | None, ts: str | None) -> None:
         run = self.run(line_no)
         self.trained = True
-        fields = {k: (_num(m.group(1)) if (m := rx.search(msg)) else None) for k, rx in TPUT_FIELD_RX.items()}
+        if whole := TPUT_LINE_RX.search(msg):
+            fields = dict(zip(TPUT_FIELD_RX, map(float, whole.groups()), strict=True))
+        else:
+            fields = {
+                k: (_num(m.group(1)) if (m := rx.search(msg)) else None) for k, rx in TPUT_FIELD_RX.items()
+            }
         step = run.last_step
         epoch = None
         if match := TPUT_STEP_RX.search(msg):
@@ -660,6 +676,6 @@ def parse(source: LineSource) -> Iterator[Batch]:
     parser = _Parser()
     for line_no, line in source.lines():
         parser.feed(line_no, line)
-        if parser.pending() >= FLUSH_ROWS:
+        if parser.pending >= FLUSH_ROWS:
             yield from parser.batches()
     yield from parser.finish()
