@@ -1,0 +1,279 @@
+"""The hardware catalog: GPUs and links from `hardware.toml`, each figure with its source.
+
+The TOML file is the data; this module only loads it (once), types it and answers lookups. A name a log
+prints either matches a catalog entry exactly (after case and whitespace folding) or stays unknown:
+tracelog never guesses a GPU from a partial name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from tracelog.errors import TracelogError
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+_PRECISION_ALIASES = {
+    "float32": "fp32",
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp16": "fp16",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "int8": "int8",
+    "fp4": "fp4",
+}
+_CATALOG = "hardware.toml"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One interconnect. Bandwidths in GB/s (1e9 bytes/s); `scope` says whose figure it is: one GPU's
+    aggregate (`gpu`), one network port (`port`) or one node's NICs together (`node`)."""
+
+    id: str
+    name: str
+    kind: str
+    scope: str
+    unidirectional_gbps: float
+    bidirectional_gbps: float
+    source: str
+    links: int | None = None
+    latency_us: float | None = None
+
+    def share(self, measured_gbps: float, *, bidirectional: bool = False) -> float:
+        """Measured bandwidth as a fraction of this link's figure for the same direction count."""
+        spec = self.bidirectional_gbps if bidirectional else self.unidirectional_gbps
+        return measured_gbps / spec
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU model (per device as the framework sees it: one GCD for AMD MI250/MI250X)."""
+
+    id: str
+    name: str
+    vendor: str
+    architecture: str
+    memory_gb: float
+    memory_bytes: int
+    memory_bandwidth_gbps: float
+    peak_tflops: dict[str, float]
+    match: tuple[str, ...]
+    source: str
+    sources: dict[str, str] = field(default_factory=dict)
+    memory_type: str | None = None
+    sm_count: int | None = None
+    nvlink_gen: int | None = None
+    nvlink_links: int | None = None
+    pcie_gen: int | None = None
+    intra_node_link: str | None = None
+    bridge_link: str | None = None
+    network_link: str | None = None
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / 2**30
+
+    @property
+    def memory_mib(self) -> float:
+        return self.memory_bytes / 2**20
+
+    def source_of(self, figure: str) -> str:
+        """Where one figure comes from: its own source if it has one, else the entry's."""
+        return self.sources.get(figure, self.source)
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    gpus: dict[str, Gpu]
+    links: dict[str, Link]
+    by_name: dict[str, str]
+
+
+def _fold(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def _gpu_from(gpu_id: str, raw: dict[str, Any]) -> Gpu:
+    memory_gb = float(raw["memory_gb"])
+    return Gpu(
+        id=gpu_id,
+        name=raw["name"],
+        vendor=raw["vendor"],
+        architecture=raw["architecture"],
+        memory_gb=memory_gb,
+        memory_bytes=int(raw.get("memory_bytes", round(memory_gb * 2**30))),
+        memory_bandwidth_gbps=float(raw["memory_bandwidth_gbps"]),
+        peak_tflops={k: float(v) for k, v in raw.get("peak_tflops", {}).items()},
+        match=tuple(raw.get("match", ())),
+        source=raw["source"],
+        sources=dict(raw.get("sources", {})),
+        memory_type=raw.get("memory_type"),
+        sm_count=raw.get("sm_count"),
+        nvlink_gen=raw.get("nvlink_gen"),
+        nvlink_links=raw.get("nvlink_links"),
+        pcie_gen=raw.get("pcie_gen"),
+        intra_node_link=raw.get("intra_node_link"),
+        bridge_link=raw.get("bridge_link"),
+        network_link=raw.get("network_link"),
+    )
+
+
+def _link_from(link_id: str, raw: dict[str, Any]) -> Link:
+    return Link(
+        id=link_id,
+        name=raw["name"],
+        kind=raw["kind"],
+        scope=raw["scope"],
+        unidirectional_gbps=float(raw["unidirectional_gbps"]),
+        bidirectional_gbps=float(raw["bidirectional_gbps"]),
+        source=raw["source"],
+        links=raw.get("links"),
+        latency_us=raw.get("latency_us"),
+    )
+
+
+@cache
+def _catalog() -> _Catalog:
+    text = resources.files("tracelog").joinpath(_CATALOG).read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    gpus = {gid: _gpu_from(gid, raw) for gid, raw in data.get("gpu", {}).items()}
+    links = {lid: _link_from(lid, raw) for lid, raw in data.get("link", {}).items()}
+    by_name: dict[str, str] = {}
+    for g in gpus.values():
+        for pattern in (*g.match, g.id):
+            key = _fold(pattern)
+            if key in by_name and by_name[key] != g.id:
+                raise TracelogError(f"{pattern!r} matches both {by_name[key]} and {g.id}", path=_CATALOG)
+            by_name[key] = g.id
+    return _Catalog(gpus=gpus, links=links, by_name=by_name)
+
+
+def _unknown(kind: str, wanted: str, known: list[str]) -> TracelogError:
+    close = difflib.get_close_matches(wanted.casefold(), known, n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(known))}"
+    return TracelogError(f"unknown {kind} {wanted!r}{hint}")
+
+
+def gpus() -> list[Gpu]:
+    """Every GPU in the catalog, in file order."""
+    return list(_catalog().gpus.values())
+
+
+def links() -> list[Link]:
+    """Every link in the catalog, in file order."""
+    return list(_catalog().links.values())
+
+
+def gpu(gpu_id: str) -> Gpu:
+    """The catalog GPU with this id (case-insensitive); TracelogError with close matches if unknown."""
+    found = _catalog().gpus.get(gpu_id.strip().casefold())
+    if found is None:
+        raise _unknown("GPU", gpu_id, list(_catalog().gpus))
+    return found
+
+
+def link(link_id: str) -> Link:
+    """The catalog link with this id (case-insensitive); TracelogError with close matches if unknown."""
+    found = _catalog().links.get(link_id.strip().casefold())
+    if found is None:
+        raise _unknown("link", link_id, list(_catalog().links))
+    return found
+
+
+def match_gpu(name_as_printed: str | None) -> Gpu | None:
+    """The GPU a log names (`NVIDIA A100-SXM4-80GB`, `Tesla V100-SXM2-32GB`, `AMD Instinct MI300X`), or
+    None: only exact names from the catalog's `match` lists count, after folding case and spaces."""
+    if not name_as_printed:
+        return None
+    gpu_id = _catalog().by_name.get(_fold(name_as_printed))
+    return _catalog().gpus[gpu_id] if gpu_id else None
+
+
+def _as_gpu(g: Gpu | str) -> Gpu:
+    return g if isinstance(g, Gpu) else gpu(g)
+
+
+def gpu_intra_node_link(g: Gpu | str) -> Link:
+    """The link between two GPUs of one node: NVLink/xGMI where a switch or mesh joins all of them, PCIe
+    for cards whose NVLink bridge joins only a pair."""
+    g = _as_gpu(g)
+    if not g.intra_node_link:
+        raise TracelogError(
+            f"{g.id} has no GPU-to-GPU link inside a node"
+            + (f"; several of them talk over {g.network_link}" if g.network_link else "")
+        )
+    return link(g.intra_node_link)
+
+
+def normalize_precision(precision: str) -> str:
+    """`bf16`, `bfloat16`, `BF16` → `bf16`; TracelogError for anything else."""
+    key = precision.strip().casefold()
+    if key not in _PRECISION_ALIASES:
+        raise TracelogError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    return _PRECISION_ALIASES[key]
+
+
+def peak_tflops(g: Gpu | str, precision: str) -> float:
+    """Dense peak TFLOP/s of `g` at `precision` (no sparsity doubling); TracelogError if the catalog has
+    no such figure for it (the part lacks the dtype, or no source gives it)."""
+    g = _as_gpu(g)
+    p = normalize_precision(precision)
+    if p not in g.peak_tflops:
+        have = ", ".join(k for k in PRECISIONS if k in g.peak_tflops)
+        raise TracelogError(f"{g.id} has no {p} peak in the catalog (it has: {have})")
+    return g.peak_tflops[p]
+
+
+def catalog(kind: str = "gpus") -> pd.DataFrame:
+    """The catalog as a table for listing: `gpus` or `links`."""
+    if kind == "links":
+        return pd.DataFrame(
+            [
+                {
+                    "id": lk.id,
+                    "name": lk.name,
+                    "kind": lk.kind,
+                    "scope": lk.scope,
+                    "links": lk.links,
+                    "unidirectional_gbps": lk.unidirectional_gbps,
+                    "bidirectional_gbps": lk.bidirectional_gbps,
+                    "latency_us": lk.latency_us,
+                    "source": lk.source,
+                }
+                for lk in links()
+            ]
+        )
+    if kind != "gpus":
+        raise TracelogError(f"unknown catalog {kind!r}; use gpus or links")
+    rows = []
+    for g in gpus():
+        intra = link(g.intra_node_link) if g.intra_node_link else None
+        rows.append(
+            {
+                "id": g.id,
+                "name": g.name,
+                "vendor": g.vendor,
+                "memory_gb": g.memory_gb,
+                "memory_gib": g.memory_gib,
+                "memory_bandwidth_gbps": g.memory_bandwidth_gbps,
+                "sm_count": g.sm_count,
+                **{f"{p}_tflops": g.peak_tflops.get(p) for p in PRECISIONS},
+                "intra_node_link": g.intra_node_link,
+                "intra_unidirectional_gbps": intra.unidirectional_gbps if intra else None,
+                "intra_bidirectional_gbps": intra.bidirectional_gbps if intra else None,
+                "source": g.source,
+            }
+        )
+    return pd.DataFrame(rows)
