@@ -1,0 +1,231 @@
+"""FLOPs per training iteration, by each formula a framework prints, and what they mean per GPU.
+
+A TFLOP/s figure is only comparable with the formula that produced it, so each formula is its own
+function named after its source; none is "the" FLOP count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tracelog.errors import TracelogError
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A GPT-style decoder as Megatron builds it. `ffn_hidden` defaults to 4h, `query_groups` to `heads`
+    (plain multi-head attention), `kv_channels` to h/heads; `params`, when given, overrides the count
+    from the shapes. MoE: `num_experts` routed experts with `moe_topk` per token on every
+    `moe_layer_freq`-th layer, each of width `moe_ffn_hidden` (default `ffn_hidden`), plus an optional
+    shared expert of width `moe_shared_ffn_hidden`."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    ffn_hidden: int | None = None
+    query_groups: int | None = None
+    kv_channels: int | None = None
+    swiglu: bool = False
+    params: int | None = None
+    tied_embeddings: bool = True
+    learned_positions: bool = True
+    bias: bool = True
+    num_experts: int | None = None
+    moe_topk: int = 1
+    moe_ffn_hidden: int | None = None
+    moe_layer_freq: int = 1
+    moe_shared_ffn_hidden: int | None = None
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden if self.ffn_hidden is not None else 4 * self.hidden
+
+    @property
+    def groups(self) -> int:
+        return self.query_groups if self.query_groups is not None else self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels if self.kv_channels is not None else self.hidden // self.heads
+
+    @property
+    def moe_layers(self) -> int:
+        if not self.num_experts:
+            return 0
+        return sum(1 for i in range(self.layers) if i % self.moe_layer_freq == 0)
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How a run is laid out. `vp` is the number of interleaved model chunks per pipeline stage (None or
+    1 = plain 1F1B). `fp32_grads`: gradients kept in fp32 whatever the training precision (Megatron's
+    main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`."""
+
+    gbs: int
+    mbs: int
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vp: int | None = None
+    sequence_parallel: bool = False
+    recompute: Recompute = "none"
+    zero_stage: int = 0
+    precision: str = "bf16"
+    distributed_optimizer: bool = False
+    fp32_grads: bool = False
+
+    def __post_init__(self) -> None:
+        if self.recompute not in RECOMPUTE_MODES:
+            raise TracelogError(
+                f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, not {self.recompute!r}"
+            )
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise TracelogError(f"ZeRO stage must be 0 to 3, not {self.zero_stage}")
+        for name in ("gbs", "mbs", "tp", "pp", "dp", "cp"):
+            if getattr(self, name) < 1:
+                raise TracelogError(f"{name} must be at least 1, not {getattr(self, name)}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def microbatches(self) -> int:
+        """m = gbs / (dp · mbs): microbatches per pipeline per iteration (Narayanan et al. 2021 §2.2)."""
+        per_step = self.dp * self.mbs
+        if self.gbs % per_step:
+            raise TracelogError(f"global batch {self.gbs} is not a multiple of dp·mbs = {self.dp}·{self.mbs}")
+        return self.gbs // per_step
+
+    @property
+    def chunks(self) -> int:
+        return self.vp or 1
+
+
+def params_from_config(cfg: ModelConfig, *, include_embeddings: bool = True) -> int:
+    """Parameter count of a Megatron GPT: per layer QKV, output projection, MLP (SwiGLU has two input
+    matrices), biases and two norms; final norm; word embeddings (once if tied), learned positions.
+    With the classic shapes this is l·(12h² + 13h) + V·h + s·h + 2h, the BigScience notes' formula."""
+    h, q = cfg.hidden, cfg.heads * cfg.head_dim
+    kv = cfg.groups * cfg.head_dim
+    bias = 1 if cfg.bias else 0
+    norm = 2 * h if cfg.bias else h  # LayerNorm has weight and bias; RMSNorm-style models only a weight
+    attention = h * (q + 2 * kv) + bias * (q + 2 * kv) + q * h + bias * h
+
+    def mlp(width: int) -> int:
+        up = 2 * width if cfg.swiglu else width
+        return h * up + bias * up + width * h + bias * h
+
+    dense = mlp(cfg.ffn)
+    experts = 0
+    if cfg.num_experts:
+        width = cfg.moe_ffn_hidden or cfg.ffn
+        shared = mlp(cfg.moe_shared_ffn_hidden) if cfg.moe_shared_ffn_hidden else 0
+        experts = cfg.num_experts * mlp(width) + shared + h * cfg.num_experts  # router: h × experts
+    layers = cfg.layers * (attention + 2 * norm) + cfg.dense_layers * dense + cfg.moe_layers * experts
+    total = layers + norm
+    if include_embeddings:
+        total += cfg.vocab * h * (1 if cfg.tied_embeddings else 2)
+        if cfg.learned_positions:
+            total += cfg.seq_len * h
+    return total
+
+
+def model_params(cfg: ModelConfig) -> int:
+    """The configured parameter count if given, else the count from the shapes."""
+    return cfg.params if cfg.params is not None else params_from_config(cfg)
+
+
+def flops_narayanan(cfg: ModelConfig, gbs: int, recompute: Recompute | bool = "full") -> float:
+    """Narayanan et al. 2021 (SC21) §5.1 eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with full
+    recomputation, 72 instead of 96 without. This is what Megatron-LM (2021) and Megatron-DeepSpeed print
+    as `TFLOPs:` (coefficient 24 × checkpoint factor 4 or 3); selective recomputation counts as none."""
+    full = recompute is True or recompute == "full"
+    s, layers, h, v = cfg.seq_len, cfg.layers, cfg.hidden, cfg.vocab
+    return (96 if full else 72) * gbs * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+
+
+def _attention_forward_per_token(cfg: ModelConfig) -> tuple[float, float]:
+    """(projection, core) forward FLOPs of one attention layer per token, Megatron-LM's form: QKV and
+    output projections 2·h·(q + 2kv) + 2·q·h; core QKᵀ and AV 2·q·s, halved for the causal mask."""
+    q = cfg.heads * cfg.head_dim
+    kv = cfg.groups * cfg.head_dim
+    projections = 2 * cfg.hidden * (q + 2 * kv) + 2 * q * cfg.hidden
+    core = 2 * q * cfg.seq_len  # 2 GEMMs × 2 FLOP/FMA × q·s, × 1/2 causal
+    return projections, core
+
+
+def _mlp_forward_per_token(cfg: ModelConfig) -> float:
+    """Forward FLOPs of all MLPs per token, Megatron-LM's form: 2·h·width·(3 with SwiGLU else 2) per
+    dense layer; routed experts × top-k and the shared expert on MoE layers."""
+    gemms = 3 if cfg.swiglu else 2
+    total = cfg.dense_layers * 2 * cfg.hidden * cfg.ffn * gemms
+    if cfg.moe_layers:
+        width = (cfg.moe_ffn_hidden or cfg.ffn) * cfg.moe_topk + (cfg.moe_shared_ffn_hidden or 0)
+        total += cfg.moe_layers * 2 * cfg.hidden * width * gemms
+    return total
+
+
+def forward_flops(cfg: ModelConfig, tokens: int) -> float:
+    """One forward pass over `tokens` tokens: all layers plus the logit layer 2·h·V per token."""
+    projections, core = _attention_forward_per_token(cfg)
+    per_token = cfg.layers * (projections + core) + _mlp_forward_per_token(cfg) + 2 * cfg.hidden * cfg.vocab
+    return tokens * per_token
+
+
+def flops_megatron_lm(cfg: ModelConfig, gbs: int) -> float:
+    """Current Megatron-LM `num_floating_point_operations` (megatron/training/training.py) for dense and
+    MoE GPTs: every GEMM ×3 (forward, wgrad, dgrad; recomputation is never counted), GQA through query
+    groups, SwiGLU 3 GEMMs instead of 2, causal attention halved (since 2025-03). MLA, MTP and hybrid
+    Mamba layers are not modelled."""
+    return 3 * forward_flops(cfg, gbs * cfg.seq_len)
+
+
+def hardware_flops(cfg: ModelConfig, gbs: int, recompute: Recompute) -> float:
+    """FLOPs the GPUs actually execute: model FLOPs (Megatron-LM form) plus the recomputed forward:
+    every transformer layer again for `full`, only the attention core (QKᵀ, softmax·V) for `selective`
+    (Korthikanti et al. 2022 §5, §6.3: hardware vs model FLOPs)."""
+    tokens = gbs * cfg.seq_len
+    model = flops_megatron_lm(cfg, gbs)
+    projections, core = _attention_forward_per_token(cfg)
+    if recompute == "full":
+        return model + tokens * (cfg.layers * (projections + core) + _mlp_forward_per_token(cfg))
+    if recompute == "selective":
+        return model + tokens * cfg.layers * core
+    return model
+
+
+def flops_bloom(params: float, seq_len: int, gbs: int, recompute: bool = True) -> float:
+    """BigScience rule of thumb (tr11 chronicles, `math` notes): params · 2 · (4 with recomputation,
+    3 without) · seq · gbs."""
+    return params * 2 * (4 if recompute else 3) * seq_len * gbs
+
+
+def flops_6nd(params: float, tokens: float) -> float:
+    """6·N·D (Kaplan et al. 2020; EleutherAI "Transformer Math 101"): training FLOPs ≈ 6 × params × tokens."""
+    return 6 * params * tokens
+
+
+def tflops_per_gpu(flops: float, sec_per_iter: float, gpus: int) -> float:
+    """Achieved TFLOP/s per GPU: F / (t · gpus · 1e12), as Megatron prints it."""
+    if sec_per_iter <= 0 or gpus <= 0:
+        raise TracelogError(f"need a positive time and GPU count, got {sec_per_iter} s on {gpus} GPUs")
+    return flops / (sec_per_iter * gpus * 1e12)
+
+
+def mfu(tflops: float, peak: float) -> float:
+    """Model FLOPs utilisation: achieved TFLOP/s over the dense peak (Chowdhery et al. 2022, PaLM §B)."""
+    if peak <= 0:
+        raise TracelogError(f"peak TFLOP/s must be positive, got {peak}")
+    return tflops / peak
