@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, expand_paths, ingest_file
 from tracelog.store import Store
+
+if TYPE_CHECKING:  # the report module loads Altair: only when a report is written
+    from tracelog.report import ReportResult
 
 RUN_LIST_COLUMNS = [
     "run_id",
@@ -270,3 +274,18 @@ def flags(
 def runs_frame_ids(store: Store, tags: dict[str, str]) -> list[int]:
     where, params = _tag_filter(tags)
     return [int(r[0]) for r in store.con.execute(f"SELECT run_id FROM runs{where}", params).fetchall()]
+
+
+def report(
+    db: str | Store | None = None,
+    output: str | None = None,
+    runs: list[str | int] | None = None,
+    tags: dict[str, str] | None = None,
+    benches: list[int | str] | None = None,
+    png_dir: str | None = None,
+) -> ReportResult:
+    """Write the self-contained HTML report (default `reports/tracelog-report.html`); narrowed to runs,
+    tags or benches when given; `png_dir` also writes each chart as a PNG. Returns a `ReportResult`."""
+    from tracelog.report import write_report
+
+    return write_report(db, output, runs, tags, benches, png_dir)

@@ -288,5 +288,41 @@ def flags(
     render(frame, fmt)
 
 
+@cli.command()
+@click.argument("runs", nargs=-1)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="HTML file to write.  [default: reports/tracelog-report.html]",
+)
+@click.option(
+    "--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Only runs with this tag (repeatable)."
+)
+@click.option("--bench", "benches", multiple=True, metavar="ID", help="Only this bench (repeatable).")
+@click.option(
+    "--png", "png_dir", type=click.Path(file_okay=False), help="Also write each chart as a PNG here."
+)
+@pass_ctx
+def report(
+    obj: Context,
+    runs: tuple[str, ...],
+    output: str | None,
+    tags: tuple[str, ...],
+    benches: tuple[str, ...],
+    png_dir: str | None,
+) -> None:
+    """Write one self-contained HTML report (opens with no network), for RUNS or everything."""
+    with user_errors():
+        result = api.report(
+            obj.db, output, list(runs) or None, parse_tags(tags), list(benches) or None, png_dir
+        )
+    click.echo(
+        f"{result.path}: {result.charts} charts in {len(result.sections)} sections, {result.bytes / 1e6:.1f} MB"
+    )
+    if result.pngs:
+        click.echo(f"{png_dir}: {len(result.pngs)} PNG files")
+
+
 def main() -> None:
     cli(prog_name="tracelog")
