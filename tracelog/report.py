@@ -34,7 +34,7 @@ POINTS_TOTAL = 100_000
 POINTS_MIN = 200
 # Prediction metrics (subject_kind 'run') by role; the first name present wins.
 RUN_METRICS = {
-    "sec_per_it": ("sec_per_it", "iteration_s"),
+    "sec_per_it": ("sec_per_it", "total_s", "iteration_s"),
     "tflops": ("tflops_per_gpu", "tflops"),
     "gpu_memory_mib": ("gpu_memory_mib",),
 }
@@ -345,7 +345,7 @@ def _run_sections(store: Store, scope: Scope, pred: pd.DataFrame) -> list[Sectio
             section.blocks.append(Block(f"run-{run_id}-memory", chart))
         split = p[p["metric"].isin(TIME_SPLIT)]
         if not split.empty:
-            measured = store.scalar("SELECT sec_per_it FROM run_steady WHERE run_id = ?", [run_id])
+            measured = None if pd.isna(row.sec_per_it) else float(row.sec_per_it)
             section.blocks.append(
                 Block(f"run-{run_id}-time-split", charts.time_split(split, label, measured))
             )

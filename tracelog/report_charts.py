@@ -11,6 +11,7 @@ is SI (GB/s = 1e9 B/s, as nccl-tests prints it); message sizes are on a log axis
 
 from __future__ import annotations
 
+import io
 import re
 import warnings
 from collections.abc import Callable
@@ -18,7 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import altair as alt
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
 
 WIDTH = 720
 PANEL_HEIGHT = 150
@@ -43,44 +47,56 @@ class Figure:
     title: str | list[str]
     frames: dict[str, pd.DataFrame]
     shape: dict[str, Any] = field(default_factory=dict)
-    _csv: dict[str, alt.InlineData] = field(default_factory=dict, repr=False)
+    _csv: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict, repr=False)
+
+    def csv(self, role: str) -> tuple[str, dict[str, str]]:
+        """The role's data as CSV text and the Vega parse types of its columns."""
+        if role not in self._csv:
+            self._csv[role] = to_csv(self.frames[role])
+        return self._csv[role]
 
     def data(self, role: str) -> alt.InlineData:
-        if role not in self._csv:
-            self._csv[role] = inline(self.frames[role])
-        return self._csv[role]
+        text, parse = self.csv(role)
+        return alt.InlineData(values=text, format={"type": "csv", "parse": parse})
 
     def chart(self) -> alt.TopLevelMixin:
         """The Altair chart (for a notebook)."""
         return self.draw(self)
 
     def key(self) -> tuple[Any, ...]:
-        columns = tuple((role, tuple(frame.columns)) for role, frame in sorted(self.frames.items()))
-        parse = tuple((role, repr(self.data(role).format)) for role in sorted(self.frames))
-        return (self.draw.__qualname__, tuple(sorted(self.shape.items())), columns, parse)
+        columns = tuple((role, tuple(sorted(self.csv(role)[1].items()))) for role in sorted(self.frames))
+        return (self.draw.__qualname__, tuple(sorted(self.shape.items())), columns)
 
 
-def inline(frame: pd.DataFrame) -> alt.InlineData:
-    """A frame as CSV text inside the spec: integers stay exact, other floats keep 6 significant digits."""
-    out = frame.copy()
+def significant(values: np.ndarray, digits: int = 6) -> np.ndarray:
+    """Floats rounded to `digits` significant digits, so that they print short in CSV."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shift = digits - 1 - np.floor(np.log10(np.abs(values)))
+    shift = np.where(np.isfinite(shift), shift, 0)
+    up, down = 10.0 ** np.clip(shift, 0, None), 10.0 ** np.clip(-shift, 0, None)
+    return np.where(shift >= 0, np.round(values * up) / up, np.round(values / down) * down)
+
+
+def to_csv(frame: pd.DataFrame) -> tuple[str, dict[str, str]]:
+    """A frame as CSV (written by Arrow): integers exact, floats to 6 significant digits, NULL empty."""
+    columns: dict[str, Any] = {}
     parse: dict[str, str] = {}
-    for column in out.columns:
-        values = out[column]
-        if pd.api.types.is_bool_dtype(values):
-            out[column] = values.astype(int)
-            parse[column] = "number"
-        elif pd.api.types.is_numeric_dtype(values):
-            parse[column] = "number"
-            finite = values.dropna()
-            if (
-                pd.api.types.is_float_dtype(values)
-                and (finite == finite.round()).all()
-                and finite.abs().max() < 2**53
-            ):
-                out[column] = values.astype("Int64")
-    return alt.InlineData(
-        values=out.to_csv(index=False, float_format="%.6g"), format={"type": "csv", "parse": parse}
-    )
+    for name, values in frame.items():
+        key = str(name)
+        if not (pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values)):
+            columns[key] = pa.array(values.astype("string"), type=pa.string())
+            continue
+        parse[key] = "number"
+        numbers = values.to_numpy(dtype="float64", na_value=np.nan)
+        valid = np.isfinite(numbers)
+        finite = numbers[valid]
+        if (finite == np.round(finite)).all() and np.abs(finite).max(initial=0) < 2**53:
+            columns[key] = pa.array(np.where(valid, numbers, 0).astype(np.int64), mask=~valid)
+        else:
+            columns[key] = pa.array(significant(numbers), mask=~valid)
+    out = io.BytesIO()
+    pa_csv.write_csv(pa.table(columns), out, pa_csv.WriteOptions(quoting_style="needed"))
+    return out.getvalue().decode("utf-8"), parse
 
 
 def _lines(rows: list[tuple[float, str, str]], role: str) -> pd.DataFrame:
@@ -94,7 +110,7 @@ def _reference(data: alt.InlineData, axis: str = "y") -> alt.LayerChart:
     colour = alt.Color("colour:N", scale=None)
     if axis == "y":
         at: dict[str, Any] = {"y": alt.Y("value:Q")}
-        text = base.mark_text(align="right", baseline="bottom", dx=-2, dy=-2, fontSize=10)
+        text = base.mark_text(align="right", baseline="top", dx=-2, dy=2, fontSize=10)
         text = text.encode(**at, x=alt.value(WIDTH), text="label:N", color=colour)
     else:
         at = {"x": alt.X("value:Q")}

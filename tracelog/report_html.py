@@ -11,6 +11,7 @@ import functools
 import html
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -93,14 +94,28 @@ BENCH_COLUMNS = [
 
 @functools.cache
 def javascript_bundle() -> str:
-    """Vega, Vega-Lite and Vega-Embed as one script, from vl-convert (no network needed)."""
+    """Vega, Vega-Lite and Vega-Embed as one script, bundled by vl-convert with no network. Bundling
+    takes seconds, so the result is kept in the user's cache folder, keyed by the versions."""
     import vl_convert
 
     version = ".".join(alt.VEGALITE_VERSION.split(".")[:2])
+    if version not in vl_convert.get_vegalite_versions():
+        version = vl_convert.get_vegalite_versions()[-1]  # the latest it has reads our specs
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cached = cache_home / "tracelog" / f"vega-embed-{vl_convert.__version__}-vl{version}.js"
     try:
-        return str(vl_convert.javascript_bundle(vl_version=version))
-    except ValueError:  # this vl-convert bundles other Vega-Lite versions; its latest reads our specs
-        return str(vl_convert.javascript_bundle())
+        return cached.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    bundle = str(vl_convert.javascript_bundle(vl_version=version))
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(bundle, encoding="utf-8")
+        os.replace(partial, cached)
+    except OSError:  # a read-only home: bundle again next time
+        pass
+    return bundle
 
 
 class Specs:
@@ -111,7 +126,7 @@ class Specs:
         self.templates: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, str]] | None] = {}
 
     def __call__(self, figure: Figure) -> dict[str, Any]:
-        values = {role: str(figure.data(role).values) for role in figure.frames}
+        values = {role: figure.csv(role)[0] for role in figure.frames}
         key = figure.key()
         template = self.templates.get(key)
         if template is None:
