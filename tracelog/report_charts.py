@@ -99,22 +99,25 @@ def to_csv(frame: pd.DataFrame) -> tuple[str, dict[str, str]]:
     return out.getvalue().decode("utf-8"), parse
 
 
-def _lines(rows: list[tuple[float, str, str]], role: str) -> pd.DataFrame:
-    """Reference lines (value, label, colour); the role column keeps each role's data distinct."""
-    return pd.DataFrame(rows, columns=["value", "label", "colour"]).assign(role=role)
+def _lines(rows: list[tuple[float, str, str]], role: str, quiet: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Reference lines (value, label, colour); labels in `quiet` show in tooltips only. The role column
+    keeps each role's data distinct."""
+    frame = pd.DataFrame(rows, columns=["value", "label", "colour"])
+    return frame.assign(role=role, quiet=frame["label"].isin(quiet).astype(int))
 
 
 def _reference(data: alt.InlineData, axis: str = "y") -> alt.LayerChart:
     """Dashed labelled rules: spec figures, capacity, predictions."""
     base = alt.Chart(data)
+    labelled = base.transform_filter("datum.quiet != 1")
     colour = alt.Color("colour:N", scale=None)
     if axis == "y":
         at: dict[str, Any] = {"y": alt.Y("value:Q")}
-        text = base.mark_text(align="right", baseline="top", dx=-2, dy=2, fontSize=10)
+        text = labelled.mark_text(align="right", baseline="top", dx=-2, dy=2, fontSize=10)
         text = text.encode(**at, x=alt.value(WIDTH), text="label:N", color=colour)
     else:
         at = {"x": alt.X("value:Q")}
-        text = base.mark_text(align="left", baseline="top", dx=3, fontSize=10)
+        text = labelled.mark_text(align="left", baseline="top", dx=3, fontSize=10)
         text = text.encode(**at, y=alt.value(0), text="label:N", color=colour)
     tips = [alt.Tooltip("label:N", title="line"), alt.Tooltip("value:Q", format=",.4~g")]
     return alt.layer(base.mark_rule(strokeDash=[6, 3]).encode(**at, color=colour, tooltip=tips), text)
@@ -252,8 +255,10 @@ def memory(frame: pd.DataFrame, label: str, capacity: float | None, gpu_model: s
                 (0.9 * capacity, "90 %", ORANGE),
             ],
             "capacity",
+            quiet=("95 %", "90 %"),
         )
         what = f"capacity {capacity:,.0f} MiB" + (f" ({gpu_model})" if gpu_model else "")
+        what += "; dashed red: 95 %, orange: 90 % of it"
     else:
         what = "device capacity unknown: name the GPU with `tracelog ingest --gpu`"
     title = [f"{label}: peak memory per rank (MiB; bar: reserved, tick: allocated)", what]

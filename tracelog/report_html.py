@@ -189,11 +189,23 @@ def _table(
             text = html.escape(shown)
             if link and column == link[0]:
                 text = f'<a href="#{html.escape(safe_id(str(record[link[1]])))}">{text or "(unnamed)"}</a>'
-            cells.append(f'<td data-v="{html.escape(key)}">{text}</td>')
+            number = isinstance(record.get(column), int | float) and not isinstance(record.get(column), bool)
+            kind = ' class="n"' if number else ""
+            cells.append(f'<td{kind} data-v="{html.escape(key)}">{text}</td>')
         rows.append(f"<tr{attrs}>{''.join(cells)}</tr>")
     attrs = f' id="{table_id}"' if table_id else ""
     attrs += ' class="sortable"' if sortable else ""
     return f"<table{attrs}><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _facts(record: dict[str, Any], columns: list[tuple[str, str]]) -> str:
+    """One record as labelled values that wrap with the page (the known ones only)."""
+    items = []
+    for column, label in columns:
+        shown, _ = _cell(record.get(column))
+        if shown:
+            items.append(f"<div><dt>{html.escape(label)}</dt><dd>{html.escape(shown)}</dd></div>")
+    return f'<dl class="facts">{"".join(items)}</dl>'
 
 
 def _block(block: Block, specs: Specs) -> str:
@@ -216,7 +228,7 @@ def _block(block: Block, specs: Specs) -> str:
         table = _table(frame, ACROSS_COLUMNS, ("name", "anchor"), None, "across-table", True, "tags")
         return control + table
     if "run_id" in frame.columns:
-        return _table(frame, RUN_COLUMNS, table_id=None)
+        return _facts(frame.iloc[0].to_dict(), RUN_COLUMNS)
     return _table(frame, BENCH_COLUMNS, row_anchor=block.options.get("row_anchor"), sortable=True)
 
 
@@ -287,10 +299,11 @@ nav ol{columns:3;font-size:13px;padding-left:20px}
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px}
 th,td{border-bottom:1px solid #e4e4e4;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f6f6;position:sticky;top:0}table.sortable th{cursor:pointer}
-td{overflow-wrap:break-word}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#a35a00}
+td{overflow-wrap:anywhere}td.n{white-space:nowrap;overflow-wrap:normal}dd{overflow-wrap:anywhere}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#a35a00}
 .sev-info{color:#3b6ea8}tr.sev-critical td:first-child{border-left:4px solid #b3261e}
 tr.sev-warning td:first-child{border-left:4px solid #f58518}tr.sev-info td:first-child{border-left:4px solid #4c78a8}
-.chart{margin:12px 0}.hint{color:#888;font-size:12px}:target{scroll-margin-top:8px}
+.chart{margin:12px 0;min-height:120px}
+dl.facts{display:flex;flex-wrap:wrap;gap:4px 18px;font-size:13px}dl.facts div{display:flex;gap:5px}.hint{color:#888;font-size:12px}:target{scroll-margin-top:8px}
 tr:target td{background:#fff6d5}#flags-table td:nth-child(-n+2){white-space:nowrap}
 """
 
@@ -298,17 +311,32 @@ RENDER_JS = """
 (function () {
   const options = EMBED_OPTIONS;
   const views = {};
-  const nodes = Array.from(document.querySelectorAll("script[type='application/json'][data-chart]"));
-  const ready = Promise.all(nodes.map(async function (node) {
-    const target = document.getElementById(node.dataset.chart);
-    try {
-      views[node.dataset.chart] = (await vegaEmbed(target, JSON.parse(node.textContent), options)).view;
-    } catch (error) {
-      target.textContent = "This chart could not be drawn: " + error;
-      console.error(error);
+  const drawn = {};
+  // A chart is drawn when it comes near the viewport, so a report of hundreds of charts opens at once.
+  function draw(node) {
+    const id = node.dataset.chart;
+    if (!drawn[id]) {
+      drawn[id] = vegaEmbed(document.getElementById(id), JSON.parse(node.textContent), options).then(
+        function (result) { views[id] = result.view; },
+        function (error) {
+          document.getElementById(id).textContent = "This chart could not be drawn: " + error;
+          console.error(error);
+        });
     }
-  }));
-  window.tracelog = {views: views, ready: ready};
+    return drawn[id];
+  }
+  const nodes = Array.from(document.querySelectorAll("script[type='application/json'][data-chart]"));
+  const byId = {};
+  nodes.forEach(function (node) { byId[node.dataset.chart] = node; });
+  const observer = new IntersectionObserver(function (entries) {
+    entries.forEach(function (entry) {
+      if (entry.isIntersecting) { observer.unobserve(entry.target); draw(byId[entry.target.id]); }
+    });
+  }, {rootMargin: "100% 0px"});
+  nodes.forEach(function (node) { observer.observe(document.getElementById(node.dataset.chart)); });
+  function drawAll() { return Promise.all(nodes.map(draw)); }
+  window.addEventListener("beforeprint", drawAll);
+  window.tracelog = {views: views, drawAll: drawAll};
 
   document.querySelectorAll("table.sortable").forEach(function (table) {
     table.querySelectorAll("th").forEach(function (th, column) {

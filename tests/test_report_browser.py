@@ -1,0 +1,225 @@
+"""The report in a real headless Chromium: every chart drawn, no console error, no network request, and
+log text shown as text. Needs Debian's `chromium` (CI installs it); locally it skips without one.
+
+`python tests/test_report_browser.py` regenerates docs/report.png from the sample logs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.test_report import EVIL, EVIL_TAG, build_store  # noqa: E402
+from tracelog import report  # noqa: E402
+
+pytestmark = pytest.mark.browser
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: CI must run the browser tests")
+    pytest.skip(f"{reason}; install Debian's chromium (apt-get install chromium) to run the browser tests")
+
+
+def launch(playwright: Any) -> Any:
+    return playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if shutil.which("chromium") is None:
+        _missing("no chromium on PATH")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed (pip install '.[test]')")
+    with sync_playwright() as playwright:
+        opened = launch(playwright)
+        yield opened
+        opened.close()
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int]]:
+    folder = tmp_path_factory.mktemp("browser")
+    ids = build_store(folder / "t.duckdb")
+    return report.write_report(folder / "t.duckdb", folder / "report.html").path, ids
+
+
+class Opened:
+    """A page with the report open, every request routed and every console message, error and dialog kept."""
+
+    def __init__(self, browser: Any, path: Path) -> None:
+        self.requests: list[str] = []
+        self.console: list[tuple[str, str]] = []
+        self.dialogs: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.page.set_default_timeout(60_000)
+        self.page.route("**/*", self._route)
+        self.page.on("console", lambda message: self.console.append((message.type, message.text)))
+        self.page.on("pageerror", lambda error: self.console.append(("pageerror", str(error))))
+        self.page.on("dialog", self._dialog)
+        self.page.goto(path.as_uri())
+        self.page.evaluate("window.tracelog.drawAll()")
+
+    def _route(self, route: Any) -> None:
+        self.requests.append(route.request.url)
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            route.abort()
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def errors(self) -> list[tuple[str, str]]:
+        return [(kind, text) for kind, text in self.console if kind in ("error", "pageerror")]
+
+
+@pytest.fixture(scope="module")
+def opened(browser: Any, sample: tuple[Path, dict[str, int]]) -> Iterator[Opened]:
+    page = Opened(browser, sample[0])
+    yield page
+    page.page.close()
+
+
+def test_no_console_error_and_no_network_request(opened):
+    assert opened.errors() == []
+    assert [url for url in opened.requests if not url.startswith("file:")] == []
+    assert opened.requests and all(url.startswith("file:") for url in opened.requests)
+
+
+def test_every_chart_is_drawn_with_marks(opened):
+    counts = opened.page.evaluate(
+        """() => Array.from(document.querySelectorAll('.chart')).map(chart => [
+            chart.id,
+            chart.querySelectorAll('svg.marks').length,
+            chart.querySelectorAll('svg.marks g.role-mark > path, svg.marks g.role-mark > line, '
+                                   + 'svg.marks g.role-mark > text, svg.marks g.role-mark > g').length,
+        ])"""
+    )
+    assert len(counts) > 10
+    assert [c for c in counts if c[1] != 1 or c[2] == 0] == []
+    assert opened.page.get_by_text("This chart could not be drawn").count() == 0
+    assert opened.page.evaluate("Object.keys(window.tracelog.views).length") == len(counts)
+
+
+def test_a_script_in_a_run_name_shows_as_text(opened, sample):
+    _, ids = sample
+    page = opened.page
+    assert opened.dialogs == []
+    heading = page.get_by_role("heading", name=f"run {ids['evil']}: {EVIL}", exact=True)
+    assert heading.is_visible()
+    title = page.evaluate(
+        f"document.querySelector('#chart-run-{ids['evil']}-iterations svg.marks .role-title-text').textContent"
+    )
+    assert title == f"run {ids['evil']}: {EVIL}: per iteration"
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    specs = page.evaluate("document.querySelectorAll('script[type=\"application/json\"]').length")
+    assert page.evaluate("document.querySelectorAll('script').length") == specs + 2
+
+
+def test_tooltips_show_log_text_as_text(opened):
+    page = opened.page
+    page.evaluate(
+        """(name) => {
+            const view = window.tracelog.views['chart-across-runs'];
+            view.tooltip()(view, {clientX: 20, clientY: 20}, null, {name: name});
+        }""",
+        EVIL,
+    )
+    tooltip = page.locator("#vg-tooltip-element")
+    assert EVIL in tooltip.text_content()
+    assert tooltip.locator("script").count() == 0
+    assert opened.dialogs == []
+
+
+def test_the_tag_selector_filters_the_table_and_the_chart(opened, sample):
+    _, ids = sample
+    page = opened.page
+    page.select_option("#tag-filter", label=f"owner={EVIL_TAG}")
+    assert page.locator("#across-table tbody tr:not([hidden])").count() == 1
+    assert page.locator("#across-table tbody tr:not([hidden]) a").text_content() == EVIL
+    assert page.evaluate("window.tracelog.views['chart-across-runs'].signal('tag')") == f"owner={EVIL_TAG}"
+    page.select_option("#tag-filter", value="")
+    assert page.locator("#across-table tbody tr[hidden]").count() == 0
+
+
+def test_a_column_heading_sorts_the_table(opened):
+    page = opened.page
+    page.locator("#across-table th", has_text="GBS").click()
+    values = page.eval_on_selector_all(
+        "#across-table tbody tr td:nth-child(9)", "cells => cells.map(c => c.dataset.v)"
+    )
+    numbers = [float(v) for v in values if v]
+    assert numbers == sorted(numbers)
+
+
+def test_the_iteration_axis_zooms_and_the_hover_is_shared(opened, sample):
+    _, ids = sample
+    page = opened.page
+    chart = page.locator(f"#chart-run-{ids['llama']}-iterations svg.marks")
+    chart.scroll_into_view_if_needed()
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 90, steps=4)
+    page.mouse.wheel(0, -400)
+    page.wait_for_timeout(300)
+    view = f"window.tracelog.views['chart-run-{ids['llama']}-iterations']"
+    assert "it" in page.evaluate(f"{view}.signal('zoom')")
+    rules = chart.locator("g.mark-rule > path, g.mark-rule > line")
+    page.mouse.move(box["x"] - 20, box["y"] - 20)
+    page.wait_for_timeout(200)
+    before = rules.count()
+    page.mouse.move(box["x"] + box["width"] / 2 + 5, box["y"] + 95, steps=3)
+    page.wait_for_timeout(300)
+    assert len(page.evaluate(f"{view}.data('hover_store')")) == 1
+    assert rules.count() - before >= 2  # one hover rule in each panel of the run
+
+
+def screenshot(target: Path) -> None:
+    """docs/report.png: the report of the two Megatron sample logs, opened in the same headless Chromium."""
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    import tracelog
+
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)  # relative paths, as a user of the quick start sees them
+        shutil.copytree(ROOT / "sample_logs", "sample_logs")
+        tracelog.ingest(
+            ["sample_logs/megatron_lm_llama3_8b_h100.log"], db="tracelog.duckdb", gpu="h100-sxm5-80gb"
+        )
+        tracelog.ingest(["sample_logs/megatron_deepspeed_bloom_ugly.log"], db="tracelog.duckdb")
+        result = report.write_report("tracelog.duckdb", "report.html")
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page(viewport={"width": 1100, "height": 1800})
+            page.goto(result.path.resolve().as_uri())
+            page.evaluate("window.tracelog.drawAll()")
+            page.screenshot(path=str(target))
+            browser.close()
+        os.chdir(ROOT)
+
+
+if __name__ == "__main__":
+    screenshot(ROOT / "docs" / "report.png")
