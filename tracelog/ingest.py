@@ -1,7 +1,8 @@
 """Getting files into the store: path expansion, duplicate and growth detection, one transaction each.
 
 The parser streams batches keyed by `run_key` / `bench_key`; `SourceWriter` maps those keys to ids and
-writes each batch as it comes, so memory stays flat however large the file.
+writes each batch as it comes, so memory stays flat however large the file. The parser runs a few batches
+ahead on a worker thread while the store inserts on the calling thread (see `prefetched`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import glob
 import gzip
 import hashlib
 import os
+import queue
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,8 @@ from tracelog.errors import TracelogError
 from tracelog.parsers.base import Batch, LineSource, head_text
 from tracelog.store import Store
 
+PREFETCH_BATCHES = 8  # about two blocks of parsed batches waiting for the store
+INGEST_MEMORY_LIMIT = "256MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
 KEYED_BY_RUN = {"iterations", "iteration_metrics", "memory", "timers", "run_params"}
 KEYED_BY_BENCH = {"collectives", "p2p", "links", "bench_params", "bench_devices"}
 RUN_COLUMNS_SET_BY_USER = ("name", "gpu_model", "nodes", "gpus_per_node")
@@ -147,6 +152,62 @@ def read_head(stream: BinaryIO, path: str) -> bytes:
         line = head[: head.index(b"\x00")].count(b"\n") + 1
         raise TracelogError("binary file (NUL bytes), not a text log", path, line)
     return head
+
+
+@dataclass
+class _Raised:
+    error: BaseException
+
+
+_DONE = object()
+
+
+def prefetched(batches: Iterator[Batch], depth: int = PREFETCH_BATCHES) -> Iterator[Batch]:
+    """`batches`, produced on a worker thread up to `depth` ahead of the caller.
+
+    Parsing (polars) and inserting (DuckDB) both release the GIL, so with the parser running ahead both
+    cores work and memory stays bounded by the queue. The database stays on the calling thread: one
+    connection, one transaction. An exception in the parser (Ctrl-C included) is raised here; an exception
+    here stops the parser at its next batch.
+    """
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                if not put(batch):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the caller, who re-raises it
+            put(_Raised(exc))
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="tracelog-parse", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Raised):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=5)
 
 
 class AlreadyIngested(Exception):
@@ -355,7 +416,7 @@ def ingest_file(
                 head += stream.read(parsers.LONG_HEAD_BYTES - len(head))
                 parser = parsers.detect(head_text(head), path)
         try:
-            with store.transaction():
+            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction():
                 if replace is not None:
                     delete_source(store, replace)
                 result = _ingest_stream(
@@ -402,7 +463,7 @@ def _ingest_stream(
         previous_unparsed = 0
     writer = SourceWriter(store, source_id, options, skip_through_line=previous[2] if previous else 0)
     try:
-        for batch in parser.parse(source):
+        for batch in prefetched(parser.parse(source)):
             writer.write(batch)
     except TracelogError as exc:
         if exc.path is None:

@@ -7,18 +7,21 @@ order and recorded in `schema_version`, so an old database upgrades in place whe
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pandas as pd
 import polars as pl
 import pyarrow as pa
 
 from tracelog.errors import TracelogError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_DB = "tracelog.duckdb"
 DB_ENVVAR = "TRACELOG_DB"
@@ -43,6 +46,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, read_only: bool = False) -> None:
         self.path = str(path) if path is not None else default_db_path()
+        self._columns: dict[str, list[str]] = {}
         try:
             self.con = duckdb.connect(self.path, read_only=read_only)
         except duckdb.IOException as exc:
@@ -82,6 +86,7 @@ class Store:
                 self.con.execute(sql)
                 self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
             applied.append(version)
+        self._columns.clear()
         return applied
 
     @property
@@ -100,12 +105,30 @@ class Store:
             raise
         self.con.execute("COMMIT")
 
+    @contextmanager
+    def memory_limit(self, limit: str) -> Iterator[None]:
+        """DuckDB's memory cap lowered for a while (a bulk load), then put back as it was.
+
+        Appends in one long transaction are buffered up to DuckDB's limit (80% of RAM by default) before
+        they are written out; a lower cap makes them go to the file early and keeps the process flat.
+        """
+        previous = self.scalar("SELECT current_setting('memory_limit')")
+        self.con.execute(f"SET memory_limit = '{limit}'")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET memory_limit = '{previous}'")
+
     def columns(self, table: str) -> list[str]:
-        rows = self.con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-            [table],
-        ).fetchall()
-        return [r[0] for r in rows]
+        """The table's columns, looked up once per store (the schema changes only through `migrate`)."""
+        if table not in self._columns:
+            rows = self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                "ORDER BY ordinal_position",
+                [table],
+            ).fetchall()
+            self._columns[table] = [r[0] for r in rows]
+        return self._columns[table]
 
     def insert(self, table: str, rows: Any) -> int:
         """Insert a polars/pandas frame, Arrow table or list of dicts by column name; returns the count."""
@@ -114,13 +137,11 @@ class Store:
             return 0
         wanted = set(self.columns(table))
         keep = [c for c in frame.column_names if c in wanted]
-        frame = frame.select(keep)
-        self.con.register("_tracelog_batch", frame)
-        try:
-            cols = ", ".join(f'"{c}"' for c in keep)
-            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tracelog_batch")
-        finally:
-            self.con.unregister("_tracelog_batch")
+        _tracelog_batch = frame.select(keep)  # noqa: F841 (read by name: DuckDB's replacement scan)
+        # A replacement scan of a local, not register/unregister: a view dropped inside a transaction stays
+        # in it until commit (for rollback), and with it every batch of the file.
+        cols = ", ".join(f'"{c}"' for c in keep)
+        self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tracelog_batch")
         return frame.num_rows
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
@@ -139,7 +160,8 @@ def as_arrow(rows: Any) -> pa.Table:
         return rows
     if isinstance(rows, pl.DataFrame):
         return rows.to_arrow()
-    if isinstance(rows, pd.DataFrame):
+    pandas = sys.modules.get("pandas")  # a pandas frame means pandas is loaded; never import it here
+    if pandas is not None and isinstance(rows, pandas.DataFrame):
         return pa.Table.from_pandas(rows, preserve_index=False)
     if isinstance(rows, list):
         return pa.Table.from_pylist(rows) if rows else pa.table({})

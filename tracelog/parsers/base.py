@@ -41,6 +41,7 @@ class Block:
     first_line: int
     data: bytes
     _lines: list[str] | None = field(default=None, repr=False)
+    _line_count: int | None = field(default=None, repr=False)
 
     def _clean(self) -> bytes:
         return ANSI_ESCAPE.sub(b"", self.data) if b"\x1b" in self.data else self.data
@@ -74,13 +75,17 @@ class Block:
                 encoding="utf8-lossy",
             )
             frame = frame.with_columns(pl.col("line").fill_null(""))
+        self._line_count = frame.height
         return frame.with_row_index("line_no", offset=self.first_line).with_columns(
             pl.col("line_no").cast(pl.Int64)
         )
 
     @property
     def line_count(self) -> int:
-        return self.data.count(b"\n") + (0 if self.data.endswith(b"\n") else 1)
+        """Lines in the block: the height of its frame when one was made (counting is not free at GB/s)."""
+        if self._line_count is None:
+            self._line_count = self.data.count(b"\n") + (0 if self.data.endswith(b"\n") else 1)
+        return self._line_count
 
 
 class LineSource:
@@ -107,12 +112,12 @@ class LineSource:
                 self.bytes_read += len(chunk)
                 for callback in self.on_bytes:
                     callback(chunk)
-            data = rest + chunk
+            data = rest + chunk if rest else chunk
             if not chunk:
                 if data:
                     block = Block(next_line, data)
-                    self.lines_total += block.line_count
                     yield block
+                    self.lines_total += block.line_count
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0:
@@ -120,15 +125,91 @@ class LineSource:
                 continue
             rest = data[cut:]
             block = Block(next_line, data[:cut])
+            del data
+            yield block
+            # Counted after the parser had the block: its frame knows the count for free.
             count = block.line_count
             next_line += count
             self.lines_total += count
-            yield block
 
     def lines(self) -> Iterator[tuple[int, str]]:
         """(line number, text) for every line: for parsers whose formats are small."""
         for block in self.blocks():
             yield from enumerate(block.lines(), start=block.first_line)
+
+
+@dataclass(frozen=True)
+class PipeLayout:
+    """Where the values sit in a `key: value | key: value |` line, learned from one example line.
+
+    The lines of one log print the same keys in the same order, so once one line is understood the others
+    can be cut by position: split on `|`, check that each part starts with the example's key, cast the text
+    after it. That is a few vectorised string kernels per value instead of one regex search of the whole
+    line per key. `fits` says which lines have the layout; lines that do not (a key more or less, a value
+    that is not a plain number) are left to the parser's regex path, so a layout changes how fast a result
+    is found, never the result.
+    """
+
+    parts: tuple[str, ...]
+    keys: tuple[str | None, ...]  # per part: its text through ": ", or None for a part without a colon
+
+    @classmethod
+    def learn(cls, line: str, skip: int = 1) -> PipeLayout | None:
+        """The layout of `line`; the first `skip` parts are the caller's (an `iteration N/M` head)."""
+        parts = line.split("|")
+        keys: list[str | None] = [None] * min(skip, len(parts))
+        for part in parts[skip:]:
+            colon = part.find(":")
+            if colon < 0:
+                keys.append(None)
+            elif part[colon + 1 : colon + 2] == " " and part[colon + 2 :].find(":") < 0:
+                keys.append(part[: colon + 2])
+            else:
+                return None
+        return cls(tuple(parts), tuple(keys))
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def split(self, lines: pl.DataFrame, *keep: str) -> pl.DataFrame:
+        """`keep` columns, `_n` (how many parts the line has) and its parts `_p0`... (null past the end)."""
+        split = lines.select(*keep, pl.col("line").str.split("|").alias("_parts"))
+        parts = pl.col("_parts")
+        return split.select(
+            *keep,
+            parts.list.len().alias("_n"),
+            *(parts.list.get(k, null_on_oob=True).alias(f"_p{k}") for k in range(len(self.parts))),
+        )
+
+    def fits(self, skip: int = 1) -> pl.Expr:
+        """True where the split line has this layout: as many parts, the same keys, the same colon-less parts.
+
+        Whether the values are numbers is the caller's check (see `text` and `plain_number`).
+        """
+        checks = [pl.col("_n") == len(self.parts)]
+        for k in range(skip, len(self.parts)):
+            key, part = self.keys[k], pl.col(f"_p{k}")
+            checks.append(part.str.starts_with(key) if key is not None else part == self.parts[k])
+        return pl.all_horizontal(checks)
+
+    def text(self, k: int) -> pl.Expr:
+        """The text after the key of part `k`, spaces stripped (other whitespace makes it not a number)."""
+        key = self.keys[k]
+        assert key is not None
+        return pl.col(f"_p{k}").str.slice(len(key)).str.strip_chars(" ")
+
+
+def plain_number(text: pl.Expr, dtype: Any) -> tuple[pl.Expr, pl.Expr]:
+    """`text` as a number of `dtype`, and whether it is one number as a regex path would read it.
+
+    Floats: anything a float cast reads (digits, exponent, nan, inf), the cast the regex path applies to
+    what it extracted. Integers: bare digits only, as a `(\\d+)` pattern reads them (no sign).
+    """
+    if dtype in (pl.Int64, pl.Int32):
+        value = text.cast(pl.UInt64, strict=False).cast(dtype, strict=False)
+        return value, value.is_not_null() & ~text.str.starts_with("+")
+    value = text.cast(dtype, strict=False)
+    return value, value.is_not_null()
 
 
 def unparsed_rows(lines: list[tuple[int, str]]) -> Batch:

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 import regex
 
-from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.base import Batch, LineSource, PipeLayout, plain_number
 from tracelog.parsers.megatron_config import RunInfo
 
 FORMAT = "megatron"
@@ -94,6 +95,12 @@ STATEFUL_RX = (
     r"|time across ranks|\.\.\.: \(|padded vocab|-{3,}\s*arguments|end of arguments|estimated model parameters:"
 )
 
+# Literals every line some classification regex matches contains: one substring scan finds the few lines
+# the regexes need to see (argument blocks, configuration echoes, memory reports).
+SPECIAL_RX = (
+    r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
+    r"|time across ranks|\.\.\.: \(|padded vocab|estimated model parameters:|memory \(MB\) \|"
+)
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
 ITERATION_PART_RX = regex.compile(r"^\s*iteration\s+\d+")
@@ -141,19 +148,24 @@ def detect(head: str) -> int:
 
 @dataclass
 class _Carry:
-    """What one block hands the next: runs started, arguments-block state, last iteration per run."""
+    """What one block hands the next: runs started, arguments-block state, last iteration per run, and the
+    line layouts learned so far (a log keeps printing the same keys, so they are learned once)."""
 
     run_key: int = 0
     iterations_since_start: bool = False
     inside_args: int = 0
+    timer_block: bool = False
     last_iteration: dict[int, int] = field(default_factory=dict)
+    iteration_layouts: list[_IterationLayout] = field(default_factory=list)
+    timer_layouts: list[_TimerLayout] = field(default_factory=list)
 
 
-def parse(source: LineSource) -> Iterator[Batch]:
+def parse(source: LineSource, fast: bool = True) -> Iterator[Batch]:
+    """Batches of every table for a Megatron log; `fast=False` reads every line with the regexes only."""
     carry = _Carry()
     runs: dict[int, RunInfo] = {}
     for block in source.blocks():
-        yield from _parse_block(block.frame(), carry, runs)
+        yield from _parse_block(block.frame(), carry, runs, fast)
     for run in runs.values():
         yield Batch("runs", [run.record()])
 
@@ -162,6 +174,11 @@ def _ensure_run(runs: dict[int, RunInfo], key: int, line_no: int) -> RunInfo:
     if key not in runs:
         runs[key] = RunInfo(key, line_start=line_no)
     return runs[key]
+
+
+def _extend_run(runs: dict[int, RunInfo], key: int, low: int, high: int) -> None:
+    run = _ensure_run(runs, key, low)
+    run.line_end = max(run.line_end or 0, high)
 
 
 def _run_starts(markers: list[int], iteration_lines: list[int], carry: _Carry) -> list[int]:
@@ -184,68 +201,113 @@ def _run_starts(markers: list[int], iteration_lines: list[int], carry: _Carry) -
     return starts
 
 
-def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -> Iterator[Batch]:
+def _count_at_or_before(points: list[int], line_no: pl.Series, side: Any = "right") -> pl.Series:
+    """For each line, how many of the sorted `points` are at or before it (`side="left"`: before it)."""
+    return pl.Series(points, dtype=pl.Int64).search_sorted(line_no, side=side).cast(pl.Int32)
+
+
+def _among(line_nos: list[int]) -> pl.Expr:
+    return (
+        pl.col("line_no").is_in(pl.Series(line_nos, dtype=pl.Int64).implode()) if line_nos else pl.lit(False)
+    )
+
+
+def _parse_block(
+    frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo], fast: bool = True
+) -> Iterator[Batch]:
+    """One block: classify every line, then parse each kind of line a whole column at a time.
+
+    Classification scans every line only for plain literals (SIMD substring search); the regexes that decide
+    run boundaries, configuration lines and warnings then run on the few lines those literals select.
+    """
+    if frame.is_empty():
+        return
     line = pl.col("line")
-    args_start = line.str.contains(r"-{3,}\s*arguments\s*-{3,}") & ~line.str.contains(ARGS_END, literal=True)
-    args_end = line.str.contains(ARGS_END, literal=True)
-    is_iter = line.str.contains(ITER_MARK, literal=True) & line.str.contains(r"iteration\s+\d")
     frame = frame.with_columns(
-        args_start.alias("_start"),
-        args_end.alias("_end"),
-        is_iter.alias("_iter"),
-        (args_start | line.str.contains("using world size:", literal=True)).alias("_marker"),
+        line.str.contains(ITER_MARK, literal=True).alias("_iter"),
+        line.str.contains(TIMER_MARK, literal=True).alias("_timer"),
+        line.str.contains(SPECIAL_RX).alias("_special"),
     )
-    markers = frame.filter(pl.col("_marker"))["line_no"].to_list()
-    iteration_lines = frame.filter(pl.col("_iter"))["line_no"].to_list() if markers else []
-    starts = _run_starts(markers, iteration_lines, carry)
-    if not markers and not frame.filter(pl.col("_iter")).is_empty():
-        carry.iterations_since_start = True
-    frame = frame.with_columns(
-        (pl.col("line_no").is_in(starts).cast(pl.Int32).cum_sum() + carry.run_key).alias("run_key"),
-        (
-            pl.lit(carry.inside_args)
-            + pl.col("_start").cast(pl.Int32).cum_sum()
-            - (pl.col("_end").cast(pl.Int32).cum_sum() - pl.col("_end").cast(pl.Int32))
-            > 0
-        ).alias("_in_args"),
+    special = frame.filter(pl.col("_special")).select(
+        "line_no",
+        (line.str.contains(ARGS_START.pattern) & ~line.str.contains(ARGS_END, literal=True)).alias("start"),
+        line.str.contains(ARGS_END, literal=True).alias("end"),
+        line.str.contains("using world size:", literal=True).alias("world"),
+        line.str.contains(STATEFUL_RX).alias("state"),
+        line.str.contains(MEMORY_MARK, literal=True).alias("memory"),
     )
-    n_starts = int(frame["_start"].sum())
-    n_ends = int(frame["_end"].sum())
-    carry.inside_args = max(0, min(1, carry.inside_args + n_starts - n_ends))
+
+    candidates = frame.filter(pl.col("_iter")).select("line_no", "line")
+    fitted, unfitted = _iterations_by_layout(candidates, carry) if fast else (None, candidates)
+    is_iter = unfitted.select(line.str.contains(r"iteration\s+\d")).to_series()
+    slow_iters = unfitted.filter(is_iter)
+    not_iters = unfitted.filter(~is_iter)
+
+    markers = special.filter(pl.col("start") | pl.col("world"))["line_no"].to_list()
+    has_iterations = fitted is not None and not fitted.is_empty() or not slow_iters.is_empty()
+    if markers:
+        iteration_lines = sorted(
+            [*(fitted["line_no"].to_list() if fitted is not None else []), *slow_iters["line_no"].to_list()]
+        )
+        starts = _run_starts(markers, iteration_lines, carry)
+    else:
+        starts = []
+        if has_iterations:
+            carry.iterations_since_start = True
+    base_key = carry.run_key
+    run_key = (
+        pl.lit(base_key, dtype=pl.Int32)
+        if not starts
+        else pl.col("line_no").map_batches(lambda s: _count_at_or_before(starts, s) + base_key, pl.Int32)
+    ).alias("run_key")
+
+    arg_starts = special.filter(pl.col("start"))["line_no"].to_list()
+    arg_ends = special.filter(pl.col("end"))["line_no"].to_list()
+    inside = carry.inside_args
+    carry.inside_args = max(0, min(1, inside + len(arg_starts) - len(arg_ends)))
     carry.run_key += len(starts)
 
-    kind = (
-        pl.when(pl.col("_iter"))
-        .then(pl.lit("iter"))
-        .when(pl.col("_in_args") | line.str.contains(STATEFUL_RX))
-        .then(pl.lit("state"))
-        .when(line.str.contains(TIMER_MARK, literal=True))
-        .then(pl.lit("timer"))
-        .when(line.str.contains(MEMORY_MARK, literal=True))
-        .then(pl.lit("memory"))
-        .when(line.str.contains(WARNING_RX))
-        .then(pl.lit("event"))
-        .when(line.str.strip_chars() == "")
-        .then(pl.lit("blank"))
-        .otherwise(pl.lit("other"))
+    first_line, last_line = int(frame["line_no"][0]), int(frame["line_no"][-1])
+    key, low = base_key, first_line
+    for start in starts:
+        if start > low:
+            _extend_run(runs, key, low, start - 1)
+        key, low = key + 1, start
+    _extend_run(runs, key, low, last_line)
+
+    rest = frame.filter(~pl.col("_iter")).select("line_no", "line", "_timer")
+    if not not_iters.is_empty():
+        rest = pl.concat(
+            [rest, not_iters.join(frame.select("line_no", "_timer"), on="line_no")], how="vertical"
+        ).sort("line_no", maintain_order=True)
+    rest = rest.with_columns(run_key)
+    state_lines = special.filter(pl.col("state"))["line_no"].to_list()
+    memory_lines = special.filter(pl.col("memory"))["line_no"].to_list()
+    state = pl.lit(False)
+    if inside or arg_starts or arg_ends:
+        in_args = (
+            pl.col("line_no").map_batches(
+                lambda s: (
+                    inside + _count_at_or_before(arg_starts, s) - _count_at_or_before(arg_ends, s, "left")
+                ),
+                pl.Int32,
+            )
+            > 0
+        )
+        state = state | in_args
+    rest = rest.with_columns(
+        (state | _among(state_lines)).alias("_state"), _among(memory_lines).alias("_memory")
     )
-    frame = frame.with_columns(kind.alias("kind")).drop("_start", "_end", "_iter", "_marker")
+    is_timer = ~pl.col("_state") & pl.col("_timer")
+    is_memory = ~pl.col("_state") & ~pl.col("_timer") & pl.col("_memory")
+    plain = rest.filter(~pl.col("_state") & ~pl.col("_timer") & ~pl.col("_memory"))
 
-    for key, lo, hi in (
-        frame.group_by("run_key")
-        .agg(pl.col("line_no").min().alias("lo"), pl.col("line_no").max().alias("hi"))
-        .iter_rows()
-    ):
-        run = _ensure_run(runs, key, lo)
-        run.line_end = max(run.line_end or 0, hi)
-
-    iters = frame.filter(pl.col("kind") == "iter")
-    iteration_rows = _iterations(iters) if not iters.is_empty() else None
+    iteration_rows = _iteration_rows(fitted, slow_iters, run_key)
     if iteration_rows is not None:
         yield Batch("iterations", iteration_rows.drop("_extra"))
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
-            yield Batch("iteration_metrics", _generic_metrics(iters, extra))
+            yield Batch("iteration_metrics", _generic_metrics(candidates, extra))
         for row in (
             iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows()
         ):
@@ -253,13 +315,13 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
                 runs[row[0]].tflops_seen = True
 
     anchors = _iteration_anchors(iteration_rows, carry)
-    stateful = frame.filter(pl.col("kind") == "state")
+    stateful = rest.filter(pl.col("_state"))
     if not stateful.is_empty():
         yield from _stateful(stateful, carry, runs, anchors)
-    timers = frame.filter(pl.col("kind") == "timer")
+    timers = rest.filter(is_timer)
     if not timers.is_empty():
-        yield Batch("timers", _timers(timers, anchors))
-    memory = frame.filter(pl.col("kind") == "memory")
+        yield Batch("timers", _timers(timers, anchors, carry, fast))
+    memory = rest.filter(is_memory)
     if not memory.is_empty():
         yield Batch("memory", _memory(memory, anchors))
     if iteration_rows is not None:
@@ -267,13 +329,14 @@ def _parse_block(frame: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo]) -
             if it is not None:
                 carry.last_iteration[key] = it
 
-    events = frame.filter(pl.col("kind") == "event")
+    warned = plain.select(line.str.contains(WARNING_RX)).to_series()
+    events = plain.filter(warned)
     if not events.is_empty():
         yield Batch(
             "events",
             events.select("line_no", "run_key", _event_kind().alias("kind"), pl.col("line").alias("text")),
         )
-    other = frame.filter(pl.col("kind") == "other")
+    other = plain.filter(~warned).filter(line.str.strip_chars() != "")
     if not other.is_empty():
         yield Batch("unparsed", other.select("line_no", pl.col("line").alias("text")))
 
@@ -286,7 +349,51 @@ def _event_kind() -> pl.Expr:
     return expr.otherwise(pl.lit("warning"))
 
 
+ITERATION_COLUMNS = (
+    "line_no",
+    "iteration",
+    "train_iters",
+    "consumed_samples",
+    "consumed_tokens",
+    "learning_rate",
+    "global_batch_size",
+    "lm_loss",
+    "loss_scale",
+    "grad_norm",
+    "num_zeros",
+    "skipped",
+    "nan",
+    "samples_per_s",
+    "tflops_reported",
+    "ts",
+    "rank",
+    "elapsed_raw",
+    "_ms",
+    "_extra",
+)
+
+
+def _iteration_rows(
+    fitted: pl.DataFrame | None, slow_lines: pl.DataFrame, run_key: pl.Expr
+) -> pl.DataFrame | None:
+    """Rows of both paths in line order, with their run key; None when the block has no iteration line."""
+    frames = [
+        f for f in (fitted, _iterations(slow_lines) if not slow_lines.is_empty() else None) if f is not None
+    ]
+    frames = [f for f in frames if not f.is_empty()]
+    if not frames:
+        return None
+    rows = frames[0] if len(frames) == 1 else pl.concat(frames).sort("line_no", maintain_order=True)
+    rows = rows.rechunk()
+    # One division for both paths: polars divides a column by a scalar through its reciprocal.
+    elapsed_s = (
+        pl.when(pl.col("_ms")).then(pl.col("elapsed_raw") / 1000.0).otherwise(pl.col("elapsed_raw"))
+    ).alias("elapsed_s")
+    return rows.select("line_no", run_key, *ITERATION_COLUMNS[1:-3], elapsed_s, "_extra")
+
+
 def _iterations(iters: pl.DataFrame) -> pl.DataFrame:
+    """Iteration lines read with one regex per key: every era and fork, whatever order the keys come in."""
     line = pl.col("line")
     cols = [
         line.str.extract(pattern, 1).cast(dtype, strict=False).alias(name)
@@ -297,7 +404,8 @@ def _iterations(iters: pl.DataFrame) -> pl.DataFrame:
         for name in ITER_FIELDS
         if name not in ("iteration", "train_iters")
     ]
-    rows = iters.with_columns(
+    rows = iters.select(
+        "line_no",
         *cols,
         line.str.contains(r"elapsed time per iteration \(ms\)").alias("_ms"),
         line.str.extract(TIMESTAMP, 1)
@@ -312,15 +420,181 @@ def _iterations(iters: pl.DataFrame) -> pl.DataFrame:
         ),
     )
     rows = rows.with_columns(
-        pl.when(pl.col("_ms"))
-        .then(pl.col("elapsed_raw") / 1000.0)
-        .otherwise(pl.col("elapsed_raw"))
-        .alias("elapsed_s"),
         (pl.col("_fields").cast(pl.Int32) > pl.sum_horizontal(known_fields)).alias("_extra"),
     )
-    return rows.filter(pl.col("iteration").is_not_null()).drop(
-        "line", "kind", "_in_args", "_ms", "elapsed_raw", "_fields"
+    return rows.filter(pl.col("iteration").is_not_null()).select(ITERATION_COLUMNS)
+
+
+@dataclass(frozen=True)
+class _IterationLayout:
+    """An iteration line's layout, learned from one line the regex path read.
+
+    Part 0 is a head (`head`: constant text, or `head` + `[timestamp]` + `tail` when `stamped`), `iteration`,
+    the number, `/` at `slash`, the total. Every other part is a key and a plain number (`columns`: column ->
+    part), an unknown key whose value must stay free of `:`, `[` and `iteration` (`free`, so no regex could
+    match differently inside it), or a part without a colon that must be the same on every line. On a line
+    that fits, everything the regex path reads outside those numbers and the timestamp is what it read on the
+    example line (`example`): rank, extra keys, missing keys.
+    """
+
+    parts: PipeLayout
+    head: str
+    stamped: bool
+    tail: str
+    slash: int
+    columns: dict[str, int]
+    free: tuple[int, ...]
+    example: dict[str, Any]
+
+    @property
+    def number_at(self) -> int:
+        return len(self.head) + (21 + len(self.tail) if self.stamped else 0) + len("iteration")
+
+    def read(self, lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(rows of the lines that fit, the lines that do not).
+
+        Three passes of vectorised kernels: split, cut the texts out and check the shape, cast and check.
+        """
+        split = self.parts.split(lines, "line_no")
+        p0 = pl.col("_p0")
+        number_at = self.number_at
+        texts = {
+            "iteration": p0.str.slice(number_at, self.slash - number_at).str.strip_chars(),
+            "train_iters": p0.str.slice(self.slash + 1).str.strip_chars(),
+            **{name: self.parts.text(k) for name, k in self.columns.items()},
+        }
+        shape = [self.parts.fits(), p0.str.slice(self.slash, 1) == "/"]
+        if self.stamped:
+            stamp = p0.str.slice(len(self.head) + 1, 19)
+            texts["stamp"] = stamp
+            shape.append(p0.str.starts_with(self.head + "["))
+            shape.append(
+                p0.str.slice(len(self.head) + 20, len(self.tail) + 11) == "]" + self.tail + "iteration "
+            )
+            shape.append(stamp.str.contains(TIMESTAMP_SHAPE))
+        else:
+            shape.append(p0.str.starts_with(self.head + "iteration "))
+        shape.extend(~self.parts.text(k).str.contains(r"[:\[]|iteration") for k in self.free)
+        split = split.select(
+            "line_no",
+            *(text.alias(f"_t_{name}") for name, text in texts.items()),
+            pl.all_horizontal(shape).alias("_shape"),
+        )
+        values, checks = [], [pl.col("_shape")]
+        for name in ("iteration", "train_iters", *self.columns):
+            value, ok = plain_number(pl.col(f"_t_{name}"), ITERATION_DTYPES[name])
+            values.append(value.alias(name))
+            checks.append(ok)
+        if self.stamped:
+            values.append(
+                pl.col("_t_stamp")
+                .str.replace("T", " ", literal=True)
+                .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, cache=False)
+                .alias("ts")
+            )
+        split = split.select("line_no", *values, pl.all_horizontal(checks).fill_null(False).alias("_fit"))
+        fit = split["_fit"]
+        out = []
+        for name in ITERATION_COLUMNS:
+            if name in ("line_no", "iteration", "train_iters") or name in self.columns:
+                out.append(pl.col(name))
+            elif name == "ts" and self.stamped:
+                out.append(pl.col("ts"))
+            else:
+                out.append(pl.lit(self.example[name], dtype=ITERATION_DTYPES[name]).alias(name))
+        return split.filter(fit).select(out), lines.filter(~fit)
+
+
+ITERATION_DTYPES: dict[str, Any] = {
+    **{name: dtype for name, (_, dtype) in ITER_FIELDS.items()},
+    "line_no": pl.Int64,
+    "ts": pl.Datetime("us"),
+    "rank": pl.Int32,
+    "_ms": pl.Boolean,
+    "_extra": pl.Boolean,
+}
+TIMESTAMP_SHAPE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
+PLAIN_HEAD_RX = regex.compile(r" +[0-9]+ */ *[0-9]+ *")
+ITER_FIELD_RX = {name: regex.compile(pattern) for name, (pattern, _) in ITER_FIELDS.items()}
+LAYOUTS_KEPT = 8
+LEARN_TRIES = 4
+
+
+def _learn_iteration_layout(line: str) -> _IterationLayout | None:
+    """The layout of one iteration line, or None when it is not a shape the fast path reads exactly."""
+    parts = PipeLayout.learn(line)
+    if parts is None:
+        return None
+    part0 = parts.parts[0]
+    at = part0.find("iteration")
+    if at < 0 or not PLAIN_HEAD_RX.fullmatch(part0[at + len("iteration") :]):
+        return None
+    head, stamped, tail = part0[:at], False, ""
+    stamp = TIMESTAMP_RX.search(line)
+    if stamp is not None and stamp.end() <= at and stamp.end() - stamp.start() == 21:
+        head, stamped, tail = part0[: stamp.start()], True, part0[stamp.end() : at]
+    columns: dict[str, int] = {}
+    free = []
+    for k, key in enumerate(parts.keys):
+        if key is None:
+            continue
+        claims = [name for name, rx in ITER_FIELD_RX.items() if rx.search(key + "0")]
+        if len(claims) > 1 or any(name in ("iteration", "train_iters") for name in claims):
+            return None
+        if not claims:
+            free.append(k)
+            continue
+        match = ITER_FIELD_RX[claims[0]].search(key + "0")
+        if claims[0] in columns or match is None or match.start(1) != len(key):
+            return None
+        columns[claims[0]] = k
+    if any(
+        rx.search(part0) for name, rx in ITER_FIELD_RX.items() if name not in ("iteration", "train_iters")
+    ):
+        return None
+    example_frame = pl.DataFrame(
+        {"line_no": [0], "line": [line]}, schema={"line_no": pl.Int64, "line": pl.String}
     )
+    slow = _iterations(example_frame)
+    if slow.is_empty():
+        return None
+    layout = _IterationLayout(
+        parts=parts,
+        head=head,
+        stamped=stamped,
+        tail=tail,
+        slash=part0.index("/", at),
+        columns=columns,
+        free=tuple(free),
+        example=slow.row(0, named=True),
+    )
+    fast, _ = layout.read(example_frame)
+    return layout if fast.fill_nan(None).equals(slow.fill_nan(None)) else None
+
+
+def _iterations_by_layout(candidates: pl.DataFrame, carry: _Carry) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rows of the candidate lines that fit a learned layout, the candidate lines left for the regexes)."""
+    done = []
+    left = candidates
+    for layout in list(carry.iteration_layouts):
+        if left.is_empty():
+            break
+        rows, left = layout.read(left)
+        done.append(rows)
+    skipped = 0
+    while left.height > skipped and skipped < LEARN_TRIES:
+        learned = _learn_iteration_layout(left["line"][skipped])
+        if learned is None:
+            skipped += 1
+            continue
+        carry.iteration_layouts.insert(0, learned)
+        del carry.iteration_layouts[LAYOUTS_KEPT:]
+        rows, left = learned.read(left)
+        done.append(rows)
+    done = [rows for rows in done if not rows.is_empty()]
+    if not done:
+        return candidates.head(0).select("line_no"), left
+    return (done[0] if len(done) == 1 else pl.concat(done).sort("line_no")), left
 
 
 def _generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, Any]]:
@@ -406,7 +680,23 @@ def _attach_iteration(rows: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame
     return rows.join_asof(anchors, on="line_no", by="run_key", strategy="backward", check_sortedness=False)
 
 
-def _timers(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+def _timers(timers: pl.DataFrame, anchors: pl.DataFrame, carry: _Carry, fast: bool = True) -> pl.DataFrame:
+    """`time (ms) | name: value | ...` lines as one row per timer, attached to the iteration before them."""
+    frames = []
+    left = timers
+    if fast:
+        for layout, lines in _timers_by_layout(timers, carry):
+            if not lines.is_empty():
+                frames.append(layout.unpivot(_attach_iteration(lines, anchors)))
+            left = left.filter(~pl.col("line_no").is_in(lines["line_no"].implode()))
+    if not left.is_empty():
+        frames.append(_timers_by_regex(left, anchors))
+    if len(frames) == 1:
+        return frames[0]
+    return pl.concat(frames).sort("line_no", maintain_order=True)
+
+
+def _timers_by_regex(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
     parts = (
         timers.select("line_no", "run_key", pl.col("line").str.split("|").list.slice(1).alias("part"))
         .explode("part")
@@ -430,6 +720,86 @@ def _timers(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
         .drop("part", "_min", "_max")
     )
     return _attach_iteration(parts, anchors)
+
+
+@dataclass(frozen=True)
+class _TimerLayout:
+    """A `time (ms) |` line's layout: which parts hold a timer, and its name as the regex path reads it."""
+
+    parts: PipeLayout
+    names: tuple[str, ...]
+    keyed: tuple[int, ...]
+
+    def read(self, lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(line_no, run_key and one value column per timer of the lines that fit, the lines that do not)."""
+        split = self.parts.split(lines, "line_no", "run_key")
+        values, checks = [], [self.parts.fits()]
+        for i, k in enumerate(self.keyed):
+            value, ok = plain_number(self.parts.text(k), pl.Float64)
+            values.append(value.alias(f"_v{i}"))
+            checks.append(ok)
+        split = split.select(
+            "line_no", "run_key", *values, pl.all_horizontal(checks).fill_null(False).alias("_fit")
+        )
+        fit = split["_fit"]
+        return split.filter(fit).drop("_fit"), lines.filter(~fit)
+
+    def unpivot(self, lines: pl.DataFrame) -> pl.DataFrame:
+        """One row per timer, in line order then part order, like the regex path's rows."""
+        count, height = len(self.names), lines.height
+        row = pl.int_range(0, height * count, eager=True)
+        times = np.column_stack([lines[f"_v{i}"].to_numpy() for i in range(count)]).ravel()
+        return lines.select("line_no", "run_key", "iteration")[row // count].select(
+            "line_no",
+            "run_key",
+            pl.Series("name", self.names).gather(row % count),
+            pl.Series("time_ms", times),
+            pl.lit(None, dtype=pl.Float64).alias("time_min_ms"),
+            "iteration",
+        )
+
+
+def _learn_timer_layout(line: str) -> _TimerLayout | None:
+    parts = PipeLayout.learn(line)
+    if parts is None:
+        return None
+    keyed = tuple(k for k, key in enumerate(parts.keys) if key is not None)
+    example = pl.DataFrame(
+        {"line_no": [0], "run_key": [0], "line": [line]},
+        schema={"line_no": pl.Int64, "run_key": pl.Int32, "line": pl.String},
+    )
+    no_anchors = _iteration_anchors(None, _Carry())
+    slow = _timers_by_regex(example, no_anchors)
+    if slow.height != len(keyed) or not keyed:
+        return None
+    layout = _TimerLayout(parts, tuple(slow["name"].to_list()), keyed)
+    fitted, _ = layout.read(example)
+    if fitted.is_empty():
+        return None
+    fast = layout.unpivot(_attach_iteration(fitted, no_anchors))
+    return layout if fast.select(slow.columns).equals(slow) else None
+
+
+def _timers_by_layout(timers: pl.DataFrame, carry: _Carry) -> list[tuple[_TimerLayout, pl.DataFrame]]:
+    """The timer lines that fit a learned layout, per layout (learning new ones from lines that fit none)."""
+    out = []
+    left = timers
+    for layout in list(carry.timer_layouts):
+        if left.is_empty():
+            return out
+        fitted, left = layout.read(left)
+        out.append((layout, fitted))
+    skipped = 0
+    while left.height > skipped and skipped < LEARN_TRIES:
+        learned = _learn_timer_layout(left["line"][skipped])
+        if learned is None:
+            skipped += 1
+            continue
+        carry.timer_layouts.insert(0, learned)
+        del carry.timer_layouts[LAYOUTS_KEPT:]
+        fitted, left = learned.read(left)
+        out.append((learned, fitted))
+    return out
 
 
 def _memory(memory: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
