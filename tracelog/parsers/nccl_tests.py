@@ -1,0 +1,539 @@
+"""nccl-tests output (`all_reduce_perf`, `all_gather_perf`, ... any `*_perf` binary), every layout it has printed.
+
+What the tool prints and where it lands (nccl-tests `src/common.cu`, `src/util.cu`):
+
+- `# nccl-tests version 2.18.3 nccl-headers=... nccl-library=...`, `# Collective test starting: X_perf`,
+  `# nThread 1 nGpus 8 minBytes ... step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1
+  graph: 0 unalign: 0` (older versions stop earlier; rccl-tests writes `nThread:` and `warmupIters:`),
+  `NCCL version 2.x`, the `# Blocking/Parallel Init/Per-Iteration` notes and a shell command naming the
+  binary: `bench_params`, one row per field, names as printed.
+- `#  Rank  0 Group  0 Pid 1234 on host device  0 [0000:07:00] NVIDIA A100-SXM4-80GB` (older: no
+  `Group`, `#   Rank`, `#Rank`, bus id `[0x07]`): `bench_devices`; ranks, nodes (distinct hosts), GPUs
+  per node (when every host has the same count) and the GPU name of the bench come from these lines.
+- The table: its column header decides the layout (`size count type [redop] [root]`, then per placement
+  `time|cputime algbw busbw #wrong|error`, optionally the per-iteration `i_min i_max i_p99 i_cv%` and a
+  trailing timestamp). Each data line gives one `collectives` row per placement (out-of-place, in-place).
+  `#wrong` is a count (`N/A` without validation: NULL); the older `error` column is the largest relative
+  error, not a count, so `wrong` stays NULL and the bench gets a `max_error` parameter. Root -1 and
+  redop `none` mean "does not apply" and are stored as NULL. Without a header the layout is inferred from
+  the number of fields.
+- `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth : X`: the bench's `out_of_bounds` and
+  `avg_busbw_gbps`, and events.
+- `NCCL WARN` lines, `Test NCCL failure`, `Test CUDA failure`, `Test failure`, timeouts, MPI aborts and
+  crashes: events; a failure before the footer marks the bench `failed`.
+
+A bench is `complete` when its footer was printed, `data_error` when a row had `#wrong` > 0 or values were
+out of bounds, `partial` when its table stopped before the footer, `failed` when it stopped on an error or
+printed no row. The collective is the one named by `Collective test starting:` or by a `*_perf` command
+line; failing both, an all-reduce is recognised by its busbw/algbw factor 2(n-1)/n (nccl-tests
+doc/PERFORMANCE.md), which no other collective has for n > 2, and `collective_source` says which.
+
+MPI launchers prefix lines (`[1,0]<stdout>:`, `host: `, `0: `, timestamps); a line is read as printed
+first and then without its prefix. NCCL INFO lines and anything else not listed here go to `unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from tracelog.parsers.base import Batch, LineSource
+
+FORMAT = "nccl_tests"
+VERSION = "1"
+TOOL = "nccl-tests"
+FLUSH_ROWS = 5000
+
+PREFIX_RX = re.compile(
+    r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+"
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"
+    r"|(?P<host>[A-Za-z0-9][\w.\-]*):\s+)"
+)
+VERSION_RX = re.compile(r"^#\s*nccl-tests version\s+(\S+)(.*)$")
+STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+CONCLUDED_RX = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
+NTHREAD_RX = re.compile(r"^#\s*nThread:?\s+\d+")
+HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]*?):?\s+(\d[^\s]*)")
+DEVICE_RX = re.compile(
+    r"^#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)
+OOB_RX = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+AVG_RX = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
+NOTE_RX = re.compile(
+    r"^#\s*(Blocking Enabled|Parallel Init Enabled|Per-Iteration Report|Writing JSON output to|Writing results to file"
+    r"|GPU memory usage|Reducing maxBytes|skipping json output)\s*:?\s*(.*?)\s*$"
+)
+ERROR_LINE_RX = re.compile(r"^#\s*error:\s*(.*?)\s*$")
+NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
+RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
+NCCL_WARN_RX = re.compile(r"\bNCCL WARN\b")
+FAILURE_RX = re.compile(
+    r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|MPI_ABORT|mpirun noticed|exited on signal"
+    r"|Segmentation fault|srun: error|terminate called|\bAborted\b|\bKilled\b|Bus error"
+)
+COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
+UNITS_RX = re.compile(r"^#\s*\(B\)")
+NUMBER_RX = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+
+# nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor; only all_reduce has 2(n-1)/n.
+ALL_REDUCE_FACTOR_TOLERANCE = 0.01
+
+PLACEMENTS = ("out-of-place", "in-place")
+PREFIX_NAMES = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type"}
+PREFIX_NAMES |= {"redop": "redop", "op": "redop", "root": "root"}
+GROUP_NAMES = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw"}
+GROUP_NAMES |= {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
+
+
+def detect(head: str) -> int:
+    score = 0
+    for line in head.split("\n"):
+        body = strip_prefix(line.strip())[0].strip()
+        if NTHREAD_RX.match(body) or STARTING_RX.match(body) or VERSION_RX.match(body):
+            return 50
+        if DEVICE_RX.match(body) or (body.startswith("#") and "algbw" in body and "busbw" in body):
+            score = 40
+    return score
+
+
+def strip_prefix(line: str) -> tuple[str, str | None]:
+    """The line without launcher prefixes (MPI tags, `host: `, timestamps), and the host one named."""
+    host = None
+    for _ in range(3):
+        match = PREFIX_RX.match(line)
+        if not match or match.end() == 0:
+            break
+        host = match.group("host") or host
+        line = line[match.end() :]
+    return line, host
+
+
+class Emitter:
+    """Rows per table, handed out as batches every `FLUSH_ROWS` rows so memory stays flat."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[dict[str, Any]]] = {}
+        self.count = 0
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.tables.setdefault(table, []).append(row)
+        self.count += 1
+
+    def due(self) -> bool:
+        return self.count >= FLUSH_ROWS
+
+    def flush(self) -> Iterator[Batch]:
+        for table, rows in self.tables.items():
+            if rows:
+                yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
+        self.tables = {}
+        self.count = 0
+
+
+@dataclass
+class Layout:
+    """Where the fields of a data line sit: the leading columns, then one group per placement."""
+
+    prefix: list[str]
+    group: list[str]
+    timestamp: bool = False
+
+    @classmethod
+    def from_header(cls, text: str) -> Layout | None:
+        names = [t.lower() for t in text.lstrip("#").split()]
+        if "algbw" not in names or "busbw" not in names:
+            return None
+        times = [i for i, n in enumerate(names) if n in ("time", "cputime")]
+        if not times:
+            return None
+        prefix = [PREFIX_NAMES.get(n, n) for n in names[: times[0]]]
+        end = times[1] if len(times) > 1 else len(names)
+        group = [GROUP_NAMES.get(n, n) for n in names[times[0] : end]]
+        return cls(prefix, group, timestamp=names[-1] == "timestamp")
+
+    @classmethod
+    def infer(cls, tokens: list[str]) -> Layout | None:
+        """The layout of a data line seen without a header, from its number of fields."""
+        base = ["time", "algbw", "busbw", "wrong"]
+        per_iter = base + ["i_min", "i_max", "i_p99", "i_cv"]
+        n = len(tokens)
+        if n == 13:
+            return cls(["size", "count", "type", "redop", "root"], base)
+        if n == 15 and re.match(r"\d\d:\d\d:\d\d$", tokens[-1]):
+            return cls(["size", "count", "type", "redop", "root"], base, timestamp=True)
+        if n == 21:
+            return cls(["size", "count", "type", "redop", "root"], per_iter)
+        if n == 12:
+            fourth = "root" if re.match(r"-?\d+$", tokens[3]) else "redop"
+            return cls(["size", "count", "type", fourth], base)
+        if n == 11:
+            return cls(["size", "count", "type"], base)
+        return None
+
+    def split(self, tokens: list[str]) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]] | None:
+        """The leading fields and, per placement printed, its fields; None if the line does not fit."""
+        if self.timestamp and len(tokens) >= 2 and re.match(r"\d\d:\d\d:\d\d$", tokens[-1]):
+            tokens = tokens[:-2]
+        p, g = len(self.prefix), len(self.group)
+        if len(tokens) == p + 2 * g:
+            placements = list(PLACEMENTS)
+        elif len(tokens) == p + g:  # trace replay prints the in-place half only
+            placements = ["in-place"]
+        else:
+            return None
+        head = dict(zip(self.prefix, tokens[:p], strict=True))
+        groups = []
+        for k, placement in enumerate(placements):
+            part = tokens[p + k * g : p + (k + 1) * g]
+            groups.append((placement, dict(zip(self.group, part, strict=True))))
+        return head, groups
+
+
+def _number(text: str | None) -> float | None:
+    if text is None or text.upper() == "N/A":
+        return None
+    return float(text) if NUMBER_RX.match(text) or text.lower() in ("nan", "inf") else None
+
+
+@dataclass
+class _Bench:
+    key: int
+    line_start: int
+    line_end: int
+    phase: int = 0  # 0 version, 1 starting, 2 nThread, 3 devices, 4 table header, 5 rows, 6 footer
+    collective: str | None = None
+    collective_source: str | None = None
+    layout: Layout | None = None
+    devices: list[tuple[str, str]] = field(default_factory=list)  # (host, gpu name)
+    types: dict[str, None] = field(default_factory=dict)
+    redops: dict[str, None] = field(default_factory=dict)
+    rows: int = 0
+    last_size: int | None = None
+    wrong_total: int | None = None
+    max_error: tuple[float, int] | None = None
+    best: tuple[float, float] | None = None  # (algbw, busbw) of the row with the largest algbw
+    out_of_bounds: int | None = None
+    avg_busbw: float | None = None
+    footer: bool = False
+    failed: bool = False
+
+    def record(self) -> dict[str, Any]:
+        hosts = list(dict.fromkeys(h for h, _ in self.devices))
+        per_host = Counter(h for h, _ in self.devices)
+        names = list(dict.fromkeys(n for _, n in self.devices if n))
+        ranks = len(self.devices) or None
+        return {
+            "bench_key": self.key,
+            "tool": TOOL,
+            "collective": self.collective,
+            "ranks": ranks,
+            "nodes": len(hosts) or None,
+            "gpus_per_node": per_host[hosts[0]] if hosts and len(set(per_host.values())) == 1 else None,
+            "gpu_name": ", ".join(names) or None,
+            "dtype": ",".join(self.types) or None,
+            "redop": ",".join(self.redops) or None,
+            "hosts": hosts,
+            "status": self.status(),
+            "avg_busbw_gbps": self.avg_busbw,
+            "wrong_total": self.wrong_total,
+            "out_of_bounds": self.out_of_bounds,
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+        }
+
+    def infer_collective(self) -> None:
+        """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
+        ranks = len(self.devices)
+        if self.collective or ranks <= 2 or not self.best:
+            return
+        algbw, busbw = self.best
+        if abs(busbw / algbw - 2 * (ranks - 1) / ranks) <= ALL_REDUCE_FACTOR_TOLERANCE * busbw / algbw:
+            self.collective, self.collective_source = "all_reduce", "busbw factor"
+
+    def status(self) -> str:
+        if not self.footer:
+            return "partial" if self.rows and not self.failed else "failed"
+        if (self.wrong_total or 0) > 0 or (self.out_of_bounds or 0) > 0:
+            return "data_error"
+        return "complete"
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.out = Emitter()
+        self.bench: _Bench | None = None
+        self.next_key = 0
+        self.pending: list[
+            tuple[str, str, int, str]
+        ] = []  # params seen before their bench opened, with the line
+
+    # -- bench lifecycle ------------------------------------------------------------------------------
+    def open(self, line_no: int, phase: int) -> _Bench:
+        self.close()
+        bench = _Bench(self.next_key, line_no, line_no, phase)
+        self.next_key += 1
+        self.bench = bench
+        pending, self.pending = self.pending, []
+        for name, value, at, _ in pending:
+            self.param(name, value, at)
+            if name == "command":
+                self.name_collective(value, "command")
+        return bench
+
+    def at(self, line_no: int, phase: int, opens: bool = True) -> _Bench:
+        """The bench a line of `phase` belongs to: the open one if it has not passed that phase yet."""
+        bench = self.bench
+        if bench is None or (opens and bench.phase >= phase):
+            bench = self.open(line_no, phase)
+        bench.phase = max(bench.phase, phase)
+        bench.line_end = line_no
+        return bench
+
+    def close(self) -> None:
+        bench, self.bench = self.bench, None
+        if bench is None:
+            return
+        if bench.max_error is not None:
+            self.param("max_error", f"{bench.max_error[0]:g}", bench.max_error[1], bench)
+        bench.infer_collective()
+        if bench.collective_source:
+            self.param("collective_source", bench.collective_source, bench.line_start, bench)
+        if not bench.footer:
+            what = f"after {bench.rows} row(s)" + (
+                f", last size {bench.last_size} bytes" if bench.last_size is not None else ""
+            )
+            self.event("incomplete", f"the test stopped before its footer {what}", bench.line_end, bench)
+        self.out.add("benches", bench.record())
+
+    # -- rows -----------------------------------------------------------------------------------------
+    def param(self, name: str, value: str, line_no: int, bench: _Bench | None = None, text: str = "") -> None:
+        bench = bench or self.bench
+        if bench is None:
+            self.pending.append((name, value, line_no, text or value))
+            return
+        self.out.add(
+            "bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": line_no}
+        )
+
+    def event(self, kind: str, text: str, line_no: int, bench: _Bench | None = None) -> None:
+        bench = bench or self.bench
+        key = bench.key if bench else None
+        self.out.add("events", {"bench_key": key, "line_no": line_no, "kind": kind, "text": text})
+
+    def name_collective(self, text: str, source: str) -> None:
+        match = COMMAND_RX.search(" " + text)
+        if self.bench is not None and match and self.bench.collective_source in (None, "command"):
+            self.bench.collective, self.bench.collective_source = match.group(1), source
+
+    # -- lines ----------------------------------------------------------------------------------------
+    def line(self, line_no: int, text: str) -> None:
+        if not text.strip():
+            return
+        if self.handle(line_no, text):
+            return
+        body, _ = strip_prefix(text)
+        if body != text and body.strip() and self.handle(line_no, body):
+            return
+        self.out.add("unparsed", {"line_no": line_no, "text": text})
+
+    def handle(self, n: int, text: str) -> bool:
+        body = text.strip()
+        if body.startswith("#"):
+            return self.comment(n, body)
+        tokens = body.split()
+        if len(tokens) >= 4 and tokens[0].isdigit() and tokens[1].isdigit():
+            return self.data(n, tokens)
+        if match := NCCL_VERSION_RX.match(body):
+            if self.bench is not None:
+                self.bench.line_end = n
+            self.param("NCCL version", match.group(1), n, text=text)
+            return True
+        if match := RCCL_VERSION_RX.match(body):
+            self.param("rccl-tests version", match.group(1), n, text=text)
+            return True
+        if NCCL_WARN_RX.search(body):
+            self.event("nccl_warn", text, n)
+            return True
+        if FAILURE_RX.search(body):
+            self.event("error", text, n)
+            if self.bench is not None and not self.bench.footer:
+                self.bench.failed = True
+                self.bench.line_end = n
+            return True
+        if "#" not in body and "NCCL INFO" not in body and COMMAND_RX.search(" " + body):
+            if self.bench is None or self.bench.phase >= 6:
+                self.close()
+                self.pending.append(("command", body, n, text))
+            else:
+                self.param("command", body, n)
+                self.name_collective(body, "command")
+            return True
+        return False
+
+    def comment(self, n: int, body: str) -> bool:
+        if match := VERSION_RX.match(body):
+            bench = self.open(n, 0)
+            self.param("nccl-tests version", match.group(1), n, bench)
+            for name, value in re.findall(r"([\w-]+)=(\S+)", match.group(2)):
+                self.param(name, value, n, bench)
+            return True
+        if match := STARTING_RX.match(body):
+            bench = self.at(n, 1)
+            self.param("collective test", match.group(1), n, bench)
+            bench.collective_source = None
+            self.name_collective(match.group(1), "printed")
+            return True
+        if NTHREAD_RX.match(body):
+            bench = self.at(n, 2)
+            for name, value in HEADER_FIELD_RX.findall(body.lstrip("#")):
+                self.param(name.strip(), value, n, bench)
+            return True
+        if body.lstrip("#").strip() == "Using devices":
+            self.at(n, 3)
+            return True
+        if match := DEVICE_RX.match(body):
+            self.device(n, match)
+            return True
+        if layout := Layout.from_header(body):
+            bench = self.at(n, 4, opens=self.bench is not None and self.bench.phase > 4)
+            bench.layout = layout
+            return True
+        if UNITS_RX.match(body) or "out-of-place" in body or "in-place" in body:
+            if self.bench is not None:
+                self.bench.line_end = n
+            return True
+        if match := OOB_RX.match(body):
+            return self.footer(n, body, "out_of_bounds", out_of_bounds=int(match.group(1)))
+        if match := AVG_RX.match(body):
+            return self.footer(n, body, "avg_busbw", avg_busbw=float(match.group(1)))
+        if match := CONCLUDED_RX.match(body):
+            if self.bench is not None:
+                self.bench.line_end = n
+                self.close()
+            return True
+        if match := NOTE_RX.match(body):
+            self.param(match.group(1), match.group(2), n, text=body)
+            return True
+        if match := ERROR_LINE_RX.match(body):
+            if match.group(1):
+                self.event("error", body, n)
+                if self.bench is not None and not self.bench.footer:
+                    self.bench.failed = True
+            return True
+        if body.strip("#").strip() in ("", "..."):
+            if self.bench is not None and self.bench.phase < 6:
+                self.bench.line_end = n
+            return True
+        return False
+
+    def device(self, n: int, match: re.Match[str]) -> None:
+        bench = self.at(n, 3, opens=self.bench is not None and self.bench.phase > 3)
+        rank, _group, pid, host, device, bus, name = match.groups()
+        bench.devices.append((host, name))
+        self.out.add(
+            "bench_devices",
+            {
+                "bench_key": bench.key,
+                "rank": int(rank),
+                "device": int(device),
+                "host": host,
+                "pid": int(pid),
+                "bus_id": bus,
+                "gpu_name": name or None,
+                "line_no": n,
+            },
+        )
+
+    def footer(self, n: int, body: str, kind: str, **values: Any) -> bool:
+        bench = self.bench
+        if bench is None:
+            return False
+        bench.line_end = n
+        bench.phase = 6
+        if "avg_busbw" in values:
+            bench.footer = True
+            bench.avg_busbw = values["avg_busbw"]
+        else:
+            bench.out_of_bounds = values["out_of_bounds"]
+        self.event(kind, body, n)
+        return True
+
+    def data(self, n: int, tokens: list[str]) -> bool:
+        bench = self.bench
+        layout = bench.layout if bench is not None and bench.phase < 6 else None
+        layout = layout or Layout.infer(tokens)
+        if layout is None:
+            return False
+        parts = layout.split(tokens)
+        if parts is None:
+            return False
+        head, groups = parts
+        try:
+            size, count = int(head["size"]), int(head["count"])
+            values = [
+                (placement, _number(g.get("time")), _number(g.get("algbw")), _number(g.get("busbw")))
+                for placement, g in groups
+            ]
+            root = int(head["root"]) if "root" in head else None
+        except (KeyError, ValueError):
+            return False
+        if "type" in head and not re.match(r"[A-Za-z]", head["type"]):
+            return False
+        bench = self.at(n, 5, opens=bench is None or bench.phase >= 6)
+        bench.layout = layout
+        type_, redop = head.get("type"), head.get("redop")
+        redop = None if redop in (None, "none") else redop
+        if type_:
+            bench.types[type_] = None
+        if redop:
+            bench.redops[redop] = None
+        for (placement, g), (_, time_us, algbw, busbw) in zip(groups, values, strict=True):
+            wrong = None
+            if "wrong" in g and g["wrong"].upper() != "N/A":
+                wrong_value = _number(g["wrong"])
+                wrong = int(wrong_value) if wrong_value is not None else None
+            if wrong is not None:
+                bench.wrong_total = (bench.wrong_total or 0) + wrong
+            error = _number(g.get("error"))
+            if error is not None and (bench.max_error is None or error > bench.max_error[0]):
+                bench.max_error = (error, n)
+            if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
+                bench.best = (algbw, busbw)
+            self.out.add(
+                "collectives",
+                {
+                    "bench_key": bench.key,
+                    "size_bytes": size,
+                    "count": count,
+                    "type": type_,
+                    "redop": redop,
+                    "root": None if root is None or root < 0 else root,
+                    "placement": placement,
+                    "time_us": time_us,
+                    "algbw_gbps": algbw,
+                    "busbw_gbps": busbw,
+                    "wrong": wrong,
+                    "line_no": n,
+                },
+            )
+        bench.rows += 1
+        bench.last_size = size
+        return True
+
+
+def parse(source: LineSource) -> Iterator[Batch]:
+    parser = _Parser()
+    for line_no, text in source.lines():
+        parser.line(line_no, text)
+        if parser.out.due():
+            yield from parser.out.flush()
+    parser.close()
+    for _, _, n, text in parser.pending:
+        parser.out.add("unparsed", {"line_no": n, "text": text})
+    yield from parser.out.flush()
