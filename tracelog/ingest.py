@@ -11,9 +11,7 @@ import glob
 import gzip
 import hashlib
 import os
-import queue
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,7 @@ import polars as pl
 
 from tracelog import parsers
 from tracelog.errors import TracelogError
-from tracelog.parsers.base import Batch, LineSource, head_text
+from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 from tracelog.store import Store
 
 PREFETCH_BATCHES = 8  # about two blocks of parsed batches waiting for the store
@@ -152,62 +150,6 @@ def read_head(stream: BinaryIO, path: str) -> bytes:
         line = head[: head.index(b"\x00")].count(b"\n") + 1
         raise TracelogError("binary file (NUL bytes), not a text log", path, line)
     return head
-
-
-@dataclass
-class _Raised:
-    error: BaseException
-
-
-_DONE = object()
-
-
-def prefetched(batches: Iterator[Batch], depth: int = PREFETCH_BATCHES) -> Iterator[Batch]:
-    """`batches`, produced on a worker thread up to `depth` ahead of the caller.
-
-    Parsing (polars) and inserting (DuckDB) both release the GIL, so with the parser running ahead both
-    cores work and memory stays bounded by the queue. The database stays on the calling thread: one
-    connection, one transaction. An exception in the parser (Ctrl-C included) is raised here; an exception
-    here stops the parser at its next batch.
-    """
-    handoff: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for batch in batches:
-                if not put(batch):
-                    return
-            put(_DONE)
-        except BaseException as exc:  # handed to the caller, who re-raises it
-            put(_Raised(exc))
-        finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name="tracelog-parse", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item = handoff.get()
-            if item is _DONE:
-                return
-            if isinstance(item, _Raised):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
-        worker.join(timeout=5)
 
 
 class AlreadyIngested(Exception):
@@ -463,7 +405,8 @@ def _ingest_stream(
         previous_unparsed = 0
     writer = SourceWriter(store, source_id, options, skip_through_line=previous[2] if previous else 0)
     try:
-        for batch in prefetched(parser.parse(source)):
+        # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays here.
+        for batch in prefetched(parser.parse(source), PREFETCH_BATCHES):
             writer.write(batch)
     except TracelogError as exc:
         if exc.path is None:

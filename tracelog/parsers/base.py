@@ -10,9 +10,11 @@ batches so nothing is silently dropped.
 from __future__ import annotations
 
 import io
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import polars as pl
 import regex
@@ -21,6 +23,7 @@ ANSI_ESCAPE = regex.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 BLOCK_BYTES = 16 << 20
 
 Rows = list[dict[str, Any]] | pl.DataFrame
+T = TypeVar("T")
 
 
 @dataclass
@@ -132,10 +135,70 @@ class LineSource:
             next_line += count
             self.lines_total += count
 
+    def frames(self, ahead: int = 2) -> Iterator[tuple[Block, pl.DataFrame]]:
+        """Each block with its frame, read, hashed and split into lines on a worker thread `ahead` blocks
+        early, so that the parser's thread only parses."""
+        return prefetched(((block, block.frame()) for block in self.blocks()), ahead)
+
     def lines(self) -> Iterator[tuple[int, str]]:
         """(line number, text) for every line: for parsers whose formats are small."""
         for block in self.blocks():
             yield from enumerate(block.lines(), start=block.first_line)
+
+
+@dataclass
+class _Raised:
+    error: BaseException
+
+
+_DONE = object()
+
+
+def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
+    """`items`, produced on a worker thread up to `depth` ahead of the caller.
+
+    Polars and DuckDB release the GIL, so stages on different threads use different cores while memory
+    stays bounded by the queue. An exception on the worker (Ctrl-C included) is raised here; an exception
+    here, or closing this generator, stops the worker at its next item.
+    """
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the caller, who re-raises it
+            put(_Raised(exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="tracelog-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Raised):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=5)
 
 
 @dataclass(frozen=True)
@@ -172,22 +235,27 @@ class PipeLayout:
         return len(self.parts)
 
     def split(self, lines: pl.DataFrame, *keep: str) -> pl.DataFrame:
-        """`keep` columns, `_n` (how many parts the line has) and its parts `_p0`... (null past the end)."""
-        split = lines.select(*keep, pl.col("line").str.split("|").alias("_parts"))
-        parts = pl.col("_parts")
-        return split.select(
-            *keep,
-            parts.list.len().alias("_n"),
-            *(parts.list.get(k, null_on_oob=True).alias(f"_p{k}") for k in range(len(self.parts))),
-        )
+        """`keep` columns and the parts of each line, `_p0`...: one more than the layout has (null past the
+        end of the line), so a line with more parts shows a value there.
 
-    def fits(self, skip: int = 1) -> pl.Expr:
+        `split_exact` writes each part position to a compact column of its own; the kernels that follow
+        then read memory in order instead of striding through whole lines.
+        """
+        fields = [f"_p{k}" for k in range(len(self.parts) + 1)]
+        parts = pl.col("line").str.split_exact("|", len(self.parts)).struct.rename_fields(fields)
+        return lines.select(*keep, parts.alias("_parts")).unnest("_parts")
+
+    def fits(self, skip: int = 1, checked: frozenset[int] = frozenset()) -> pl.Expr:
         """True where the split line has this layout: as many parts, the same keys, the same colon-less parts.
 
-        Whether the values are numbers is the caller's check (see `text` and `plain_number`).
+        Parts in `checked` the caller has compared whole already. Whether the values are numbers is the
+        caller's check too (see `text` and `plain_number`).
         """
-        checks = [pl.col("_n") == len(self.parts)]
-        for k in range(skip, len(self.parts)):
+        count = len(self.parts)
+        checks = [pl.col(f"_p{count}").is_null(), pl.col(f"_p{count - 1}").is_not_null()]
+        for k in range(skip, count):
+            if k in checked:
+                continue
             key, part = self.keys[k], pl.col(f"_p{k}")
             checks.append(part.str.starts_with(key) if key is not None else part == self.parts[k])
         return pl.all_horizontal(checks)

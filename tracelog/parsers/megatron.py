@@ -164,8 +164,8 @@ def parse(source: LineSource, fast: bool = True) -> Iterator[Batch]:
     """Batches of every table for a Megatron log; `fast=False` reads every line with the regexes only."""
     carry = _Carry()
     runs: dict[int, RunInfo] = {}
-    for block in source.blocks():
-        yield from _parse_block(block.frame(), carry, runs, fast)
+    for _block, frame in source.frames():
+        yield from _parse_block(frame, carry, runs, fast)
     for run in runs.values():
         yield Batch("runs", [run.record()])
 
@@ -458,12 +458,24 @@ class _IterationLayout:
         split = self.parts.split(lines, "line_no")
         p0 = pl.col("_p0")
         number_at = self.number_at
+        # A part printed the same on every line of the block (batch size, loss scale, skipped, ...) holds
+        # the example's value: one comparison per line instead of cutting, stripping and casting.
+        train = p0.str.slice(self.slash + 1)
+        same = split.select(
+            (train == self.parts.parts[0][self.slash + 1 :]).all().alias("train_iters"),
+            *(
+                (pl.col(f"_p{k}") == self.parts.parts[k]).all().alias(name)
+                for name, k in self.columns.items()
+            ),
+        ).row(0, named=True)
+        read = [name for name in ("train_iters", *self.columns) if not same[name]]
         texts = {
             "iteration": p0.str.slice(number_at, self.slash - number_at).str.strip_chars(),
-            "train_iters": p0.str.slice(self.slash + 1).str.strip_chars(),
-            **{name: self.parts.text(k) for name, k in self.columns.items()},
+            **({"train_iters": train.str.strip_chars()} if "train_iters" in read else {}),
+            **{name: self.parts.text(k) for name, k in self.columns.items() if name in read},
         }
-        shape = [self.parts.fits(), p0.str.slice(self.slash, 1) == "/"]
+        whole = frozenset(k for name, k in self.columns.items() if name not in read)
+        shape = [self.parts.fits(checked=whole), p0.str.slice(self.slash, 1) == "/"]
         if self.stamped:
             stamp = p0.str.slice(len(self.head) + 1, 19)
             texts["stamp"] = stamp
@@ -481,7 +493,7 @@ class _IterationLayout:
             pl.all_horizontal(shape).alias("_shape"),
         )
         values, checks = [], [pl.col("_shape")]
-        for name in ("iteration", "train_iters", *self.columns):
+        for name in ("iteration", *read):
             value, ok = plain_number(pl.col(f"_t_{name}"), ITERATION_DTYPES[name])
             values.append(value.alias(name))
             checks.append(ok)
@@ -496,7 +508,7 @@ class _IterationLayout:
         fit = split["_fit"]
         out = []
         for name in ITERATION_COLUMNS:
-            if name in ("line_no", "iteration", "train_iters") or name in self.columns:
+            if name in ("line_no", "iteration", *read):
                 out.append(pl.col(name))
             elif name == "ts" and self.stamped:
                 out.append(pl.col("ts"))
