@@ -53,6 +53,7 @@ PREFIX_RX = re.compile(
     r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:"
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+"
     r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"
+    r"|\[[A-Za-z][\w.\-]*(?::\d+)?\]:\s?"
     r"|(?P<host>[A-Za-z0-9][\w.\-]*):\s+)"
 )
 VERSION_RX = re.compile(r"^#\s*nccl-tests version\s+(\S+)(.*)$")
@@ -92,6 +93,8 @@ GROUP_NAMES |= {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "e
 
 
 def detect(head: str) -> int:
+    if not any(word in head for word in ("nThread", "Rank", "algbw", "nccl-tests", "Collective test")):
+        return 0
     score = 0
     for line in head.split("\n"):
         body = strip_prefix(line.strip())[0].strip()

@@ -1,0 +1,274 @@
+"""The PyTorch `all_reduce_bench.py` script (torch.distributed all-reduce of one large fp32 tensor).
+
+Two generations of the script print differently, and both land in `collectives` (type float, redop sum,
+placement in-place: `dist.all_reduce` works in place):
+
+- The early per-rank version (jeffra's gist, BigScience `experiments/bandwidth`): every rank prints
+  `N data size: 4.0 GB`, then per trial `N:` / ` duration: 0.0483 sec` / ` algo throughput: ... bps,
+  ... Gbps` / ` busbw: ... Gbps`. Its "algo throughput" is 2·S/t in bits per second (the script counts
+  the payload twice), so nccl-tests' algbw S/t (doc/PERFORMANCE.md) in GB/s is bps / 16 / 1e9; its busbw
+  is S/t · 2(n-1)/n in bits, / 8 for GB/s. One row per printed busbw line; time_us is the duration of the
+  same block when the two agree with the payload (ranks print concurrently and their lines interleave),
+  else NULL.
+- The later version (ml-engineering): rank 0 prints `The average bandwidth of all_reduce with a 4.0GB
+  payload (5 trials, 16 ranks):` then ` algbw: X GBps (Y Gbps)` and ` busbw: X GBps (Y Gbps)`: one row,
+  time NULL (not printed).
+
+ranks come from the rank numbers printed (or the summary), hosts from the `host:pid:tid [dev] NCCL ...`
+prefixes of NCCL's own lines, nodes from the hosts; the GPU name is not printed. A bench is `complete`
+when every rank printed the same number of results (or the summary has both figures), else `partial`.
+NCCL WARN lines and tracebacks are events; NCCL INFO lines, launcher banners and the like are `unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.nccl_tests import NCCL_WARN_RX, Emitter, strip_prefix
+
+FORMAT = "allreduce_bench"
+VERSION = "1"
+TOOL = "all_reduce_bench"
+
+NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+DATA_SIZE_RX = re.compile(r"^(\d+) data size:\s*" + NUM + r"\s*GB$")
+RANK_RX = re.compile(r"^(\d+):$")
+DURATION_RX = re.compile(r"^duration:\s*" + NUM + r"\s*sec$")
+TPUT_RX = re.compile(r"^algo throughput:\s*" + NUM + r"\s*bps,\s*" + NUM + r"\s*Gbps$")
+BUSBW_RX = re.compile(r"^busbw:\s*" + NUM + r"\s*Gbps$")
+SUMMARY_RX = re.compile(
+    r"^The average bandwidth of all_reduce with a\s*" + NUM + r"\s*GB payload \((\d+) trials, (\d+) ranks\):$"
+)
+SUMMARY_BW_RX = re.compile(r"^(algbw|busbw):\s*" + NUM + r"\s*GBps\b")
+NOISE_RX = re.compile(r"^(?:ignore me\b|local_rank:\s*\d+$|Trial \d+$|\d+$|Starting benchmark\.\.\.$)")
+NCCL_LINE_RX = re.compile(r"^([\w.-]+):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN)")
+NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
+ERROR_RX = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b|Segmentation fault|\bKilled\b")
+FP32_BYTES = 4
+PAYLOAD_TOLERANCE = 0.01
+
+
+def detect(head: str) -> int:
+    if (
+        re.search(r"algo throughput:\s*[\d.]+\s*bps", head)
+        or "The average bandwidth of all_reduce with a" in head
+    ):
+        return 50
+    return 0
+
+
+@dataclass
+class _Bench:
+    key: int
+    line_start: int
+    line_end: int
+    size_bytes: int | None = None
+    ranks_seen: Counter[int] = field(default_factory=Counter)  # rank -> result blocks started
+    ranks_declared: int | None = None
+    hosts: dict[str, None] = field(default_factory=dict)
+    rows: int = 0
+    summary: set[str] = field(default_factory=set)
+
+    def record(self) -> dict[str, Any]:
+        ranks = self.ranks_declared or (max(self.ranks_seen) + 1 if self.ranks_seen else None)
+        hosts = list(self.hosts)
+        nodes = len(hosts) or None
+        return {
+            "bench_key": self.key,
+            "tool": TOOL,
+            "collective": "all_reduce",
+            "ranks": ranks,
+            "nodes": nodes,
+            "gpus_per_node": ranks // nodes if ranks and nodes and ranks % nodes == 0 else None,
+            "dtype": "float",
+            "redop": "sum",
+            "hosts": hosts,
+            "status": self.status(),
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+        }
+
+    def status(self) -> str:
+        if self.summary:
+            return "complete" if self.summary == {"algbw", "busbw"} else "partial"
+        blocks = set(self.ranks_seen.values())
+        if self.rows and len(blocks) == 1 and sum(self.ranks_seen.values()) == self.rows:
+            return "complete"
+        return "partial" if self.rows else "failed"
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.out = Emitter()
+        self.bench: _Bench | None = None
+        self.next_key = 0
+        self.duration: float | None = None
+        self.tput_bps: float | None = None
+        self.summary_algbw: float | None = None
+        self.hosts: dict[str, None] = {}  # seen before the bench opened
+        self.pending: list[tuple[str, str, int]] = []
+
+    def current(self, n: int) -> _Bench:
+        if self.bench is None:
+            self.bench = _Bench(self.next_key, n, n)
+            self.next_key += 1
+            self.bench.hosts.update(self.hosts)
+            for name, value, at in self.pending:
+                self.param(name, value, at)
+            self.pending = []
+        self.bench.line_end = n
+        return self.bench
+
+    def close(self) -> None:
+        bench, self.bench = self.bench, None
+        if bench is not None:
+            self.out.add("benches", bench.record())
+
+    def param(self, name: str, value: str, n: int) -> None:
+        if self.bench is None:
+            self.pending.append((name, value, n))
+            return
+        self.out.add(
+            "bench_params", {"bench_key": self.bench.key, "name": name, "value": value, "line_no": n}
+        )
+
+    def line(self, n: int, text: str) -> None:
+        if not text.strip():
+            return
+        if self.handle(n, text.strip()):
+            return
+        body, _ = strip_prefix(text)
+        if body != text and body.strip() and self.handle(n, body.strip()):
+            return
+        self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def handle(self, n: int, body: str) -> bool:
+        if match := NCCL_LINE_RX.match(body):
+            host = match.group(1)
+            self.hosts[host] = None
+            if self.bench is not None:
+                self.bench.hosts[host] = None
+            if match.group(5) == "WARN":
+                self.event("nccl_warn", body, n)
+                return True
+            return False  # NCCL INFO: unparsed, its host noted
+        if match := DATA_SIZE_RX.match(body):
+            bench = self.bench
+            if bench is not None and bench.rows:
+                self.close()
+            bench = self.current(n)
+            bench.size_bytes = round(float(match.group(2)) * 1e9)
+            bench.ranks_seen.setdefault(int(match.group(1)), 0)
+            return True
+        if match := RANK_RX.match(body):
+            self.current(n).ranks_seen[int(match.group(1))] += 1
+            self.duration = None
+            return True
+        if match := DURATION_RX.match(body):
+            self.current(n)
+            self.duration = float(match.group(1))
+            return True
+        if match := TPUT_RX.match(body):
+            self.current(n)
+            self.tput_bps = float(match.group(1))
+            return True
+        if match := BUSBW_RX.match(body):
+            self.result(n, float(match.group(1)) / 8)
+            return True
+        if match := SUMMARY_RX.match(body):
+            if self.bench is not None and (self.bench.rows or self.bench.summary):
+                self.close()
+            bench = self.current(n)
+            bench.size_bytes = round(float(match.group(1)) * 1e9)
+            bench.ranks_declared = int(match.group(3))
+            self.param("trials", match.group(2), n)
+            return True
+        if (match := SUMMARY_BW_RX.match(body)) and self.bench is not None and self.bench.ranks_declared:
+            self.summary(n, match.group(1), float(match.group(2)))
+            return True
+        if match := NCCL_VERSION_RX.match(body):
+            self.param("NCCL version", match.group(1), n)
+            return True
+        if NOISE_RX.match(body):
+            return True
+        if NCCL_WARN_RX.search(body) or ERROR_RX.search(body):
+            self.event("nccl_warn" if NCCL_WARN_RX.search(body) else "error", body, n)
+            return True
+        return False
+
+    def event(self, kind: str, text: str, n: int) -> None:
+        key = self.bench.key if self.bench else None
+        self.out.add("events", {"bench_key": key, "line_no": n, "kind": kind, "text": text})
+
+    def result(self, n: int, busbw_gbps: float) -> None:
+        bench = self.current(n)
+        algbw = self.tput_bps / 16 / 1e9 if self.tput_bps is not None else None
+        size = bench.size_bytes
+        if size is None and self.tput_bps is not None and self.duration:
+            size = round(self.tput_bps * self.duration / 16)
+        time_us = None
+        # the duration belongs to this block when it reproduces the payload: S = algbw * t
+        if (
+            self.duration
+            and algbw
+            and size
+            and abs(algbw * 1e9 * self.duration - size) <= PAYLOAD_TOLERANCE * size
+        ):
+            time_us = self.duration * 1e6
+        self.row(bench, size, time_us, algbw, busbw_gbps, n)
+        self.duration, self.tput_bps = None, None
+
+    def summary(self, n: int, which: str, value_gbps: float) -> None:
+        bench = self.current(n)
+        bench.summary.add(which)
+        if which == "algbw":
+            self.summary_algbw = value_gbps
+            return
+        self.row(bench, bench.size_bytes, None, self.summary_algbw, value_gbps, n)
+        self.summary_algbw = None
+
+    def row(
+        self,
+        bench: _Bench,
+        size: int | None,
+        time_us: float | None,
+        algbw: float | None,
+        busbw: float,
+        n: int,
+    ) -> None:
+        if size is None:
+            self.event("warning", "result without a payload size: not stored", n)
+            return
+        bench.rows += 1
+        self.out.add(
+            "collectives",
+            {
+                "bench_key": bench.key,
+                "size_bytes": size,
+                "count": size // FP32_BYTES,
+                "type": "float",
+                "redop": "sum",
+                "root": None,
+                "placement": "in-place",
+                "time_us": time_us,
+                "algbw_gbps": algbw,
+                "busbw_gbps": busbw,
+                "wrong": None,
+                "line_no": n,
+            },
+        )
+
+
+def parse(source: LineSource) -> Iterator[Batch]:
+    parser = _Parser()
+    for line_no, text in source.lines():
+        parser.line(line_no, text)
+        if parser.out.due():
+            yield from parser.out.flush()
+    parser.close()
+    yield from parser.out.flush()

@@ -1,0 +1,180 @@
+"""`nvidia-smi topo -m`: the device-by-device link matrix, GPU and NIC rows, CPU and NUMA affinity.
+
+What nvidia-smi prints and where it lands:
+
+- The header row (`GPU0 GPU1 ... NIC0 ... CPU Affinity  NUMA Affinity  GPU NUMA ID`; older drivers name
+  the NICs `mlx5_0` and print fewer affinity columns) opens a bench, one per matrix.
+- Every row (`GPU0  X  NV12 ... 0-23  0  N/A`, `NIC0  PXB ...`): one `links` row per cell, the diagonal
+  `X` included: a = the row's device, b = the column's, link_kind as printed (X, NV#, PIX, PXB, PHB, NODE,
+  SYS, SOC on old drivers), link_count = # for NV#. The affinity cells become `bench_params` named
+  `<device> <column>` (e.g. `GPU4 CPU Affinity` = `24-47`), values as printed, N/A included.
+- `NIC Legend:` lines (`NIC0: mlx5_0`): `bench_params` named after the NIC. The `Legend:` block is the
+  tool's own text, understood and skipped.
+- A shell prompt `user@host:~$ nvidia-smi topo -m` or a launcher prefix `host: ` names the host.
+
+ranks = GPUs in the matrix, nodes = 1 (the tool sees one machine), gpus_per_node = ranks. A bench is
+`complete` when every device of the header has its row, `partial` otherwise. Other lines go to
+`unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.nccl_tests import Emitter, strip_prefix
+
+FORMAT = "topo"
+VERSION = "1"
+TOOL = "nvidia-smi-topo"
+
+AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
+DEVICE_NAME_RX = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+|CPU\d*)$")
+CELL_RX = re.compile(r"^(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
+HEADER_DETECT_RX = re.compile(r"^[ \t]*GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE)
+PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*nvidia-smi\s+topo\b")
+LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC)\s+=)")
+NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
+
+
+def detect(head: str) -> int:
+    if HEADER_DETECT_RX.search(head):
+        return 50
+    if re.search(r"^[ \t]*GPU0[ \t]+X[ \t]", head, re.MULTILINE) and "Legend:" in head:
+        return 30
+    return 0
+
+
+@dataclass
+class _Bench:
+    key: int
+    host: str | None
+    line_start: int
+    line_end: int
+    devices: list[str]
+    labels: list[str]
+    rows: set[str] = field(default_factory=set)
+
+    def record(self) -> dict[str, Any]:
+        gpus = sum(1 for d in self.devices if d.startswith("GPU")) or None
+        return {
+            "bench_key": self.key,
+            "tool": TOOL,
+            "ranks": gpus,
+            "nodes": 1,
+            "gpus_per_node": gpus,
+            "hosts": [self.host] if self.host else [],
+            "status": "complete" if self.rows >= set(self.devices) else "partial",
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+        }
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.out = Emitter()
+        self.benches: dict[str | None, _Bench] = {}  # the open matrix of each host
+        self.next_key = 0
+        self.host: str | None = None  # named by the last prompt
+
+    def close(self, host: str | None) -> None:
+        bench = self.benches.pop(host, None)
+        if bench is None:
+            return
+        missing = [d for d in bench.devices if d not in bench.rows]
+        if missing:
+            self.out.add(
+                "events",
+                {
+                    "bench_key": bench.key,
+                    "line_no": bench.line_end,
+                    "kind": "incomplete",
+                    "text": f"matrix rows missing for {', '.join(missing)}",
+                },
+            )
+        self.out.add("benches", bench.record())
+
+    def line(self, n: int, text: str) -> None:
+        if not text.strip():
+            return
+        if self.handle(n, text, None):
+            return
+        body, host = strip_prefix(text)
+        if body != text and body.strip() and self.handle(n, body, host):
+            return
+        self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def handle(self, n: int, text: str, prefix_host: str | None) -> bool:
+        body = text.strip()
+        if match := PROMPT_RX.match(body):
+            self.host = match.group(1) or prefix_host
+            return True
+        host = prefix_host or self.host
+        tokens = body.split()
+        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or not CELL_RX.match(tokens[1])):
+            return self.header(n, body, host)
+        bench = self.benches.get(host)
+        if bench is not None and tokens and tokens[0] in bench.devices:
+            return self.row(n, bench, tokens)
+        if LEGEND_RX.match(body):
+            return True
+        if match := NIC_LEGEND_RX.match(body):
+            if match.group(1) and bench is not None:
+                self.param(bench, match.group(1), match.group(2), n)
+                bench.line_end = n
+            return True
+        return False
+
+    def header(self, n: int, body: str, host: str | None) -> bool:
+        found = AFFINITY_RX.search(body)
+        devices = (body[: found.start()] if found else body).split()
+        if not devices or not all(DEVICE_NAME_RX.match(d) for d in devices):
+            return False
+        labels = AFFINITY_RX.findall(body)
+        self.close(host)
+        self.benches[host] = _Bench(self.next_key, host, n, n, devices, labels)
+        self.next_key += 1
+        return True
+
+    def row(self, n: int, bench: _Bench, tokens: list[str]) -> bool:
+        name, cells = tokens[0], tokens[1 : 1 + len(bench.devices)]
+        extra = tokens[1 + len(bench.devices) :]
+        if len(cells) != len(bench.devices) or not all(CELL_RX.match(c) for c in cells):
+            return False
+        if len(extra) > len(bench.labels):
+            return False
+        for other, cell in zip(bench.devices, cells, strict=True):
+            self.out.add(
+                "links",
+                {
+                    "bench_key": bench.key,
+                    "host": bench.host,
+                    "a": name,
+                    "b": other,
+                    "link_kind": cell,
+                    "link_count": int(cell[2:]) if re.match(r"NV\d+$", cell) else None,
+                    "line_no": n,
+                },
+            )
+        for label, value in zip(bench.labels, extra, strict=False):
+            self.param(bench, f"{name} {label}", value, n)
+        bench.rows.add(name)
+        bench.line_end = n
+        return True
+
+    def param(self, bench: _Bench, name: str, value: str, n: int) -> None:
+        self.out.add("bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": n})
+
+
+def parse(source: LineSource) -> Iterator[Batch]:
+    parser = _Parser()
+    for line_no, text in source.lines():
+        parser.line(line_no, text)
+        if parser.out.due():
+            yield from parser.out.flush()
+    for host in list(parser.benches):
+        parser.close(host)
+    yield from parser.out.flush()
