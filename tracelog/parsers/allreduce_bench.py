@@ -143,7 +143,9 @@ class _Parser:
         if self.handle(n, text.strip()):
             return
         body, _ = strip_prefix(text)
-        if body != text and body.strip() and self.handle(n, body.strip()):
+        if not body.strip():
+            return  # a launcher prefix on a blank line
+        if body != text and self.handle(n, body.strip()):
             return
         self.out.add("unparsed", {"line_no": n, "text": text})
 

@@ -20,7 +20,8 @@ What the tool prints and where it lands (nccl-tests `src/common.cu`, `src/util.c
 - `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth : X`: the bench's `out_of_bounds` and
   `avg_busbw_gbps`, and events.
 - `NCCL WARN` lines, `Test NCCL failure`, `Test CUDA failure`, `Test failure`, timeouts, MPI aborts and
-  crashes: events; a failure before the footer marks the bench `failed`.
+  crashes: events; a failure before the footer marks the bench `failed`. Kernel `NVRM: Xid` lines are
+  events of their own kind (they say what broke; the test's own lines say whether it stopped).
 
 A bench is `complete` when its footer was printed, `data_error` when a row had `#wrong` > 0 or values were
 out of bounds, `partial` when its table stopped before the footer, `failed` when it stopped on an error or
@@ -76,8 +77,10 @@ RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
 NCCL_WARN_RX = re.compile(r"\bNCCL WARN\b")
 FAILURE_RX = re.compile(
     r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|MPI_ABORT|mpirun noticed|exited on signal"
-    r"|Segmentation fault|srun: error|terminate called|\bAborted\b|\bKilled\b|Bus error"
+    r"|Segmentation fault|srun: error|slurmstepd: error|CANCELLED AT|terminate called|\bAborted\b|\bKilled\b"
+    r"|Bus error"
 )
+XID_RX = re.compile(r"NVRM: Xid\b")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
 UNITS_RX = re.compile(r"^#\s*\(B\)")
 NUMBER_RX = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -341,7 +344,9 @@ class _Parser:
         if self.handle(line_no, text):
             return
         body, _ = strip_prefix(text)
-        if body != text and body.strip() and self.handle(line_no, body):
+        if not body.strip():
+            return  # a launcher prefix on a blank line
+        if body != text and self.handle(line_no, body):
             return
         self.out.add("unparsed", {"line_no": line_no, "text": text})
 
@@ -362,6 +367,9 @@ class _Parser:
             return True
         if NCCL_WARN_RX.search(body):
             self.event("nccl_warn", text, n)
+            return True
+        if XID_RX.search(body):
+            self.event("xid", text, n)
             return True
         if FAILURE_RX.search(body):
             self.event("error", text, n)

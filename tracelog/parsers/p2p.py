@@ -3,6 +3,8 @@
 What the sample prints (`p2pBandwidthLatencyTest.cu`) and where it lands:
 
 - `[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]` opens a bench (one per run; a file may hold several).
+  A shell prompt running the sample just before it (`user@host:...$ ./p2pBandwidthLatencyTest`) names the
+  host and becomes a `command` parameter.
 - `Device: 0, NVIDIA A100-SXM4-80GB, pciBusID: 7, pciDeviceID: 0, pciDomainID:0`: `bench_devices`
   (bus id written `dddd:bb:dd` as nccl-tests does); the GPU name of the bench.
 - `Device=0 CAN Access Peer Device=1` (or `CANNOT`): `p2p` rows of matrix `access_peer`, unit `bool`.
@@ -49,6 +51,7 @@ LATENCY_RX = re.compile(r"^P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads
 COLUMNS_RX = re.compile(r"^(D\\D|GPU|CPU)((?:\s+\d+)+)\s*$")
 ROW_RX = re.compile(r"^(\d+)\s+(.*)$")
 FAILURE_RX = re.compile(r"Cuda failure|CUDA error|Segmentation fault|\bAborted\b|\bKilled\b")
+PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*(\S*p2pBandwidthLatencyTest\b.*)$")
 NOTE_RX = re.compile(
     r"^(\*{3}NOTE: In case a device|So you can see lesser Bandwidth|NOTE: The CUDA Samples are not meant)"
 )
@@ -88,6 +91,7 @@ class _Bench:
     matrices: dict[str, int] = field(default_factory=dict)  # kind -> rows seen
     size: int = 0
     failed: bool = False
+    host: str | None = None
 
     def record(self) -> dict[str, Any]:
         names = list(dict.fromkeys(self.devices.values()))
@@ -99,7 +103,7 @@ class _Bench:
             "nodes": 1 if gpus else None,
             "gpus_per_node": gpus,
             "gpu_name": ", ".join(names) or None,
-            "hosts": [],
+            "hosts": [self.host] if self.host else [],
             "status": self.status(),
             "line_start": self.line_start,
             "line_end": self.line_end,
@@ -121,6 +125,8 @@ class _Parser:
         self.kind: str | None = None  # the matrix whose rows come next
         self.unit = ""
         self.columns: list[int] = []
+        self.host: str | None = None  # named by a shell prompt, with the command it ran
+        self.command: tuple[str, int] | None = None
 
     def open(self, n: int) -> _Bench:
         self.close()
@@ -130,9 +136,23 @@ class _Parser:
         return self.bench
 
     def current(self, n: int) -> _Bench:
-        bench = self.bench or self.open(n)
-        bench.line_end = n
-        return bench
+        if self.bench is None:
+            self.open(n)
+            self.bench_host()
+        assert self.bench is not None
+        self.bench.line_end = n
+        return self.bench
+
+    def bench_host(self) -> None:
+        """The host and command of the prompt just before the bench, if there was one."""
+        assert self.bench is not None
+        self.bench.host = self.host
+        if self.command is not None:
+            text, at = self.command
+            self.out.add(
+                "bench_params", {"bench_key": self.bench.key, "name": "command", "value": text, "line_no": at}
+            )
+        self.host, self.command = None, None
 
     def close(self) -> None:
         bench, self.bench = self.bench, None
@@ -163,13 +183,20 @@ class _Parser:
         if self.handle(n, text.strip()):
             return
         body, _ = strip_prefix(text)
-        if body != text and body.strip() and self.handle(n, body.strip()):
+        if not body.strip():
+            return  # a launcher prefix on a blank line
+        if body != text and self.handle(n, body.strip()):
             return
         self.out.add("unparsed", {"line_no": n, "text": text})
 
     def handle(self, n: int, body: str) -> bool:
         if TITLE_RX.match(body):
             self.open(n)
+            self.bench_host()
+            return True
+        if match := PROMPT_RX.match(body):
+            self.close()
+            self.host, self.command = match.group(1), (match.group(2), n)
             return True
         if match := DEVICE_RX.match(body):
             bench = self.current(n)

@@ -34,7 +34,7 @@ TOOL = "nvidia-smi-topo"
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
 DEVICE_NAME_RX = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+|CPU\d*)$")
 CELL_RX = re.compile(r"^(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
-HEADER_DETECT_RX = re.compile(r"^[ \t]*GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE)
+HEADER_DETECT_RX = re.compile(r"^(?:[\w.\-]+:)?[ \t]*GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE)
 PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*nvidia-smi\s+topo\b")
 LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC)\s+=)")
 NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
@@ -103,7 +103,9 @@ class _Parser:
         if self.handle(n, text, None):
             return
         body, host = strip_prefix(text)
-        if body != text and body.strip() and self.handle(n, body, host):
+        if not body.strip():
+            return  # a launcher prefix on a blank line
+        if body != text and self.handle(n, body, host):
             return
         self.out.add("unparsed", {"line_no": n, "text": text})
 
