@@ -1,0 +1,616 @@
+"""The nccl-tests parser on every layout the tool has printed, launcher prefixes, failures, back-to-back
+tests, the sample logs and the public outputs in the corpus."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import SAMPLES, corpus_files, source_of
+from tracelog import parsers
+from tracelog.parsers import nccl_tests, p2p, topo
+from tracelog.parsers.base import head_text
+
+# A data line with optional launcher prefix: size, count, then a type name.
+DATA_LINE_RX = re.compile(r"^(?:\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[A-Za-z]\w*\s")
+
+
+def collect(text: str | bytes) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in nccl_tests.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def the_bench(out: dict[str, list[dict]]) -> dict:
+    (bench,) = out["benches"]
+    return bench
+
+
+def rows_of(out: dict[str, list[dict]], placement: str) -> list[dict]:
+    return [r for r in out["collectives"] if r["placement"] == placement]
+
+
+def devices(n: int, host: str = "node01", gpu: str = "NVIDIA H100 80GB HBM3", per_host: int = 8) -> list[str]:
+    return [
+        f"#  Rank {r:2d} Group  0 Pid  {4100 + r // per_host:5d} on {host if per_host >= n else f'{host}-{r // per_host}'}"
+        f" device {r % per_host:2d} [0x{16 + r:02x}] {gpu}"
+        for r in range(n)
+    ]
+
+
+MODERN_HEADER = [
+    "#                                                              out-of-place                       in-place          ",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+]
+NTHREAD = "# nThread 1 nGpus 8 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0"
+ROWS_8 = [
+    "     1048576        262144     float     sum      -1    31.07   33.75   59.06      0    31.35   33.45   58.54      0",
+    "     2097152        524288     float     sum      -1    40.25   52.10   91.18      0    39.65   52.89   92.56      0",
+    "     4194304       1048576     float     sum      -1    55.02   76.23  133.40      0    55.92   75.01  131.27      0",
+]
+FOOTER = ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 94.3351 ", "#"]
+
+
+def modern(
+    rows: list[str] = ROWS_8, n: int = 8, footer: list[str] = FOOTER, first: list[str] | None = None
+) -> str:
+    head = (
+        first if first is not None else ["# nccl-tests version 2.18.3 nccl-headers=22304 nccl-library=22304"]
+    )
+    return "\n".join(
+        [
+            *head,
+            "# Collective test starting: all_reduce_perf",
+            NTHREAD,
+            "#",
+            "# Using devices",
+            *devices(n),
+            "#",
+        ]
+        + MODERN_HEADER
+        + rows
+        + footer
+        + ["# Collective test concluded: all_reduce_perf", "#", ""]
+    )
+
+
+# ---- the busbw definition, on the sample logs -------------------------------------------------------
+
+
+def test_all_reduce_busbw_is_algbw_times_2_n_minus_1_over_n_row_by_row() -> None:
+    out = collect((SAMPLES / "nccl_all_reduce_8xa100.txt").read_bytes())
+    bench = the_bench(out)
+    assert (bench["collective"], bench["ranks"]) == ("all_reduce", 8)
+    factor = 2 * (8 - 1) / 8  # nccl-tests doc/PERFORMANCE.md, all_reduce
+    rows = out["collectives"]
+    assert len(rows) == 2 * 31
+    for row in rows:
+        # both figures are printed with two decimals: algbw's rounding is multiplied by the factor
+        assert row["busbw_gbps"] == pytest.approx(
+            row["algbw_gbps"] * factor, abs=0.005 * factor + 0.005 + 1e-9
+        )
+        # algbw = size / time (GB = 1e9 bytes); time is printed with 4 significant digits or more
+        if row["algbw_gbps"] >= 1:
+            assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / row["time_us"] / 1e3, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("sample", "collective", "factor"),
+    [
+        ("nccl_mpi_all_reduce_2x8xh100.txt", "all_reduce", 2 * 15 / 16),
+        ("nccl_old_layout_4xv100.txt", "all_reduce", 2 * 3 / 4),
+        ("nccl_broadcast_graph_srun_4xl40s.txt", "broadcast", 1.0),
+    ],
+)
+def test_busbw_factor_per_collective(sample: str, collective: str, factor: float) -> None:
+    out = collect((SAMPLES / sample).read_bytes())
+    assert the_bench(out)["collective"] == collective
+    for row in out["collectives"]:
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * factor, abs=0.005 * factor + 0.0051)
+
+
+# ---- bench facts from the device lines --------------------------------------------------------------
+
+
+def test_ranks_nodes_and_gpus_per_node_come_from_the_device_lines() -> None:
+    out = collect((SAMPLES / "nccl_mpi_all_reduce_2x8xh100.txt").read_bytes())
+    bench = the_bench(out)
+    assert bench["ranks"] == 16
+    assert bench["hosts"] == ["gpu-node-a01", "gpu-node-a02"]
+    assert bench["nodes"] == 2
+    assert bench["gpus_per_node"] == 8
+    assert bench["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert (bench["dtype"], bench["redop"]) == ("bfloat16", "sum")
+    first, last = out["bench_devices"][0], out["bench_devices"][-1]
+    assert first == {
+        "bench_key": 0,
+        "rank": 0,
+        "device": 0,
+        "host": "gpu-node-a01",
+        "pid": 20311,
+        "bus_id": "0000:18:00",
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "line_no": 7,
+    }
+    assert (last["rank"], last["device"], last["host"]) == (15, 7, "gpu-node-a02")
+
+
+def test_uneven_hosts_leave_gpus_per_node_unknown() -> None:
+    lines = devices(3, per_host=2)
+    out = collect(modern(first=[]).replace("\n".join(devices(8)), "\n".join(lines)))
+    bench = the_bench(out)
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (3, 2, None)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "#  Rank  0 Group  0 Pid 548419 on spark-fb97 device  0 [000f:01:00] NVIDIA GB10",
+            (0, 0, "spark-fb97", 548419, "000f:01:00", "NVIDIA GB10"),
+        ),
+        (
+            "#   Rank  3 Pid 201685 on bessemer-node026 device  3 [0x40] Tesla V100-PCIE-32GB",
+            (3, 3, "bessemer-node026", 201685, "0x40", "Tesla V100-PCIE-32GB"),
+        ),
+        (
+            "#Rank  1 Pid   4012 on     gpu7 device  1 [0x3e] Tesla P100-SXM2-16GB",
+            (1, 1, "gpu7", 4012, "0x3e", "Tesla P100-SXM2-16GB"),
+        ),
+        (
+            "#  Rank 12 Group  0 Pid    375 on inst-yyyyy-gpu4-ol89 device  4 [0x8d] NVIDIA A100-SXM4-40GB",
+            (12, 4, "inst-yyyyy-gpu4-ol89", 375, "0x8d", "NVIDIA A100-SXM4-40GB"),
+        ),
+        (
+            "#   Rank  1 Pid  97185 on  nid000014 device  0 [0000:c9:00.0] AMD Instinct MI250X",
+            (1, 0, "nid000014", 97185, "0000:c9:00.0", "AMD Instinct MI250X"),
+        ),
+    ],
+    ids=["2.18-group-pcidomain", "2.x-no-group", "oldest", "two-digit-rank", "rccl-busid"],
+)
+def test_device_line_variants(line: str, expected: tuple) -> None:
+    out = collect(
+        f"# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n# Using devices\n{line}\n"
+    )
+    (device,) = out["bench_devices"]
+    assert (
+        device["rank"],
+        device["device"],
+        device["host"],
+        device["pid"],
+        device["bus_id"],
+        device["gpu_name"],
+    ) == expected
+
+
+def test_header_fields_become_bench_params_with_their_printed_names() -> None:
+    out = collect(modern())
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["nccl-tests version"] == "2.18.3"
+    assert params["nccl-library"] == "22304"
+    assert params["collective test"] == "all_reduce_perf"
+    assert params["nThread"] == "1"
+    assert params["nGpus"] == "8"
+    assert params["minBytes"] == "1048576"
+    assert params["maxBytes"] == "4194304"
+    assert params["step"] == "2(factor)"
+    assert params["warmup iters"] == "5"
+    assert params["iters"] == "20"
+    assert params["agg iters"] == "1"
+    assert params["validation"] == "1"
+    assert params["graph"] == "0"
+    assert params["collective_source"] == "printed"
+
+
+def test_rccl_style_header_and_graph_runs() -> None:
+    out = collect(
+        "# nThread: 1 nGpus: 2 minBytes: 8 maxBytes: 134217728 step: 2(factor) warmupIters: 5 iters: 20 validation: 1\n"
+        "rccl-tests: Version develop:3f7f785\n"
+    )
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["nGpus"] == "2"
+    assert params["warmupIters"] == "5"
+    assert params["rccl-tests version"] == "develop:3f7f785"
+    graph = collect(modern().replace("graph: 0", "graph: 10"))
+    assert {p["name"]: p["value"] for p in graph["bench_params"]}["graph"] == "10"
+    assert len(graph["collectives"]) == 6
+
+
+# ---- every table layout --------------------------------------------------------------------------
+
+Layout = tuple[list[str], str, dict, dict]
+
+LAYOUTS: dict[str, Layout] = {
+    # 2.11+: redop and root always, #wrong a count
+    "modern": (
+        MODERN_HEADER,
+        "   134217728      33554432     float     sum      -1   1050.7  127.74  223.55      0   1023.2  131.17  229.55      0",
+        {"size_bytes": 134217728, "count": 33554432, "type": "float", "redop": "sum", "root": None},
+        {"out-of-place": (1050.7, 127.74, 223.55, 0), "in-place": (1023.2, 131.17, 229.55, 0)},
+    ),
+    # 2.18: wider #wrong, printed with %6g
+    "2.18-wide-wrong": (
+        [
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
+        ],
+        "  4294967296    1073741824  bfloat16     sum      -1    22042  194.85  365.35       0    21680  198.10  371.45   1e+06",
+        {"size_bytes": 4294967296, "count": 1073741824, "type": "bfloat16", "redop": "sum", "root": None},
+        {"out-of-place": (22042, 194.85, 365.35, 0), "in-place": (21680, 198.10, 371.45, 1000000)},
+    ),
+    # -c 0: no validation, #wrong N/A
+    "no-validation": (
+        MODERN_HEADER,
+        "        8192          2048     float    none       1    11.07    0.74    0.74     N/A    10.94    0.75    0.75     N/A",
+        {"size_bytes": 8192, "count": 2048, "type": "float", "redop": None, "root": 1},
+        {"out-of-place": (11.07, 0.74, 0.74, None), "in-place": (10.94, 0.75, 0.75, None)},
+    ),
+    # -C 1: cputime instead of time
+    "cputime": (
+        [MODERN_HEADER[0], MODERN_HEADER[1].replace("   time", "cputime"), MODERN_HEADER[2]],
+        "     1048576        262144     float     sum      -1    33.12   31.66   55.41      0    33.40   31.39   54.94      0",
+        {"size_bytes": 1048576, "count": 262144, "type": "float", "redop": "sum", "root": None},
+        {"out-of-place": (33.12, 31.66, 55.41, 0), "in-place": (33.40, 31.39, 54.94, 0)},
+    ),
+    # 2.x (2019-2021): type and redop, `error` is the largest relative error, not a count
+    "2.x-redop-error": (
+        [
+            "#                                                       out-of-place                       in-place          ",
+            "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+            "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+        ],
+        "    33554432       8388608     float     sum   4393.9    7.64   14.32  4e-07   4384.4    7.65   14.35  5e-07",
+        {"size_bytes": 33554432, "count": 8388608, "type": "float", "redop": "sum", "root": None},
+        {"out-of-place": (4393.9, 7.64, 14.32, None), "in-place": (4384.4, 7.65, 14.35, None)},
+    ),
+    # 2.x broadcast: type and root
+    "2.x-root": (
+        [
+            "#       size         count    type    root     time   algbw   busbw  error     time   algbw   busbw  error"
+        ],
+        "    40046416      40046416    int8       0   1268.1   31.58   31.58  0e+00   1279.3   31.30   31.30  0e+00",
+        {"size_bytes": 40046416, "count": 40046416, "type": "int8", "redop": None, "root": 0},
+        {"out-of-place": (1268.1, 31.58, 31.58, None), "in-place": (1279.3, 31.30, 31.30, None)},
+    ),
+    # oldest: type only, N/A without validation
+    "2.0-type-only": (
+        [
+            "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error"
+        ],
+        "          64             2   float    34.36    0.00    0.00    N/A    33.83    0.00    0.00    N/A",
+        {"size_bytes": 64, "count": 2, "type": "float", "redop": None, "root": None},
+        {"out-of-place": (34.36, 0.0, 0.0, None), "in-place": (33.83, 0.0, 0.0, None)},
+    ),
+    # 2.17+ -I: per-iteration statistics after each placement
+    "per-iteration": (
+        [
+            "#                                            out-of-place (+ per-iteration)                                in-place (+ per-iteration)",
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% ",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%) ",
+        ],
+        "    16777216       4194304     float     sum      -1    153.2  109.51  191.64       0    150.1    160.9    160.2     1.43    152.3  110.16  192.78       0    149.8    158.7    158.1     1.21",
+        {"size_bytes": 16777216, "count": 4194304, "type": "float", "redop": "sum", "root": None},
+        {"out-of-place": (153.2, 109.51, 191.64, 0), "in-place": (152.3, 110.16, 192.78, 0)},
+    ),
+    # -T: a timestamp after each line
+    "timestamp": (
+        [
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong           timestamp",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)          %Y-%m-%d %H:%M:%S",
+        ],
+        "     2097152        524288     float     sum      -1    40.25   52.10   91.18       0    39.65   52.89   92.56       0  2025-03-04 10:12:31",
+        {"size_bytes": 2097152, "count": 524288, "type": "float", "redop": "sum", "root": None},
+        {"out-of-place": (40.25, 52.10, 91.18, 0), "in-place": (39.65, 52.89, 92.56, 0)},
+    ),
+    # a table whose header was cut off: the layout comes from the number of fields
+    "no-header": (
+        [],
+        "   268435456      67108864     float     sum      -1   2107.9  127.35  222.86      0   2001.9  134.09  234.66      0",
+        {"size_bytes": 268435456, "count": 67108864, "type": "float", "redop": "sum", "root": None},
+        {"out-of-place": (2107.9, 127.35, 222.86, 0), "in-place": (2001.9, 134.09, 234.66, 0)},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_every_table_layout(name: str) -> None:
+    header, row, fields, values = LAYOUTS[name]
+    out = collect("\n".join([*header, row, ""]))
+    assert "unparsed" not in out
+    rows = out["collectives"]
+    assert [r["placement"] for r in rows] == ["out-of-place", "in-place"]
+    for r in rows:
+        assert {k: r[k] for k in fields} == fields
+        time_us, algbw, busbw, wrong = values[r["placement"]]
+        assert (r["time_us"], r["algbw_gbps"], r["busbw_gbps"], r["wrong"]) == (time_us, algbw, busbw, wrong)
+        assert r["line_no"] == len(header) + 1
+
+
+def test_error_column_keeps_the_largest_error_as_a_param() -> None:
+    header, row, _, _ = LAYOUTS["2.x-redop-error"]
+    out = collect("\n".join([*header, row, row.replace("5e-07", "8e-07"), ""]))
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["max_error"] == "8e-07"
+    assert the_bench(out)["wrong_total"] is None
+
+
+def test_in_place_only_rows() -> None:
+    body = " " * 32
+    line = f"     1048576        262144     float     sum      -1{body}    31.35   33.45   58.54      0"
+    out = collect("\n".join([*MODERN_HEADER, line, ""]))
+    (row,) = out["collectives"]
+    assert (row["placement"], row["time_us"], row["busbw_gbps"]) == ("in-place", 31.35, 58.54)
+
+
+# ---- launcher prefixes, CRLF, colour ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["[1,0]<stdout>:", "node01: ", "0: ", "2025-03-04T10:12:31.123456Z ", "[default0]:", "    "],
+    ids=["openmpi-tag", "pdsh-host", "srun-label", "k8s-timestamp", "torchrun-tee", "indented"],
+)
+def test_launcher_prefixes_change_nothing(prefix: str) -> None:
+    plain = collect(modern())
+    prefixed = collect("\n".join(prefix + line if line else line for line in modern().split("\n")))
+    assert "unparsed" not in prefixed
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "text"} for r in rows]  # noqa: E731
+    for table in ("benches", "collectives", "bench_devices", "bench_params"):
+        assert strip(prefixed[table]) == strip(plain[table]), table
+
+
+def test_crlf_and_colour_codes() -> None:
+    text = modern().replace("\n", "\r\n").replace("# Avg bus bandwidth", "\x1b[1;32m# Avg bus bandwidth")
+    out = collect(text)
+    assert the_bench(out)["avg_busbw_gbps"] == 94.3351
+    assert len(out["collectives"]) == 6
+
+
+# ---- naming the collective -----------------------------------------------------------------------
+
+
+def test_collective_named_by_the_command_line() -> None:
+    header, row, _, _ = LAYOUTS["2.x-root"]
+    out = collect("\n".join(["$ mpirun -np 8 ./build/broadcast_perf -b 8 -e 1G -f 2 -g 1", *header, row, ""]))
+    bench = the_bench(out)
+    assert bench["collective"] == "broadcast"
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["collective_source"] == "command"
+    assert params["command"].endswith("broadcast_perf -b 8 -e 1G -f 2 -g 1")
+
+
+def test_unnamed_all_reduce_recognised_by_its_busbw_factor() -> None:
+    out = collect(modern(first=[]).replace("# Collective test starting: all_reduce_perf\n", ""))
+    bench = the_bench(out)
+    assert bench["collective"] == "all_reduce"
+    assert {p["name"]: p["value"] for p in out["bench_params"]}["collective_source"] == "busbw factor"
+
+
+def test_unnamed_collective_with_an_ambiguous_factor_stays_unknown() -> None:
+    header, row, _, _ = LAYOUTS["no-validation"]
+    out = collect("\n".join(["# nThread 1 nGpus 4", *devices(4), *header, row, *FOOTER, ""]))
+    assert the_bench(out)["collective"] is None
+
+
+# ---- failures, partial runs, data errors, noise ------------------------------------------------------
+
+
+def test_wrong_values_mark_the_bench_data_error() -> None:
+    rows = [ROWS_8[0], ROWS_8[1].replace("0    39.65", "3    39.65"), ROWS_8[2].replace("0\n", "0")]
+    footer = ["# Out of bounds values : 1 FAILED", "# Avg bus bandwidth    : 94.3351 ", "#"]
+    out = collect(modern(rows=rows, footer=footer))
+    bench = the_bench(out)
+    assert bench["status"] == "data_error"
+    assert (bench["wrong_total"], bench["out_of_bounds"]) == (3, 1)
+    bad = [r for r in out["collectives"] if r["wrong"]]
+    assert [(r["size_bytes"], r["placement"], r["wrong"]) for r in bad] == [(2097152, "out-of-place", 3)]
+    kinds = {e["kind"]: e["text"] for e in out["events"]}
+    assert kinds["out_of_bounds"] == "# Out of bounds values : 1 FAILED"
+
+
+def test_a_test_that_stops_part_way_is_partial_never_complete() -> None:
+    text = modern().split("# Out of bounds")[0]
+    out = collect(text + "     8388608       2097152     float     sum      -1    87.03   96.39")
+    bench = the_bench(out)
+    assert bench["status"] == "partial"
+    assert bench["avg_busbw_gbps"] is None
+    assert len(out["collectives"]) == 6
+    (event,) = [e for e in out["events"] if e["kind"] == "incomplete"]
+    assert "after 3 row(s), last size 4194304 bytes" in event["text"]
+    assert out["unparsed"][0]["text"].startswith("     8388608")
+
+
+def test_nccl_warn_and_test_failure_mark_the_bench_failed() -> None:
+    text = modern(rows=ROWS_8[:2], footer=[]).split("# Collective test concluded")[0]
+    text += (
+        "gpu7:4100:4190 [5] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.0.0.3<45021> with error 12\n"
+        "gpu7: Test NCCL failure common.cu:1005 'remote process exited or there was a network error / '\n"
+        " .. gpu7 pid 4100: Test failure common.cu:891\n"
+    )
+    out = collect(text)
+    bench = the_bench(out)
+    assert bench["status"] == "failed"
+    assert len(out["collectives"]) == 4
+    kinds = [(e["kind"], e["bench_key"]) for e in out["events"]]
+    assert ("nccl_warn", 0) in kinds
+    assert kinds.count(("error", 0)) == 2
+    assert ("incomplete", 0) in kinds
+
+
+def test_a_header_without_rows_is_failed() -> None:
+    out = collect("\n".join([NTHREAD, "#", "# Using devices", *devices(8), "#", *MODERN_HEADER, ""]))
+    assert the_bench(out)["status"] == "failed"
+
+
+def test_garbage_lines_among_rows_go_to_unparsed_and_the_rows_stay() -> None:
+    noise = [
+        "Authorization required, but no authorization protocol specified",
+        "gpu7:4100:4100 [0] NCCL INFO Launch mode Parallel",
+        "12345 garbage 99",
+        "     1048576        262144     float     sum",
+    ]
+    rows = [ROWS_8[0], noise[0], noise[1], ROWS_8[1], noise[2], noise[3], ROWS_8[2]]
+    out = collect(modern(rows=rows))
+    assert [u["text"] for u in out["unparsed"]] == noise
+    assert [r["size_bytes"] for r in rows_of(out, "out-of-place")] == [1048576, 2097152, 4194304]
+    assert the_bench(out)["status"] == "complete"
+
+
+def test_xid_lines_are_events() -> None:
+    text = modern(
+        rows=[
+            ROWS_8[0],
+            "[Tue Mar  4 10:12:31 2025] NVRM: Xid (PCI:0000:9a:00): 79, GPU has fallen off the bus.",
+            ROWS_8[1],
+        ]
+    )
+    out = collect(text)
+    assert [e["kind"] for e in out["events"] if e["kind"] == "xid"] == ["xid"]
+
+
+def test_two_tests_back_to_back_are_two_benches() -> None:
+    second = modern().replace("all_reduce_perf", "all_gather_perf")
+    out = collect(modern() + "ubuntu@node01:~$ \n" + second)
+    first, other = out["benches"]
+    assert (first["bench_key"], first["collective"], first["status"]) == (0, "all_reduce", "complete")
+    assert (other["bench_key"], other["collective"], other["status"]) == (1, "all_gather", "complete")
+    assert first["line_end"] < other["line_start"]
+    assert {r["bench_key"] for r in out["collectives"]} == {0, 1}
+    assert len([d for d in out["bench_devices"] if d["bench_key"] == 1]) == 8
+
+
+def test_back_to_back_without_version_lines_split_on_the_header() -> None:
+    one = "\n".join([NTHREAD, "# Using devices", *devices(8), *MODERN_HEADER, *ROWS_8, *FOOTER, ""])
+    out = collect(one + one.replace("float", " half"))
+    assert [b["dtype"] for b in out["benches"]] == ["float", "half"]
+    assert [b["status"] for b in out["benches"]] == ["complete", "complete"]
+
+
+def test_sample_with_failures_back_to_back() -> None:
+    out = collect((SAMPLES / "nccl_failures_back_to_back_8xh100.txt").read_bytes())
+    statuses = [(b["collective"], b["status"]) for b in out["benches"]]
+    assert statuses == [("all_reduce", "data_error"), ("reduce_scatter", "failed"), ("alltoall", "partial")]
+    assert out["benches"][0]["wrong_total"] == 5
+    assert out["benches"][0]["out_of_bounds"] == 2
+
+
+# ---- detection -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("nccl_*.txt")), ids=lambda p: p.name)
+def test_samples_are_detected_as_nccl_tests(path: Path) -> None:
+    head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, str(path)) is nccl_tests
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sorted(SAMPLES.glob("*")) if not p.name.startswith("nccl_")], ids=lambda p: p.name
+)
+def test_other_formats_are_not_claimed(path: Path) -> None:
+    head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])
+    assert nccl_tests.detect(head) == 0
+    if not path.name.startswith(("p2p_", "topo_")):
+        assert p2p.detect(head) == 0
+        assert topo.detect(head) == 0
+
+
+# ---- whole files: samples and the public corpus -----------------------------------------------------
+
+
+def count_table_lines(text: str) -> tuple[int, int]:
+    """Data lines (each one row per placement) and `# nThread` headers, counted without the parser."""
+    lines = text.splitlines()
+    data = sum(1 for line in lines if DATA_LINE_RX.match(line) and len(line.split()) >= 11)
+    headers = sum(1 for line in lines if "# nThread" in line)
+    return data, headers
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("nccl_*.txt")), ids=lambda p: p.name)
+def test_samples_rows_match_their_table_lines(path: Path) -> None:
+    text = path.read_text()
+    data, headers = count_table_lines(text)
+    out = collect(text)
+    assert len(out["collectives"]) == 2 * data
+    assert len(out["benches"]) == headers
+    cut = sum(1 for line in text.splitlines() if DATA_LINE_RX.match(line)) - data  # lines cut short
+    assert cut == len([u for u in out.get("unparsed", []) if DATA_LINE_RX.match(u["text"])])
+
+
+CORPUS_NCCL = corpus_files("nccl_tests")
+
+
+@pytest.mark.skipif(not CORPUS_NCCL, reason="the shared corpus (../shared/corpus/nccl_tests) is not here")
+@pytest.mark.parametrize("path", CORPUS_NCCL, ids=lambda p: p.name)
+def test_corpus_files_parse_completely(path: Path) -> None:
+    text = path.read_text()
+    data, headers = count_table_lines(text)
+    out = collect(path.read_bytes())
+    assert len(out["collectives"]) == 2 * data
+    assert len(out["benches"]) == headers
+    printed_avg = [float(x) for x in re.findall(r"# Avg bus bandwidth\s*:\s*([\d.]+)", text)]
+    assert [b["avg_busbw_gbps"] for b in out["benches"]] == printed_avg
+    assert all(b["status"] == "complete" for b in out["benches"])
+
+
+@pytest.mark.skipif(not CORPUS_NCCL, reason="the shared corpus (../shared/corpus/nccl_tests) is not here")
+def test_corpus_gb10_two_runs_values() -> None:
+    (path,) = [p for p in CORPUS_NCCL if "gb10" in p.name]
+    out = collect(path.read_bytes())
+    fast, slow = out["benches"]
+    for bench in (fast, slow):
+        assert (bench["collective"], bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (
+            "all_gather",
+            2,
+            2,
+            1,
+        )
+        assert bench["hosts"] == ["spark-fb97", "spark-4440"]
+        assert bench["gpu_name"] == "NVIDIA GB10"
+        assert bench["redop"] is None
+    assert fast["avg_busbw_gbps"] / slow["avg_busbw_gbps"] == pytest.approx(7.6, abs=0.05)
+    first = out["collectives"][0]
+    assert (
+        first["size_bytes"],
+        first["count"],
+        first["time_us"],
+        first["algbw_gbps"],
+        first["busbw_gbps"],
+    ) == (
+        1073741824,
+        134217728,
+        27211.0,
+        39.46,
+        19.73,
+    )
+    # all_gather on 2 ranks: busbw = algbw x (n-1)/n
+    for row in out["collectives"]:
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] / 2, abs=0.011)
+
+
+# ---- hostile input -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([*ROWS_8, *MODERN_HEADER, NTHREAD, *FOOTER, *devices(2), "# Using devices", "#"]),
+            st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=80),
+        ),
+        max_size=40,
+    )
+)
+def test_hostile_input_never_raises_and_every_line_is_accounted(lines: list[str]) -> None:
+    text = "\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines)
+    out = collect(text.encode("utf-8", errors="replace"))
+    for bench in out.get("benches", []):
+        assert bench["status"] in ("complete", "partial", "failed", "data_error")
+    for row in out.get("unparsed", []) + out.get("collectives", []):
+        assert 1 <= row["line_no"] <= max(1, text.count("\n") + 1)
