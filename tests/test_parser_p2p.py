@@ -1,0 +1,252 @@
+"""The p2pBandwidthLatencyTest parser: every matrix n x n with the printed values, peer access, devices,
+old and new titles, any number of GPUs, cut-off runs, the samples and the published excerpts."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, corpus_files, source_of
+from tracelog import parsers
+from tracelog.parsers import p2p
+from tracelog.parsers.base import head_text
+
+H100 = SAMPLES / "p2p_8xh100_p2p_read.txt"
+A100 = SAMPLES / "p2p_4xa100_pcie_two_sockets.txt"
+MATRIX_ROW_RX = re.compile(r"^\s*(\d+)\s+((?:-?[\d.]+\s*)+)$")
+
+
+def collect(text: str | bytes) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in p2p.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def matrices(out: dict[str, list[dict]]) -> dict[str, dict[tuple[int, int], float]]:
+    found: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+    for row in out["p2p"]:
+        cells = found[row["matrix"]]
+        assert (row["src"], row["dst"]) not in cells, f"duplicate cell in {row['matrix']}"
+        cells[(row["src"], row["dst"])] = row["value"]
+    return found
+
+
+def printed_cells(path: Path) -> dict[int, list[float]]:
+    """Each printed matrix row (line number -> values), read without the parser."""
+    cells = {}
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        match = MATRIX_ROW_RX.match(line)
+        if match:
+            cells[n] = [float(v) for v in match.group(2).split()]
+    return cells
+
+
+ALL_KINDS = {
+    "connectivity": "bool",
+    "access_peer": "bool",
+    "bandwidth_uni_p2p_off": "GB/s",
+    "bandwidth_uni_p2p_on": "GB/s",
+    "bandwidth_uni_p2p_on_reads": "GB/s",
+    "bandwidth_bi_p2p_off": "GB/s",
+    "bandwidth_bi_p2p_on": "GB/s",
+    "latency_gpu_p2p_off": "us",
+    "latency_cpu_p2p_off": "us",
+    "latency_gpu_p2p_on": "us",
+    "latency_cpu_p2p_on": "us",
+    "latency_gpu_p2p_on_reads": "us",
+    "latency_cpu_p2p_on_reads": "us",
+}
+
+
+def test_every_matrix_of_a_full_run_is_n_by_n() -> None:
+    out = collect(H100.read_bytes())
+    found = matrices(out)
+    assert set(found) == set(ALL_KINDS)
+    grid = {(s, d) for s in range(8) for d in range(8)}
+    for kind, cells in found.items():
+        expected = grid - {(i, i) for i in range(8)} if kind == "access_peer" else grid
+        assert set(cells) == expected, kind
+    units = {(r["matrix"], r["unit"]) for r in out["p2p"]}
+    assert units == set(ALL_KINDS.items())
+    (bench,) = out["benches"]
+    assert (bench["status"], bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == ("complete", 8, 1, 8)
+    assert (bench["tool"], bench["gpu_name"], bench["hosts"]) == (
+        "p2pBandwidthLatencyTest",
+        "NVIDIA H100 80GB HBM3",
+        ["h100-node-07"],
+    )
+
+
+def test_cells_carry_the_printed_values_on_their_lines() -> None:
+    printed = printed_cells(H100)
+    out = collect(H100.read_bytes())
+    by_line: dict[int, list[dict]] = defaultdict(list)
+    for row in out["p2p"]:
+        if row["matrix"] != "access_peer":
+            by_line[row["line_no"]].append(row)
+    assert set(by_line) == set(printed)
+    for line_no, rows in by_line.items():
+        assert [r["dst"] for r in rows] == list(range(len(rows)))
+        assert [r["value"] for r in rows] == printed[line_no]
+
+
+def test_known_cells_of_the_h100_sample() -> None:
+    found = matrices(collect(H100.read_bytes()))
+    uni_on = found["bandwidth_uni_p2p_on"]
+    assert 186 <= uni_on[(3, 5)] <= 190  # the pair on half its links
+    assert 372 <= uni_on[(0, 1)] <= 378
+    assert found["bandwidth_bi_p2p_on"][(0, 1)] > 1.9 * uni_on[(0, 1)]  # both directions summed
+    assert found["latency_gpu_p2p_on"][(0, 1)] < found["latency_gpu_p2p_off"][(0, 1)]
+    assert found["connectivity"][(2, 6)] == 1.0
+
+
+def test_peer_access_lines_and_connectivity_agree() -> None:
+    out = collect(A100.read_bytes())
+    found = matrices(out)
+    text = A100.read_text()
+    for src, can, dst in re.findall(r"Device=(\d) (CAN|CANNOT) Access Peer Device=(\d)", text):
+        assert found["access_peer"][(int(src), int(dst))] == (1.0 if can == "CAN" else 0.0)
+        assert found["connectivity"][(int(src), int(dst))] == found["access_peer"][(int(src), int(dst))]
+    assert found["connectivity"][(0, 2)] == 0.0
+    assert all(found["connectivity"][(i, i)] == 1.0 for i in range(4))
+
+
+def test_older_titles_without_writes_keep_the_plain_names() -> None:
+    out = collect(A100.read_bytes())
+    assert set(matrices(out)) == set(p2p.STANDARD) | {"access_peer"}
+    (bench,) = out["benches"]
+    assert (bench["status"], bench["ranks"], bench["gpu_name"]) == ("complete", 4, "A100-PCIE-40GB")
+    assert "unparsed" not in out
+
+
+def test_device_lines() -> None:
+    out = collect(A100.read_bytes())
+    assert [(d["device"], d["bus_id"], d["gpu_name"]) for d in out["bench_devices"]] == [
+        (0, "0000:3b:00", "A100-PCIE-40GB"),
+        (1, "0000:5e:00", "A100-PCIE-40GB"),
+        (2, "0000:86:00", "A100-PCIE-40GB"),
+        (3, "0000:af:00", "A100-PCIE-40GB"),
+    ]
+
+
+def matrix_text(n: int, title: str, header: str = "   D\\D", value: float = 1.5) -> list[str]:
+    lines = [title, header + "".join(f"{j:6d} " for j in range(n))]
+    lines += [f"{i:6d} " + "".join(f"{value + i + j / 100:6.02f} " for j in range(n)) for i in range(n)]
+    return lines
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 16])
+def test_any_number_of_gpus(n: int) -> None:
+    lines = ["[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"]
+    lines += [
+        f"Device: {i}, NVIDIA B200, pciBusID: {16 + i:x}, pciDeviceID: 0, pciDomainID:0" for i in range(n)
+    ]
+    lines += ["P2P Connectivity Matrix", "     D\\D" + "".join(f"{j:6d}" for j in range(n))]
+    lines += [f"{i:6d}\t" + "".join(f"{1:6d}" for _ in range(n)) for i in range(n)]
+    lines += matrix_text(n, "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)")
+    lines += matrix_text(n, "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)")
+    lines += matrix_text(n, "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)")
+    lines += matrix_text(n, "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)")
+    for title in ("P2P=Disabled Latency Matrix (us)", "P2P=Enabled Latency (P2P Writes) Matrix (us)"):
+        lines += matrix_text(n, title, "   GPU") + [""] + matrix_text(n, "", "   CPU")[1:]
+    out = collect("\n".join(lines) + "\n")
+    found = matrices(out)
+    assert set(found) == set(p2p.STANDARD)
+    for kind, cells in found.items():
+        assert set(cells) == {(s, d) for s in range(n) for d in range(n)}, kind
+    assert found["latency_cpu_p2p_on"][(n - 1, n - 1)] == pytest.approx(1.5 + n - 1 + (n - 1) / 100)
+    (bench,) = out["benches"]
+    assert (bench["status"], bench["ranks"]) == ("complete", n)
+
+
+def test_a_run_cut_short_is_partial_with_what_it_has() -> None:
+    lines = H100.read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if line.startswith("Bidirectional P2P=Enabled")) + 5
+    out = collect("\n".join(lines[:cut]))
+    (bench,) = out["benches"]
+    assert bench["status"] == "partial"
+    found = matrices(out)
+    assert len(found["bandwidth_bi_p2p_on"]) == 3 * 8
+    assert "latency_gpu_p2p_on" not in found
+    (event,) = out["events"]
+    assert event["kind"] == "incomplete"
+    assert "bandwidth_bi_p2p_on" in event["text"] and "latency_gpu_p2p_off" in event["text"]
+
+
+def test_cuda_failure_marks_the_run_failed() -> None:
+    text = "\n".join(
+        [
+            "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]",
+            "Device: 0, NVIDIA A100-SXM4-80GB, pciBusID: 7, pciDeviceID: 0, pciDomainID:0",
+            "Device: 1, NVIDIA A100-SXM4-80GB, pciBusID: f, pciDeviceID: 0, pciDomainID:0",
+            "Cuda failure p2pBandwidthLatencyTest.cu:165: 'peer access is not supported between these two devices'",
+            "",
+        ]
+    )
+    out = collect(text)
+    (bench,) = out["benches"]
+    assert bench["status"] == "failed"
+    assert [e["kind"] for e in out["events"]] == ["error"]
+
+
+def test_rows_of_the_wrong_width_are_unparsed() -> None:
+    lines = matrix_text(3, "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)")
+    lines.insert(3, "     1 274.70 1581.48")
+    out = collect("\n".join(lines) + "\n")
+    assert [u["text"] for u in out["unparsed"]] == ["     1 274.70 1581.48"]
+    assert len(out["p2p"]) == 9
+
+
+def test_two_runs_in_one_file() -> None:
+    text = A100.read_text()
+    out = collect(text + "\n" + text)
+    assert [b["bench_key"] for b in out["benches"]] == [0, 1]
+    assert {r["bench_key"] for r in out["p2p"]} == {0, 1}
+    assert len(out["p2p"]) == 2 * len(collect(text)["p2p"])
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("p2p_*.txt")), ids=lambda p: p.name)
+def test_samples_are_detected_as_p2p(path: Path) -> None:
+    head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, str(path)) is p2p
+
+
+CORPUS_P2P = corpus_files("p2p")
+
+
+@pytest.mark.skipif(not CORPUS_P2P, reason="the shared corpus (../shared/corpus/p2p) is not here")
+@pytest.mark.parametrize("path", CORPUS_P2P, ids=lambda p: p.name)
+def test_published_excerpts_parse_what_they_have(path: Path) -> None:
+    head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, str(path)) is p2p
+    printed = printed_cells(path)
+    n = len(next(iter(printed.values())))
+    out = collect(path.read_bytes())
+    assert len(out["p2p"]) == sum(len(v) for v in printed.values()) == n * n
+    found = matrices(out)
+    assert set(found) == {"bandwidth_uni_p2p_on"}
+    assert set(found["bandwidth_uni_p2p_on"]) == {(s, d) for s in range(n) for d in range(n)}
+    for line_no, values in printed.items():
+        src = line_no - min(printed)
+        assert [found["bandwidth_uni_p2p_on"][(src, d)] for d in range(n)] == values
+    (bench,) = out["benches"]
+    assert (bench["status"], bench["ranks"]) == ("partial", n)
+    assert all(u["text"] == "[...]" for u in out.get("unparsed", []))
+
+
+@pytest.mark.skipif(not CORPUS_P2P, reason="the shared corpus (../shared/corpus/p2p) is not here")
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [("a100x8", 270, 277), ("h100x8", 363, 394), ("gb200x4", 743, 751)],
+)
+def test_published_off_diagonal_bandwidth(name: str, low: float, high: float) -> None:
+    (path,) = [p for p in CORPUS_P2P if name in p.name]
+    cells = matrices(collect(path.read_bytes()))["bandwidth_uni_p2p_on"]
+    off = [v for (s, d), v in cells.items() if s != d]
+    assert low <= min(off) and max(off) <= high
