@@ -1,0 +1,180 @@
+"""The `nvidia-smi topo -m` parser: GPU and NIC matrices, link kinds and NVLink counts, affinity, hosts
+from prompts and pdsh prefixes, the samples and the published outputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, corpus_files, source_of
+from tracelog import parsers
+from tracelog.parsers import topo
+from tracelog.parsers.base import head_text
+
+CELL_RX = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+
+
+def collect(text: str | bytes) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in topo.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def link_map(out: dict[str, list[dict]], bench_key: int = 0) -> dict[tuple[str, str], str]:
+    return {(r["a"], r["b"]): r["link_kind"] for r in out["links"] if r["bench_key"] == bench_key}
+
+
+def printed_cells(text: str) -> int:
+    """Link cells of the matrix rows, counted without the parser: the cells that look like link kinds."""
+    count = 0
+    for line in text.splitlines():
+        tokens = line.split()
+        if tokens and tokens[0].endswith(":") and len(tokens) > 1:  # a pdsh host prefix
+            tokens = tokens[1:]
+        if (
+            tokens
+            and re.match(r"^(GPU|NIC|mlx)\w*\d$", tokens[0])
+            and len(tokens) > 1
+            and CELL_RX.match(tokens[1])
+        ):
+            count += sum(1 for t in tokens[1:] if CELL_RX.match(t))
+    return count
+
+
+def test_eight_gpus_with_nics_links_and_affinity() -> None:
+    out = collect((SAMPLES / "topo_8xh100_nics.txt").read_bytes())
+    (bench,) = out["benches"]
+    assert (bench["tool"], bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (
+        "nvidia-smi-topo",
+        8,
+        1,
+        8,
+    )
+    assert (bench["hosts"], bench["status"]) == (["h100-node-07"], "complete")
+    links = link_map(out)
+    assert len(links) == 16 * 16
+    assert links[("GPU0", "GPU0")] == "X"
+    assert links[("GPU0", "GPU7")] == "NV18"
+    assert links[("GPU0", "NIC0")] == "PIX"
+    assert links[("GPU0", "NIC1")] == "NODE"
+    assert links[("GPU0", "NIC4")] == "SYS"
+    assert links[("NIC4", "GPU4")] == "PIX"
+    counts = {(r["a"], r["b"]): r["link_count"] for r in out["links"]}
+    assert counts[("GPU2", "GPU5")] == 18
+    assert counts[("GPU2", "NIC2")] is None and counts[("GPU2", "GPU2")] is None
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["GPU0 CPU Affinity"] == "0-55,112-167"
+    assert params["GPU5 CPU Affinity"] == "56-111,168-223"
+    assert params["GPU5 NUMA Affinity"] == "1"
+    assert params["GPU5 GPU NUMA ID"] == "N/A"
+    assert params["NIC3"] == "mlx5_3"
+    assert not any(name.startswith("NIC0 ") for name in params)  # NIC rows have no affinity
+    assert "unparsed" not in out
+
+
+def test_pdsh_hosts_interleaved_are_one_bench_each() -> None:
+    out = collect((SAMPLES / "topo_pdsh_2x4xl40s.txt").read_bytes())
+    first, second = out["benches"]
+    assert (first["hosts"], second["hosts"]) == (["l40s-03"], ["l40s-04"])
+    assert first["status"] == second["status"] == "complete"
+    assert {r["host"] for r in out["links"] if r["bench_key"] == 0} == {"l40s-03"}
+    a, b = link_map(out, 0), link_map(out, 1)
+    assert len(a) == len(b) == 25
+    assert (a[("GPU0", "mlx5_0")], b[("GPU0", "mlx5_0")]) == ("PXB", "NODE")
+    assert a[("GPU1", "GPU2")] == b[("GPU1", "GPU2")] == "SYS"
+    assert "unparsed" not in out
+
+
+CORPUS_TOPO = corpus_files("topo")
+
+
+@pytest.mark.skipif(not CORPUS_TOPO, reason="the shared corpus (../shared/corpus/topo) is not here")
+@pytest.mark.parametrize("path", CORPUS_TOPO, ids=lambda p: p.name)
+def test_published_outputs_parse_completely(path: Path) -> None:
+    text = path.read_text()
+    head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, str(path)) is topo
+    out = collect(text)
+    assert len(out["links"]) == printed_cells(text)
+    (bench,) = out["benches"]
+    n = bench["ranks"]
+    assert len(out["links"]) == n * n
+    links = link_map(out)
+    assert all(links[(f"GPU{i}", f"GPU{i}")] == "X" for i in range(n))
+    assert all(links[(a, b)] == links[(b, a)] for a, b in links)
+    assert bench["status"] == "complete"
+    assert "unparsed" not in out
+
+
+@pytest.mark.skipif(not CORPUS_TOPO, reason="the shared corpus (../shared/corpus/topo) is not here")
+@pytest.mark.parametrize(
+    ("name", "gpus", "kind", "count", "affinity"),
+    [
+        ("2gpu_nv2", 2, "NV2", 2, ("0-23", "N/A")),
+        ("2gpu_phb", 2, "PHB", None, ("0-11", "N/A")),
+        ("a100x8", 8, "NV12", 12, ("24-47", "1")),
+        ("h100x8", 8, "NV18", 18, ("52-103", "1")),
+    ],
+)
+def test_published_link_kinds(name: str, gpus: int, kind: str, count: int | None, affinity: tuple) -> None:
+    (path,) = [p for p in CORPUS_TOPO if name in p.name]
+    out = collect(path.read_bytes())
+    off_diagonal = [r for r in out["links"] if r["a"] != r["b"]]
+    assert {(r["link_kind"], r["link_count"]) for r in off_diagonal} == {(kind, count)}
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    last = f"GPU{gpus - 1}"
+    assert (params[f"{last} CPU Affinity"], params[f"{last} NUMA Affinity"]) == affinity
+
+
+@pytest.mark.parametrize(
+    ("cell", "count"),
+    [("X", None), ("NV1", 1), ("NV4", 4), ("NV12", 12), ("NV18", 18), ("PIX", None), ("PXB", None)]
+    + [("PHB", None), ("NODE", None), ("SYS", None), ("SOC", None)],
+)
+def test_every_link_kind(cell: str, count: int | None) -> None:
+    other = "X" if cell != "X" else "SYS"
+    text = f"\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t{cell}\t0-7\nGPU1\t{cell}\t X \t0-7\n"
+    if cell == "X":
+        text = f"\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t{other}\t0-7\nGPU1\t{other}\t X \t0-7\n"
+    out = collect(text)
+    link = next(
+        r for r in out["links"] if (r["a"], r["b"]) == (("GPU0", "GPU0") if cell == "X" else ("GPU0", "GPU1"))
+    )
+    assert (link["link_kind"], link["link_count"]) == (cell, count)
+
+
+def test_a_matrix_missing_rows_is_partial() -> None:
+    text = (SAMPLES / "topo_8xh100_nics.txt").read_text().split("\nGPU5\t")[0]
+    out = collect(text)
+    (bench,) = out["benches"]
+    assert bench["status"] == "partial"
+    (event,) = out["events"]
+    assert event["kind"] == "incomplete"
+    assert "GPU5" in event["text"] and "NIC7" in event["text"]
+
+
+def test_rows_that_do_not_fit_the_header_are_unparsed() -> None:
+    text = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV4\t0-7\t0\nGPU1\t X \tNV4\tNV4\t0-7\t0\t1\t2\n"
+    out = collect(text)
+    assert [u["line_no"] for u in out["unparsed"]] == [3]
+    assert out["benches"][0]["status"] == "partial"
+
+
+def test_single_gpu() -> None:
+    out = collect("\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-15\t0\t\tN/A\n")
+    (link,) = out["links"]
+    assert (link["a"], link["b"], link["link_kind"]) == ("GPU0", "GPU0", "X")
+    assert out["benches"][0]["ranks"] == 1
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("topo_*.txt")), ids=lambda p: p.name)
+def test_samples_are_detected_and_fully_counted(path: Path) -> None:
+    head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, str(path)) is topo
+    text = path.read_text()
+    assert len(collect(text)["links"]) == printed_cells(text)
