@@ -7,9 +7,10 @@ placement in-place: `dist.all_reduce` works in place):
   `N data size: 4.0 GB`, then per trial `N:` / ` duration: 0.0483 sec` / ` algo throughput: ... bps,
   ... Gbps` / ` busbw: ... Gbps`. Its "algo throughput" is 2·S/t in bits per second (the script counts
   the payload twice), so nccl-tests' algbw S/t (doc/PERFORMANCE.md) in GB/s is bps / 16 / 1e9; its busbw
-  is S/t · 2(n-1)/n in bits, / 8 for GB/s. One row per printed busbw line; time_us is the duration of the
-  same block when the two agree with the payload (ranks print concurrently and their lines interleave),
-  else NULL.
+  is S/t · 2(n-1)/n in bits, / 8 for GB/s. One row per printed busbw line. Ranks print concurrently and
+  their lines interleave, so a busbw is paired with the throughput it was computed from (busbw = throughput
+  x (n-1)/n) and a throughput with the duration that reproduces the payload; time_us stays NULL when no
+  duration matches.
 - The later version (ml-engineering): rank 0 prints `The average bandwidth of all_reduce with a 4.0GB
   payload (5 trials, 16 ranks):` then ` algbw: X GBps (Y Gbps)` and ` busbw: X GBps (Y Gbps)`: one row,
   time NULL (not printed).
@@ -51,6 +52,8 @@ NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
 ERROR_RX = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b|Segmentation fault|\bKilled\b")
 FP32_BYTES = 4
 PAYLOAD_TOLERANCE = 0.01
+BUSBW_TOLERANCE = 0.001  # busbw and throughput are printed with 4 decimals in Gbps
+PENDING_MAX = 256
 
 
 def detect(head: str) -> int:
@@ -107,8 +110,11 @@ class _Parser:
         self.out = Emitter()
         self.bench: _Bench | None = None
         self.next_key = 0
-        self.duration: float | None = None
-        self.tput_bps: float | None = None
+        # Lines of concurrent ranks interleave: durations and throughputs wait here until a later line
+        # matches them (a duration reproduces the payload with a throughput; a busbw is its throughput x
+        # (n-1)/n, the script's 2(n-1)/n over its doubled payload).
+        self.durations: list[float] = []
+        self.tputs: list[tuple[float, float | None]] = []  # (bits per second, its duration)
         self.summary_algbw: float | None = None
         self.hosts: dict[str, None] = {}  # seen before the bench opened
         self.pending: list[tuple[str, str, int]] = []
@@ -169,15 +175,13 @@ class _Parser:
             return True
         if match := RANK_RX.match(body):
             self.current(n).ranks_seen[int(match.group(1))] += 1
-            self.duration = None
             return True
         if match := DURATION_RX.match(body):
             self.current(n)
-            self.duration = float(match.group(1))
+            self.durations = [*self.durations[-PENDING_MAX:], float(match.group(1))]
             return True
         if match := TPUT_RX.match(body):
-            self.current(n)
-            self.tput_bps = float(match.group(1))
+            self.throughput(self.current(n), float(match.group(1)))
             return True
         if match := BUSBW_RX.match(body):
             self.result(n, float(match.group(1)) / 8)
@@ -207,23 +211,35 @@ class _Parser:
         key = self.bench.key if self.bench else None
         self.out.add("events", {"bench_key": key, "line_no": n, "kind": kind, "text": text})
 
+    def throughput(self, bench: _Bench, bps: float) -> None:
+        """Pair a throughput with the pending duration that reproduces the payload: 2·S = bps/8 · t."""
+        duration = None
+        if bench.size_bytes:
+            size = bench.size_bytes
+            for k, t in enumerate(self.durations):
+                if abs(bps * t / 16 - size) <= PAYLOAD_TOLERANCE * size:
+                    duration = self.durations.pop(k)
+                    break
+        self.tputs = [*self.tputs[-PENDING_MAX:], (bps, duration)]
+
     def result(self, n: int, busbw_gbps: float) -> None:
         bench = self.current(n)
-        algbw = self.tput_bps / 16 / 1e9 if self.tput_bps is not None else None
+        ranks = max(bench.ranks_seen) + 1 if bench.ranks_seen else None
+        match = None
+        if self.tputs:
+            if ranks and ranks > 1:
+                expected = busbw_gbps * 8e9 * ranks / (ranks - 1)
+                k = min(range(len(self.tputs)), key=lambda i: abs(self.tputs[i][0] - expected))
+                if abs(self.tputs[k][0] - expected) <= BUSBW_TOLERANCE * expected:
+                    match = self.tputs.pop(k)
+            else:
+                match = self.tputs.pop(0)
+        bps, duration = match if match else (None, None)
+        algbw = bps / 16 / 1e9 if bps is not None else None
         size = bench.size_bytes
-        if size is None and self.tput_bps is not None and self.duration:
-            size = round(self.tput_bps * self.duration / 16)
-        time_us = None
-        # the duration belongs to this block when it reproduces the payload: S = algbw * t
-        if (
-            self.duration
-            and algbw
-            and size
-            and abs(algbw * 1e9 * self.duration - size) <= PAYLOAD_TOLERANCE * size
-        ):
-            time_us = self.duration * 1e6
-        self.row(bench, size, time_us, algbw, busbw_gbps, n)
-        self.duration, self.tput_bps = None, None
+        if size is None and bps is not None and duration:
+            size = round(bps * duration / 16)
+        self.row(bench, size, duration * 1e6 if duration else None, algbw, busbw_gbps, n)
 
     def summary(self, n: int, which: str, value_gbps: float) -> None:
         bench = self.current(n)

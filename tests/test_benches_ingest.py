@@ -1,0 +1,311 @@
+"""Fabric benchmarks end to end: the sample logs through `tracelog ingest` and the library, checked in SQL,
+and the `benches` listing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tracelog.api as api
+from tests.conftest import SAMPLES, corpus_files
+from tracelog.benches import benches
+from tracelog.cli import cli
+from tracelog.store import Store
+
+BENCH_SAMPLES = sorted([*SAMPLES.glob("nccl_*.txt"), *SAMPLES.glob("p2p_*.txt"), *SAMPLES.glob("topo_*.txt")])
+FORMAT_OF = {"nccl": "nccl_tests", "p2p": "p2p", "topo": "topo"}
+
+
+def ingest(db: Path, *paths: Path) -> None:
+    results = api.ingest([str(p) for p in paths], db=str(db))
+    failures = [r for r in results if isinstance(r, api.IngestFailure)]
+    assert not failures, failures
+
+
+def sql(db: Path, query: str, params: list | None = None) -> list[tuple]:
+    with Store(db) as store:
+        return store.con.execute(query, params or []).fetchall()
+
+
+def test_cli_ingests_every_bench_sample(db_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["--db", str(db_path), "ingest", *map(str, BENCH_SAMPLES)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == len(BENCH_SAMPLES)
+    for path, line in zip(BENCH_SAMPLES, lines, strict=True):
+        assert line.startswith(str(path)) and f"ingested as {FORMAT_OF[path.name.split('_')[0]]}" in line
+    formats = sql(db_path, "SELECT format, count(*) FROM sources GROUP BY ALL ORDER BY 1")
+    assert formats == [("nccl_tests", 5), ("p2p", 2), ("topo", 2)]
+
+
+def test_nccl_benches_in_sql(db_path: Path) -> None:
+    ingest(db_path, *sorted(SAMPLES.glob("nccl_*.txt")))
+    rows = sql(
+        db_path,
+        """
+        SELECT regexp_extract(s.path, '[^/]+$') AS file, b.bench_key, b.collective, b.ranks, b.nodes, b.gpus_per_node,
+               b.gpu_name, b.dtype, b.status, b.wrong_total, b.out_of_bounds, count(c.size_bytes) AS rows
+        FROM benches b JOIN sources s USING (source_id) LEFT JOIN collectives c USING (bench_id)
+        GROUP BY ALL ORDER BY file, b.bench_key
+        """,
+    )
+    assert rows == [
+        (
+            "nccl_all_reduce_8xa100.txt",
+            0,
+            "all_reduce",
+            8,
+            1,
+            8,
+            "NVIDIA A100-SXM4-80GB",
+            "float",
+            "complete",
+            0,
+            0,
+            62,
+        ),
+        (
+            "nccl_broadcast_graph_srun_4xl40s.txt",
+            0,
+            "broadcast",
+            4,
+            1,
+            4,
+            "NVIDIA L40S",
+            "float",
+            "complete",
+            None,
+            0,
+            26,
+        ),
+        (
+            "nccl_failures_back_to_back_8xh100.txt",
+            0,
+            "all_reduce",
+            8,
+            1,
+            8,
+            "NVIDIA H100 80GB HBM3",
+            "float",
+            "data_error",
+            5,
+            2,
+            26,
+        ),
+        (
+            "nccl_failures_back_to_back_8xh100.txt",
+            1,
+            "reduce_scatter",
+            8,
+            1,
+            8,
+            "NVIDIA H100 80GB HBM3",
+            "float",
+            "failed",
+            0,
+            None,
+            14,
+        ),
+        (
+            "nccl_failures_back_to_back_8xh100.txt",
+            2,
+            "alltoall",
+            8,
+            1,
+            8,
+            "NVIDIA H100 80GB HBM3",
+            "float",
+            "partial",
+            0,
+            None,
+            16,
+        ),
+        (
+            "nccl_mpi_all_reduce_2x8xh100.txt",
+            0,
+            "all_reduce",
+            16,
+            2,
+            8,
+            "NVIDIA H100 80GB HBM3",
+            "bfloat16",
+            "complete",
+            0,
+            0,
+            30,
+        ),
+        (
+            "nccl_old_layout_4xv100.txt",
+            0,
+            "all_reduce",
+            4,
+            1,
+            4,
+            "Tesla V100-SXM2-32GB",
+            "float",
+            "complete",
+            None,
+            0,
+            50,
+        ),
+    ]
+    hosts = sql(db_path, "SELECT hosts FROM benches WHERE ranks = 16")
+    assert hosts == [(["gpu-node-a01", "gpu-node-a02"],)]
+    # every collective row of a bench lies within the bench's lines
+    outside = sql(
+        db_path,
+        "SELECT count(*) FROM collectives c JOIN benches b USING (bench_id) "
+        "WHERE c.line_no NOT BETWEEN b.line_start AND b.line_end",
+    )
+    assert outside == [(0,)]
+
+
+def test_events_of_the_failures_sample(db_path: Path) -> None:
+    ingest(db_path, SAMPLES / "nccl_failures_back_to_back_8xh100.txt")
+    events = sql(
+        db_path,
+        "SELECT b.bench_key, e.kind, e.line_no FROM events e JOIN benches b USING (bench_id) ORDER BY e.line_no",
+    )
+    assert [(k, kind) for k, kind, _ in events] == [
+        (0, "out_of_bounds"),
+        (0, "avg_busbw"),
+        (1, "nccl_warn"),
+        (1, "error"),
+        (1, "error"),
+        (1, "incomplete"),
+        (2, "xid"),
+        (2, "incomplete"),
+    ]
+    unparsed = sql(db_path, "SELECT line_no, text FROM unparsed ORDER BY line_no")
+    assert [n for n, _ in unparsed] == [1, 62, 87, 93]
+    (source,) = sql(db_path, "SELECT lines_total, lines_unparsed FROM sources")
+    assert source == (93, 4)
+
+
+def test_p2p_and_topo_in_sql(db_path: Path) -> None:
+    ingest(db_path, *sorted(SAMPLES.glob("p2p_*.txt")), *sorted(SAMPLES.glob("topo_*.txt")))
+    matrices = sql(
+        db_path,
+        "SELECT b.ranks, p.matrix, count(*), count(DISTINCT p.src), count(DISTINCT p.dst) "
+        "FROM p2p p JOIN benches b USING (bench_id) WHERE p.matrix <> 'access_peer' GROUP BY ALL",
+    )
+    for ranks, matrix, cells, srcs, dsts in matrices:
+        assert (cells, srcs, dsts) == (ranks * ranks, ranks, ranks), matrix
+    assert {m for r, m, *_ in matrices if r == 8} - {m for r, m, *_ in matrices if r == 4} == {
+        "bandwidth_uni_p2p_on_reads",
+        "latency_gpu_p2p_on_reads",
+        "latency_cpu_p2p_on_reads",
+    }
+    links = sql(
+        db_path,
+        "SELECT host, count(*), count(*) FILTER (link_kind = 'X'), max(link_count) FROM links GROUP BY host ORDER BY host",
+    )
+    assert links == [("h100-node-07", 256, 16, 18), ("l40s-03", 25, 5, None), ("l40s-04", 25, 5, None)]
+    affinity = sql(
+        db_path, "SELECT value FROM bench_params WHERE name = 'GPU3 CPU Affinity' ORDER BY bench_id"
+    )
+    assert affinity == [("0-55,112-167",), ("32-63,96-127",), ("32-63,96-127",)]
+
+
+def test_flags_follow_bench_status_and_wrong_values(db_path: Path) -> None:
+    ingest(db_path, SAMPLES / "nccl_failures_back_to_back_8xh100.txt")
+    flags = sql(
+        db_path,
+        "SELECT b.bench_key, f.rule FROM flags f JOIN benches b ON f.subject_id = b.bench_id "
+        "WHERE f.subject_kind = 'bench' AND f.rule IN ('nccl_data_error', 'bench_incomplete') ORDER BY 1",
+    )
+    assert flags == [(0, "nccl_data_error"), (1, "bench_incomplete"), (2, "bench_incomplete")]
+
+
+def test_a_grown_log_completes_its_bench(db_path: Path, tmp_path: Path) -> None:
+    full = (SAMPLES / "nccl_all_reduce_8xa100.txt").read_text()
+    cut = full.index("   268435456")
+    log = tmp_path / "all_reduce.log"
+    log.write_text(full[:cut])
+    ingest(db_path, log)
+    last_row_line = full[:cut].count("\n")
+    assert sql(db_path, "SELECT status, line_end FROM benches") == [("partial", last_row_line)]
+    log.write_text(full)
+    results = api.ingest([str(log)], db=str(db_path))
+    assert results[0].status == "appended"
+    assert sql(db_path, "SELECT count(*), status, avg_busbw_gbps FROM benches GROUP BY ALL") == [
+        (1, "complete", 88.9937)
+    ]
+    assert sql(db_path, "SELECT count(*), count(DISTINCT (size_bytes, placement)) FROM collectives") == [
+        (62, 62)
+    ]
+
+
+def test_benches_listing(db_path: Path) -> None:
+    ingest(db_path, *BENCH_SAMPLES)
+    table = benches(str(db_path))
+    assert list(table.columns) == [
+        "bench_id",
+        "source",
+        "tool",
+        "op",
+        "ranks",
+        "nodes",
+        "gpus_per_node",
+        "gpu",
+        "dtype",
+        "peak_busbw_gbps",
+        "peak_size_bytes",
+        "avg_busbw_gbps",
+        "status",
+    ]
+    a100 = table[table["source"].str.endswith("nccl_all_reduce_8xa100.txt")].iloc[0]
+    text = (SAMPLES / "nccl_all_reduce_8xa100.txt").read_text()
+    printed = [
+        (float(t[7]), int(t[0]))
+        for t in (line.split() for line in text.splitlines() if re.match(r"^\s+\d+\s+\d+\s+float", line))
+    ] + [
+        (float(t[11]), int(t[0]))
+        for t in (line.split() for line in text.splitlines() if re.match(r"^\s+\d+\s+\d+\s+float", line))
+    ]
+    peak = max(bw for bw, _ in printed)
+    assert a100["peak_busbw_gbps"] == peak
+    assert a100["peak_size_bytes"] == min(size for bw, size in printed if bw == peak)
+    assert a100["avg_busbw_gbps"] == 88.9937
+    assert (a100["tool"], a100["op"], a100["ranks"], a100["gpu"], a100["status"]) == (
+        "nccl-tests",
+        "all_reduce",
+        8,
+        "NVIDIA A100-SXM4-80GB",
+        "complete",
+    )
+    p2p_rows = table[table["tool"] == "p2pBandwidthLatencyTest"]
+    assert p2p_rows["peak_busbw_gbps"].isna().all() and len(p2p_rows) == 2
+    only_nccl = benches(str(db_path), tool="nccl-tests")
+    assert set(only_nccl["tool"]) == {"nccl-tests"} and len(only_nccl) == 7
+    assert list(only_nccl["status"]).count("complete") == 4
+
+
+CORPUS_ALLREDUCE = corpus_files("allreduce_bench")
+
+
+@pytest.mark.skipif(
+    not CORPUS_ALLREDUCE, reason="the shared corpus (../shared/corpus/allreduce_bench) is not here"
+)
+@pytest.mark.parametrize("path", CORPUS_ALLREDUCE, ids=lambda p: p.name)
+def test_all_reduce_bench_outputs_ingest(db_path: Path, path: Path) -> None:
+    ingest(db_path, path)
+    text = path.read_text()
+    printed = [float(x) for x in re.findall(r"^\s*busbw:\s*([\d.]+)\s*Gbps", text, re.MULTILINE)]
+    ranks = len(set(re.findall(r"^(\d+) data size:", text, re.MULTILINE)))
+    hosts = set(re.findall(r"^([\w.-]+):\d+:\d+ \[\d+\] NCCL INFO", text, re.MULTILINE))
+    ((fmt,),) = sql(db_path, "SELECT format FROM sources")
+    assert fmt == "allreduce_bench"
+    (bench,) = sql(db_path, "SELECT tool, collective, ranks, nodes, gpus_per_node, status FROM benches")
+    assert bench == ("all_reduce_bench", "all_reduce", ranks, len(hosts), ranks // len(hosts), "complete")
+    rows = sql(db_path, "SELECT busbw_gbps, algbw_gbps, size_bytes FROM collectives ORDER BY line_no")
+    assert [round(b * 8, 4) for b, _, _ in rows] == printed  # printed in Gbps (bits), stored in GB/s
+    factor = 2 * (ranks - 1) / ranks  # nccl-tests doc/PERFORMANCE.md, all_reduce
+    for busbw, algbw, size in rows:
+        assert size == 4_000_000_000
+        assert busbw == pytest.approx(algbw * factor, rel=1e-4)
