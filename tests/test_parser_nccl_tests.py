@@ -224,6 +224,56 @@ def test_rccl_style_header_and_graph_runs() -> None:
     assert len(graph["collectives"]) == 6
 
 
+def test_notes_between_header_and_table_become_params() -> None:
+    notes = [
+        "# Writing JSON output to results.json",
+        "# Blocking Enabled: wait for completion and barrier after each collective ",
+        "#",
+        "# Reducing maxBytes to 12703978837 due to memory limitation",
+    ]
+    out = collect(modern().replace("# Using devices", "\n".join([*notes, "# Using devices"])))
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["Writing JSON output to"] == "results.json"
+    assert params["Blocking Enabled"] == "wait for completion and barrier after each collective"
+    assert params["maxBytes reduced to"] == "12703978837"
+    assert "unparsed" not in out
+
+
+@pytest.mark.parametrize(
+    "binary",
+    [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "alltoall",
+        "sendrecv",
+        "gather",
+        "scatter",
+        "hypercube",
+    ],
+)
+def test_every_perf_binary_names_its_collective(binary: str) -> None:
+    out = collect(modern().replace("all_reduce_perf", f"{binary}_perf"))
+    assert the_bench(out)["collective"] == binary
+    command = collect(
+        f"$ mpirun -np 8 /opt/nccl-tests/build/{binary}_perf_mpi -b 8 -e 1M\n"
+        + modern(first=[]).replace("# Collective test starting: all_reduce_perf\n", "")
+    )
+    assert the_bench(command)["collective"] == binary
+
+
+def test_several_types_and_ops_in_one_table() -> None:
+    rows = [
+        ROWS_8[0],
+        ROWS_8[0].replace("   float     sum", "    half     max"),
+        ROWS_8[0].replace("   float     sum", "bfloat16     sum"),
+    ]
+    bench = the_bench(collect(modern(rows=rows)))
+    assert (bench["dtype"], bench["redop"]) == ("float,half,bfloat16", "sum,max")
+
+
 # ---- every table layout --------------------------------------------------------------------------
 
 Layout = tuple[list[str], str, dict, dict]

@@ -69,8 +69,9 @@ OOB_RX = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 AVG_RX = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
 NOTE_RX = re.compile(
     r"^#\s*(Blocking Enabled|Parallel Init Enabled|Per-Iteration Report|Writing JSON output to|Writing results to file"
-    r"|GPU memory usage|Reducing maxBytes|skipping json output)\s*:?\s*(.*?)\s*$"
+    r"|GPU memory usage|skipping json output)\s*:?\s*(.*?)\s*$"
 )
+REDUCED_RX = re.compile(r"^#\s*Reducing maxBytes to (\d+)")
 ERROR_LINE_RX = re.compile(r"^#\s*error:\s*(.*?)\s*$")
 NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
 RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
@@ -341,6 +342,9 @@ class _Parser:
     def line(self, line_no: int, text: str) -> None:
         if not text.strip():
             return
+        if " NCCL INFO " in text:  # the bulk of a debug log: kept as unparsed, read no further
+            self.out.add("unparsed", {"line_no": line_no, "text": text})
+            return
         if self.handle(line_no, text):
             return
         body, _ = strip_prefix(text)
@@ -427,6 +431,9 @@ class _Parser:
             if self.bench is not None:
                 self.bench.line_end = n
                 self.close()
+            return True
+        if match := REDUCED_RX.match(body):
+            self.param("maxBytes reduced to", match.group(1), n, text=body)
             return True
         if match := NOTE_RX.match(body):
             self.param(match.group(1), match.group(2), n, text=body)
