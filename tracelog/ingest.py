@@ -11,7 +11,9 @@ import glob
 import gzip
 import hashlib
 import os
+import queue
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,8 @@ from tracelog.errors import TracelogError
 from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 from tracelog.store import Store
 
-PREFETCH_BATCHES = 8  # about two blocks of parsed batches waiting for the store
-INGEST_MEMORY_LIMIT = "256MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
+PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
+INGEST_MEMORY_LIMIT = "128MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
 KEYED_BY_RUN = {"iterations", "iteration_metrics", "memory", "timers", "run_params"}
 KEYED_BY_BENCH = {"collectives", "p2p", "links", "bench_params", "bench_devices"}
 RUN_COLUMNS_SET_BY_USER = ("name", "gpu_model", "nodes", "gpus_per_node")
@@ -150,6 +152,37 @@ def read_head(stream: BinaryIO, path: str) -> bytes:
         line = head[: head.index(b"\x00")].count(b"\n") + 1
         raise TracelogError("binary file (NUL bytes), not a text log", path, line)
     return head
+
+
+class BackgroundDigest:
+    """sha256 of the chunks handed to `update`, computed on a thread of its own.
+
+    hashlib releases the GIL on large buffers, so the digest of a 1 GB file (about half a second of CPU)
+    overlaps reading and parsing instead of adding to them. Chunks are bytes, never changed after reading.
+    """
+
+    def __init__(self, depth: int = 4) -> None:
+        self._digest = hashlib.sha256()
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
+        self._worker = threading.Thread(target=self._run, name="tracelog-sha256", daemon=True)
+        self._worker.start()
+
+    def _run(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            self._digest.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._chunks.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._chunks.put(None)
+        self._worker.join()
+        return self._digest.hexdigest()
+
+    def close(self) -> None:
+        """Stop the worker without a digest (the ingest failed)."""
+        if self._worker.is_alive():
+            self._chunks.put(None)
 
 
 class AlreadyIngested(Exception):
@@ -384,7 +417,7 @@ def _ingest_stream(
     progress: Progress | None,
     force: bool = False,
 ) -> IngestResult:
-    digest = hashlib.sha256()
+    digest = BackgroundDigest()
     source = LineSource(stream, path)  # type: ignore[arg-type]
     source.on_bytes.append(digest.update)
     if progress is not None:
@@ -408,13 +441,15 @@ def _ingest_stream(
         # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays here.
         for batch in prefetched(parser.parse(source), PREFETCH_BATCHES):
             writer.write(batch)
+        sha = digest.hexdigest()
     except TracelogError as exc:
         if exc.path is None:
             exc.path = path
         raise
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TracelogError(f"read failed after line {source.lines_total}: {exc}", path) from None
-    sha = digest.hexdigest()
+    finally:
+        digest.close()
     duplicate = store.scalar(
         "SELECT source_id FROM sources WHERE sha256 = ? AND source_id <> ?", [sha, source_id]
     )

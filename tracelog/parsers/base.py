@@ -115,27 +115,28 @@ class LineSource:
                 self.bytes_read += len(chunk)
                 for callback in self.on_bytes:
                     callback(chunk)
-            data = rest + chunk if rest else chunk
             if not chunk:
-                if data:
-                    block = Block(next_line, data)
+                if rest:
+                    block = Block(next_line, rest)
                     yield block
                     self.lines_total += block.line_count
                 return
-            cut = data.rfind(b"\n") + 1
+            cut = chunk.rfind(b"\n") + 1
             if cut == 0:
-                rest = data
+                rest += chunk
                 continue
-            rest = data[cut:]
-            block = Block(next_line, data[:cut])
-            del data
+            # One copy of the block's bytes (the unfinished line before it, the whole lines of the chunk).
+            data = b"".join((rest, memoryview(chunk)[:cut])) if rest or cut < len(chunk) else chunk
+            rest = chunk[cut:]
+            block = Block(next_line, data)
+            del chunk, data
             yield block
             # Counted after the parser had the block: its frame knows the count for free.
             count = block.line_count
             next_line += count
             self.lines_total += count
 
-    def frames(self, ahead: int = 2) -> Iterator[tuple[Block, pl.DataFrame]]:
+    def frames(self, ahead: int = 1) -> Iterator[tuple[Block, pl.DataFrame]]:
         """Each block with its frame, read, hashed and split into lines on a worker thread `ahead` blocks
         early, so that the parser's thread only parses."""
         return prefetched(((block, block.frame()) for block in self.blocks()), ahead)

@@ -1,0 +1,110 @@
+"""Ingest throughput and peak memory of the whole `tracelog ingest` process, on generated Megatron logs.
+
+    python benchmarks/ingest_bench.py                    # 250, 1000 and 2000 MB, best of 3 each
+    python benchmarks/ingest_bench.py 250 --runs 1 --keep
+
+For each size: generate the log once into benchmarks/out (git-ignored), read it once so the page cache is
+warm, then run `python -m tracelog --db <fresh file> ingest <log>` in a fresh child process per run and
+report, for the fastest run:
+
+- MB/s: file size (10^6 bytes) / wall time of the whole process, start-up and flag refresh included.
+- peak RSS: the child's own ru_maxrss, read with os.wait4 for that child alone (RUSAGE_CHILDREN would add
+  up every child measured so far).
+- CPU: user + system seconds of the child, all its threads.
+
+Logs over 1000 MB are deleted after their runs unless --keep is given (they are quick to regenerate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from generate_megatron_log import write_log
+
+OUT = Path(__file__).parent / "out"
+KEEP_UP_TO_MB = 1000
+
+
+@dataclass
+class Run:
+    seconds: float
+    peak_rss_mb: float
+    cpu_seconds: float
+
+
+def warm(path: Path) -> None:
+    with path.open("rb") as f:
+        while f.read(64 << 20):
+            pass
+
+
+def ingest_once(log: Path, db: Path) -> Run:
+    for leftover in (db, db.with_name(db.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "tracelog", "--db", str(db), "ingest", str(log)]
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"{' '.join(command)} exited with {child.returncode}")
+    return Run(seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
+
+
+def machine() -> str:
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor() or "unknown CPU",
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[250, 1000, 2000], help="log sizes in MB")
+    parser.add_argument("--runs", type=int, default=3, help="runs per size; the fastest is reported")
+    parser.add_argument("--keep", action="store_true", help="keep generated logs over 1000 MB")
+    args = parser.parse_args()
+
+    OUT.mkdir(exist_ok=True)
+    print(machine())
+    print("| log | MB/s | seconds | peak RSS | CPU seconds |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for size in args.sizes:
+        log = OUT / f"megatron-{size}mb.log"
+        if not log.exists():
+            write_log(log, size)
+        warm(log)
+        db = OUT / f"bench-{size}.duckdb"
+        runs = [ingest_once(log, db) for _ in range(args.runs)]
+        best = min(runs, key=lambda r: r.seconds)
+        megabytes = log.stat().st_size / 1e6
+        print(
+            f"| {megabytes:,.0f} MB | {megabytes / best.seconds:,.0f} | {best.seconds:.1f} | "
+            f"{best.peak_rss_mb:,.0f} MB | {best.cpu_seconds:.1f} |",
+            flush=True,
+        )
+        for leftover in (db, db.with_name(db.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+        if size > KEEP_UP_TO_MB and not args.keep:
+            log.unlink()
+
+
+if __name__ == "__main__":
+    main()
