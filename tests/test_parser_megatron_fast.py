@@ -1,0 +1,246 @@
+"""The fast path of the Megatron parser reads exactly what the regex path reads.
+
+Iteration and `time (ms) |` lines are read by position once a layout is learned from one line of the log;
+every line that does not fit (a key more or less, another order, a value that is not a plain number) goes
+to the per-key regexes. These tests hold the two paths against each other on the sample logs, the public
+corpus and lines built to break the layout, in one block and across blocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import SAMPLES, corpus_files, source_of
+from tracelog.ingest import BackgroundDigest
+from tracelog.parsers import megatron
+from tracelog.parsers.base import Block, prefetched
+
+ITERATION = (
+    " [2024-11-04 10:00:{s:02d}] iteration {i:8d}/ 9000000 | consumed samples: {samples:12d} | elapsed time per "
+    "iteration (ms): {ms} | throughput per GPU (TFLOP/s/GPU): 362.1 | learning rate: {lr} | global batch "
+    "size:  1024 | lm loss: {loss} | loss scale: 1.0 | grad norm: 0.705 | number of skipped iterations:   0 "
+    "| number of nan iterations:   0 |"
+)
+TIMER = (
+    "time (ms) | forward-compute: {f} | backward-compute: 3176.24 | optimizer: 104.16 | batch-generator: 1.21"
+)
+
+
+def iteration(i: int, ms: str = "5246.7", lr: str = "1.499999E-04", loss: str = "2.908113E+00") -> str:
+    return ITERATION.format(s=i % 60, i=i, samples=i * 1024, ms=ms, lr=lr, loss=loss)
+
+
+def canonical(text: str | bytes, block_bytes: int, fast: bool) -> dict[str, list]:
+    """Every table's rows, sorted, with NaN made comparable (NaN != NaN would hide equal rows)."""
+    out: dict[str, list] = {}
+    for batch in megatron.parse(source_of(text, block_bytes), fast=fast):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+
+    def plain(value):
+        if isinstance(value, float) and math.isnan(value):
+            return "NaN"
+        if isinstance(value, list):
+            return repr(value)
+        return value
+
+    return {
+        table: sorted((tuple(sorted((k, plain(v)) for k, v in row.items())) for row in rows), key=repr)
+        for table, rows in out.items()
+    }
+
+
+def assert_same(text: str | bytes, block_bytes: int = 1 << 20) -> None:
+    assert canonical(text, block_bytes, fast=True) == canonical(text, block_bytes, fast=False)
+
+
+LOGS = [*sorted(SAMPLES.glob("megatron_*.log")), *corpus_files("megatron")]
+# Tiny blocks cut through every multi-line structure; they are slow, so only on the bundled samples.
+CASES = [
+    (path, block_bytes)
+    for path in LOGS
+    for block_bytes in (300, 64 << 10, 16 << 20)
+    if block_bytes > 300 or path.parent == SAMPLES
+]
+
+
+@pytest.mark.parametrize(("path", "block_bytes"), CASES, ids=[f"{p.name}-{b}" for p, b in CASES])
+def test_fast_and_regex_paths_agree_on_real_logs(path, block_bytes: int) -> None:
+    assert_same(path.read_bytes(), block_bytes)
+
+
+VARIANTS = {
+    "extra key": iteration(5) + " mtp_1 loss: 2.5 |",
+    "missing key": iteration(5).replace(" loss scale: 1.0 |", ""),
+    "keys swapped": iteration(5).replace(
+        "lm loss: 2.908113E+00 | loss scale: 1.0", "loss scale: 1.0 | lm loss: 2.908113E+00"
+    ),
+    "nan loss": iteration(5, loss="nan"),
+    "inf and infinity": iteration(5, loss="inf", ms="infinity"),
+    "value with unit": iteration(5, lr="1.5e-4GB"),
+    "value not a number": iteration(5, loss="n/a"),
+    "empty value": iteration(5, loss=""),
+    "signed integer": iteration(5).replace("global batch size:  1024", "global batch size: +1024"),
+    "negative integer": iteration(5).replace("global batch size:  1024", "global batch size: -1024"),
+    "float where an integer goes": iteration(5).replace(
+        "global batch size:  1024", "global batch size: 1024.0"
+    ),
+    "huge integer": iteration(5).replace(
+        "global batch size:  1024", "global batch size: 99999999999999999999"
+    ),
+    "tab before value": iteration(5).replace("lm loss: ", "lm loss:\t"),
+    "no space after colon": iteration(5).replace("lm loss: ", "lm loss:"),
+    "unicode space": iteration(5).replace("lm loss: ", "lm loss:\u00a0"),
+    "arabic digits": iteration(5).replace("consumed samples:         5120", "consumed samples: ٥١٢٠"),
+    "timestamp with T": iteration(5).replace("2024-11-04 10", "2024-11-04T10"),
+    "timestamp with millis": iteration(5).replace(":05]", ":05,123]"),
+    "timestamp malformed": iteration(5).replace("[2024-11-04 10:00:05]", "[2024-11-4  10:00:05]"),
+    "timestamp five-digit year": iteration(5).replace("[2024-11-04 10:00:05]", "[02024-11-04 10:00:0]"),
+    "no timestamp": iteration(5).replace(" [2024-11-04 10:00:05]", ""),
+    "second timestamp in a value": iteration(5) + " note: [2024-01-01 00:00:00] |",
+    "rank prefix": "[rank7]: " + iteration(5),
+    "srun prefix": "12: " + iteration(5),
+    "wider iteration number": iteration(123456789),
+    "no space before number": iteration(5).replace("iteration        5/", "iteration5/"),
+    "pipe inside a value": iteration(5).replace("grad norm: 0.705", "grad norm: 0.7|05"),
+    "colon inside an extra value": iteration(5) + " eta: 01:02:03 |",
+    "iteration word in an extra value": iteration(5) + " note: iteration 3/ 4 |",
+    "elapsed in seconds": iteration(5).replace("iteration (ms): 5246.7", "iteration (s): 5.2467"),
+    "known key duplicated": iteration(5) + " lm loss: 9.0 |",
+    "key inside another key": iteration(5).replace("grad norm: 0.705", "pre-clip grad norm: 0.705"),
+    "trailing text": iteration(5) + " done",
+    "no trailing pipe": iteration(5).rstrip("|").rstrip(),
+    "padding changed": iteration(5).replace("consumed samples:         5120", "consumed samples: 5120"),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS), ids=list(VARIANTS))
+@pytest.mark.parametrize("position", ["first", "middle"])
+def test_a_line_off_the_layout_reads_as_the_regex_path_reads_it(variant: str, position: str) -> None:
+    """Mixed layouts in one block: the odd line first (it becomes the example) or among regular lines."""
+    odd = VARIANTS[variant]
+    regular = [iteration(i, ms=f"{5200 + i}.5", loss=f"{3 - i / 100:.6E}") for i in range(1, 40)]
+    lines = [odd, *regular] if position == "first" else [*regular[:20], odd, *regular[20:]]
+    timers = [TIMER.format(f=f"{1600 + i}.25") for i in range(len(lines))]
+    text = "".join(f"{line}\n{timer}\n" for line, timer in zip(lines, timers, strict=True))
+    assert_same(text)
+    assert_same(text, block_bytes=2000)
+
+
+TIMER_VARIANTS = {
+    "extra timer": TIMER.format(f="1.0") + " | grads-reduce: 3.5",
+    "missing timer": TIMER.format(f="1.0").replace(" | optimizer: 104.16", ""),
+    "min and max": "time (ms) | forward-compute: (1.0, 2.0) | backward-compute: 3176.24 | optimizer: 104.16 | "
+    "batch-generator: 1.21",
+    "not a number": TIMER.format(f="fast"),
+    "colon in name": TIMER.format(f="1.0").replace("optimizer:", "optimizer:inner:"),
+    "other head": "[2024-11-04 10:00:05] " + TIMER.format(f="1.0"),
+    "empty part": TIMER.format(f="1.0") + " |",
+}
+
+
+@pytest.mark.parametrize("variant", list(TIMER_VARIANTS), ids=list(TIMER_VARIANTS))
+def test_timer_lines_off_the_layout_read_as_the_regex_path_reads_them(variant: str) -> None:
+    lines = [iteration(1), TIMER_VARIANTS[variant]]
+    for i in range(2, 30):
+        lines += [iteration(i), TIMER.format(f=f"{1600 + i}.25")]
+    lines += [iteration(30), TIMER_VARIANTS[variant]]
+    assert_same("\n".join(lines) + "\n")
+
+
+def test_more_layouts_than_are_kept() -> None:
+    """Each block may bring layouts of its own; past LAYOUTS_KEPT the oldest are forgotten, not the results."""
+    lines = []
+    for n in range(megatron.LAYOUTS_KEPT + 3):
+        extra = "".join(f" k{n}_{j}: {j}.5 |" for j in range(n))
+        lines += [iteration(i) + extra for i in range(n * 10 + 1, n * 10 + 6)]
+    assert_same("\n".join(lines) + "\n", block_bytes=1500)
+
+
+def test_regular_lines_do_take_the_fast_path() -> None:
+    """A guard on speed, not results: a log's regular lines must fit the learned layout, not fall back."""
+    lines = pl.DataFrame({"line_no": range(1, 201), "line": [iteration(i) for i in range(1, 201)]})
+    carry = megatron._Carry()
+    fitted, left = megatron._iterations_by_layout(lines, carry)
+    assert fitted.height == 200 and left.is_empty()
+    timers = lines.with_columns(
+        pl.lit(TIMER.format(f="1.5")).alias("line"), pl.lit(0, pl.Int32).alias("run_key")
+    )
+    ((_, fitted_timers),) = megatron._timers_by_layout(timers, carry)
+    assert fitted_timers.height == 200
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=320), st.sampled_from([" ", "|", ":", "x", "1", "-", ""])
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_mutated_lines_read_as_the_regex_path_reads_them(edits: list[tuple[int, str]]) -> None:
+    """Characters put into or taken out of regular lines at random places, between regular lines."""
+    odd = iteration(7)
+    for at, char in edits:
+        at = min(at, len(odd))
+        odd = odd[:at] + char + odd[at + (0 if char else 1) :]
+    text = "\n".join([iteration(1), iteration(2), odd, iteration(3), TIMER.format(f="2.5")]) + "\n"
+    assert_same(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=300))
+def test_a_block_frame_has_one_row_per_line(data: bytes) -> None:
+    """The line count of the next block comes from the frame's height, so the two must agree."""
+    data = data.replace(b"\x00", b"")
+    if not data:
+        return
+    block = Block(1, data)
+    counted = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    assert block.frame().height == counted == block.line_count
+
+
+def test_prefetched_hands_on_items_and_errors_in_order() -> None:
+    def items():
+        yield 1
+        yield 2
+        raise KeyboardInterrupt
+
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for item in prefetched(items(), depth=1):
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_prefetched_stops_its_worker_when_the_caller_stops() -> None:
+    produced = []
+
+    def items():
+        for i in range(1000):
+            produced.append(i)
+            yield i
+
+    before = set(threading.enumerate())
+    stream = prefetched(items(), depth=2)
+    assert next(stream) == 0
+    stream.close()
+    assert len(produced) < 10
+    assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+def test_background_digest_is_sha256() -> None:
+    chunks = [bytes([i]) * (1 << 16) for i in range(20)]
+    digest = BackgroundDigest()
+    for chunk in chunks:
+        digest.update(chunk)
+    assert digest.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
