@@ -161,7 +161,7 @@ class BackgroundDigest:
     overlaps reading and parsing instead of adding to them. Chunks are bytes, never changed after reading.
     """
 
-    def __init__(self, depth: int = 4) -> None:
+    def __init__(self, depth: int = 2) -> None:
         self._digest = hashlib.sha256()
         self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
         self._worker = threading.Thread(target=self._run, name="tracelog-sha256", daemon=True)
