@@ -28,7 +28,7 @@ from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 from tracelog.store import Store
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
-INGEST_MEMORY_LIMIT = "128MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
+INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
 KEYED_BY_RUN = {"iterations", "iteration_metrics", "memory", "timers", "run_params"}
 KEYED_BY_BENCH = {"collectives", "p2p", "links", "bench_params", "bench_devices"}
 RUN_COLUMNS_SET_BY_USER = ("name", "gpu_model", "nodes", "gpus_per_node")
