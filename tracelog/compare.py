@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from tracelog.rules import bandwidth, health
+from tracelog import predict
+from tracelog.rules import bandwidth, health, model_rules
 from tracelog.rules.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import DEFAULT, Thresholds
@@ -35,20 +36,7 @@ Family = Callable[[Store, Thresholds, Scope], list[dict[str, Any]]]
 
 def rule_families() -> list[Family]:
     """Every rule family, in the order their flags are written."""
-    families: list[Family] = [bandwidth.evaluate, health.evaluate]
-    try:
-        from tracelog.rules import model_rules
-    except ImportError:  # the analytic model is optional for the health rules
-        return families
-    return [model_rules.evaluate, *families]
-
-
-def predictors() -> list[Callable[[Store, Scope], dict[str, list[dict[str, Any]]]]]:
-    try:
-        from tracelog import predict
-    except ImportError:
-        return []
-    return list(predict.PREDICTORS)
+    return [model_rules.evaluate, bandwidth.evaluate, health.evaluate]
 
 
 def _subject_predicate(scope: Scope) -> str:
@@ -71,7 +59,7 @@ def refresh(
         where = _subject_predicate(scope)
         for table in ("predictions", "comparisons", "flags"):
             store.con.execute(f"DELETE FROM {table} WHERE {where}")
-        for predictor in predictors():
+        for predictor in predict.PREDICTORS:
             for table, rows in predictor(store, scope).items():
                 if rows:
                     store.insert(table, pd.DataFrame(rows))

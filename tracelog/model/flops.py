@@ -156,14 +156,14 @@ def flops_narayanan(cfg: ModelConfig, gbs: int, recompute: Recompute | bool = "f
     return (96 if full else 72) * gbs * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
 
 
-def _attention_forward_per_token(cfg: ModelConfig) -> tuple[float, float]:
+def _attention_forward_per_token(cfg: ModelConfig, causal_halved: bool = True) -> tuple[float, float]:
     """(projection, core) forward FLOPs of one attention layer per token, Megatron-LM's form: QKV and
-    output projections 2·h·(q + 2kv) + 2·q·h; core QKᵀ and AV 2·q·s, halved for the causal mask."""
+    output projections 2·h·(q + 2kv) + 2·q·h; core QKᵀ and AV 4·q·s, halved for the causal mask."""
     q = cfg.heads * cfg.head_dim
     kv = cfg.groups * cfg.head_dim
     projections = 2 * cfg.hidden * (q + 2 * kv) + 2 * q * cfg.hidden
-    core = 2 * q * cfg.seq_len  # 2 GEMMs × 2 FLOP/FMA × q·s, × 1/2 causal
-    return projections, core
+    core = 4 * q * cfg.seq_len  # 2 GEMMs × 2 FLOP/FMA × q·s
+    return projections, core / 2 if causal_halved else core
 
 
 def _mlp_forward_per_token(cfg: ModelConfig) -> float:
@@ -177,19 +177,19 @@ def _mlp_forward_per_token(cfg: ModelConfig) -> float:
     return total
 
 
-def forward_flops(cfg: ModelConfig, tokens: int) -> float:
+def forward_flops(cfg: ModelConfig, tokens: int, causal_halved: bool = True) -> float:
     """One forward pass over `tokens` tokens: all layers plus the logit layer 2·h·V per token."""
-    projections, core = _attention_forward_per_token(cfg)
+    projections, core = _attention_forward_per_token(cfg, causal_halved)
     per_token = cfg.layers * (projections + core) + _mlp_forward_per_token(cfg) + 2 * cfg.hidden * cfg.vocab
     return tokens * per_token
 
 
-def flops_megatron_lm(cfg: ModelConfig, gbs: int) -> float:
+def flops_megatron_lm(cfg: ModelConfig, gbs: int, causal_halved: bool = True) -> float:
     """Current Megatron-LM `num_floating_point_operations` (megatron/training/training.py) for dense and
     MoE GPTs: every GEMM ×3 (forward, wgrad, dgrad; recomputation is never counted), GQA through query
-    groups, SwiGLU 3 GEMMs instead of 2, causal attention halved (since 2025-03). MLA, MTP and hybrid
-    Mamba layers are not modelled."""
-    return 3 * forward_flops(cfg, gbs * cfg.seq_len)
+    groups, SwiGLU 3 GEMMs instead of 2, causal attention halved (since 2025-03; `causal_halved=False`
+    gives the form Megatron-LM printed before). MLA, MTP and hybrid Mamba layers are not modelled."""
+    return 3 * forward_flops(cfg, gbs * cfg.seq_len, causal_halved)
 
 
 def hardware_flops(cfg: ModelConfig, gbs: int, recompute: Recompute) -> float:

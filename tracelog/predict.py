@@ -1,0 +1,367 @@
+"""Predictions and comparisons: what the model says a run or a benchmark should have delivered, beside
+what it measured. Pure arithmetic over `run_inputs` and the catalog; the comparator writes the rows.
+
+Every prediction row names its `formula`; `comparisons.ratio` is always measured / predicted, so a
+ratio below 1 means less than the model expects for throughput figures (TFLOP/s, MFU, bandwidth) and
+faster than expected for times (sec/it).
+
+Run metrics (subject_kind 'run'):
+  flops_per_iteration  one row per formula: narayanan (eq. 3), megatron-lm, hardware, bloom, 6nd
+  sec_per_it, compute_s, tp_comm_s, bubble_s, dp_comm_s, dp_comm_total_s   model.timing.predict_iteration
+  bubble_fraction      (p−1)/(v·m)
+  tflops_per_gpu       model FLOPs (in the formula the log's figure matches) over predicted time
+  mfu                  Megatron-LM model FLOPs (no recomputation) over predicted time and dense peak
+  gpu_memory_mib and weights/grads/optimizer/activations/embedding _mib   model.memory.memory_per_gpu
+  gpu_capacity_mib     the catalog's device memory
+Bench metrics: busbw_gbps per message size (subject_kind 'collective', detail {"size_bytes": N}) from
+the alpha-beta model over the link's unidirectional figure; alpha_us and plateau_busbw_gbps fitted to
+the measured rows; p2p bandwidth against the link (subject_kind 'p2p').
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tracelog import hardware, run_inputs
+from tracelog.errors import TracelogError
+from tracelog.model.collectives import (
+    DEFAULT_ALPHA_US,
+    DEFAULT_LINK_EFFICIENCY,
+    fit_alpha_beta,
+    normalize_op,
+    predict_collective,
+)
+from tracelog.model.flops import (
+    flops_6nd,
+    flops_bloom,
+    flops_megatron_lm,
+    flops_narayanan,
+    hardware_flops,
+    params_from_config,
+)
+from tracelog.model.memory import memory_per_gpu
+from tracelog.model.timing import DEFAULT_COMPUTE_EFFICIENCY, bubble_fraction, predict_iteration
+from tracelog.rules.scope import Scope
+from tracelog.rules.specs import bench_link
+from tracelog.run_inputs import RunInputs
+from tracelog.store import Store
+
+Row = dict[str, Any]
+
+FORMULA_SOURCES = {
+    "narayanan-96": "Narayanan et al. 2021 eq. 3 with full recomputation (96; Megatron-DeepSpeed `TFLOPs:`)",
+    "narayanan-72": "Narayanan et al. 2021 eq. 3 without recomputation (72)",
+    "megatron-lm": "Megatron-LM num_floating_point_operations (x3, GQA, SwiGLU, causal halved)",
+    "megatron-lm-2024": "Megatron-LM num_floating_point_operations before 2025-03 (attention not halved)",
+    "hardware": "Megatron-LM model FLOPs plus the recomputed forward (Korthikanti et al. 2022)",
+    "bloom-x4": "BigScience notes: params x 2 x 4 (recomputation) x seq x gbs",
+    "6nd": "6 x params x tokens (Kaplan et al. 2020); also the BigScience rule without recomputation",
+}
+# Formulas that count the recomputed forward pass: a log whose TFLOP/s matches one of them counted it.
+COUNTS_RECOMPUTE = {"narayanan-96", "bloom-x4"}
+
+
+def formula_flops(inputs: RunInputs) -> dict[str, float]:
+    """FLOPs per iteration by every formula the run's configuration allows. Both recomputation
+    variants of the published formulas are kept: which one a log used is for `match_formula` to find."""
+    out: dict[str, float] = {}
+    cfg, gbs = inputs.cfg, inputs.gbs
+    if cfg is not None and gbs:
+        out["narayanan-96"] = flops_narayanan(cfg, gbs, "full")
+        out["narayanan-72"] = flops_narayanan(cfg, gbs, "none")
+        out["megatron-lm"] = flops_megatron_lm(cfg, gbs)
+        out["megatron-lm-2024"] = flops_megatron_lm(cfg, gbs, causal_halved=False)
+        out["hardware"] = hardware_flops(cfg, gbs, inputs.recompute)  # type: ignore[arg-type]
+    params = inputs.params or (params_from_config(cfg) if cfg is not None else None)
+    if params and inputs.seq_len and gbs:
+        out["bloom-x4"] = flops_bloom(params, inputs.seq_len, gbs, recompute=True)
+        out["6nd"] = flops_6nd(params, inputs.seq_len * gbs)
+    return out
+
+
+@dataclass(frozen=True)
+class FormulaMatch:
+    """Which formula the log's own TFLOP/s figure was computed with: the closest to its implied FLOPs."""
+
+    formula: str
+    ratio: float  # the log's implied FLOPs over the formula's
+    ratios: dict[str, float]
+
+
+def match_formula(inputs: RunInputs, flops: dict[str, float]) -> FormulaMatch | None:
+    """The log's FLOPs per iteration are its TFLOP/s per GPU × sec/it × GPUs (median over steady lines);
+    each formula's count over that says how the log counted."""
+    if not inputs.implied_tflop or not inputs.gpus or not flops:
+        return None
+    implied = inputs.implied_tflop * 1e12 * inputs.gpus
+    ratios = {name: implied / value for name, value in flops.items() if value}
+    if not ratios:
+        return None
+    best = min(ratios, key=lambda name: abs(ratios[name] - 1))
+    return FormulaMatch(best, ratios[best], ratios)
+
+
+def _close(ratio: float, tolerance: float = 0.05) -> bool:
+    """Whether a log's FLOPs agree with a formula's: within the `tflops_formula_mismatch` threshold."""
+    return abs(ratio - 1) <= tolerance
+
+
+def _row(metric: str, value: float | None, unit: str, formula: str | None = None, detail: Any = None) -> Row:
+    if detail is not None and not isinstance(detail, str):
+        detail = json.dumps(detail)
+    return {"metric": metric, "value": value, "unit": unit, "formula": formula, "detail": detail}
+
+
+def infer(inputs: RunInputs) -> RunInputs:
+    """The run with what its own figures reveal: a log whose TFLOP/s count the recomputed forward pass
+    (Megatron-DeepSpeed's ×4, the BigScience notes' rule) ran with full recomputation."""
+    if inputs.recompute_given:
+        return inputs
+    match = match_formula(inputs, formula_flops(inputs))
+    if match and match.formula in COUNTS_RECOMPUTE and _close(match.ratio):
+        return run_inputs.with_recompute(
+            inputs, "full", f"activation recomputation inferred: the log's TFLOP/s count it ({match.formula})"
+        )
+    return inputs
+
+
+def run_prediction(inputs: RunInputs, compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY) -> list[Row]:
+    """Every predicted figure of one run (metric, value, unit, formula, detail); rows with a NULL value
+    say what could not be predicted and why."""
+    rows: list[Row] = []
+    inputs = infer(inputs)
+    flops = formula_flops(inputs)
+    match = match_formula(inputs, flops)
+    for name, value in flops.items():
+        rows.append(_row("flops_per_iteration", value, "FLOP", name, FORMULA_SOURCES[name]))
+    if match:
+        rows.append(_row("log_flops_formula", match.ratio, "ratio", match.formula, match.ratios))
+    train, cfg, gpu = inputs.train, inputs.cfg, inputs.gpu
+    if train is not None:
+        rows.append(
+            _row(
+                "bubble_fraction",
+                bubble_fraction(train.pp, train.microbatches, train.chunks),
+                "ratio",
+                "narayanan §2.2",
+                {"pp": train.pp, "microbatches": train.microbatches, "chunks": train.chunks},
+            )
+        )
+    if cfg is not None and train is not None:
+        memory = memory_per_gpu(cfg, train)
+        for part, mib in memory.mib.items():
+            metric = "gpu_memory_mib" if part == "total" else f"{part}_mib"
+            rows.append(_row(metric, mib, "MiB", "tracelog.model.memory", None))
+    if gpu is not None:
+        rows.append(_row("gpu_capacity_mib", gpu.memory_mib, "MiB", "catalog", gpu.source))
+    if cfg is not None and train is not None and gpu is not None:
+        rows += _time_rows(inputs, flops, match, compute_efficiency)
+    if inputs.missing or inputs.assumptions:
+        rows.append(
+            _row("inputs", None, "", None, {"missing": inputs.missing, "assumptions": inputs.assumptions})
+        )
+    return rows
+
+
+def _time_rows(
+    inputs: RunInputs, flops: dict[str, float], match: FormulaMatch | None, efficiency: float
+) -> list[Row]:
+    cfg, train, gpu = inputs.cfg, inputs.train, inputs.gpu
+    assert cfg is not None and train is not None and gpu is not None
+    try:
+        peak = hardware.peak_tflops(gpu, inputs.precision)
+        time = predict_iteration(
+            cfg, train, gpu, inputs.fabric, efficiency, gpus_per_node=inputs.gpus_per_node
+        )
+    except TracelogError as exc:
+        return [_row("sec_per_it", None, "s", None, {"missing": [str(exc)]})]
+    detail = {
+        "compute_efficiency": efficiency,
+        "fabric": inputs.fabric.id if inputs.fabric else None,
+        "gpus_per_node": inputs.gpus_per_node,
+    }
+    rows = [
+        _row("sec_per_it", time.total_s, "s", "tracelog.model.timing", detail),
+        _row("compute_s", time.compute_s, "s", "tracelog.model.timing", None),
+        _row("tp_comm_s", time.tp_comm_s, "s", "tracelog.model.timing", None),
+        _row("bubble_s", time.bubble_s, "s", "tracelog.model.timing", None),
+        _row("dp_comm_s", time.dp_comm_s, "s", "tracelog.model.timing", {"total_s": time.dp_comm_total_s}),
+    ]
+    gpus = train.gpus
+    formula = match.formula if match and _close(match.ratio) else "megatron-lm"
+    tflops = flops[formula] / (time.total_s * gpus * 1e12)
+    rows.append(_row("tflops_per_gpu", tflops, "TFLOP/s", formula, None))
+    model_tflops = flops["megatron-lm"] / (time.total_s * gpus * 1e12)
+    rows.append(_row("mfu", model_tflops / peak, "ratio", "megatron-lm", {"peak_tflops": peak}))
+    return rows
+
+
+def _pred(rows: list[Row], metric: str) -> Row | None:
+    return next((r for r in rows if r["metric"] == metric and r["value"] is not None), None)
+
+
+def run_comparisons(inputs: RunInputs, rows: list[Row]) -> list[Row]:
+    """Measured beside predicted for one run: sec/it, TFLOP/s, MFU, peak memory, and the log's TFLOP/s
+    against every formula."""
+    out: list[Row] = []
+
+    def add(
+        metric: str, measured: float | None, predicted: float | None, unit: str, formula: Any = None
+    ) -> None:
+        if measured is None or predicted is None or not predicted:
+            return
+        out.append(
+            {
+                "metric": metric,
+                "measured": measured,
+                "predicted": predicted,
+                "ratio": measured / predicted,
+                "unit": unit,
+                "formula": formula,
+            }
+        )
+
+    sec = _pred(rows, "sec_per_it")
+    if sec:
+        add("sec_per_it", inputs.sec_per_it, sec["value"], "s", "tracelog.model.timing")
+    tflops = _pred(rows, "tflops_per_gpu")
+    flops = {r["formula"]: r["value"] for r in rows if r["metric"] == "flops_per_iteration"}
+    if tflops:
+        formula = tflops["formula"]
+        measured = inputs.tflops_reported if _matches(rows, formula) else None
+        if measured is None and inputs.sec_per_it and inputs.gpus:
+            measured = flops[formula] / (inputs.sec_per_it * inputs.gpus * 1e12)
+        add("tflops_per_gpu", measured, tflops["value"], "TFLOP/s", formula)
+    mfu = _pred(rows, "mfu")
+    if mfu and inputs.sec_per_it and inputs.gpus and "megatron-lm" in flops:
+        peak = json.loads(mfu["detail"])["peak_tflops"]
+        measured_mfu = flops["megatron-lm"] / (inputs.sec_per_it * inputs.gpus * 1e12) / peak
+        add("mfu", measured_mfu, mfu["value"], "ratio", "megatron-lm")
+    memory = _pred(rows, "gpu_memory_mib")
+    if memory:
+        add("gpu_memory_mib", inputs.peak_reserved_mib, memory["value"], "MiB", "tracelog.model.memory")
+    if inputs.tflops_reported and inputs.implied_tflop:
+        match = _pred(rows, "log_flops_formula")
+        ratios = json.loads(match["detail"]) if match else {}
+        for name, ratio in ratios.items():
+            add("tflops_reported", inputs.tflops_reported, inputs.tflops_reported / ratio, "TFLOP/s", name)
+    return out
+
+
+def _matches(rows: list[Row], formula: str) -> bool:
+    match = _pred(rows, "log_flops_formula")
+    return bool(match and match["formula"] == formula and _close(match["value"]))
+
+
+def predict_runs(store: Store, scope: Scope) -> dict[str, list[Row]]:
+    predictions: list[Row] = []
+    comparisons: list[Row] = []
+    for inputs in run_inputs.load(store, where=scope.runs):
+        rows = run_prediction(inputs)
+        subject = {"subject_kind": "run", "subject_id": inputs.run_id}
+        predictions += [{**subject, **row} for row in rows]
+        comparisons += [{**subject, **row} for row in run_comparisons(inputs, rows)]
+    return {"predictions": predictions, "comparisons": comparisons}
+
+
+def predict_benches(store: Store, scope: Scope) -> dict[str, list[Row]]:
+    """Predicted busbw per message size for each nccl-tests bench on one node (the alpha-beta model at
+    the default link efficiency), the alpha and plateau fitted to its rows, and its peak against them."""
+    predictions: list[Row] = []
+    comparisons: list[Row] = []
+    benches = store.con.execute(
+        f"""
+        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node FROM benches
+        WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
+        """
+    ).fetchall()
+    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn in benches:
+        try:
+            op = normalize_op(collective or "")
+        except TracelogError:
+            continue
+        rows = store.con.execute(
+            "SELECT size_bytes, median(time_us), max(busbw_gbps) FROM collectives WHERE bench_id = ? "
+            "AND placement = 'out-of-place' AND time_us > 0 GROUP BY size_bytes ORDER BY size_bytes",
+            [bench_id],
+        ).fetchall()
+        if not rows or not ranks:
+            continue
+        subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
+        link = bench_link(gpu_model, gpu_name, nodes, ranks, gpn)
+        if link is not None and ranks > 1:
+            for size, _time, _busbw in rows:
+                p = predict_collective(op, size, ranks, link.unidirectional_gbps)
+                predictions.append(
+                    {
+                        **subject,
+                        **_row(
+                            "busbw_gbps",
+                            p.busbw_gbps,
+                            "GB/s",
+                            "alpha-beta",
+                            {"size_bytes": int(size), "link": link.id},
+                        ),
+                    }
+                )
+            plateau = DEFAULT_LINK_EFFICIENCY * link.unidirectional_gbps
+            peak = max(r[2] for r in rows if r[2] is not None) if any(r[2] for r in rows) else None
+            if peak:
+                comparisons.append(
+                    {
+                        **subject,
+                        "metric": "peak_busbw_gbps",
+                        "measured": peak,
+                        "predicted": plateau,
+                        "ratio": peak / plateau,
+                        "unit": "GB/s",
+                        "formula": f"{DEFAULT_LINK_EFFICIENCY:g} x {link.id} unidirectional",
+                    }
+                )
+        if len(rows) >= 4 and ranks > 1:
+            try:
+                alpha, plateau_fit = fit_alpha_beta(op, [r[0] for r in rows], [r[1] for r in rows], ranks)
+            except TracelogError:
+                continue
+            predictions.append(
+                {**subject, **_row("alpha_us", alpha, "us", "fit", {"default": DEFAULT_ALPHA_US})}
+            )
+            predictions.append({**subject, **_row("plateau_busbw_gbps", plateau_fit, "GB/s", "fit", None)})
+    predictions += _p2p_predictions(store, scope)
+    return {"predictions": predictions, "comparisons": comparisons}
+
+
+def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:
+    rows = store.con.execute(
+        f"""
+        SELECT DISTINCT p.bench_id, p.matrix, b.gpu_model, b.gpu_name FROM p2p p JOIN benches b USING (bench_id)
+        WHERE {scope.benches.replace("bench_id", "p.bench_id")} AND p.unit = 'GB/s' AND p.matrix LIKE '%p2p_on%'
+        """
+    ).fetchall()
+    out = []
+    for bench_id, matrix, gpu_model, gpu_name in rows:
+        link = bench_link(gpu_model, gpu_name, 1, None, None)
+        if link is None:
+            continue
+        bidirectional = "_bi" in matrix
+        spec = link.bidirectional_gbps if bidirectional else link.unidirectional_gbps
+        out.append(
+            {
+                "subject_kind": "p2p",
+                "subject_id": int(bench_id),
+                **_row(
+                    f"{matrix}_gbps",
+                    spec,
+                    "GB/s",
+                    f"{link.id} {'bi' if bidirectional else 'uni'}directional",
+                    {"link": link.id, "source": link.source},
+                ),
+            }
+        )
+    return out
+
+
+PREDICTORS: list[Callable[[Store, Scope], dict[str, list[Row]]]] = [predict_runs, predict_benches]

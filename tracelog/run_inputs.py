@@ -1,0 +1,318 @@
+"""What the model needs to know about a run, read from the store, with every gap and assumption named.
+
+A run's row holds what its log or lab note said; the model needs typed configurations. This module is
+the one place that turns the first into the second. It never guesses silently: a value it has to
+assume (8 GPUs per node, bf16, the reference fabric of the GPU's 8-GPU system) is recorded in
+`assumptions`, and what it cannot know (no GPU model, no sequence length) in `missing`, so predictions
+and `tracelog predict` can say why a figure is absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tracelog import hardware
+from tracelog.errors import TracelogError
+from tracelog.hardware import Gpu, Link
+from tracelog.model.flops import ModelConfig, TrainConfig
+from tracelog.store import Store
+
+DEFAULT_GPUS_PER_NODE = 8
+"""The node of the reference systems (DGX/HGX, MI300X and Gaudi2 platforms): assumed when unknown."""
+
+DEFAULT_PRECISION = "bf16"
+"""Assumed when a run does not say; fp16 and bf16 share the dense peak on every catalogued part."""
+
+# Frameworks that keep fp32 main gradients (18 B/param unsharded): Megatron-LM's mixed precision
+# (`megatron/core/optimizer`, main_grad), and Megatron-DeepSpeed's BF16 optimizer.
+FP32_GRAD_FRAMEWORKS = {"megatron"}
+
+NO_RECOMPUTE_ASSUMED = "activation recomputation not given: none assumed"
+
+RUNS_SQL = """
+SELECT r.*, s.sec_per_it, s.tflops_reported AS tflops_median, s.peak_reserved_mib,
+       f.implied_tflop, f.reported_tflops
+FROM runs r
+LEFT JOIN run_summary s USING (run_id)
+LEFT JOIN (
+    -- the log's own FLOPs per iteration, line by line: reported TFLOP/s per GPU × seconds per iteration
+    SELECT i.run_id,
+           median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) FILTER (NOT i.warmup) AS steady,
+           median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) AS any_line,
+           coalesce(median(coalesce(i.tflops_reported, m.value)) FILTER (NOT i.warmup),
+                    median(coalesce(i.tflops_reported, m.value))) AS reported_tflops,
+           coalesce(steady, any_line) AS implied_tflop
+    FROM iteration_phase i
+    LEFT JOIN iteration_metrics m
+      ON m.run_id = i.run_id AND m.line_no = i.line_no AND m.key = 'effective tera flops per gpu'
+    GROUP BY i.run_id
+) f USING (run_id)
+WHERE {where}
+ORDER BY r.run_id
+"""
+
+PARAMS_SQL = """
+SELECT run_id, name, value FROM run_params
+WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type',
+    'untie_embeddings_and_output_weights', 'add_bias_linear', 'disable_bias_linear', 'normalization',
+    'use_flash_attn', 'masked_softmax_fusion', 'attention_backend', 'transformer_impl',
+    'bf16', 'fp16', 'accumulate_allreduce_grads_in_fp32', 'theoretical_weight_and_optimizer_mib',
+    'theoretical_activation_mib', 'theoretical_total_mib')
+"""
+
+
+@dataclass
+class RunInputs:
+    """One run as the model sees it. `cfg` and `train` are None when the run lacks the shapes or the
+    layout; `gpu` when it has no (known) GPU model. Measured figures are steady-state medians."""
+
+    run_id: int
+    name: str | None
+    framework: str | None
+    status: str | None
+    gpus: int | None
+    gbs: int | None
+    seq_len: int | None
+    params: int | None
+    recompute: str
+    precision: str
+    recompute_given: bool = True
+    zero_given: bool = True
+    cfg: ModelConfig | None = None
+    train: TrainConfig | None = None
+    gpu: Gpu | None = None
+    fabric: Link | None = None
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    sec_per_it: float | None = None
+    tflops_reported: float | None = None
+    implied_tflop: float | None = None  # the log's FLOPs per iteration in units of 1e12 FLOP per GPU
+    peak_reserved_mib: float | None = None
+    run_params: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def memory_assumed(self) -> list[str]:
+        """What the memory prediction had to assume: a footprint resting on these is a rough one."""
+        missing = [] if self.zero_given else ["ZeRO stage 0"]
+        return missing + ([] if self.recompute_given else ["no activation recomputation"])
+
+    @property
+    def nodes(self) -> int:
+        return -(-(self.gpus or 1) // self.gpus_per_node)
+
+    def flag(self, name: str) -> bool | None:
+        """A boolean run parameter (`True`/`False` as Megatron prints them), None when absent."""
+        value = self.run_params.get(name)
+        if value is None or value in ("None", ""):
+            return None
+        return value.strip().lower() in ("true", "1", "yes")
+
+
+def _int(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        if value != value:  # NaN from a frame
+            return None
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number
+
+
+def resolve_gpu(gpu_model: str | None) -> tuple[Gpu | None, str | None]:
+    """The catalog GPU of a run, or None with the reason."""
+    if not gpu_model:
+        return None, "no GPU model: ingest with --gpu (a catalog id, see `tracelog hardware`)"
+    try:
+        return hardware.gpu(gpu_model), None
+    except TracelogError as exc:
+        return None, str(exc)
+
+
+def reference_fabric(gpu: Gpu | None) -> Link | None:
+    """The inter-node fabric of the GPU's reference system (`network_link` in the catalog), if any."""
+    if gpu is None or not gpu.network_link:
+        return None
+    return hardware.link(gpu.network_link)
+
+
+def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
+    """Typed model inputs from one `runs` row (joined with its steady-state medians)."""
+    recompute = _text(row.get("recompute")) or "none"
+    if recompute not in ("none", "selective", "full"):
+        recompute = "none"
+    precision = _text(row.get("precision"))
+    inputs = RunInputs(
+        run_id=int(row["run_id"]),
+        name=_text(row.get("name")),
+        framework=_text(row.get("framework")),
+        status=_text(row.get("status")),
+        gpus=_int(row.get("gpus")),
+        gbs=_int(row.get("gbs")),
+        seq_len=_int(row.get("seq_len")),
+        params=_int(row.get("params")),
+        recompute=recompute,
+        precision=precision or DEFAULT_PRECISION,
+        sec_per_it=_float(row.get("sec_per_it")),
+        tflops_reported=_float(row.get("reported_tflops")) or _float(row.get("tflops_median")),
+        implied_tflop=_float(row.get("implied_tflop")),
+        peak_reserved_mib=_float(row.get("peak_reserved_mib")),
+        run_params=run_params,
+    )
+    if precision is None:
+        inputs.assumptions.append(f"precision not given: {DEFAULT_PRECISION} assumed")
+    if _text(row.get("recompute")) is None:
+        inputs.recompute_given = False
+        inputs.assumptions.append(NO_RECOMPUTE_ASSUMED)
+    try:
+        hardware.normalize_precision(inputs.precision)
+    except TracelogError as exc:
+        inputs.missing.append(str(exc))
+        inputs.precision = DEFAULT_PRECISION
+
+    gpn = _int(row.get("gpus_per_node"))
+    if gpn is None and inputs.gpus and _int(row.get("nodes")):
+        gpn = inputs.gpus // _int(row.get("nodes"))  # type: ignore[operator]
+    if gpn is None or gpn < 1:
+        gpn = DEFAULT_GPUS_PER_NODE
+        inputs.assumptions.append(f"GPUs per node not given: {DEFAULT_GPUS_PER_NODE} assumed")
+    inputs.gpus_per_node = gpn
+
+    inputs.gpu, reason = resolve_gpu(_text(row.get("gpu_model")))
+    if reason:
+        inputs.missing.append(reason)
+    fabric_id = _text(row.get("fabric"))
+    if fabric_id:
+        try:
+            inputs.fabric = hardware.link(fabric_id)
+        except TracelogError as exc:
+            inputs.missing.append(str(exc))
+    elif inputs.gpu is not None and inputs.gpus and inputs.gpus > gpn:
+        inputs.fabric = reference_fabric(inputs.gpu)
+        if inputs.fabric is not None:
+            inputs.assumptions.append(
+                f"fabric not given: {inputs.fabric.id} assumed ({inputs.fabric.name}, the reference system "
+                f"of {inputs.gpu.id})"
+            )
+        else:
+            inputs.missing.append(f"fabric not given and {inputs.gpu.id} has no reference fabric: name one")
+
+    inputs.cfg = _model_config(row, inputs)
+    inputs.train = _train_config(row, inputs)
+    return inputs
+
+
+def _model_config(row: dict[str, Any], inputs: RunInputs) -> ModelConfig | None:
+    shape = {k: _int(row.get(k)) for k in ("layers", "hidden", "heads", "seq_len", "vocab")}
+    absent = [k for k, v in shape.items() if not v]
+    if absent:
+        inputs.missing.append(f"model shape incomplete: no {', '.join(absent)}")
+        return None
+    untied = inputs.flag("untie_embeddings_and_output_weights")
+    bias = inputs.flag("add_bias_linear")
+    if bias is None and inputs.flag("disable_bias_linear") is not None:
+        bias = not inputs.flag("disable_bias_linear")
+    position = inputs.run_params.get("position_embedding_type")
+    return ModelConfig(
+        layers=shape["layers"],  # type: ignore[arg-type]
+        hidden=shape["hidden"],  # type: ignore[arg-type]
+        heads=shape["heads"],  # type: ignore[arg-type]
+        seq_len=shape["seq_len"],  # type: ignore[arg-type]
+        vocab=shape["vocab"],  # type: ignore[arg-type]
+        ffn_hidden=_int(row.get("ffn_hidden")),
+        query_groups=_int(row.get("query_groups")),
+        swiglu=bool(row.get("swiglu")) if row.get("swiglu") is not None else False,
+        params=inputs.params,
+        tied_embeddings=not untied if untied is not None else True,
+        learned_positions=position in (None, "learned_absolute"),
+        bias=bias if bias is not None else True,
+    )
+
+
+def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
+    tp, pp, cp = (_int(row.get(k)) or 1 for k in ("tp", "pp", "cp"))
+    dp = _int(row.get("dp"))
+    if dp is None and inputs.gpus:
+        dp = inputs.gpus // (tp * pp * cp) or None
+    mbs, gbs = _int(row.get("mbs")), inputs.gbs
+    absent = [name for name, v in (("dp", dp), ("mbs", mbs), ("gbs", gbs)) if not v]
+    if absent:
+        inputs.missing.append(f"layout incomplete: no {', '.join(absent)}")
+        return None
+    if inputs.gpus is None:
+        inputs.gpus = tp * pp * dp * cp  # type: ignore[operator]
+    zero_stage = _int(row.get("zero_stage"))
+    if zero_stage is None and not inputs.flag("use_distributed_optimizer"):
+        inputs.zero_given = False
+        inputs.assumptions.append("ZeRO stage not given: 0 assumed")
+    fp32_grads = inputs.framework in FP32_GRAD_FRAMEWORKS or (
+        inputs.framework == "megatron-deepspeed" and inputs.precision == "bf16"
+    )
+    try:
+        train = TrainConfig(
+            gbs=gbs,  # type: ignore[arg-type]
+            mbs=mbs,  # type: ignore[arg-type]
+            tp=tp,
+            pp=pp,
+            dp=dp,  # type: ignore[arg-type]
+            cp=cp,
+            vp=_int(row.get("vp")),
+            sequence_parallel=bool(row.get("sequence_parallel"))
+            if row.get("sequence_parallel") is not None
+            else False,
+            recompute=inputs.recompute,  # type: ignore[arg-type]
+            zero_stage=zero_stage or 0,
+            precision=inputs.precision,
+            distributed_optimizer=bool(inputs.flag("use_distributed_optimizer")),
+            fp32_grads=fp32_grads,
+        )
+        train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
+    except TracelogError as exc:
+        inputs.missing.append(f"layout inconsistent: {exc}")
+        return None
+    return train
+
+
+def with_recompute(inputs: RunInputs, recompute: str, reason: str) -> RunInputs:
+    """The same run with recomputation set from evidence (e.g. the formula its TFLOP/s figure used)."""
+    train = replace(inputs.train, recompute=recompute) if inputs.train is not None else None
+    assumptions = [a for a in inputs.assumptions if a != NO_RECOMPUTE_ASSUMED]
+    return replace(
+        inputs, recompute=recompute, recompute_given=True, train=train, assumptions=[*assumptions, reason]
+    )
+
+
+def load(store: Store, run_ids: list[int] | None = None, where: str | None = None) -> list[RunInputs]:
+    """Model inputs of the runs with these ids (all runs when None), or those matching a SQL predicate
+    over `run_id`."""
+    if where is None:
+        where = (
+            "TRUE" if run_ids is None else f"run_id IN ({', '.join(str(int(r)) for r in run_ids) or 'NULL'})"
+        )
+    params: dict[int, dict[str, str]] = {}
+    for run_id, name, value in store.con.execute(PARAMS_SQL.format(where=where)).fetchall():
+        params.setdefault(int(run_id), {})[name] = value
+    cursor = store.con.execute(RUNS_SQL.format(where=where.replace("run_id", "r.run_id")))
+    columns = [d[0] for d in cursor.description]
+    return [
+        build(dict(zip(columns, row, strict=True)), params.get(int(row[0]), {})) for row in cursor.fetchall()
+    ]
