@@ -289,3 +289,56 @@ def report(
     from tracelog.report import write_report
 
     return write_report(db, output, runs, tags, benches, png_dir)
+
+
+def plan(
+    gpus: int,
+    gpu: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    gbs: int,
+    *,
+    gpus_per_node: int = 8,
+    zero_stage: int = 0,
+    precision: str = "bf16",
+    recompute: str = "full",
+    sequence_parallel: bool = False,
+    fabric: str | None = None,
+    efficiency: float | None = None,
+    constraints: Iterable[str] = (),
+    top: int | None = 20,
+    include_rejected: bool = False,
+    db: str | Store | None = None,
+) -> pd.DataFrame:
+    """DP×TP×PP×MBS layouts of a GPT on `gpus` GPUs of catalog id `gpu`, feasible ones ranked by predicted
+    sec/it (see `tracelog.plan.plan_layouts`); `include_rejected` adds the others with their reason.
+    `efficiency` is the share of the dense peak the GEMMs sustain (default 0.52). With `db`, layouts
+    already measured there show the run and its sec/it and TFLOPs; without it nothing is looked up (no
+    database is opened or created). Notes on what was assumed are in `frame.attrs["notes"]`."""
+    from tracelog import hardware
+    from tracelog.model import DEFAULT_COMPUTE_EFFICIENCY, ModelConfig
+    from tracelog.plan import mark_measured, plan_layouts
+
+    cfg = ModelConfig(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)
+    frame = plan_layouts(
+        cfg,
+        gpus,
+        gpu,
+        gbs,
+        gpus_per_node=gpus_per_node,
+        zero_stage=zero_stage,
+        precision=precision,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        fabric=fabric,
+        compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if efficiency is None else efficiency,
+        constraints=list(constraints),
+        top=top,
+        include_rejected=include_rejected,
+    )
+    if db is None:
+        return frame
+    return mark_measured(frame, connect(db), cfg, hardware.gpu(gpu).id, gpus, gbs, gpus_per_node)

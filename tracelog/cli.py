@@ -324,5 +324,94 @@ def report(
         click.echo(f"{png_dir}: {len(result.pngs)} PNG files")
 
 
+@cli.command()
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs in the job.")
+@click.option(
+    "--gpu", "gpu_id", required=True, help="GPU model, a hardware catalog id such as a100-sxm4-80gb."
+)
+@click.option("--layers", type=click.IntRange(min=1), required=True, help="Transformer layers.")
+@click.option("--hidden", type=click.IntRange(min=1), required=True, help="Hidden size.")
+@click.option("--heads", type=click.IntRange(min=1), required=True, help="Attention heads.")
+@click.option("--seq", "seq_len", type=click.IntRange(min=1), required=True, help="Sequence length.")
+@click.option("--vocab", type=click.IntRange(min=1), required=True, help="Vocabulary size (padded).")
+@click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size in samples.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."
+)
+@click.option("--precision", default="bf16", show_default=True, help="Training precision (peak and bytes).")
+@click.option(
+    "--recompute",
+    type=click.Choice(["full", "selective", "none"]),
+    default="full",
+    show_default=True,
+    help="Activation recomputation.",
+)
+@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism with TP.")
+@click.option("--fabric", help="Inter-node link, a catalog id (default: the GPU generation's DGX fabric).")
+@click.option(
+    "--efficiency", type=click.FloatRange(0, 1, min_open=True), help="Share of the dense peak (0.52)."
+)
+@click.option(
+    "--constraint", "constraints", multiple=True, metavar="EXPR", help="e.g. 'dp % 4 == 0' (repeatable)."
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=20, show_default=True, help="Feasible layouts shown."
+)
+@click.option("--all", "include_rejected", is_flag=True, help="Also list rejected layouts with the reason.")
+@format_option
+@pass_ctx
+def plan(
+    obj: Context,
+    gpus: int,
+    gpu_id: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    gbs: int,
+    gpus_per_node: int,
+    zero_stage: int,
+    precision: str,
+    recompute: str,
+    sequence_parallel: bool,
+    fabric: str | None,
+    efficiency: float | None,
+    constraints: tuple[str, ...],
+    top: int,
+    include_rejected: bool,
+    fmt: str,
+) -> None:
+    """Rank the DP×TP×PP×MBS layouts of a model by predicted sec/it; mark those measured in the database."""
+    with user_errors():
+        store = obj.store(read_only=True) if os.path.exists(obj.db) else None
+        frame = api.plan(
+            gpus,
+            gpu_id,
+            layers,
+            hidden,
+            heads,
+            seq_len,
+            vocab,
+            gbs,
+            gpus_per_node=gpus_per_node,
+            zero_stage=zero_stage,
+            precision=precision,
+            recompute=recompute,
+            sequence_parallel=sequence_parallel,
+            fabric=fabric,
+            efficiency=efficiency,
+            constraints=constraints,
+            top=top,
+            include_rejected=include_rejected,
+            db=store,
+        )
+    render(frame, fmt)
+    sys.stdout.flush()  # the notes go to stderr: after the table, also when both go to one pipe
+    for note in frame.attrs.get("notes", []):
+        click.echo(note, err=True)
+
+
 def main() -> None:
     cli(prog_name="tracelog")

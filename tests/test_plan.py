@@ -1,0 +1,255 @@
+"""The topology planner on BLOOM-176B (BigScience tr11) and small GPTs: legality, memory, ranking,
+constraints, the assumed fabric and the runs a store already measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import tracelog
+from tracelog import api
+from tracelog.cli import cli
+from tracelog.errors import TracelogError
+from tracelog.plan import USABLE_MEMORY_FRACTION
+
+# BLOOM-176B as the planner sees it: 70 transformer layers plus the two embeddings, each given a pipeline
+# slot of its own (`--pp-partition-method 'type:transformer|embedding'`, tr11 chronicles), i.e. 72 slots.
+BLOOM = dict(
+    gpus=384, gpu="a100-sxm4-80gb", layers=72, hidden=14336, heads=64, seq_len=2048, vocab=250880, gbs=2048
+)
+BLOOM_ARGS = [
+    "plan", "--gpus", "384", "--gpu", "a100-sxm4-80gb", "--layers", "72", "--hidden", "14336", "--heads", "64",
+    "--seq", "2048", "--vocab", "250880", "--gbs", "2048", "--zero", "1",
+]  # fmt: skip
+GIB_80 = 80 * 2**30
+
+# Real rows of the tr11 chronicles prequel (02-28, NHIDDEN=14336, the 176B model), in the layout of
+# sample_logs/lab_notes_tr11_topology.md. The depth is left out on purpose: the notes say NLAYERS=70,
+# which the planner counts as 72 pipeline slots (see BLOOM above).
+TR11_NOTES = """# tr11-176B: layouts measured on 48 nodes
+
+NHIDDEN=14336;{depth} Model size: 176B
+SEQ_LEN=2048; VOCAB_SIZE=250880
+
+| Nodes | Size | DP | TP | PP | MBS | NHEADS |  GBS | Mem  | Sec/it | TFLOPs | Notes |
+| ----: | ---: | -: | -: | -: | --: | -----: |  --: | ---: | -----: | -----: | ----: |
+|    48 | 176B |  4 |  8 | 12 |   2 |     64 | 2048 | 40GB | 121.63 | 128.92 | 02-28 |
+|    48 | 176B |  8 |  4 | 12 |   2 |     64 | 2048 | 59GB | 102.03 | 153.68 | 02-28 |
+|    48 | 176B |  8 |  4 | 12 |   2 |    112 | 2048 | 59GB | 104.50 | 150.05 | 02-28 |
+|    48 | 176B |  8 |  4 | 12 |   2 |    128 | 2048 | 60GB | 105.89 | 148.08 | 02-28 |
+|    48 | 176B |  8 |  4 | 12 |   4 |     64 | 2048 | 73GB | 102.27 | 153.33 | 02-28 |
+"""
+
+
+def run(db: Path, *args: str):
+    return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+
+
+def layout(frame: pd.DataFrame, dp: int, tp: int, pp: int, mbs: int) -> pd.Series:
+    rows = frame[(frame.dp == dp) & (frame.tp == tp) & (frame.pp == pp) & (frame.mbs == mbs)]
+    assert len(rows) == 1, f"dp{dp} tp{tp} pp{pp} mbs{mbs}: {len(rows)} rows"
+    return rows.iloc[0]
+
+
+@pytest.fixture
+def tr11_db(tmp_path: Path) -> Path:
+    notes = tmp_path / "tr11_topology.md"
+    notes.write_text(TR11_NOTES.format(depth=""))
+    db = tmp_path / "tr11.duckdb"
+    (result,) = tracelog.ingest([str(notes)], db=str(db))
+    assert result.runs == 5  # type: ignore[union-attr]
+    return db
+
+
+def test_bloom_keeps_the_bigscience_layout_and_rejects_what_cannot_fit() -> None:
+    frame = api.plan(**BLOOM, zero_stage=1, top=None, include_rejected=True)
+    chosen = layout(frame, dp=8, tp=4, pp=12, mbs=2)
+    assert chosen.rejected == "" and chosen["rank"] >= 1
+    assert 30 < chosen.mem_gib < 60  # 59 GB measured by nvidia-smi, CUDA context and cache included
+    assert 95 < chosen.pred_sec_per_it < 125  # measured 102.03 s/it on 02-28
+    no_parallelism = frame[(frame.tp == 1) & (frame.pp == 1)]
+    assert len(no_parallelism) == 5 and (no_parallelism.rejected != "").all()
+    assert no_parallelism["rank"].isna().all()
+    too_big = layout(frame, dp=128, tp=1, pp=3, mbs=1)  # legal, but a third of 176B on each GPU
+    assert too_big.rejected.startswith("needs ") and "GiB of 76.0 usable" in too_big.rejected
+    assert too_big.mem_gib > 300
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(BLOOM, zero_stage=1),
+        dict(BLOOM, zero_stage=0, recompute="selective"),
+        dict(gpus=16, gpu="a100-sxm4-80gb", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257, gbs=512),
+        dict(gpus=64, gpu="h100-sxm5-80gb", layers=32, hidden=4096, heads=32, seq_len=8192, vocab=128256, gbs=256,
+             sequence_parallel=True, recompute="selective"),
+    ],
+    ids=["bloom-zero1", "bloom-zero0-selective", "gpt-1b-16gpu", "llama-8b-shape-64gpu"],
+)  # fmt: skip
+def test_every_listed_layout_obeys_the_rules_and_fits(case: dict) -> None:
+    frame = api.plan(**case, top=None)
+    assert not frame.empty
+    assert (frame.dp * frame.tp * frame.pp == case["gpus"]).all()
+    assert (case["heads"] % frame.tp == 0).all() and (8 % frame.tp == 0).all()
+    assert (case["layers"] % frame.pp == 0).all()
+    assert (case["gbs"] % (frame.dp * frame.mbs) == 0).all()
+    assert (frame.microbatches == case["gbs"] // (frame.dp * frame.mbs)).all()
+    assert ((frame.mbs * case["heads"] // frame.tp) % 4 == 0).all()  # Megatron's fused softmax kernel
+    assert (frame.mem_gib * 2**30 <= USABLE_MEMORY_FRACTION * GIB_80).all()
+    assert frame.mem_share.between(0, USABLE_MEMORY_FRACTION).all()
+    assert ((frame.bubble - (frame.pp - 1) / frame.microbatches).abs() < 1e-12).all()
+    assert frame.mfu.between(0.05, 0.52).all()  # below the assumed 52 % of peak: recompute, bubble, comms
+
+
+def test_ranked_by_predicted_seconds_per_iteration() -> None:
+    frame = api.plan(**BLOOM, zero_stage=1, top=None)
+    assert list(frame["rank"]) == list(range(1, len(frame) + 1))
+    assert frame.pred_sec_per_it.is_monotonic_increasing
+    assert frame.pred_sec_per_it.iloc[0] < frame.pred_sec_per_it.iloc[-1]
+    top = api.plan(**BLOOM, zero_stage=1, top=5)
+    assert len(top) == 5 and top.pred_sec_per_it.tolist() == frame.pred_sec_per_it.head(5).tolist()
+    assert "the fastest 5 shown" in top.attrs["notes"][0]
+
+
+def test_zero_1_fits_layouts_that_zero_0_cannot() -> None:
+    plain = api.plan(**BLOOM, zero_stage=0, top=None, include_rejected=True)
+    sharded = api.plan(**BLOOM, zero_stage=1, top=None, include_rejected=True)
+    assert layout(sharded, 8, 4, 12, 2).rejected == ""
+    assert layout(plain, 8, 4, 12, 2).rejected.startswith("needs 8")  # 18 B/param unsharded: ~87 GiB
+    assert (sharded.rejected == "").sum() > (plain.rejected == "").sum()
+
+
+def test_a_constraint_filters_and_says_so() -> None:
+    everything = api.plan(**BLOOM, zero_stage=1, top=None)
+    constrained = api.plan(
+        **BLOOM, zero_stage=1, top=None, constraints=["dp % 8 == 0 and pp <= 12", "mbs >= 2"]
+    )
+    assert 0 < len(constrained) < len(everything)
+    assert ((constrained.dp % 8 == 0) & (constrained.pp <= 12) & (constrained.mbs >= 2)).all()
+    assert ((everything.dp % 8 != 0) | (everything.pp > 12) | (everything.mbs < 2)).any()
+    with_rejected = api.plan(**BLOOM, zero_stage=1, top=None, constraints=["mbs >= 2"], include_rejected=True)
+    assert layout(with_rejected, 8, 4, 12, 1).rejected == "constraint 'mbs >= 2' not met"
+
+
+def test_all_lists_rejected_layouts_with_their_reasons() -> None:
+    frame = api.plan(**BLOOM, zero_stage=1, top=3, include_rejected=True)
+    assert (frame.rejected.head(3) == "").all() and (frame.rejected.iloc[3:] != "").all()
+    assert layout(frame, 384, 1, 1, 1).rejected == "GBS 2048 not divisible by DP·MBS 384"
+    assert "layers 72 not divisible by PP 16" in layout(frame, 24, 1, 16, 1).rejected
+    first_rejected = frame.rejected.iloc[3]
+    assert first_rejected.startswith("needs ")  # the nearest to fitting come first
+
+
+def test_the_assumed_fabric_is_said() -> None:
+    frame = api.plan(**BLOOM, zero_stage=1, top=None)
+    note = frame.attrs["notes"][-1]
+    assert note.startswith("inter-node fabric: ib-hdr-x8 (8 x InfiniBand HDR")
+    assert (
+        "assumed: the catalog's reference fabric for a100-sxm4-80gb nodes (NVIDIA DGX A100 datasheet)" in note
+    )
+    assert set(frame.dp_link) == {"ib-hdr-x8 (assumed)"}  # every BLOOM layout's DP group spans nodes
+    hopper = api.plan(**dict(BLOOM, gpu="h100-sxm5-80gb"), zero_stage=1, top=3)
+    assert hopper.attrs["notes"][-1].startswith("inter-node fabric: ib-ndr-x8")
+
+
+def test_dp_inside_a_node_uses_nvlink_across_nodes_the_named_fabric() -> None:
+    gpt = dict(
+        gpus=16, gpu="a100-sxm4-80gb", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257, gbs=512
+    )
+    assumed = api.plan(**gpt, top=None)
+    named = api.plan(**gpt, top=None, fabric="ib-ndr-x8")
+    assert "(assumed)" not in " ".join(named.attrs["notes"])
+    joined = assumed.merge(named, on=["dp", "tp", "pp", "mbs"], suffixes=("_hdr", "_ndr"))
+    across = joined[joined.dp_link_hdr == "ib-hdr-x8 (assumed)"]
+    inside = joined[joined.dp_link_hdr == "nvlink3"]
+    assert not across.empty and not inside.empty
+    assert ((inside.dp - 1) * inside.tp < 8).all() and ((across.dp - 1) * across.tp >= 8).all()
+    assert (across.dp_link_ndr == "ib-ndr-x8").all() and (inside.dp_link_ndr == "nvlink3").all()
+    assert (across.pred_sec_per_it_ndr < across.pred_sec_per_it_hdr).all()  # twice the bandwidth
+    assert (inside.pred_sec_per_it_ndr == inside.pred_sec_per_it_hdr).all()
+
+
+def test_a_gpu_without_a_reference_fabric_needs_one_named_across_nodes() -> None:
+    gpt = dict(gpu="mi300x", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257, gbs=256)
+    with pytest.raises(TracelogError, match="no reference fabric for mi300x: name the inter-node link"):
+        api.plan(gpus=16, **gpt)
+    named = api.plan(gpus=16, **gpt, fabric="ib-ndr-x8", top=None)
+    assert "ib-ndr-x8" in set(named.dp_link) and "as named" in named.attrs["notes"][-1]
+    assert not api.plan(gpus=8, **gpt).empty  # one node: no fabric to name
+
+
+def test_one_node_needs_no_fabric() -> None:
+    frame = api.plan(gpus=8, gpu="h100-sxm5-80gb", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257,
+                     gbs=256)  # fmt: skip
+    assert not any("fabric" in note for note in frame.attrs["notes"])
+    assert set(frame.dp_link) <= {"nvlink4", ""}
+
+
+def test_measured_runs_are_marked_with_their_numbers(tr11_db: Path) -> None:
+    result = run(tr11_db, *BLOOM_ARGS, "--top", "40", "--format", "json")
+    assert result.exit_code == 0, result.output
+    frame = pd.DataFrame(json.loads(result.stdout))
+    chosen = layout(frame, 8, 4, 12, 2)
+    assert chosen.measured_run == "tr11-176B 48n dp8 tp4 pp12 mbs2 nh64"  # not the 112- or 128-head rows
+    assert (chosen.measured_sec_per_it, chosen.measured_tflops) == (102.03, 153.68)
+    assert abs(chosen.pred_sec_per_it / chosen.measured_sec_per_it - 1) < 0.15
+    assert layout(frame, 4, 8, 12, 2).measured_sec_per_it == 121.63
+    assert layout(frame, 8, 4, 12, 4).measured_tflops == 153.33
+    assert frame.measured_run_id.notna().sum() == 3
+
+
+def test_runs_of_another_depth_or_width_are_not_matched(tmp_path: Path) -> None:
+    notes = tmp_path / "tr11_70_layers.md"
+    notes.write_text(TR11_NOTES.format(depth=" NLAYERS=70;"))  # as the chronicles print it
+    tracelog.ingest([str(notes)], db=str(tmp_path / "t.duckdb"))
+    deeper = api.plan(**BLOOM, zero_stage=1, top=None, db=str(tmp_path / "t.duckdb"))
+    assert deeper.measured_run_id.isna().all()
+    wider = api.plan(**dict(BLOOM, hidden=16384), zero_stage=1, top=None, db=str(tmp_path / "t.duckdb"))
+    assert wider.measured_run_id.isna().all()
+
+
+def test_cli_prints_the_table_and_the_assumed_fabric(tmp_path: Path) -> None:
+    db = tmp_path / "none.duckdb"
+    result = run(db, *BLOOM_ARGS, "--top", "5")
+    assert result.exit_code == 0, result.output
+    assert "ib-hdr-x8 (assumed)" in result.stdout
+    assert "inter-node fabric: ib-hdr-x8 (8 x InfiniBand HDR" in result.stderr
+    assert "assumed: ZeRO-1, bf16, full recompute" in result.stderr
+    assert "32 of 260 layouts of 384 GPUs fit" in result.stderr
+    assert not db.exists()  # planning opens no database that is not there
+
+
+@pytest.mark.parametrize(
+    "constraint, message",
+    [
+        ("dpp > 2", "unknown name 'dpp'"),
+        ("dp >", "is not an expression"),
+        ("__import__('os')", "Call is not allowed"),
+        ("dp % (tp - tp) == 0", "modulo by zero"),
+    ],
+)
+def test_a_bad_constraint_exits_1_with_the_reason(tmp_path: Path, constraint: str, message: str) -> None:
+    result = run(tmp_path / "t.duckdb", *BLOOM_ARGS, "--constraint", constraint)
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_unknown_gpu_and_empty_space_are_errors(tmp_path: Path) -> None:
+    unknown = run(tmp_path / "t.duckdb", *[a if a != "a100-sxm4-80gb" else "a100-80gb" for a in BLOOM_ARGS])
+    assert unknown.exit_code == 1 and "unknown GPU 'a100-80gb'" in unknown.output
+    # BLOOM's 70 transformer layers without the embedding slots: no PP divides 70 and leaves DP a power of 2
+    args = [a if a != "72" else "70" for a in BLOOM_ARGS]
+    empty = run(tmp_path / "t.duckdb", *args)
+    assert empty.exit_code == 1
+    assert "no layout of 384 GPUs fits: of 260, 260 break a rule" in empty.output
+    listed = run(tmp_path / "t.duckdb", *args, "--all", "--format", "json")
+    assert listed.exit_code == 0
+    reasons = [row["rejected"] for row in json.loads(listed.stdout)]
+    assert len(reasons) == 260 and all(reasons)
+    assert any("layers 70 not divisible by PP 12" in r for r in reasons)
+    with pytest.raises(TracelogError, match="has no bf16 peak"):
+        api.plan(**dict(BLOOM, gpu="v100-sxm2-32gb"))

@@ -1,0 +1,314 @@
+"""The topology planner: every legal DP×TP×PP×MBS layout of a model on a cluster, held against the GPU's
+memory and ranked by predicted seconds per iteration.
+
+Pure apart from `mark_measured`, which reads the runs a store already holds: the layout space comes from
+`plan_space`, memory from `model.memory_per_gpu`, time from `model.predict_iteration`. Pipeline
+point-to-point traffic is not in the time model; DP and TP collectives are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from tracelog.errors import TracelogError
+from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
+from tracelog.hardware import gpu as catalog_gpu
+from tracelog.model import (
+    DEFAULT_COMPUTE_EFFICIENCY,
+    ModelConfig,
+    TrainConfig,
+    flops_megatron_lm,
+    link_for,
+    memory_per_gpu,
+    predict_iteration,
+)
+from tracelog.plan_space import Constraint, Layout, layouts
+from tracelog.store import Store
+
+USABLE_MEMORY_FRACTION = 0.95
+"""Share of device memory a layout may fill. The CUDA context and kernels take 1.2-1.6 GiB before the
+first tensor (BigScience tr11 notes: 1271 MiB on a V100 32GB, 1573 MiB on an A100 40GB, ~2% of 80 GB);
+allocator fragmentation and NCCL buffers take a few percent more."""
+
+FEASIBLE_COLUMNS = [
+    "rank",
+    "dp",
+    "tp",
+    "pp",
+    "mbs",
+    "microbatches",
+    "nodes",
+    "pred_sec_per_it",
+    "pred_tflops",
+    "mfu",
+    "mem_gib",
+    "mem_share",
+    "bubble",
+    "dp_link",
+]
+REJECTION_ORDER = ("memory", "constraint", "rule")
+"""How `include_rejected` lists the rejected layouts: the nearest to fitting first."""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The inter-node link the planner uses, and whether the user named it or it was assumed."""
+
+    link: Link
+    assumed: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.link.id} (assumed)" if self.assumed else self.link.id
+
+    def note(self, g: Gpu) -> str:
+        lk = self.link
+        source = (
+            f"assumed: the catalog's reference fabric for {g.id} nodes "
+            f"({g.source_of('network_link').split(':')[0]}); name yours with --fabric (fabric=)"
+            if self.assumed
+            else "as named"
+        )
+        return (
+            f"inter-node fabric: {lk.id} ({lk.name}, {lk.unidirectional_gbps:g} GB/s each way per {lk.scope}), "
+            f"{source}. Pipeline sends between stages are not in the time model"
+        )
+
+
+def resolve_fabric(g: Gpu, fabric: str | Link | None, spans_nodes: bool) -> Fabric | None:
+    """The named link; else the catalog's reference fabric for the GPU (`network_link`: the DGX system's
+    compute fabric for A100, H100, H200, B200), marked as assumed; else, across nodes, an error: the planner
+    does not guess a network."""
+    if fabric is not None:
+        return Fabric(link(fabric) if isinstance(fabric, str) else fabric, assumed=False)
+    if g.network_link:
+        return Fabric(link(g.network_link), assumed=True)
+    if spans_nodes:
+        raise TracelogError(
+            f"the GPUs span nodes and the catalog has no reference fabric for {g.id}: name the inter-node "
+            "link with --fabric (fabric=), a catalog link id such as ib-hdr-x8 or ib-ndr-x8"
+        )
+    return None
+
+
+def _check_shape(cfg: ModelConfig, gpus: int, gpus_per_node: int, gbs: int) -> None:
+    sizes = {
+        "gpus": gpus,
+        "gpus per node": gpus_per_node,
+        "global batch": gbs,
+        "layers": cfg.layers,
+        "hidden": cfg.hidden,
+        "heads": cfg.heads,
+        "sequence length": cfg.seq_len,
+        "vocab": cfg.vocab,
+    }
+    for what, value in sizes.items():
+        if value < 1:
+            raise TracelogError(f"{what} must be at least 1, not {value}")
+    if cfg.hidden % cfg.heads:
+        raise TracelogError(
+            f"hidden {cfg.hidden} is not divisible by heads {cfg.heads} (Megatron asserts it)"
+        )
+
+
+def _failed_constraints(constraints: list[Constraint], names: dict[str, int]) -> list[str]:
+    failed = []
+    for c in constraints:
+        try:
+            ok = c(names)
+        except (ArithmeticError, TypeError, ValueError) as exc:
+            raise TracelogError(f"constraint {c.text!r}: {exc}") from None
+        if not ok:
+            failed.append(f"constraint {c.text!r} not met")
+    return failed
+
+
+def plan_layouts(
+    cfg: ModelConfig,
+    gpus: int,
+    gpu: Gpu | str,
+    gbs: int,
+    *,
+    gpus_per_node: int = 8,
+    zero_stage: int = 0,
+    precision: str = "bf16",
+    recompute: str = "full",
+    sequence_parallel: bool = False,
+    fp32_grads: bool = True,
+    fabric: str | Link | None = None,
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
+    constraints: Iterable[str | Constraint] = (),
+    usable_fraction: float = USABLE_MEMORY_FRACTION,
+    top: int | None = 20,
+    include_rejected: bool = False,
+) -> pd.DataFrame:
+    """Every layout that uses all `gpus`, the feasible ones ranked by predicted sec/it (the fastest `top`),
+    then with `include_rejected` every other one with the reason in `rejected`. Notes on what was assumed
+    are in `frame.attrs["notes"]`.
+
+    Columns: pred_sec_per_it (model.predict_iteration), pred_tflops (hardware FLOPs, recomputation
+    included, per GPU per second), mfu (model FLOPs in Megatron-LM's form over the dense peak, Korthikanti
+    et al. 2022 §6.3), mem_gib and mem_share (the first pipeline stage's GPU, model.memory_per_gpu, over
+    device memory), bubble ((p−1)/m), dp_link (the link bounding the DP collectives; "(assumed)" marks
+    the default fabric).
+    Gradients are fp32 by default (Megatron's main grads, the BF16 optimizer of Megatron-DeepSpeed).
+    """
+    _check_shape(cfg, gpus, gpus_per_node, gbs)
+    g = gpu if isinstance(gpu, Gpu) else catalog_gpu(gpu)
+    precision = normalize_precision(precision)
+    peak = peak_tflops(g, precision)
+    if not 0 < usable_fraction <= 1:
+        raise TracelogError(f"usable memory fraction must be in (0, 1], got {usable_fraction}")
+    checks = [c if isinstance(c, Constraint) else Constraint(c) for c in constraints]
+    spans_nodes = gpus > gpus_per_node
+    net = resolve_fabric(g, fabric, spans_nodes)
+    usable_bytes = g.memory_bytes * usable_fraction
+    model_flops = flops_megatron_lm(cfg, gbs)
+
+    rows: list[dict[str, Any]] = []
+    kinds: Counter[str] = Counter()
+    for layout, broken in layouts(gpus, gpus_per_node, cfg.layers, cfg.heads, gbs, cfg.seq_len):
+        reasons = list(broken)
+        failed = _failed_constraints(checks, layout.names(cfg.layers, cfg.heads, cfg.hidden, cfg.seq_len))
+        reasons += failed
+        row = _row(layout, g, net)
+        train = None
+        if not gbs % (layout.dp * layout.mbs):
+            train = TrainConfig(
+                gbs=gbs,
+                mbs=layout.mbs,
+                tp=layout.tp,
+                pp=layout.pp,
+                dp=layout.dp,
+                sequence_parallel=sequence_parallel,
+                recompute=recompute,  # type: ignore[arg-type]
+                zero_stage=zero_stage,
+                precision=precision,
+                fp32_grads=fp32_grads,
+            )
+            total = memory_per_gpu(cfg, train).total
+            row.update(mem_gib=total / 2**30, mem_share=total / g.memory_bytes)
+            if total > usable_bytes:
+                reasons.append(f"needs {total / 2**30:.1f} GiB of {usable_bytes / 2**30:.1f} usable")
+        if reasons:
+            kind = "rule" if broken else "constraint" if failed else "memory"
+            kinds[kind] += 1
+            rows.append({**row, "rejected": "; ".join(reasons), "order": REJECTION_ORDER.index(kind)})
+            continue
+        assert train is not None
+        fabric_link = net.link if net else None
+        it = predict_iteration(cfg, train, g, fabric_link, compute_efficiency, gpus_per_node=gpus_per_node)
+        rows.append(
+            {
+                **row,
+                "pred_sec_per_it": it.total_s,
+                "pred_tflops": it.hardware_flops / (it.total_s * gpus * 1e12),
+                "mfu": model_flops / (it.total_s * gpus * 1e12) / peak,
+                "bubble": it.bubble_fraction,
+                "rejected": "",
+            }
+        )
+
+    frame = pd.DataFrame(rows, columns=[*FEASIBLE_COLUMNS, "rejected", "order"])
+    feasible = frame[frame["rejected"] == ""].sort_values(
+        ["pred_sec_per_it", "mem_gib", "tp", "pp", "mbs"], kind="stable"
+    )
+    feasible = feasible.assign(rank=range(1, len(feasible) + 1))
+    usable_text = f"{usable_bytes / 2**30:.1f} GiB usable ({usable_fraction:.0%} of {g.memory_gib:.0f} GiB)"
+    rejections = (
+        f"{kinds['rule']} break a rule, {kinds['constraint']} fail a constraint, "
+        f"{kinds['memory']} need more than {usable_text}"
+    )
+    if feasible.empty and not include_rejected:
+        raise TracelogError(
+            f"no layout of {gpus} GPUs fits: of {len(frame)}, {rejections}; "
+            "--all (include_rejected=True) lists each with its reason"
+        )
+    counts = f"{len(feasible)} of {len(frame)} layouts of {gpus} GPUs fit; {rejections}"
+    shown = feasible if top is None else feasible.head(top)
+    notes = [counts + (f"; the fastest {len(shown)} shown" if len(shown) < len(feasible) else "")]
+    notes.append(
+        f"assumed: ZeRO-{zero_stage}, {precision}, {recompute} recompute, "
+        f"{'fp32' if fp32_grads else precision} grads, sequence parallel {'on' if sequence_parallel else 'off'}, "
+        f"{compute_efficiency:.0%} of the {peak:g} TFLOPS dense {precision} peak of {g.id}"
+    )
+    if spans_nodes and net is not None:
+        notes.append(net.note(g))
+    if include_rejected:
+        rejected = frame[frame["rejected"] != ""]
+        rejected = rejected.sort_values(["order", "mem_gib", "tp", "pp", "mbs"], kind="stable")
+        out = pd.concat([shown, rejected], ignore_index=True).drop(columns="order")
+    else:
+        out = shown.drop(columns=["rejected", "order"]).reset_index(drop=True)
+    out["rank"] = out["rank"].astype("Int64")
+    out.attrs["notes"] = notes
+    return out
+
+
+def _row(layout: Layout, g: Gpu, net: Fabric | None) -> dict[str, Any]:
+    """The layout itself and `dp_link`, the link that bounds its data-parallel collectives: the GPU's own
+    link while the DP group (ranks TP apart) stays in a node, else the inter-node fabric."""
+    dp_link = ""
+    if layout.dp > 1:
+        bottleneck = link_for(layout.dp, layout.gpus_per_node, g, net.link if net else None, stride=layout.tp)
+        dp_link = net.label if net and bottleneck.id.startswith(f"{net.link.id}/") else bottleneck.id
+    return {
+        "dp": layout.dp,
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "mbs": layout.mbs,
+        "microbatches": layout.microbatches,
+        "nodes": layout.nodes,
+        "dp_link": dp_link,
+    }
+
+
+def mark_measured(
+    frame: pd.DataFrame,
+    store: Store,
+    cfg: ModelConfig,
+    gpu_id: str,
+    gpus: int,
+    gbs: int,
+    gpus_per_node: int = 8,
+) -> pd.DataFrame:
+    """Add the run measured at each layout, if the store holds one: same GPU count (or nodes × GPUs per
+    node), DP, TP, PP, MBS and GBS, and the same GPU model, layers, hidden, heads and sequence length where
+    the run records them. A run without TP or PP (plain DeepSpeed) counts as 1 when DP alone makes up
+    its GPUs. Of several, the fastest by steady-state sec/it (run_summary) is shown, its
+    label counting the others; a run with no time shows its status (e.g. OOM)."""
+    measured = store.query(
+        """
+        SELECT s.dp, coalesce(s.tp, 1) AS tp, coalesce(s.pp, 1) AS pp, s.mbs, s.run_id AS measured_run_id,
+               coalesce(s.name, 'run ' || s.run_id)
+                 || CASE WHEN s.sec_per_it IS NULL AND r.status IS NOT NULL THEN ' (' || r.status || ')'
+                         ELSE '' END
+                 || CASE WHEN count(*) OVER w > 1 THEN ' +' || (count(*) OVER w - 1) || ' more' ELSE '' END
+                 AS measured_run,
+               s.sec_per_it AS measured_sec_per_it,
+               s.tflops_reported AS measured_tflops
+        FROM run_summary s JOIN runs r USING (run_id)
+        WHERE coalesce(r.gpus, r.nodes * coalesce(r.gpus_per_node, ?)) = ? AND r.gbs = ? AND s.mbs IS NOT NULL
+          AND s.dp * coalesce(s.tp, 1) * coalesce(s.pp, 1) * coalesce(r.cp, 1) = ?
+          AND (r.gpu_model IS NULL OR r.gpu_model = ?)
+          AND (r.layers IS NULL OR r.layers = ?) AND (r.hidden IS NULL OR r.hidden = ?)
+          AND (r.heads IS NULL OR r.heads = ?) AND (r.seq_len IS NULL OR r.seq_len = ?)
+        WINDOW w AS (PARTITION BY s.dp, coalesce(s.tp, 1), coalesce(s.pp, 1), s.mbs)
+        QUALIFY row_number() OVER (w ORDER BY s.sec_per_it IS NULL, s.sec_per_it, s.run_id) = 1
+        """,
+        [gpus_per_node, gpus, gbs, gpus, gpu_id, cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len],
+    )
+    keys = ["dp", "tp", "pp", "mbs"]
+    measured = measured.astype({k: "int64" for k in keys})
+    marked = frame.merge(measured, on=keys, how="left")
+    marked["measured_run_id"] = marked["measured_run_id"].astype("Int64")
+    marked["measured_run"] = marked["measured_run"].fillna("")
+    order = [c for c in marked.columns if c != "rejected"] + (["rejected"] if "rejected" in marked else [])
+    marked = marked[order]
+    marked.attrs = dict(frame.attrs)
+    return marked
