@@ -38,6 +38,19 @@ def rename(store: Store, run_id: int, name: str) -> None:
     store.con.execute("UPDATE runs SET name = ? WHERE run_id = ?", [name, run_id])
 
 
+def set_columns(store: Store, run_id: int, values: dict[str, object]) -> None:
+    """Set hardware columns of a run (gpu_model, fabric, nodes, gpus_per_node); the GPU count follows
+    from nodes × GPUs per node where the log did not state it."""
+    allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node"}
+    assert set(values) <= allowed, set(values) - allowed
+    with store.transaction():
+        sets = ", ".join(f'"{k}" = ?' for k in values)
+        store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*values.values(), run_id])
+        store.con.execute(
+            "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE run_id = ?", [run_id]
+        )
+
+
 def remove(store: Store, run_id: int) -> None:
     """Delete a run and every row that belongs to it, including the model's outputs about it."""
     with store.transaction():

@@ -277,3 +277,58 @@ def catalog(kind: str = "gpus") -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def describe(entry_id: str) -> pd.DataFrame:
+    """One GPU or link in full: every figure with the source it comes from (field, value, source)."""
+    key = entry_id.strip().casefold()
+    if key in _catalog().gpus:
+        g = _catalog().gpus[key]
+        rows = [
+            ("id", g.id, ""),
+            ("name", g.name, g.source),
+            ("vendor", g.vendor, ""),
+            ("architecture", g.architecture, ""),
+            ("memory_gb", g.memory_gb, g.source_of("memory_gb")),
+            ("memory_gib", round(g.memory_gib, 2), "memory_gb as 2^30 bytes (JEDEC)"),
+            ("memory_type", g.memory_type, g.source_of("memory_type")),
+            ("memory_bandwidth_gbps", g.memory_bandwidth_gbps, g.source_of("memory_bandwidth_gbps")),
+            ("sm_count", g.sm_count, g.source_of("sm_count")),
+            *(
+                (f"{p}_tflops (dense)", g.peak_tflops[p], g.source_of(p))
+                for p in PRECISIONS
+                if p in g.peak_tflops
+            ),
+            ("nvlink_gen", g.nvlink_gen, g.source_of("nvlink_gen")),
+            ("nvlink_links", g.nvlink_links, g.source_of("nvlink_links")),
+            ("pcie_gen", g.pcie_gen, g.source_of("pcie_gen")),
+            ("intra_node_link", g.intra_node_link, g.source_of("intra_node_link")),
+            ("network_link", g.network_link, g.source_of("network_link")),
+            ("names matched", ", ".join(g.match), "as logs print them (case and spaces folded)"),
+        ]
+        for link_id in (g.intra_node_link, g.network_link):
+            if link_id and link_id in _catalog().links:
+                lk = _catalog().links[link_id]
+                rows.append((f"{link_id} unidirectional_gbps", lk.unidirectional_gbps, lk.source))
+                rows.append((f"{link_id} bidirectional_gbps", lk.bidirectional_gbps, lk.source))
+    elif key in _catalog().links:
+        lk = _catalog().links[key]
+        rows = [
+            ("id", lk.id, ""),
+            ("name", lk.name, lk.source),
+            ("kind", lk.kind, ""),
+            ("scope", lk.scope, "gpu: one GPU's aggregate; port: one network port; node: a node's NICs"),
+            ("links", lk.links, lk.source),
+            (
+                "unidirectional_gbps",
+                lk.unidirectional_gbps,
+                "one direction: compare busbw and p2p uni with it",
+            ),
+            ("bidirectional_gbps", lk.bidirectional_gbps, "both directions summed, as datasheets quote"),
+            ("latency_us", lk.latency_us, lk.source if lk.latency_us else ""),
+        ]
+    else:
+        raise _unknown("GPU or link", entry_id, [*_catalog().gpus, *_catalog().links])
+    frame = pd.DataFrame(rows, columns=["field", "value", "source"])
+    frame["value"] = frame["value"].map(lambda v: "" if v is None else str(v))
+    return frame[frame["value"] != ""].reset_index(drop=True)

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from tracelog import hardware, run_inputs
 from tracelog.errors import TracelogError
 from tracelog.model.collectives import (
@@ -177,7 +179,7 @@ def _time_rows(
             cfg, train, gpu, inputs.fabric, efficiency, gpus_per_node=inputs.gpus_per_node
         )
     except TracelogError as exc:
-        return [_row("sec_per_it", None, "s", None, {"missing": [str(exc)]})]
+        return [_row("inputs", None, "", None, {"missing": [f"no time prediction: {exc}"]})]
     detail = {
         "compute_efficiency": efficiency,
         "fabric": inputs.fabric.id if inputs.fabric else None,
@@ -365,3 +367,62 @@ def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:
 
 
 PREDICTORS: list[Callable[[Store, Scope], dict[str, list[Row]]]] = [predict_runs, predict_benches]
+
+
+# How `tracelog predict` shows the rows: section, label and a unit people read (GiB, PFLOP, %).
+_VIEW: dict[str, tuple[str, str, float, str]] = {
+    "sec_per_it": ("time", "seconds per iteration", 1.0, "s"),
+    "compute_s": ("time", "compute (GEMMs at the stated efficiency)", 1.0, "s"),
+    "tp_comm_s": ("time", "tensor-parallel all-reduces", 1.0, "s"),
+    "bubble_s": ("time", "pipeline bubble", 1.0, "s"),
+    "dp_comm_s": ("time", "data-parallel gradients, exposed", 1.0, "s"),
+    "bubble_fraction": ("time", "bubble fraction (p-1)/(v·m)", 100.0, "%"),
+    "tflops_per_gpu": ("throughput", "TFLOP/s per GPU", 1.0, "TFLOP/s"),
+    "mfu": ("throughput", "MFU (model FLOPs over dense peak)", 100.0, "%"),
+    "flops_per_iteration": ("flops", "FLOPs per iteration", 1e-15, "PFLOP"),
+    "log_flops_formula": ("flops", "log's TFLOP/s over the closest formula", 1.0, "ratio"),
+    "weights_mib": ("memory", "weights", 1 / 1024, "GiB"),
+    "grads_mib": ("memory", "gradients", 1 / 1024, "GiB"),
+    "optimizer_mib": ("memory", "optimizer state", 1 / 1024, "GiB"),
+    "activations_mib": ("memory", "activations (first stage, in flight)", 1 / 1024, "GiB"),
+    "embedding_mib": ("memory", "embedding (states of its parameters)", 1 / 1024, "GiB"),
+    "gpu_memory_mib": ("memory", "total per GPU", 1 / 1024, "GiB"),
+    "gpu_capacity_mib": ("memory", "GPU capacity", 1 / 1024, "GiB"),
+}
+
+
+def prediction_table(rows: list[Row]) -> pd.DataFrame:
+    """The rows of `run_prediction` as people read them: one line per figure, grouped by section, with
+    what was missing or assumed at the end."""
+    out = []
+    for row in rows:
+        if row["metric"] == "inputs":
+            detail = json.loads(row["detail"])
+            out += [
+                {"section": "inputs", "figure": "missing", "value": None, "unit": "", "source": m}
+                for m in detail.get("missing", [])
+            ]
+            out += [
+                {"section": "inputs", "figure": "assumed", "value": None, "unit": "", "source": a}
+                for a in detail.get("assumptions", [])
+            ]
+            continue
+        view = _VIEW.get(row["metric"])
+        if view is None or row["value"] is None:
+            continue
+        section, label, scale, unit = view
+        if row["metric"] == "flops_per_iteration":
+            label = f"{label}, {row['formula']}"
+        source = row["formula"] if row["metric"] != "flops_per_iteration" else row["detail"]
+        out.append(
+            {
+                "section": section,
+                "figure": label,
+                "value": row["value"] * scale,
+                "unit": unit,
+                "source": source,
+            }
+        )
+    order = {"time": 0, "throughput": 1, "memory": 2, "flops": 3, "inputs": 4}
+    frame = pd.DataFrame(out, columns=["section", "figure", "value", "unit", "source"])
+    return frame.sort_values("section", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)

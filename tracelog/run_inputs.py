@@ -32,20 +32,22 @@ NO_RECOMPUTE_ASSUMED = "activation recomputation not given: none assumed"
 
 RUNS_SQL = """
 SELECT r.*, s.sec_per_it, s.tflops_reported AS tflops_median, s.peak_reserved_mib,
-       f.implied_tflop, f.reported_tflops
+       f.implied_tflop, f.reported_tflops, f.gbs_logged
 FROM runs r
 LEFT JOIN run_summary s USING (run_id)
 LEFT JOIN (
     -- the log's own FLOPs per iteration, line by line: reported TFLOP/s per GPU × seconds per iteration
+    -- (BigScience's `Effective Tera Flops per GPU` stands on a line of its own after the iteration's)
     SELECT i.run_id,
            median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) FILTER (NOT i.warmup) AS steady,
            median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) AS any_line,
            coalesce(median(coalesce(i.tflops_reported, m.value)) FILTER (NOT i.warmup),
                     median(coalesce(i.tflops_reported, m.value))) AS reported_tflops,
-           coalesce(steady, any_line) AS implied_tflop
+           coalesce(steady, any_line) AS implied_tflop,
+           median(i.global_batch_size) AS gbs_logged
     FROM iteration_phase i
     LEFT JOIN iteration_metrics m
-      ON m.run_id = i.run_id AND m.line_no = i.line_no AND m.key = 'effective tera flops per gpu'
+      ON m.run_id = i.run_id AND m.iteration = i.iteration AND m.key = 'effective tera flops per gpu'
     GROUP BY i.run_id
 ) f USING (run_id)
 WHERE {where}
@@ -167,7 +169,7 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
         framework=_text(row.get("framework")),
         status=_text(row.get("status")),
         gpus=_int(row.get("gpus")),
-        gbs=_int(row.get("gbs")),
+        gbs=_int(row.get("gbs")) or _int(row.get("gbs_logged")),
         seq_len=_int(row.get("seq_len")),
         params=_int(row.get("params")),
         recompute=recompute,
@@ -197,6 +199,8 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
         inputs.assumptions.append(f"GPUs per node not given: {DEFAULT_GPUS_PER_NODE} assumed")
     inputs.gpus_per_node = gpn
 
+    inputs.cfg = _model_config(row, inputs)
+    inputs.train = _train_config(row, inputs)
     inputs.gpu, reason = resolve_gpu(_text(row.get("gpu_model")))
     if reason:
         inputs.missing.append(reason)
@@ -216,8 +220,6 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
         else:
             inputs.missing.append(f"fabric not given and {inputs.gpu.id} has no reference fabric: name one")
 
-    inputs.cfg = _model_config(row, inputs)
-    inputs.train = _train_config(row, inputs)
     return inputs
 
 
@@ -254,6 +256,10 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
     if dp is None and inputs.gpus:
         dp = inputs.gpus // (tp * pp * cp) or None
     mbs, gbs = _int(row.get("mbs")), inputs.gbs
+    if gbs is None and mbs and dp and inputs.framework in ("megatron", "megatron-deepspeed"):
+        # megatron/arguments.py: `if args.global_batch_size is None: = micro_batch_size * data_parallel_size`
+        gbs = inputs.gbs = mbs * dp
+        inputs.assumptions.append(f"global batch not given: MBS x DP = {gbs} assumed (Megatron's default)")
     absent = [name for name, v in (("dp", dp), ("mbs", mbs), ("gbs", gbs)) if not v]
     if absent:
         inputs.missing.append(f"layout incomplete: no {', '.join(absent)}")
@@ -301,6 +307,18 @@ def with_recompute(inputs: RunInputs, recompute: str, reason: str) -> RunInputs:
     )
 
 
+def load_rows(store: Store, where: str = "TRUE") -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """(runs row with its measured medians, run parameters) of the runs matching a predicate over
+    `run_id`: what `build` takes, for callers that change a value first (`tracelog predict --gpu`)."""
+    params: dict[int, dict[str, str]] = {}
+    for run_id, name, value in store.con.execute(PARAMS_SQL.format(where=where)).fetchall():
+        params.setdefault(int(run_id), {})[name] = value
+    cursor = store.con.execute(RUNS_SQL.format(where=where.replace("run_id", "r.run_id")))
+    columns = [d[0] for d in cursor.description]
+    rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    return [(row, params.get(int(row["run_id"]), {})) for row in rows]
+
+
 def load(store: Store, run_ids: list[int] | None = None, where: str | None = None) -> list[RunInputs]:
     """Model inputs of the runs with these ids (all runs when None), or those matching a SQL predicate
     over `run_id`."""
@@ -308,11 +326,4 @@ def load(store: Store, run_ids: list[int] | None = None, where: str | None = Non
         where = (
             "TRUE" if run_ids is None else f"run_id IN ({', '.join(str(int(r)) for r in run_ids) or 'NULL'})"
         )
-    params: dict[int, dict[str, str]] = {}
-    for run_id, name, value in store.con.execute(PARAMS_SQL.format(where=where)).fetchall():
-        params.setdefault(int(run_id), {})[name] = value
-    cursor = store.con.execute(RUNS_SQL.format(where=where.replace("run_id", "r.run_id")))
-    columns = [d[0] for d in cursor.description]
-    return [
-        build(dict(zip(columns, row, strict=True)), params.get(int(row[0]), {})) for row in cursor.fetchall()
-    ]
+    return [build(row, params) for row, params in load_rows(store, where)]
