@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from tracelog.benches import benches as benches  # re-exported: the library surface is this module
+from tracelog.benches import resolve_bench as resolve_bench
+from tracelog.benches import show_bench as show_bench
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, expand_paths, ingest_file
 from tracelog.store import Store

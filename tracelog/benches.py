@@ -10,12 +10,20 @@ topologies) have no busbw.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from tracelog.errors import TracelogError
+
 if TYPE_CHECKING:
     from tracelog.store import Store
+
+BENCH_REF_RX = re.compile(r"^\s*bench\s*:\s*(\S*?)\s*$", re.IGNORECASE)
+# What `show bench:ID` adds to the listing row.
+DETAIL_COLUMNS = """,
+    b.redop, array_to_string(b.hosts, ', ') AS hosts, b.wrong_total, b.out_of_bounds, b.line_start, b.line_end"""
 
 BENCHES_SQL = """
 WITH peak AS (
@@ -39,7 +47,7 @@ SELECT
     p.peak_busbw_gbps,
     r.peak_size_bytes,
     b.avg_busbw_gbps,
-    b.status
+    b.status{detail}
 FROM benches b
 LEFT JOIN sources s USING (source_id)
 LEFT JOIN peak p USING (bench_id)
@@ -55,4 +63,111 @@ def benches(db: str | Store | None = None, tool: str | None = None) -> pd.DataFr
 
     store = connect(db)
     where, params = ("WHERE b.tool = ?", [tool]) if tool else ("", [])
-    return store.query(BENCHES_SQL.format(where=where), params)
+    return store.query(BENCHES_SQL.format(where=where, detail=""), params)
+
+
+def is_bench_ref(ref: str | int) -> bool:
+    """`bench:ID` names a bench; anything else is a run (runs and benches have separate ids)."""
+    return isinstance(ref, str) and BENCH_REF_RX.match(ref) is not None
+
+
+def resolve_bench(store: Store, ref: str | int) -> int:
+    """A bench by id: `3`, `bench:3`."""
+    text = str(ref).strip()
+    if match := BENCH_REF_RX.match(text):
+        text = match.group(1)
+    if not text.isdigit():
+        raise TracelogError(
+            f"{str(ref)!r} is not a bench id; write bench:ID, e.g. bench:3 (see `tracelog benches`)"
+        )
+    if not store.scalar("SELECT count(*) FROM benches WHERE bench_id = ?", [int(text)]):
+        raise TracelogError(f"no bench with id {int(text)}; see `tracelog benches`")
+    return int(text)
+
+
+def show_bench(ref: str | int, db: str | Store | None = None) -> dict[str, pd.DataFrame]:
+    """One bench in full, by id (`3` or `bench:3`): `summary` (its listing row, redop, hosts, lines),
+    `params`, `devices`, its rows, `events` and `flags`.
+
+    Its rows as its tool prints them: `collectives` (nccl-tests, all_reduce_bench) out-of-place first,
+    then by type, op, root and size; one frame per p2p matrix, keyed by the matrix name (e.g.
+    `bandwidth_uni_p2p_on`), src GPU down and dst GPU across; the topology as `links`, device by device
+    with the link kinds `nvidia-smi topo -m` printed. The long forms are in the `p2p` and `links` tables.
+    """
+    from tracelog.api import connect
+
+    store = connect(db)
+    bench_id = resolve_bench(store, ref)
+    one = [bench_id]
+    return {
+        "summary": store.query(BENCHES_SQL.format(where="WHERE b.bench_id = ?", detail=DETAIL_COLUMNS), one),
+        "params": store.query(
+            "SELECT name, value, line_no FROM bench_params WHERE bench_id = ? ORDER BY line_no, name", one
+        ),
+        "devices": store.query(
+            "SELECT rank, device, host, pid, bus_id, gpu_name, line_no FROM bench_devices "
+            "WHERE bench_id = ? ORDER BY rank, line_no",
+            one,
+        ),
+        "collectives": store.query(
+            "SELECT placement, size_bytes, count, type, redop, root, time_us, algbw_gbps, busbw_gbps, wrong, "
+            "line_no FROM collectives WHERE bench_id = ? "
+            "ORDER BY placement = 'in-place', type, redop, root, size_bytes, line_no",
+            one,
+        ),
+        **_p2p_matrices(store, bench_id),
+        **_topology(store, bench_id),
+        "events": store.query(
+            "SELECT line_no, kind, text FROM events WHERE bench_id = ? ORDER BY line_no", one
+        ),
+        "flags": store.query(
+            "SELECT severity, rule, subject_kind, row_ref, measured, expected, ratio, message, hint "
+            "FROM flags WHERE subject_kind <> 'run' AND subject_id = ? "
+            "ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rule, flag_id",
+            one,
+        ),
+    }
+
+
+def _p2p_matrices(store: Store, bench_id: int) -> dict[str, pd.DataFrame]:
+    cells = store.query(
+        "SELECT matrix, src, dst, value, min(line_no) OVER (PARTITION BY matrix) AS first_line "
+        "FROM p2p WHERE bench_id = ? ORDER BY first_line, src, dst",
+        [bench_id],
+    )
+    return {
+        str(matrix): _square(group, "src", "dst", "value", sorted(set(group["dst"])))
+        for matrix, group in cells.groupby("matrix", sort=False)
+    }
+
+
+def _topology(store: Store, bench_id: int) -> dict[str, pd.DataFrame]:
+    cells = store.query(
+        "SELECT coalesce(host, '') AS host, a, b, link_kind, line_no FROM links WHERE bench_id = ? "
+        "ORDER BY host, line_no, a, b",
+        [bench_id],
+    )
+    frames = {}
+    for host, group in cells.groupby("host", sort=False):
+        # nvidia-smi prints the rows in the order of its header's columns; a device whose row is missing
+        # keeps its column, after the others.
+        printed = list(dict.fromkeys(group["a"]))
+        columns = printed + sorted(set(group["b"]) - set(printed), key=device_order)
+        frames["links" if cells["host"].nunique() == 1 else f"links {host}"] = _square(
+            group, "a", "b", "link_kind", columns
+        )
+    return frames
+
+
+def device_order(name: str) -> tuple[str, int]:
+    """GPU2 before GPU10, as nvidia-smi prints them."""
+    head = name.rstrip("0123456789")
+    return head, int(name[len(head) :] or -1)
+
+
+def _square(cells: pd.DataFrame, row: str, column: str, value: str, columns: list[Any]) -> pd.DataFrame:
+    """Long cells as the tool's matrix: `row` down, `columns` across."""
+    rows = list(dict.fromkeys(cells[row]))
+    square = cells.pivot(index=row, columns=column, values=value).reindex(index=rows, columns=columns)
+    square.columns = [str(c) for c in square.columns]
+    return square.rename_axis(row).reset_index()

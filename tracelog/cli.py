@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from tracelog import api
+from tracelog.benches import is_bench_ref
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult
 from tracelog.parsers import formats
@@ -147,16 +148,22 @@ def runs(obj: Context, tags: tuple[str, ...], fmt: str) -> None:
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("ref", metavar="RUN|bench:ID")
 @format_option
 @pass_ctx
-def show(obj: Context, run: str, fmt: str) -> None:
-    """Show one run in full: by id, name or unique name prefix."""
+def show(obj: Context, ref: str, fmt: str) -> None:
+    """Show one run in full (by id, name or unique name prefix), or one bench as bench:ID.
+
+    Runs and benches are numbered apart, so a bench is always written with its prefix: `tracelog show
+    bench:3` shows bench 3 of `tracelog benches` (its summary, params, devices, rows, events and flags),
+    while `tracelog show 3` is run 3.
+    """
     with user_errors():
-        parts = api.show_run(run, obj.store())
+        store = obj.store()
+        parts = api.show_bench(ref, store) if is_bench_ref(ref) else api.show_run(ref, store)
     summary = parts.pop("summary")
     render(summary.T.reset_index().set_axis(["field", "value"], axis=1), fmt, title="summary")
-    parts.pop("run")
+    parts.pop("run", None)
     for title, frame in parts.items():
         if not frame.empty:
             render(frame, fmt, title=title)
@@ -179,6 +186,18 @@ def sources(obj: Context, fmt: str) -> None:
     """List ingested files with their line counts."""
     with user_errors():
         render(api.sources(obj.store()), fmt)
+
+
+@cli.command()
+@click.option(
+    "--tool", help="Only benches of this tool: nccl-tests, p2pBandwidthLatencyTest, nvidia-smi-topo, ..."
+)
+@format_option
+@pass_ctx
+def benches(obj: Context, tool: str | None, fmt: str) -> None:
+    """List benches: tool, op, ranks, GPU, peak busbw and the size reaching it, status (see show bench:ID)."""
+    with user_errors():
+        render(api.benches(obj.store(), tool), fmt)
 
 
 @cli.command()
