@@ -57,6 +57,118 @@ def test_partial_bench_is_marked(store: Store) -> None:
     assert flag["severity"] == "warning"
 
 
+def add_param(store: Store, bench_id: int, name: str, value: str) -> None:
+    store.con.execute("INSERT INTO bench_params VALUES (?, ?, ?, 3)", [bench_id, name, value])
+
+
+def add_tool_bench(store: Store, tool: str, status: str, ranks: int = 4) -> int:
+    return store.scalar(
+        "INSERT INTO benches (source_id, bench_key, tool, ranks, status, line_end) "
+        "VALUES (1, (SELECT count(*) FROM benches), ?, ?, ?, 40) RETURNING bench_id",
+        [tool, ranks, status],
+    )
+
+
+def nccl_stopped_before_max_bytes(store: Store) -> None:
+    bench_id = add_bench(store, HEALTHY, status="partial")  # sizes up to 1 GiB
+    add_param(store, bench_id, "maxBytes", "8589934592")
+
+
+def nccl_max_bytes_reduced(store: Store) -> None:
+    bench_id = add_bench(store, HEALTHY, status="partial")
+    add_param(store, bench_id, "maxBytes", "8589934592")
+    add_param(store, bench_id, "maxBytes reduced to", "1073741824")
+
+
+def nccl_failed_without_rows(store: Store) -> None:
+    add_tool_bench(store, "nccl-tests", "failed")
+
+
+def p2p_excerpt(store: Store) -> None:
+    bench_id = add_tool_bench(store, "p2pBandwidthLatencyTest", "partial")
+    for src in range(4):
+        for dst in range(4):
+            store.con.execute(
+                "INSERT INTO p2p VALUES (?, 'bandwidth_uni_p2p_on', ?, ?, 274.0, 'GB/s', ?)",
+                [bench_id, src, dst, 10 + src],
+            )
+    for src in range(2):  # cut after two rows
+        for dst in range(4):
+            store.con.execute(
+                "INSERT INTO p2p VALUES (?, 'bandwidth_bi_p2p_on', ?, ?, 520.0, 'GB/s', ?)",
+                [bench_id, src, dst, 20 + src],
+            )
+
+
+def topo_rows_missing(store: Store) -> None:
+    bench_id = add_tool_bench(store, "nvidia-smi-topo", "partial")
+    devices = ["GPU0", "GPU1", "GPU2", "GPU10", "NIC0"]
+    for line, a in enumerate(["GPU0", "GPU1"], start=2):
+        for b in devices:
+            store.con.execute(
+                "INSERT INTO links VALUES (?, 'node-1', ?, ?, ?, NULL, ?)",
+                [bench_id, a, b, "X" if a == b else "NV12", line],
+            )
+
+
+def all_reduce_bench_uneven(store: Store) -> None:
+    bench_id = add_tool_bench(store, "all_reduce_bench", "partial")
+    for line in range(7):  # 4 ranks, 7 results: one rank short of its second trial
+        store.con.execute(
+            "INSERT INTO collectives (bench_id, size_bytes, placement, busbw_gbps, line_no) "
+            "VALUES (?, 4000000000, 'in-place', 93.0, ?)",
+            [bench_id, 100 + line],
+        )
+
+
+@pytest.mark.parametrize(
+    ("make", "severity", "says"),
+    [
+        (
+            nccl_stopped_before_max_bytes,
+            "warning",
+            "nccl-tests partial: the sweep stopped at 1073741824 bytes (11 size(s)), before maxBytes 8589934592",
+        ),
+        (
+            nccl_max_bytes_reduced,
+            "warning",
+            "nccl-tests partial: the sweep reached maxBytes (1073741824 bytes, 11 size(s)) but the test never "
+            "printed its footer",
+        ),
+        (nccl_failed_without_rows, "critical", "nccl-tests failed: no row of its table was printed."),
+        (
+            p2p_excerpt,
+            "warning",
+            "p2pBandwidthLatencyTest partial: 2 of the 9 matrices of a full output printed "
+            "(bandwidth_uni_p2p_on, bandwidth_bi_p2p_on); missing: connectivity, bandwidth_uni_p2p_off, "
+            "bandwidth_bi_p2p_off, latency_gpu_p2p_off, latency_cpu_p2p_off, latency_gpu_p2p_on, "
+            "latency_cpu_p2p_on; fewer than 4 rows in: bandwidth_bi_p2p_on.",
+        ),
+        (
+            topo_rows_missing,
+            "warning",
+            "nvidia-smi-topo partial: rows missing for GPU2, GPU10, NIC0 of the 5 devices its header names",
+        ),
+        (
+            all_reduce_bench_uneven,
+            "warning",
+            "all_reduce_bench partial: its ranks did not all print the same number of results (7 in all "
+            "from 4 rank(s))",
+        ),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
+def test_incomplete_says_what_is_missing_in_the_terms_of_its_tool(
+    store: Store, make, severity: str, says: str
+) -> None:
+    make(store)
+    (flag,) = rules_of(store)["bench_incomplete"]
+    assert flag["severity"] == severity
+    assert says in flag["message"]
+    if not says.startswith("nccl-tests"):
+        assert "message size" not in flag["message"] and "sweep" not in flag["message"]
+
+
 def test_latency_bound_sizes(store: Store) -> None:
     add_bench(store, HEALTHY)
     (flag,) = rules_of(store)["latency_bound"]
