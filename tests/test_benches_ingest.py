@@ -10,9 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 import tracelog.api as api
-from tests.conftest import SAMPLES, corpus_files
+from tests.conftest import CORPUS, SAMPLES, corpus_files
+from tracelog import parsers
 from tracelog.benches import benches
 from tracelog.cli import cli
+from tracelog.parsers import allreduce_bench
 from tracelog.store import Store
 
 BENCH_SAMPLES = sorted([*SAMPLES.glob("nccl_*.txt"), *SAMPLES.glob("p2p_*.txt"), *SAMPLES.glob("topo_*.txt")])
@@ -309,3 +311,89 @@ def test_all_reduce_bench_outputs_ingest(db_path: Path, path: Path) -> None:
     for busbw, algbw, size in rows:
         assert size == 4_000_000_000
         assert busbw == pytest.approx(algbw * factor, rel=1e-4)
+
+
+PROSE = """From a public repository, experiments/bandwidth/: outputs of a PyTorch all_reduce benchmark script
+(torch.distributed, 4 GB payload), interleaved with NCCL INFO lines from every rank: per rank `duration`,
+`algo throughput: ... bps, ... Gbps`, `busbw: ... Gbps` (note: Gbps, bits). The later version prints
+`The average bandwidth of all_reduce with a 4.0GB payload (5 trials, 16 ranks):` and `busbw: 120 GBps`.
+- n1_all_reduce_bench.txt: 1 node, 4x V100 32GB.
+"""
+PROSE_FILES = sorted(CORPUS.glob("*/SOURCES.md")) + sorted(CORPUS.glob("README.md"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [PROSE, *(p.read_text() for p in PROSE_FILES)],
+    ids=["prose", *(str(p.relative_to(CORPUS)) for p in PROSE_FILES)],
+)
+def test_prose_about_the_tools_is_not_taken_for_their_output(
+    db_path: Path, tmp_path: Path, text: str
+) -> None:
+    notes = tmp_path / "SOURCES.md"
+    notes.write_text(text)
+    (result,) = api.ingest([str(notes)], db=str(db_path))
+    assert isinstance(result, api.IngestFailure)
+    assert "no parser recognises this file" in str(result.error)
+
+
+ALL_REDUCE_HEADS = {
+    "per-rank": "0 data size: 4.0 GB\nNCCL version 2.7.8+cuda10.2\n3:\n duration: 0.6125 sec\n"
+    " algo throughput: 104487664227.6784 bps, 104.4877 Gbps\n busbw: 78.3657  Gbps\n",
+    "data size only": "local_rank: 0\n0 data size: 4.0 GB\n1 data size: 4.0 GB\n",
+    "summary": "The average bandwidth of all_reduce with a 4.0GB payload (5 trials, 16 ranks):\n"
+    " algbw: 64.461 GBps (515.7 Gbps)\n busbw: 120.864 GBps (966.9 Gbps)\n",
+    "srun labels": "0: 0 data size: 4.0 GB\n0:  algo throughput: 104487664227.6784 bps, 104.4877 Gbps\n",
+    "mpi tags": "[1,0]<stdout>: algo throughput: 104487664227.6784 bps, 104.4877 Gbps\n",
+}
+
+
+@pytest.mark.parametrize("head", ALL_REDUCE_HEADS.values(), ids=ALL_REDUCE_HEADS.keys())
+def test_all_reduce_bench_output_is_detected(head: str) -> None:
+    assert parsers.detect(head, "<test>") is allreduce_bench
+
+
+@pytest.mark.skipif(not CORPUS_ALLREDUCE, reason="the shared corpus is not here")
+@pytest.mark.parametrize("path", CORPUS_ALLREDUCE, ids=lambda p: p.name)
+def test_published_all_reduce_bench_outputs_are_detected_from_their_head(path: Path) -> None:
+    head = path.read_bytes()[: parsers.HEAD_BYTES].decode(errors="replace")
+    assert parsers.detect(head, str(path)) is allreduce_bench
+
+
+def test_gpu_option_holds_a_p2p_excerpt_against_the_unidirectional_spec(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """An excerpt without device lines: only --gpu names the GPU, so only it brings the NVLink spec."""
+    values = [[1581.5 if s == d else 274.0 + (s + d) % 3 for d in range(8)] for s in range(8)]
+    excerpt = tmp_path / "a100_uni_excerpt.txt"
+    excerpt.write_text(
+        "[...]\nUnidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n"
+        "   D\\D"
+        + "".join(f"{d:>7}" for d in range(8))
+        + "\n"
+        + "".join(f"{s:>6} " + " ".join(f"{v:.2f}" for v in row) + "\n" for s, row in enumerate(values))
+        + "[...]\n"
+    )
+    results = api.ingest([str(excerpt)], db=str(db_path), gpu="a100-sxm4-80gb")
+    assert not [r for r in results if isinstance(r, api.IngestFailure)]
+    assert sql(db_path, "SELECT gpu_name, gpu_model, status FROM benches") == [
+        (None, "a100-sxm4-80gb", "partial")
+    ]
+    flags = sql(db_path, "SELECT rule, severity, measured, expected, message FROM flags ORDER BY rule")
+    rules = [f[0] for f in flags]
+    assert "low_bandwidth" not in rules
+    (duplex,) = [f for f in flags if f[0] == "duplex_confusion"]
+    assert duplex[1] == "info" and duplex[2] == pytest.approx(275.0) and duplex[3] == 300.0
+    assert "92% of the 300 GB/s unidirectional spec (healthy)" in duplex[4]
+    (incomplete,) = [f for f in flags if f[0] == "bench_incomplete"]
+    assert "1 of the 9 matrices of a full output printed (bandwidth_uni_p2p_on)" in incomplete[4]
+
+
+def test_without_gpu_a_p2p_excerpt_has_no_spec_to_hold(db_path: Path, tmp_path: Path) -> None:
+    excerpt = tmp_path / "excerpt.txt"
+    excerpt.write_text(
+        "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n   D\\D     0      1\n"
+        "     0 1581.48 274.55\n     1 274.70 1581.48\n"
+    )
+    ingest(db_path, excerpt)
+    assert sql(db_path, "SELECT rule FROM flags") == [("bench_incomplete",)]

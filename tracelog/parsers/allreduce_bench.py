@@ -57,12 +57,18 @@ PENDING_MAX = 256
 
 
 def detect(head: str) -> int:
-    if (
-        re.search(r"algo throughput:\s*[\d.]+\s*bps", head)
-        or "The average bandwidth of all_reduce with a" in head
-    ):
-        return 50
-    return 0
+    """A whole line the parser reads as a result: prose that names the lines (`algo throughput: ...
+    bps`) or quotes them inline is not output of the script."""
+    score = 0
+    for line in head.split("\n"):
+        if "bps" not in line and "payload" not in line and "data size" not in line:
+            continue
+        for body in {line.strip(), strip_prefix(line)[0].strip()}:
+            if TPUT_RX.match(body) or SUMMARY_RX.match(body):
+                return 50
+            if DATA_SIZE_RX.match(body):
+                score = 40
+    return score
 
 
 @dataclass
