@@ -70,14 +70,26 @@ def ingest(
     gpus_per_node: int | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    fabric: str | None = None,
 ) -> list[IngestResult | IngestFailure]:
     """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
 
-    A file that fails is reported and skipped; the files before and after it still land.
+    `gpu` is a catalog id or the name a tool prints (`NVIDIA A100-SXM4-80GB`), `fabric` a catalog link
+    id; both are checked before anything is read. A file that fails is reported and skipped; the files
+    before and after it still land.
     """
+    from tracelog import hardware
+
+    gpu_model = hardware.resolve_gpu_id(gpu) if gpu else None
+    fabric_id = hardware.link(fabric).id if fabric else None
     store = connect(db)
     options = RunOptions(
-        name=name, tags=dict(tags or {}), gpu_model=gpu, nodes=nodes, gpus_per_node=gpus_per_node
+        name=name,
+        tags=dict(tags or {}),
+        gpu_model=gpu_model,
+        fabric=fabric_id,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
     )
     results: list[IngestResult | IngestFailure] = []
     for path in expand_paths(paths):
@@ -254,6 +266,93 @@ def refresh(db: str | Store | None = None, thresholds: dict[str, str] | None = N
     from tracelog.thresholds import DEFAULT
 
     return compare.refresh(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
+
+
+PREDICT_CONFIG_KEYS = (
+    "layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "query_groups", "swiglu", "params",
+    "gbs", "mbs", "tp", "pp", "dp", "cp", "vp", "sequence_parallel", "recompute", "zero_stage", "precision",
+    "gpus", "nodes", "gpus_per_node", "framework",
+)  # fmt: skip
+
+
+def predict(
+    run: str | int | None = None,
+    db: str | Store | None = None,
+    *,
+    gpu: str | None = None,
+    fabric: str | None = None,
+    efficiency: float | None = None,
+    distributed_optimizer: bool | None = None,
+    **config: object,
+) -> pd.DataFrame:
+    """What the model predicts, with its parts (time, throughput, memory, FLOPs) and what it had to
+    assume: for a stored run (`run`, with any value overridden by the keyword arguments), or for a
+    configuration given as keywords (runs-table names: layers, hidden, heads, seq_len, vocab, gbs, mbs,
+    tp, pp, dp, ...). `gpu` and `fabric` are catalog ids; `efficiency` the share of the dense peak."""
+    from tracelog import predict as model
+    from tracelog import run_inputs
+    from tracelog.model.timing import DEFAULT_COMPUTE_EFFICIENCY
+
+    unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS))
+    if unknown:
+        raise TracelogError(
+            f"unknown configuration {', '.join(unknown)}; known: {', '.join(PREDICT_CONFIG_KEYS)}"
+        )
+    overrides = {k: v for k, v in {**config, "gpu_model": gpu, "fabric": fabric}.items() if v is not None}
+    if run is not None:
+        store = connect(db)
+        run_id = resolve_run(store, run)
+        ((row, params),) = run_inputs.load_rows(store, f"run_id = {run_id}")
+    else:
+        if not config.get("layers"):
+            raise TracelogError(
+                "name a run, or give the model (layers, hidden, heads, seq, vocab) and layout"
+            )
+        row, params = {"run_id": 0, "framework": "megatron"}, {}
+    row.update(overrides)
+    if distributed_optimizer is not None:
+        params["use_distributed_optimizer"] = str(distributed_optimizer)
+    inputs = run_inputs.build(row, params)
+    rows = model.run_prediction(inputs, DEFAULT_COMPUTE_EFFICIENCY if efficiency is None else efficiency)
+    return model.prediction_table(rows)
+
+
+def hardware(gpu_or_link: str | None = None, kind: str = "gpus") -> pd.DataFrame:
+    """The hardware catalog (`gpus` or `links`), or one GPU or link in full, each figure with its source."""
+    from tracelog import hardware as catalog
+
+    if gpu_or_link is None:
+        return catalog.catalog(kind)
+    return catalog.describe(gpu_or_link)
+
+
+def set_hardware(
+    ref: str | int,
+    db: str | Store | None = None,
+    *,
+    gpu: str | None = None,
+    fabric: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+) -> int:
+    """Say what a run ran on after the fact (catalog ids for `gpu` and `fabric`), then recompute its
+    predictions and flags. Returns the run id."""
+    from tracelog import annotate, compare
+    from tracelog import hardware as catalog
+
+    store = connect(db)
+    run_id = resolve_run(store, ref)
+    values: dict[str, object] = {"nodes": nodes, "gpus_per_node": gpus_per_node}
+    if gpu is not None:
+        values["gpu_model"] = catalog.resolve_gpu_id(gpu)
+    if fabric is not None:
+        values["fabric"] = catalog.link(fabric).id
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        raise TracelogError("nothing to set: give --gpu, --fabric, --nodes or --gpus-per-node")
+    annotate.set_columns(store, run_id, values)
+    compare.refresh(store, [run_id], [])
+    return run_id
 
 
 def flags(

@@ -80,7 +80,8 @@ def cli(ctx: click.Context, db: str) -> None:
 )
 @click.option("--name", help="Name for the run(s) of these files.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Tag the runs (repeatable).")
-@click.option("--gpu", help="GPU model, a hardware catalog id such as a100-sxm4-80gb.")
+@click.option("--gpu", help="GPU model: a catalog id such as a100-sxm4-80gb, or the name tools print.")
+@click.option("--fabric", help="Inter-node link of the run, a catalog id such as ib-hdr-x8.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes of the run.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node of the run.")
 @click.option("--force", is_flag=True, help="Ingest again files already ingested.")
@@ -92,6 +93,7 @@ def ingest(
     name: str | None,
     tags: tuple[str, ...],
     gpu: str | None,
+    fabric: str | None,
     nodes: int | None,
     gpus_per_node: int | None,
     force: bool,
@@ -109,7 +111,17 @@ def ingest(
             size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else 0
             with _progress(path, size, err) as advance:
                 results = api.ingest(
-                    [path], store, format_id, name, parsed_tags, gpu, nodes, gpus_per_node, force, advance
+                    [path],
+                    store,
+                    format_id,
+                    name,
+                    parsed_tags,
+                    gpu,
+                    nodes,
+                    gpus_per_node,
+                    force,
+                    advance,
+                    fabric=fabric,
                 )
             for result in results:
                 if isinstance(result, IngestResult):
@@ -305,6 +317,107 @@ def flags(
             api.refresh(store, parse_tags(thresholds))
         frame = api.flags(store, severity, rule, list(runs) or None, parse_tags(tags))
     render(frame, fmt)
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--gpu", help="GPU model, a catalog id (see `tracelog hardware`).")
+@click.option("--fabric", help="Inter-node link, a catalog id such as ib-hdr-x8.")
+@click.option(
+    "--efficiency",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Share of the dense peak the GEMMs sustain.  [default: 0.52]",
+)
+@click.option("--layers", type=click.IntRange(min=1))
+@click.option("--hidden", type=click.IntRange(min=1))
+@click.option("--heads", type=click.IntRange(min=1))
+@click.option("--seq", "seq_len", type=click.IntRange(min=1), help="Sequence length.")
+@click.option("--vocab", type=click.IntRange(min=1))
+@click.option("--ffn-hidden", type=click.IntRange(min=1), help="MLP width.  [default: 4 x hidden]")
+@click.option("--query-groups", type=click.IntRange(min=1), help="GQA key/value groups.  [default: heads]")
+@click.option("--swiglu", is_flag=True, default=None, help="SwiGLU MLP (three GEMMs).")
+@click.option(
+    "--params", type=click.IntRange(min=1), help="Parameter count, when known (else from the shapes)."
+)
+@click.option("--gbs", type=click.IntRange(min=1), help="Global batch size.")
+@click.option("--mbs", type=click.IntRange(min=1), help="Micro-batch size.")
+@click.option("--tp", type=click.IntRange(min=1))
+@click.option("--pp", type=click.IntRange(min=1))
+@click.option("--dp", type=click.IntRange(min=1))
+@click.option("--cp", type=click.IntRange(min=1))
+@click.option("--vp", type=click.IntRange(min=1), help="Interleaved chunks per pipeline stage.")
+@click.option("--sequence-parallel", is_flag=True, default=None)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage.")
+@click.option("--distributed-optimizer", is_flag=True, default=None, help="Megatron's distributed optimizer.")
+@click.option("--precision", help="bf16, fp16, fp8 or fp32.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1))
+@click.option(
+    "--framework",
+    type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed"]),
+    help="Sets how gradients are kept (fp32 main grads in Megatron).  [default: megatron]",
+)
+@format_option
+@pass_ctx
+def predict(
+    obj: Context,
+    run: str | None,
+    gpu: str | None,
+    fabric: str | None,
+    efficiency: float | None,
+    distributed_optimizer: bool | None,
+    fmt: str,
+    **config: Any,
+) -> None:
+    """What the model predicts for RUN, or for the configuration given: sec/it with its parts (compute,
+    TP communication, bubble, DP communication), TFLOP/s and MFU, memory per GPU by part, FLOPs by
+    formula, and what it had to assume. Options override the run's own values."""
+    values = {k: v for k, v in config.items() if v is not None}
+    with user_errors():
+        frame = api.predict(
+            run,
+            obj.store() if run is not None else None,
+            gpu=gpu,
+            fabric=fabric,
+            efficiency=efficiency,
+            distributed_optimizer=distributed_optimizer,
+            **values,
+        )
+    render(frame, fmt)
+
+
+@cli.command()
+@click.argument("entry", required=False, metavar="[GPU|LINK]")
+@click.option("--links", is_flag=True, help="List the links instead of the GPUs.")
+@format_option
+def hardware(entry: str | None, links: bool, fmt: str) -> None:
+    """The hardware catalog: GPUs (dense peaks, memory, SMs, links) or --links (unidirectional and
+    bidirectional bandwidth apart); one entry in full with the source of every figure."""
+    with user_errors():
+        render(api.hardware(entry, "links" if links else "gpus"), fmt)
+
+
+@cli.command(name="set")
+@click.argument("run")
+@click.option("--gpu", help="GPU model, a catalog id such as a100-sxm4-80gb.")
+@click.option("--fabric", help="Inter-node link, a catalog id such as ib-hdr-x8.")
+@click.option("--nodes", type=click.IntRange(min=1))
+@click.option("--gpus-per-node", type=click.IntRange(min=1))
+@pass_ctx
+def set_(
+    obj: Context, run: str, gpu: str | None, fabric: str | None, nodes: int | None, gpus_per_node: int | None
+) -> None:
+    """Say what a run ran on after ingest; its predictions and flags are recomputed."""
+    with user_errors():
+        run_id = api.set_hardware(
+            run, obj.store(), gpu=gpu, fabric=fabric, nodes=nodes, gpus_per_node=gpus_per_node
+        )
+        count = api.sql(
+            f"SELECT count(*) AS n FROM flags WHERE subject_kind = 'run' AND subject_id = {run_id}",
+            obj.store(),
+        )["n"].iloc[0]
+    count = int(count)
+    click.echo(f"run {run_id}: updated; {count} flag{'s' * (count != 1)} (see tracelog flags --run {run_id})")
 
 
 @cli.command()

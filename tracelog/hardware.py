@@ -201,6 +201,15 @@ def match_gpu(name_as_printed: str | None) -> Gpu | None:
     return _catalog().gpus[gpu_id] if gpu_id else None
 
 
+def resolve_gpu_id(id_or_name: str) -> str:
+    """The catalog id for what a user typed: an id (`a100-sxm4-80gb`) or a name as tools print it
+    (`NVIDIA A100-SXM4-80GB`); TracelogError with close matches otherwise."""
+    found = _catalog().gpus.get(id_or_name.strip().casefold()) or match_gpu(id_or_name)
+    if found is None:
+        raise _unknown("GPU", id_or_name, list(_catalog().gpus))
+    return found.id
+
+
 def _as_gpu(g: Gpu | str) -> Gpu:
     return g if isinstance(g, Gpu) else gpu(g)
 

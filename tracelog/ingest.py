@@ -31,7 +31,7 @@ PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
 KEYED_BY_RUN = {"iterations", "iteration_metrics", "memory", "timers", "run_params"}
 KEYED_BY_BENCH = {"collectives", "p2p", "links", "bench_params", "bench_devices"}
-RUN_COLUMNS_SET_BY_USER = ("name", "gpu_model", "nodes", "gpus_per_node")
+RUN_COLUMNS_SET_BY_USER = ("name", "gpu_model", "fabric", "nodes", "gpus_per_node")
 Progress = Callable[[int], None]
 
 
@@ -42,6 +42,7 @@ class RunOptions:
     name: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     gpu_model: str | None = None
+    fabric: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
 
@@ -286,6 +287,7 @@ class SourceWriter:
         opts = self.options
         values = {
             "gpu_model": opts.gpu_model,
+            "fabric": opts.fabric,
             "nodes": opts.nodes,
             "gpus_per_node": opts.gpus_per_node,
         }
@@ -300,10 +302,13 @@ class SourceWriter:
                 self.store.con.execute(
                     "INSERT OR REPLACE INTO run_tags VALUES (?, ?, ?)", [run_id, key, value]
                 )
+        bench_values = {"gpu_model": opts.gpu_model, "nodes": opts.nodes, "gpus_per_node": opts.gpus_per_node}
+        bench_sets = {k: v for k, v in bench_values.items() if v is not None}
         for bench_id in self.bench_ids.values():
-            if opts.gpu_model:
+            if bench_sets:
+                cols = ", ".join(f'"{k}" = ?' for k in bench_sets)
                 self.store.con.execute(
-                    "UPDATE benches SET gpu_model = ? WHERE bench_id = ?", [opts.gpu_model, bench_id]
+                    f"UPDATE benches SET {cols} WHERE bench_id = ?", [*bench_sets.values(), bench_id]
                 )
         self.store.con.execute(
             "UPDATE runs SET name = coalesce(name, ?) WHERE source_id = ?",

@@ -39,8 +39,15 @@ class Layout:
         return self.gbs // (self.dp * self.mbs)
 
     def names(self, layers: int, heads: int, hidden: int, seq_len: int) -> dict[str, int]:
-        return {**asdict(self), "nodes": self.nodes, "m": self.microbatches, "layers": layers, "heads": heads,
-                "hidden": hidden, "seq": seq_len}
+        return {
+            **asdict(self),
+            "nodes": self.nodes,
+            "m": self.microbatches,
+            "layers": layers,
+            "heads": heads,
+            "hidden": hidden,
+            "seq": seq_len,
+        }
 
 
 def divisors(n: int) -> list[int]:
@@ -78,10 +85,19 @@ def layouts(
 
 
 _OPS = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.truediv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.truediv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
 }
 
 
@@ -97,8 +113,20 @@ class Constraint:
         self._check(self.tree)
 
     def _check(self, node: ast.AST) -> None:
-        allowed = (ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp, ast.Compare,
-                   ast.Name, ast.Constant, ast.Load, *_OPS)
+        allowed = (
+            ast.BoolOp,
+            ast.And,
+            ast.Or,
+            ast.UnaryOp,
+            ast.Not,
+            ast.USub,
+            ast.BinOp,
+            ast.Compare,
+            ast.Name,
+            ast.Constant,
+            ast.Load,
+            *_OPS,
+        )
         for child in ast.walk(node):
             if not isinstance(child, allowed):
                 raise TracelogError(f"constraint {self.text!r}: {type(child).__name__} is not allowed")
@@ -111,7 +139,9 @@ class Constraint:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in names:
-                raise TracelogError(f"constraint {self.text!r}: unknown name {node.id!r}; use {', '.join(names)}")
+                raise TracelogError(
+                    f"constraint {self.text!r}: unknown name {node.id!r}; use {', '.join(names)}"
+                )
             return names[node.id]
         if isinstance(node, ast.BoolOp):
             values = (self._eval(v, names) for v in node.values)
