@@ -8,16 +8,22 @@ DuckDB client sees numbers that match the data. Ingest refreshes the subjects of
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import duckdb
 import pandas as pd
 
-from tracelog import predict
+from tracelog import predict, run_inputs
 from tracelog.rules import bandwidth, health, model_rules
 from tracelog.rules.scope import Scope
+from tracelog.run_inputs import RunInputs
 from tracelog.store import Store
 from tracelog.thresholds import DEFAULT, Thresholds
 
+REFRESH_MEMORY_LIMIT = "384MB"
+"""DuckDB's cap while a refresh runs: at 1.8 M iterations it takes the refresh from 700 to 560 MB peak
+RSS at the same speed (benchmarks/ingest_bench.py); 256 MB is too little for the window functions."""
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 FLAG_COLUMNS = (
     "rule",
@@ -34,9 +40,10 @@ FLAG_COLUMNS = (
 Family = Callable[[Store, Thresholds, Scope], list[dict[str, Any]]]
 
 
-def rule_families() -> list[Family]:
-    """Every rule family, in the order their flags are written."""
-    return [model_rules.evaluate, bandwidth.evaluate, health.evaluate]
+def rule_families(runs: list[RunInputs] | None = None) -> list[Family]:
+    """Every rule family, in the order their flags are written; `runs` are the model inputs already
+    loaded for the refresh (the model rules load them otherwise)."""
+    return [partial(model_rules.evaluate, runs=runs), bandwidth.evaluate, health.evaluate]
 
 
 def _subject_predicate(scope: Scope) -> str:
@@ -53,17 +60,31 @@ def refresh(
     bench_ids: list[int] | None = None,
     thresholds: Thresholds = DEFAULT,
 ) -> int:
-    """Recompute predictions, comparisons and flags for the subjects in scope; returns the flag count."""
+    """Recompute predictions, comparisons and flags for the subjects in scope; returns the flag count.
+
+    One transaction; DuckDB is capped meanwhile (window functions over millions of iterations otherwise
+    keep every partition in memory), and a refresh that cannot run under the cap runs again without it.
+    """
     scope = Scope.of(run_ids, bench_ids)
+    try:
+        with store.memory_limit(REFRESH_MEMORY_LIMIT):
+            return _refresh(store, scope, thresholds)
+    except duckdb.OutOfMemoryException:
+        return _refresh(store, scope, thresholds)
+
+
+def _refresh(store: Store, scope: Scope, thresholds: Thresholds) -> int:
     with store.transaction():
         where = _subject_predicate(scope)
         for table in ("predictions", "comparisons", "flags"):
             store.con.execute(f"DELETE FROM {table} WHERE {where}")
-        for predictor in predict.PREDICTORS:
-            for table, rows in predictor(store, scope).items():
+        runs = [predict.infer(run) for run in run_inputs.load(store, where=scope.runs)]
+        outputs = (predict.predict_runs(store, scope, runs), predict.predict_benches(store, scope))
+        for output in outputs:
+            for table, rows in output.items():
                 if rows:
                     store.insert(table, pd.DataFrame(rows))
-        flags = [flag for family in rule_families() for flag in family(store, thresholds, scope)]
+        flags = [flag for family in rule_families(runs) for flag in family(store, thresholds, scope)]
         if flags:
             frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])
             store.insert("flags", frame)

@@ -21,7 +21,6 @@ the measured rows; p2p bandwidth against the link (subject_kind 'p2p').
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -271,10 +270,11 @@ def _matches(rows: list[Row], formula: str) -> bool:
     return bool(match and match["formula"] == formula and _close(match["value"]))
 
 
-def predict_runs(store: Store, scope: Scope) -> dict[str, list[Row]]:
+def predict_runs(store: Store, scope: Scope, runs: list[RunInputs] | None = None) -> dict[str, list[Row]]:
+    """Prediction and comparison rows of the runs in scope (`runs`: their inputs, if already loaded)."""
     predictions: list[Row] = []
     comparisons: list[Row] = []
-    for inputs in run_inputs.load(store, where=scope.runs):
+    for inputs in runs if runs is not None else run_inputs.load(store, where=scope.runs):
         rows = run_prediction(inputs)
         subject = {"subject_kind": "run", "subject_id": inputs.run_id}
         predictions += [{**subject, **row} for row in rows]
@@ -377,9 +377,6 @@ def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:
             }
         )
     return out
-
-
-PREDICTORS: list[Callable[[Store, Scope], dict[str, list[Row]]]] = [predict_runs, predict_benches]
 
 
 # How `tracelog predict` shows the rows: section, label and a unit people read (GiB, PFLOP, %).

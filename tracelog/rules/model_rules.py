@@ -384,6 +384,7 @@ def pipeline_bubble(store: Store, t: Thresholds, scope: Scope, runs: list[RunInp
 RULES = (oom_proximity, throughput, tflops_formula_mismatch, quantization, fused_softmax, pipeline_bubble)
 
 
-def evaluate(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    runs = [predict.infer(run) for run in run_inputs.load(store, where=scope.runs)]
+def evaluate(store: Store, t: Thresholds, scope: Scope, runs: list[RunInputs] | None = None) -> list[Flag]:
+    if runs is None:
+        runs = [predict.infer(run) for run in run_inputs.load(store, where=scope.runs)]
     return [flag for rule in RULES for flag in rule(store, t, scope, runs)]
