@@ -97,3 +97,16 @@ def test_db_from_environment(tmp_path: Path) -> None:
     db = tmp_path / "env.duckdb"
     result = CliRunner(env={"TRACELOG_DB": str(db)}).invoke(cli, ["ingest", BLOOM])
     assert result.exit_code == 0 and db.exists()
+
+
+def test_markdown_leaves_missing_values_blank(db_path: Path) -> None:
+    md = run(
+        db_path,
+        "sql",
+        "SELECT 1 AS a, NULL::DOUBLE AS b, NULL::INTEGER AS c, 'x' AS d",
+        "--format",
+        "markdown",
+    )
+    row = md.output.strip().splitlines()[-1]
+    assert "nan" not in row and "<NA>" not in row and "None" not in row
+    assert [cell.strip() for cell in row.strip("|").split("|")] == ["1", "", "", "x"]

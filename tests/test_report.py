@@ -115,7 +115,8 @@ def add_predictions(store: Store, run_id: int) -> None:
     rows = [
         ("sec_per_it", 4.5, "s"),
         ("tflops_per_gpu", 390.0, "TFLOP/s"),
-        ("gpu_memory_mib", 81559.0, "MiB"),
+        ("gpu_memory_mib", 61234.0, "MiB"),
+        ("gpu_capacity_mib", 81559.0, "MiB"),
         ("compute_s", 3.6, "s"),
         ("bubble_s", 0.0, "s"),
         ("tp_comm_s", 0.5, "s"),
@@ -243,6 +244,7 @@ def test_predictions_are_drawn_where_present(built):
     assert "predicted (megatron)" in iterations
     memory = json.dumps(charts[f"chart-run-{ids['llama']}-memory"])
     assert "capacity 81,559 MiB" in memory and "95 %" in memory and "90 %" in memory
+    assert "predicted 61,234 MiB" in memory
     split = json.dumps(charts[f"chart-run-{ids['llama']}-time-split"])
     assert all(part in split for part in ("compute", "bubble", "tp_comm", "dp_comm"))
     busbw = json.dumps(charts["chart-busbw-all_reduce"])

@@ -209,7 +209,13 @@ def screenshot(target: Path) -> None:
         tracelog.ingest(
             ["sample_logs/megatron_lm_llama3_8b_h100.log"], db="tracelog.duckdb", gpu="h100-sxm5-80gb"
         )
-        tracelog.ingest(["sample_logs/megatron_deepspeed_bloom_ugly.log"], db="tracelog.duckdb")
+        tracelog.ingest(
+            ["sample_logs/megatron_deepspeed_bloom_ugly.log"],
+            db="tracelog.duckdb",
+            gpu="a100-sxm4-80gb",
+            nodes=48,
+            gpus_per_node=8,
+        )
         result = report.write_report("tracelog.duckdb", "report.html")
         with sync_playwright() as playwright:
             browser = launch(playwright)

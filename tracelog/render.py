@@ -32,7 +32,7 @@ def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None) ->
     elif fmt == "markdown":
         if title:
             click.echo(f"### {title}\n")
-        click.echo(frame.to_markdown(index=False))
+        click.echo(frame.astype(object).where(frame.notna(), "").to_markdown(index=False))
         click.echo()
     else:
         table = Table(title=title, show_lines=False, header_style="bold")

@@ -36,6 +36,7 @@ POINTS_MIN = 200
 RUN_METRICS = {
     "sec_per_it": ("sec_per_it", "total_s", "iteration_s"),
     "tflops": ("tflops_per_gpu", "tflops"),
+    "gpu_capacity_mib": ("gpu_capacity_mib",),
     "gpu_memory_mib": ("gpu_memory_mib",),
 }
 TIME_SPLIT = ("compute_s", "bubble_s", "tp_comm_s", "dp_comm_s")
@@ -339,9 +340,10 @@ def _run_sections(store: Store, scope: Scope, pred: pd.DataFrame) -> list[Sectio
             if figure is not None:
                 section.blocks.append(Block(f"run-{run_id}-iterations", figure))
         if run_id in memory:
-            cap = _pick(p, "gpu_memory_mib")
+            cap, model = _pick(p, "gpu_capacity_mib"), _pick(p, "gpu_memory_mib")
             capacity = float(cap["value"].iloc[0]) if not cap.empty else _capacity_mib(gpu_model)
-            chart = charts.memory(memory[run_id], label, capacity, gpu_model)
+            predicted = float(model["value"].iloc[0]) if not model.empty else None
+            chart = charts.memory(memory[run_id], label, capacity, gpu_model, predicted)
             section.blocks.append(Block(f"run-{run_id}-memory", chart))
         split = p[p["metric"].isin(TIME_SPLIT)]
         if not split.empty:

@@ -241,22 +241,29 @@ def _draw_timeline(fig: Figure) -> alt.TopLevelMixin:
     return chart.resolve_scale(x="shared").configure_view(strokeWidth=0)
 
 
-def memory(frame: pd.DataFrame, label: str, capacity: float | None, gpu_model: str | None) -> Figure:
-    """Peak memory per rank (reserved where printed) against the device, with the 90 % and 95 % lines."""
+def memory(
+    frame: pd.DataFrame,
+    label: str,
+    capacity: float | None,
+    gpu_model: str | None,
+    predicted: float | None = None,
+) -> Figure:
+    """Peak memory per rank (reserved where printed) against the device, with the 90 % and 95 % lines
+    and the model's footprint of the first pipeline stage where it has one."""
     data = frame.drop(columns=["run_id"], errors="ignore").assign(
         rank=frame["rank"].fillna(-1), share=frame["peak_mib"] / capacity if capacity else float("nan")
     )
     frames = {"memory": data}
+    lines = [(predicted, f"predicted {predicted:,.0f} MiB", GREY)] if predicted else []
     if capacity:
-        frames["capacity"] = _lines(
-            [
-                (capacity, f"capacity {capacity:,.0f} MiB", "black"),
-                (0.95 * capacity, "95 %", RED),
-                (0.9 * capacity, "90 %", ORANGE),
-            ],
-            "capacity",
-            quiet=("95 %", "90 %"),
-        )
+        lines += [
+            (capacity, f"capacity {capacity:,.0f} MiB", "black"),
+            (0.95 * capacity, "95 %", RED),
+            (0.9 * capacity, "90 %", ORANGE),
+        ]
+    if lines:
+        frames["capacity"] = _lines(lines, "capacity", quiet=("95 %", "90 %"))
+    if capacity:
         what = f"capacity {capacity:,.0f} MiB" + (f" ({gpu_model})" if gpu_model else "")
         what += "; dashed red: 95 %, orange: 90 % of it"
     else:
