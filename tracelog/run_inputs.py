@@ -37,18 +37,28 @@ FROM runs r
 LEFT JOIN run_summary s USING (run_id)
 LEFT JOIN (
     -- the log's own FLOPs per iteration, line by line: reported TFLOP/s per GPU × seconds per iteration
-    -- (BigScience's `Effective Tera Flops per GPU` stands on a line of its own after the iteration's)
-    SELECT i.run_id,
-           median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) FILTER (NOT i.warmup) AS steady,
-           median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) AS any_line,
-           coalesce(median(coalesce(i.tflops_reported, m.value)) FILTER (NOT i.warmup),
-                    median(coalesce(i.tflops_reported, m.value))) AS reported_tflops,
+    -- (BigScience's `Effective Tera Flops per GPU` stands on a line of its own after the iteration's);
+    -- a fallback median is taken only over runs whose steady-state one has no value (one in memory, not two)
+    WITH lines AS NOT MATERIALIZED (
+        SELECT i.run_id, i.warmup, i.global_batch_size, coalesce(i.tflops_reported, m.value) AS tflops
+             , coalesce(i.tflops_reported, m.value) * i.elapsed_s AS tflop
+        FROM iteration_phase i
+        LEFT JOIN iteration_metrics m
+          ON m.run_id = i.run_id AND m.iteration = i.iteration AND m.key = 'effective tera flops per gpu'
+    ), present AS (
+        SELECT run_id, count(tflop) FILTER (NOT warmup) > 0 AS tflop_steady,
+               count(tflops) FILTER (NOT warmup) > 0 AS tflops_steady
+        FROM lines GROUP BY run_id
+    )
+    SELECT l.run_id,
+           median(l.tflop) FILTER (NOT l.warmup) AS steady,
+           median(l.tflop) FILTER (NOT p.tflop_steady) AS any_line,
+           coalesce(median(l.tflops) FILTER (NOT l.warmup),
+                    median(l.tflops) FILTER (NOT p.tflops_steady)) AS reported_tflops,
            coalesce(steady, any_line) AS implied_tflop,
-           median(i.global_batch_size) AS gbs_logged
-    FROM iteration_phase i
-    LEFT JOIN iteration_metrics m
-      ON m.run_id = i.run_id AND m.iteration = i.iteration AND m.key = 'effective tera flops per gpu'
-    GROUP BY i.run_id
+           median(l.global_batch_size) AS gbs_logged
+    FROM lines l JOIN present p ON p.run_id = l.run_id
+    GROUP BY l.run_id
 ) f USING (run_id)
 WHERE {where}
 ORDER BY r.run_id
