@@ -145,16 +145,36 @@ def loss_spikes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 
 
 def sec_per_it_drift(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    # The medians of the first and last of ntile(5) over the steady lines by line number, without a window
+    # over the run: ntile puts the first ceil(n/5) lines in the first fifth and the last floor(n/5) in the
+    # fifth, and line numbers are unique within a run, so the fifths end and begin at the line numbers that
+    # min/max(line_no, k) find (a heap of k, which DuckDB allows up to 999,999: longer runs take ntile).
     rows = store.con.execute(
         f"""
-        WITH steady AS (
-            SELECT run_id, elapsed_s,
-                   ntile(5) OVER (PARTITION BY run_id ORDER BY line_no) AS fifth,
-                   count(*) OVER (PARTITION BY run_id) AS n
+        WITH steady AS NOT MATERIALIZED (
+            SELECT run_id, line_no, elapsed_s
             FROM iteration_phase WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
+        ),
+        sizes AS (
+            SELECT run_id, count(*) AS n, (count(*) + 4) // 5 AS first_lines, count(*) // 5 AS last_lines
+            FROM steady GROUP BY run_id HAVING count(*) >= 10
+        ),
+        bounds AS (
+            SELECT run_id, list_max(min(s.line_no, z.first_lines)) AS first_end,
+                   list_min(max(s.line_no, z.last_lines)) AS last_begin
+            FROM steady s JOIN sizes z USING (run_id) WHERE z.first_lines < 1000000 GROUP BY run_id
+        ),
+        long_runs AS (
+            SELECT run_id, elapsed_s,
+                   ntile(5) OVER (PARTITION BY run_id ORDER BY line_no) AS fifth
+            FROM steady WHERE run_id IN (SELECT run_id FROM sizes WHERE first_lines >= 1000000)
         )
-        SELECT run_id, median(elapsed_s) FILTER (fifth = 1) AS first, median(elapsed_s) FILTER (fifth = 5) AS last
-        FROM steady WHERE n >= 10 GROUP BY run_id
+        SELECT run_id, median(s.elapsed_s) FILTER (s.line_no <= b.first_end) AS first,
+               median(s.elapsed_s) FILTER (s.line_no >= b.last_begin) AS last
+        FROM steady s JOIN bounds b USING (run_id) GROUP BY run_id
+        UNION ALL
+        SELECT run_id, median(elapsed_s) FILTER (fifth = 1), median(elapsed_s) FILTER (fifth = 5)
+        FROM long_runs GROUP BY run_id
         """
     ).fetchall()
     return [
@@ -176,16 +196,17 @@ def sec_per_it_drift(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 
 
 def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    # the steady median per run as an aggregate joined back (a median window over the run holds it whole)
     rows = store.con.execute(
         f"""
-        WITH steady AS (
-            SELECT run_id, iteration, line_no, elapsed_s,
-                   median(elapsed_s) OVER (PARTITION BY run_id) AS typical
+        WITH steady AS NOT MATERIALIZED (
+            SELECT run_id, iteration, line_no, elapsed_s
             FROM iteration_phase WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0
-        )
-        SELECT run_id, count(*), arg_max(iteration, elapsed_s), max(elapsed_s), any_value(typical),
-               arg_max(line_no, elapsed_s)
-        FROM steady WHERE elapsed_s > ? * typical GROUP BY run_id
+        ),
+        typical AS (SELECT run_id, median(elapsed_s) AS typical FROM steady GROUP BY run_id)
+        SELECT run_id, count(*), arg_max(s.iteration, s.elapsed_s), max(s.elapsed_s), any_value(t.typical),
+               arg_max(s.line_no, s.elapsed_s)
+        FROM steady s JOIN typical t USING (run_id) WHERE s.elapsed_s > ? * t.typical GROUP BY run_id
         """,
         [t.straggler],
     ).fetchall()

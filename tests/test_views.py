@@ -1,0 +1,232 @@
+"""Migration 004 (iteration_phase and run_steady from per-run aggregates), RUNS_SQL and the rewritten
+health rules give exactly what the window-function definitions gave: on the sample logs, the public
+corpus and generated runs. The old SQL is copied here as the reference."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracelog
+from tracelog import run_inputs
+from tracelog.rules import health
+from tracelog.rules.scope import Scope
+from tracelog.store import Store
+from tracelog.thresholds import Thresholds
+
+from .conftest import SAMPLES, corpus_files
+
+OLD_ITERATION_PHASE = """
+WITH numbered AS (
+    SELECT
+        i.*,
+        row_number() OVER (PARTITION BY run_id ORDER BY line_no) AS n,
+        count(*) OVER (PARTITION BY run_id) AS logged,
+        min(CASE WHEN coalesce(skipped, 0) = 0 AND coalesce(nan, 0) = 0 THEN line_no END)
+            OVER (PARTITION BY run_id) AS first_clean_line
+    FROM iterations i
+)
+SELECT
+    *,
+    (n = 1 OR n <= ceil(logged * 0.05) OR coalesce(line_no < first_clean_line, false)) AS warmup
+FROM numbered
+"""
+
+OLD_RUN_STEADY = """
+SELECT
+    run_id,
+    count(*) AS iterations_logged,
+    max(iteration) AS last_iteration,
+    count(*) FILTER (NOT warmup) AS steady_lines,
+    coalesce(
+        median(elapsed_s) FILTER (NOT warmup),
+        median(elapsed_s) FILTER (n > 1),
+        median(elapsed_s)
+    ) AS sec_per_it,
+    coalesce(
+        median(samples_per_s) FILTER (NOT warmup),
+        median(global_batch_size / elapsed_s) FILTER (NOT warmup),
+        median(global_batch_size / elapsed_s) FILTER (n > 1),
+        median(global_batch_size / elapsed_s)
+    ) AS samples_per_s,
+    coalesce(
+        median(tflops_reported) FILTER (NOT warmup),
+        median(tflops_reported)
+    ) AS tflops_reported,
+    arg_max(lm_loss, line_no) FILTER (lm_loss IS NOT NULL) AS final_loss,
+    sum(coalesce(skipped, 0)) AS skipped_iterations,
+    sum(coalesce(nan, 0)) AS nan_iterations
+FROM old_phase
+GROUP BY run_id
+"""
+
+OLD_IMPLIED = """
+SELECT i.run_id,
+       median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) FILTER (NOT i.warmup) AS steady,
+       median(coalesce(i.tflops_reported, m.value) * i.elapsed_s) AS any_line,
+       coalesce(median(coalesce(i.tflops_reported, m.value)) FILTER (NOT i.warmup),
+                median(coalesce(i.tflops_reported, m.value))) AS reported_tflops,
+       coalesce(steady, any_line) AS implied_tflop,
+       median(i.global_batch_size) AS gbs_logged
+FROM old_phase i
+LEFT JOIN iteration_metrics m
+  ON m.run_id = i.run_id AND m.iteration = i.iteration AND m.key = 'effective tera flops per gpu'
+GROUP BY i.run_id
+"""
+
+OLD_DRIFT = """
+WITH steady AS (
+    SELECT run_id, elapsed_s,
+           ntile(5) OVER (PARTITION BY run_id ORDER BY line_no) AS fifth,
+           count(*) OVER (PARTITION BY run_id) AS n
+    FROM old_phase WHERE NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
+)
+SELECT run_id, median(elapsed_s) FILTER (fifth = 1) AS first, median(elapsed_s) FILTER (fifth = 5) AS last
+FROM steady WHERE n >= 10 GROUP BY run_id
+"""
+
+OLD_STRAGGLER = """
+WITH steady AS (
+    SELECT run_id, iteration, line_no, elapsed_s,
+           median(elapsed_s) OVER (PARTITION BY run_id) AS typical
+    FROM old_phase WHERE NOT warmup AND elapsed_s > 0
+)
+SELECT run_id, count(*), max(elapsed_s), any_value(typical)
+FROM steady WHERE elapsed_s > ? * typical GROUP BY run_id
+"""
+
+# every threshold low enough that each rule reports every run it has figures for
+LOW = Thresholds().with_overrides({"sec_it_drift": -1e300, "straggler": 0.5})
+
+
+def same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def assert_same_rows(old: list[tuple], new: list[tuple]) -> None:
+    old, new = sorted(old, key=repr), sorted(new, key=repr)
+    assert len(old) == len(new)
+    for o, n in zip(old, new, strict=True):
+        assert len(o) == len(n) and all(same(x, y) for x, y in zip(o, n, strict=True)), (o, n)
+
+
+def check_store(store: Store) -> None:
+    """Everything migration 004 and the rewritten queries touch, against the old definitions."""
+    con = store.con
+    con.execute(f"CREATE OR REPLACE TEMP VIEW old_phase AS {OLD_ITERATION_PHASE}")
+    columns = "run_id, line_no, n, logged, first_clean_line, warmup"
+    assert_same_rows(
+        con.execute(f"SELECT {columns} FROM old_phase").fetchall(),
+        con.execute(f"SELECT {columns} FROM iteration_phase").fetchall(),
+    )
+    assert store.columns("iteration_phase") == [
+        d[0] for d in con.execute("SELECT * FROM old_phase").description
+    ]
+    assert_same_rows(
+        con.execute(OLD_RUN_STEADY).fetchall(), con.execute("SELECT * FROM run_steady").fetchall()
+    )
+
+    new_rows = {row["run_id"]: row for row, _ in run_inputs.load_rows(store)}
+    for run_id, *figures in con.execute(OLD_IMPLIED).fetchall():
+        _steady, _any, reported, implied, gbs = figures
+        row = new_rows[run_id]
+        assert [
+            same(a, b) for a, b in ((reported, row["reported_tflops"]), (implied, row["implied_tflop"]))
+        ] == [
+            True,
+            True,
+        ]
+        assert same(gbs, row["gbs_logged"])
+
+    scope = Scope.of(None, None)
+    drift = {
+        (f["subject_id"], f["expected"], f["measured"]) for f in health.sec_per_it_drift(store, LOW, scope)
+    }
+    assert drift == {
+        (run_id, first, last) for run_id, first, last in con.execute(OLD_DRIFT).fetchall() if first and last
+    }
+    stragglers = [
+        (f["subject_id"], int(f["message"].split()[0]), f["measured"], f["expected"])
+        for f in health.straggler_steps(store, LOW, scope)
+    ]
+    assert_same_rows(con.execute(OLD_STRAGGLER, [LOW.straggler]).fetchall(), stragglers)
+
+
+def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    logs = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".log", ".out", ".txt"))
+    for log in logs:
+        tracelog.ingest([str(log)], db=db)
+    with Store(db) as store:
+        assert store.scalar("SELECT count(*) FROM iterations") > 0
+        check_store(store)
+
+
+@pytest.mark.skipif(not corpus_files("megatron"), reason="public corpus not present")
+def test_corpus_keeps_its_marks(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    for log in corpus_files("megatron"):
+        tracelog.ingest([str(log)], db=db)
+    with Store(db) as store:
+        assert store.scalar("SELECT count(*) FROM iterations") > 0
+        check_store(store)
+
+
+def test_old_database_upgrades_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "old.duckdb"
+    tracelog.ingest([str(SAMPLES / "megatron_lm_llama3_8b_h100.log")], db=db)
+    with Store(db) as store:
+        assert store.schema_version >= 4
+        store.con.execute(f"CREATE OR REPLACE VIEW iteration_phase AS {OLD_ITERATION_PHASE}")
+        store.con.execute("DELETE FROM schema_version WHERE version >= 4")
+    with Store(db) as store:
+        assert store.schema_version >= 4
+        assert (
+            "PARTITION BY"
+            not in store.scalar("SELECT sql FROM duckdb_views() WHERE view_name = 'iteration_phase'").split(
+                "AS n"
+            )[-1]
+        )
+        check_store(store)
+
+
+maybe = st.one_of(st.none(), st.sampled_from([0, 0, 0, 1, 3]))
+elapsed = st.one_of(
+    st.none(), st.sampled_from([0.0, -1.0, 1.0, 1.0, 1.1, 2.0, 5.0, float("nan")]), st.floats(0.5, 3)
+)
+line = st.fixed_dictionaries(
+    {
+        "skipped": maybe,
+        "nan": maybe,
+        "elapsed_s": elapsed,
+        "global_batch_size": st.one_of(st.none(), st.sampled_from([0, 64, 128])),
+        "samples_per_s": st.one_of(st.none(), st.floats(1, 100)),
+        "tflops_reported": st.one_of(st.none(), st.sampled_from([100.0, 150.0]), st.floats(50, 200)),
+    }
+)
+run = st.tuples(st.lists(line, min_size=1, max_size=300), st.randoms(use_true_random=False))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=st.lists(run, min_size=1, max_size=4))
+def test_generated_runs_keep_their_marks(tmp_path: Path, runs: list) -> None:
+    db = tmp_path / "g.duckdb"
+    db.unlink(missing_ok=True)
+    rows = []
+    for run_id, (lines, rnd) in enumerate(runs, start=1):
+        # unique line numbers with gaps, inserted out of order
+        numbers = sorted(rnd.sample(range(1, 10 * len(lines) + 10), len(lines)))
+        for k, (values, line_no) in enumerate(zip(lines, numbers, strict=True)):
+            rows.append({"run_id": run_id, "iteration": (k + 1) * 10, "line_no": line_no, **values})
+        rnd.shuffle(rows)
+    with Store(db) as store:
+        store.insert("iterations", pd.DataFrame(rows))
+        store.insert("runs", pd.DataFrame({"run_id": range(1, len(runs) + 1), "source_id": 0, "run_key": 0}))
+        check_store(store)
