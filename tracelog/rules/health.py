@@ -3,25 +3,11 @@ straggler steps, and runs that ended in an error. Pure SQL over the store; no mo
 
 from __future__ import annotations
 
-from typing import Any
-
+from tracelog.rules import Flag
+from tracelog.rules import run_flag as _flag
 from tracelog.rules.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
-
-Flag = dict[str, Any]
-
-
-def _flag(rule: str, severity: str, run_id: int, message: str, hint: str, **extra: Any) -> Flag:
-    return {
-        "rule": rule,
-        "severity": severity,
-        "subject_kind": "run",
-        "subject_id": int(run_id),
-        "message": message,
-        "hint": hint,
-        **extra,
-    }
 
 
 def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:

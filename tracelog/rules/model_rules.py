@@ -12,25 +12,14 @@ from typing import Any
 from tracelog import predict, run_inputs
 from tracelog.model.quantization import gemm_quantization
 from tracelog.plan_space import fused_softmax_ok
+from tracelog.rules import Flag
+from tracelog.rules import run_flag as _flag
 from tracelog.rules.scope import Scope
 from tracelog.run_inputs import RunInputs
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
-Flag = dict[str, Any]
 GIB = 1024.0  # MiB per GiB
-
-
-def _flag(rule: str, severity: str, run_id: int, message: str, hint: str, **extra: Any) -> Flag:
-    return {
-        "rule": rule,
-        "severity": severity,
-        "subject_kind": "run",
-        "subject_id": int(run_id),
-        "message": message,
-        "hint": hint,
-        **extra,
-    }
 
 
 def _predicted(store: Store, scope: Scope, metrics: tuple[str, ...]) -> dict[int, dict[str, Any]]:
