@@ -238,12 +238,11 @@ def run_comparisons(inputs: RunInputs, rows: list[Row]) -> list[Row]:
         if measured is None and inputs.tflops_reported and not inputs.sec_per_it and flops:
             # TFLOP/s without a sec/it (a lab note): the formula is unknown, so hold them against the
             # lowest any formula predicts; a gap there is a gap whichever formula the note used.
-            seconds = tflops["value"] and flops[formula] / (tflops["value"] * inputs.gpus * 1e12)
             lowest = min(flops, key=flops.__getitem__)
             add(
                 "tflops_per_gpu",
                 inputs.tflops_reported,
-                flops[lowest] / (seconds * inputs.gpus * 1e12),
+                flops[lowest] / (sec["value"] * inputs.gpus * 1e12),
                 "TFLOP/s",
                 f"{lowest} (the lowest of {len(flops)} formulas)",
             )

@@ -329,11 +329,6 @@ def load_rows(store: Store, where: str = "TRUE") -> list[tuple[dict[str, Any], d
     return [(row, params.get(int(row["run_id"]), {})) for row in rows]
 
 
-def load(store: Store, run_ids: list[int] | None = None, where: str | None = None) -> list[RunInputs]:
-    """Model inputs of the runs with these ids (all runs when None), or those matching a SQL predicate
-    over `run_id`."""
-    if where is None:
-        where = (
-            "TRUE" if run_ids is None else f"run_id IN ({', '.join(str(int(r)) for r in run_ids) or 'NULL'})"
-        )
+def load(store: Store, where: str = "TRUE") -> list[RunInputs]:
+    """Model inputs of the runs matching a SQL predicate over `run_id` (all runs by default)."""
     return [build(row, params) for row, params in load_rows(store, where)]
