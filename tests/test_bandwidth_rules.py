@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracelog import compare
+from tracelog.analysis import refresh
+from tracelog.store.flags import flags
 from tracelog.store import Store
 
 SIZES = [2**k for k in range(10, 31, 2)]  # 1 KiB .. 1 GiB
@@ -37,9 +38,9 @@ HEALTHY = [0.5, 1.8, 6.5, 21.0, 60.0, 120.0, 180.0, 220.0, 232.0, 235.0, 236.0]
 
 
 def rules_of(store: Store) -> dict[str, list[dict]]:
-    compare.refresh(store)
+    refresh.refresh(store)
     out: dict[str, list[dict]] = {}
-    for flag in compare.flags(store).to_dict("records"):
+    for flag in flags(store).to_dict("records"):
         out.setdefault(flag["rule"], []).append(flag)
     return out
 

@@ -147,7 +147,7 @@ def test_show_p2p_bench_prints_each_matrix_n_by_n(db_path: Path) -> None:
     lines = sample.read_text().splitlines()
     start = lines.index("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)") + 2
     printed = [[float(v) for v in line.split()[1:]] for line in lines[start : start + 8]]
-    frame = api.show_bench("bench:1", str(db_path))["bandwidth_uni_p2p_on"]
+    frame = api.show_bench(str(db_path), "bench:1")["bandwidth_uni_p2p_on"]
     assert frame.drop(columns="src").to_numpy().tolist() == printed
 
 

@@ -12,7 +12,6 @@ from click.testing import CliRunner
 import tracelog.api as api
 from tests.conftest import CORPUS, SAMPLES, corpus_files
 from tracelog import parsers
-from tracelog.benches import benches
 from tracelog.cli import cli
 from tracelog.parsers import allreduce_bench
 from tracelog.store import Store
@@ -22,7 +21,7 @@ FORMAT_OF = {"nccl": "nccl_tests", "p2p": "p2p", "topo": "topo"}
 
 
 def ingest(db: Path, *paths: Path) -> None:
-    results = api.ingest([str(p) for p in paths], db=str(db))
+    results = api.ingest(str(db), [str(p) for p in paths])
     failures = [r for r in results if isinstance(r, api.IngestFailure)]
     assert not failures, failures
 
@@ -233,7 +232,7 @@ def test_a_grown_log_completes_its_bench(db_path: Path, tmp_path: Path) -> None:
     last_row_line = full[:cut].count("\n")
     assert sql(db_path, "SELECT status, line_end FROM benches") == [("partial", last_row_line)]
     log.write_text(full)
-    results = api.ingest([str(log)], db=str(db_path))
+    results = api.ingest(str(db_path), [str(log)])
     assert results[0].status == "appended"
     assert sql(db_path, "SELECT count(*), status, avg_busbw_gbps FROM benches GROUP BY ALL") == [
         (1, "complete", 88.9937)
@@ -245,7 +244,7 @@ def test_a_grown_log_completes_its_bench(db_path: Path, tmp_path: Path) -> None:
 
 def test_benches_listing(db_path: Path) -> None:
     ingest(db_path, *BENCH_SAMPLES)
-    table = benches(str(db_path))
+    table = api.benches(str(db_path))
     assert list(table.columns) == [
         "bench_id",
         "source",
@@ -283,7 +282,7 @@ def test_benches_listing(db_path: Path) -> None:
     )
     p2p_rows = table[table["tool"] == "p2pBandwidthLatencyTest"]
     assert p2p_rows["peak_busbw_gbps"].isna().all() and len(p2p_rows) == 2
-    only_nccl = benches(str(db_path), tool="nccl-tests")
+    only_nccl = api.benches(str(db_path), tool="nccl-tests")
     assert set(only_nccl["tool"]) == {"nccl-tests"} and len(only_nccl) == 7
     assert list(only_nccl["status"]).count("complete") == 4
 
@@ -332,7 +331,7 @@ def test_prose_about_the_tools_is_not_taken_for_their_output(
 ) -> None:
     notes = tmp_path / "SOURCES.md"
     notes.write_text(text)
-    (result,) = api.ingest([str(notes)], db=str(db_path))
+    (result,) = api.ingest(str(db_path), [str(notes)])
     assert isinstance(result, api.IngestFailure)
     assert "no parser recognises this file" in str(result.error)
 
@@ -374,7 +373,7 @@ def test_gpu_option_holds_a_p2p_excerpt_against_the_unidirectional_spec(
         + "".join(f"{s:>6} " + " ".join(f"{v:.2f}" for v in row) + "\n" for s, row in enumerate(values))
         + "[...]\n"
     )
-    results = api.ingest([str(excerpt)], db=str(db_path), gpu="a100-sxm4-80gb")
+    results = api.ingest(str(db_path), [str(excerpt)], gpu="a100-sxm4-80gb")
     assert not [r for r in results if isinstance(r, api.IngestFailure)]
     assert sql(db_path, "SELECT gpu_name, gpu_model, status FROM benches") == [
         (None, "a100-sxm4-80gb", "partial")

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import tracelog
 from tests.conftest import SAMPLES
 from tracelog import api
 from tracelog.cli import cli
@@ -20,13 +19,13 @@ BLOOM = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "t.duckdb"
-    tracelog.ingest([BLOOM], db=path, name="bloom")
-    tracelog.ingest([LLAMA], db=path, name="llama")
+    api.ingest(path, [BLOOM], name="bloom")
+    api.ingest(path, [LLAMA], name="llama")
     return path
 
 
 def test_compare_shows_only_differences_and_ratios_against_the_first(db: Path) -> None:
-    parts = api.compare_runs(["bloom", "llama.0"], db)
+    parts = api.compare_runs(db, ["bloom", "llama.0"])
     config = parts["configuration"].set_index("parameter")
     assert "tp" not in config.index  # both runs use TP 4: not a difference
     assert config.loc["pp", "run 1"] == "12" and config.loc["pp", "run 2"] == "1"
@@ -39,14 +38,14 @@ def test_compare_shows_only_differences_and_ratios_against_the_first(db: Path) -
 
 
 def test_compare_all_lists_every_parameter(db: Path) -> None:
-    few = api.compare_runs(["bloom", "llama.0"], db)["configuration"]
-    every = api.compare_runs(["bloom", "llama.0"], db, all_params=True)["configuration"]
+    few = api.compare_runs(db, ["bloom", "llama.0"])["configuration"]
+    every = api.compare_runs(db, ["bloom", "llama.0"], all_params=True)["configuration"]
     assert len(every) > len(few)
     assert "tp" in set(every.parameter)
 
 
 def test_loss_is_compared_at_an_iteration_both_runs_reached(db: Path) -> None:
-    metrics = api.compare_runs(["llama.0", "llama.1"], db)["metrics"].set_index("metric")
+    metrics = api.compare_runs(db, ["llama.0", "llama.1"])["metrics"].set_index("metric")
     (label,) = [m for m in metrics.index if m.startswith("lm_loss at iteration")]
     assert label == "lm_loss at iteration 200"  # run llama.1 (the restart) starts at 210: its loss is absent
     assert pd_isna(metrics.loc[label, "run 3"])
@@ -58,19 +57,19 @@ def pd_isna(value: object) -> bool:
 
 def test_compare_needs_two_runs(db: Path) -> None:
     with pytest.raises(TracelogError, match="at least two"):
-        api.compare_runs(["bloom", "1"], db)
+        api.compare_runs(db, ["bloom", "1"])
 
 
 def test_tag_untag_note_rename(db: Path) -> None:
-    api.tag_run("bloom", {"exp": "topo", "owner": "ana"}, db)
-    assert list(tracelog.runs(db=db, tags={"exp": "topo"}).name) == ["bloom"]
-    assert api.untag_run("bloom", ["owner", "missing"], db) == 1
-    api.note_run("bloom", "first try", db)
-    api.note_run("bloom", "NCCL timeout at the end", db)
-    assert tracelog.sql("SELECT notes FROM runs WHERE name = 'bloom'", db=db).notes[0] == (
+    api.tag_run(db, "bloom", {"exp": "topo", "owner": "ana"})
+    assert list(api.runs(db, tags={"exp": "topo"}).name) == ["bloom"]
+    assert api.untag_run(db, "bloom", ["owner", "missing"]) == 1
+    api.note_run(db, "bloom", "first try")
+    api.note_run(db, "bloom", "NCCL timeout at the end")
+    assert api.sql(db, "SELECT notes FROM runs WHERE name = 'bloom'").notes[0] == (
         "first try\nNCCL timeout at the end"
     )
-    api.rename_run("bloom", "bloom-176b-tp4pp12", db)
+    api.rename_run(db, "bloom", "bloom-176b-tp4pp12")
     assert api.resolve_run(api.connect(db), "bloom-176b") == 1
 
 
@@ -84,12 +83,12 @@ def test_rm_asks_then_removes_every_row(db: Path) -> None:
     runner = CliRunner()
     refused = runner.invoke(cli, ["--db", str(db), "rm", "bloom"], input="n\n")
     assert refused.exit_code == 1
-    assert tracelog.sql("SELECT count(*) AS n FROM iterations WHERE run_id = 1", db=db).n[0] == 40
+    assert api.sql(db, "SELECT count(*) AS n FROM iterations WHERE run_id = 1").n[0] == 40
     done = runner.invoke(cli, ["--db", str(db), "rm", "bloom", "--yes"])
     assert done.exit_code == 0 and "removed run 1 (bloom)" in done.output
     for table in ("iterations", "timers", "memory", "run_params"):
-        assert tracelog.sql(f"SELECT count(*) AS n FROM {table} WHERE run_id = 1", db=db).n[0] == 0
-    assert tracelog.sql("SELECT count(*) AS n FROM runs", db=db).n[0] == 2
+        assert api.sql(db, f"SELECT count(*) AS n FROM {table} WHERE run_id = 1").n[0] == 0
+    assert api.sql(db, "SELECT count(*) AS n FROM runs").n[0] == 2
 
 
 def test_cli_compare_markdown(db: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import tracelog
+from tracelog import api
 from tracelog.thresholds import DEFAULT, Thresholds
 
 
@@ -26,9 +27,9 @@ def write_log(path: Path, rows: list[dict]) -> Path:
 
 def flags_for(tmp_path: Path, rows: list[dict], **overrides: float) -> list[dict]:
     db = tmp_path / "t.duckdb"
-    tracelog.ingest([str(write_log(tmp_path / "run.log", rows))], db=db)
+    api.ingest(db, [str(write_log(tmp_path / "run.log", rows))])
     if overrides:
-        tracelog.api.refresh(db, {k: str(v) for k, v in overrides.items()})
+        tracelog.api.refresh(db, thresholds={k: str(v) for k, v in overrides.items()})
     return tracelog.api.flags(db).to_dict("records")
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import tracelog
 from tests.conftest import SAMPLES
+from tracelog import api
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, ingest_file
 from tracelog.parsers import megatron
@@ -156,15 +156,15 @@ def test_gzip_and_stdin(store: Store, tmp_path: Path, monkeypatch: pytest.Monkey
 def test_folder_without_logs_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(TracelogError, match="folder holds no files"):
-        tracelog.ingest([str(tmp_path / "empty")], db=tmp_path / "t.duckdb")
+        api.ingest(tmp_path / "t.duckdb", [str(tmp_path / "empty")])
 
 
 def test_one_bad_file_does_not_lose_the_good_ones(tmp_path: Path) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("nothing to see\n")
-    results = tracelog.ingest([str(LLAMA), str(bad), str(BLOOM)], db=tmp_path / "t.duckdb")
+    results = api.ingest(tmp_path / "t.duckdb", [str(LLAMA), str(bad), str(BLOOM)])
     assert [type(r).__name__ for r in results] == ["IngestResult", "IngestFailure", "IngestResult"]
-    assert tracelog.sql("SELECT count(*) AS n FROM sources", db=tmp_path / "t.duckdb").n[0] == 2
+    assert api.sql(tmp_path / "t.duckdb", "SELECT count(*) AS n FROM sources").n[0] == 2
 
 
 def test_not_a_duckdb_file(tmp_path: Path) -> None:
@@ -214,16 +214,16 @@ def test_counts_on_the_source_row(store: Store) -> None:
 
 def test_user_options_override_and_tag(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
-    tracelog.ingest(
+    api.ingest(
+        db,
         [str(BLOOM)],
-        db=db,
         name="bloom-176b",
         tags={"exp": "topology"},
         gpu="a100-sxm4-80gb",
         nodes=48,
         gpus_per_node=8,
     )
-    run = tracelog.sql("SELECT name, gpu_model, nodes, gpus_per_node, gpus FROM runs", db=db).iloc[0]
+    run = api.sql(db, "SELECT name, gpu_model, nodes, gpus_per_node, gpus FROM runs").iloc[0]
     assert (run["name"], run.gpu_model, run.nodes, run.gpus_per_node, run.gpus) == (
         "bloom-176b",
         "a100-sxm4-80gb",
@@ -231,8 +231,8 @@ def test_user_options_override_and_tag(tmp_path: Path) -> None:
         8,
         384,
     )
-    assert list(tracelog.runs(db=db, tags={"exp": "topology"}).name) == ["bloom-176b"]
-    assert tracelog.runs(db=db, tags={"exp": "other"}).empty
+    assert list(api.runs(db, tags={"exp": "topology"}).name) == ["bloom-176b"]
+    assert api.runs(db, tags={"exp": "other"}).empty
 
 
 def test_schema_version_is_recorded_and_reopen_is_a_no_op(db_path: Path) -> None:

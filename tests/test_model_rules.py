@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import tracelog
 from tracelog import api
 
 BLOOM_CONTEXT = "NHIDDEN=14336 / NLAYERS=70 / NHEADS=112\nSEQ_LEN=2048; VOCAB_SIZE=250880\n"
@@ -45,10 +44,10 @@ def flags_for(
     notes = tmp_path / "notes.md"
     notes.write_text(f"# sweep\n\n{context}\n{HEADER}\n{RULE}\n" + "\n".join(rows) + "\n")
     db = tmp_path / "t.duckdb"
-    results = tracelog.ingest([str(notes)], db=db, gpu=gpu)
+    results = api.ingest(db, [str(notes)], gpu=gpu)
     assert not isinstance(results[0], api.IngestFailure), results
     if thresholds:
-        api.refresh(db, {k: str(v) for k, v in thresholds.items()})
+        api.refresh(db, thresholds={k: str(v) for k, v in thresholds.items()})
     return api.flags(db)
 
 

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracelog
 from tests.conftest import SAMPLES, source_of
-from tracelog import parsers
+from tracelog import api, parsers
 from tracelog.parsers import deepspeed, megatron
 from tracelog.parsers.base import head_text
 
@@ -333,32 +332,32 @@ def test_a_megatron_deepspeed_log_stays_megatrons_even_with_deepspeed_lines() ->
 
 def test_the_plain_sample_lands_in_the_database(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
-    (result,) = tracelog.ingest([str(SAMPLES / "deepspeed_zero2_gpt2_1b3.log")], db=db)
+    (result,) = api.ingest(db, [str(SAMPLES / "deepspeed_zero2_gpt2_1b3.log")])
     assert (result.format, result.runs) == ("deepspeed", 1)
-    run = tracelog.sql("SELECT * FROM runs r JOIN run_summary s USING (run_id)", db=db).iloc[0]
+    run = api.sql(db, "SELECT * FROM runs r JOIN run_summary s USING (run_id)").iloc[0]
     assert (run["framework"], run["zero_stage"], run["precision"]) == ("deepspeed", 2, "bf16")
     assert (run["nodes"], run["gpus"], run["dp"], run["mbs"], run["gbs"]) == (1, 8, 8, 4, 128)
     assert run["iterations_logged"] == 10 and run["last_iteration"] == 100
     assert 48 < run["samples_per_s"] < 50 and 2.5 < run["sec_per_it"] < 2.7
-    timers = tracelog.sql("SELECT DISTINCT name FROM timers WHERE name NOT LIKE 'flops%' ORDER BY 1", db=db)
+    timers = api.sql(db, "SELECT DISTINCT name FROM timers WHERE name NOT LIKE 'flops%' ORDER BY 1")
     assert {"fwd", "bwd", "step", "fwd_microstep", "bwd_allreduce_microstep"} <= set(timers["name"])
-    peak = tracelog.sql("SELECT max(max_allocated_mib) AS peak FROM memory", db=db).iloc[0]["peak"]
+    peak = api.sql(db, "SELECT max(max_allocated_mib) AS peak FROM memory").iloc[0]["peak"]
     assert peak == pytest.approx(31.42 * 1024)
 
 
 def test_the_ugly_sample_has_two_runs_a_crash_and_every_rank(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
-    (result,) = tracelog.ingest([str(SAMPLES / "deepspeed_ugly_restart.log")], db=db)
+    (result,) = api.ingest(db, [str(SAMPLES / "deepspeed_ugly_restart.log")])
     assert (result.format, result.runs, result.lines_unparsed) == ("deepspeed", 2, 4)
-    runs = tracelog.sql("SELECT run_id, mbs, gbs, precision, gpus, nodes FROM runs ORDER BY run_id", db=db)
+    runs = api.sql(db, "SELECT run_id, mbs, gbs, precision, gpus, nodes FROM runs ORDER BY run_id")
     assert runs["mbs"].tolist() == [8, 4]
     assert set(runs["precision"]) == {"fp16"} and set(runs["gpus"]) == {16} and set(runs["nodes"]) == {2}
-    ranks = tracelog.sql("SELECT run_id, count(DISTINCT rank) AS n FROM memory GROUP BY 1 ORDER BY 1", db=db)
+    ranks = api.sql(db, "SELECT run_id, count(DISTINCT rank) AS n FROM memory GROUP BY 1 ORDER BY 1")
     assert ranks["n"].tolist() == [16, 16]
-    events = tracelog.sql("SELECT kind, count(*) AS n FROM events WHERE run_id = 1 GROUP BY 1", db=db)
+    events = api.sql(db, "SELECT kind, count(*) AS n FROM events WHERE run_id = 1 GROUP BY 1")
     counts = dict(zip(events["kind"], events["n"], strict=True))
     assert counts["oom"] == 1 and counts["traceback"] == 7 and counts["error"] == 1
-    scales = tracelog.sql("SELECT loss_scale FROM iterations WHERE run_id = 1 ORDER BY iteration", db=db)
+    scales = api.sql(db, "SELECT loss_scale FROM iterations WHERE run_id = 1 ORDER BY iteration")
     assert scales["loss_scale"].tolist() == [8192.0, 8192.0, 4096.0, 4096.0]
 
 

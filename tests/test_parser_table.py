@@ -12,9 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracelog
 from tests.conftest import SAMPLES, corpus_files, source_of
-from tracelog import parsers
+from tracelog import api, parsers
 from tracelog.parsers import deepspeed, megatron, table
 from tracelog.parsers.base import head_text
 from tracelog.parsers.table_headers import column_of, parse_context, parse_count, parse_measure
@@ -420,15 +419,15 @@ def test_the_chronicles_gbs_table_keeps_its_figures() -> None:
 
 def test_lab_notes_land_in_the_database(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
-    results = tracelog.ingest([str(SAMPLES / "lab_notes_tr11_topology.md")], db=db)
+    results = api.ingest(db, [str(SAMPLES / "lab_notes_tr11_topology.md")])
     assert [r.format for r in results] == ["table"]
-    source = tracelog.sql("SELECT lines_total, lines_unparsed FROM sources", db=db).iloc[0]
+    source = api.sql(db, "SELECT lines_total, lines_unparsed FROM sources").iloc[0]
     assert source["lines_unparsed"] == 0
-    row = tracelog.sql(
+    row = api.sql(
+        db,
         "SELECT r.name, r.nodes, r.gpus, r.dp, r.tp, r.pp, r.mbs, r.gbs, r.hidden, r.layers, r.heads, "
         "s.sec_per_it, s.tflops_reported, s.peak_reserved_mib "
         "FROM runs r JOIN run_summary s USING (run_id) WHERE r.name = 'tr11-176B 48n dp8 tp4 pp12 mbs2'",
-        db=db,
     ).iloc[0]
     assert tuple(row[["nodes", "gpus", "dp", "tp", "pp", "mbs", "gbs"]]) == (48, 384, 8, 4, 12, 2, 2048)
     assert tuple(row[["hidden", "layers", "heads"]]) == (14336, 70, 112)
@@ -437,27 +436,27 @@ def test_lab_notes_land_in_the_database(tmp_path: Path) -> None:
         141.27,
         55 * 1024,
     )
-    oom = tracelog.sql(
+    oom = api.sql(
+        db,
         "SELECT r.status, s.sec_per_it, s.iterations_logged FROM runs r JOIN run_summary s USING (run_id) "
         "WHERE r.status = 'OOM'",
-        db=db,
     ).iloc[0]
     assert pd.isna(oom["sec_per_it"]) and pd.isna(oom["iterations_logged"])  # NULL: nothing measured
-    cells = tracelog.sql(
+    cells = api.sql(
+        db,
         "SELECT p.value FROM run_params p JOIN runs r USING (run_id) "
         "WHERE r.name = 'tr11-176B 48n dp8 tp4 pp12 mbs2' AND p.name = 'Mem'",
-        db=db,
     )
     assert cells["value"].tolist() == ["55GB"]
 
 
 def test_a_csv_export_lands_in_the_database(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
-    tracelog.ingest([str(SAMPLES / "lab_notes_gbs_sweep.csv")], db=db)
-    rows = tracelog.sql(
+    api.ingest(db, [str(SAMPLES / "lab_notes_gbs_sweep.csv")])
+    rows = api.sql(
+        db,
         "SELECT r.gbs, i.elapsed_s, m.max_reserved_mib FROM runs r "
         "LEFT JOIN iterations i USING (run_id) LEFT JOIN memory m USING (run_id) ORDER BY r.run_id",
-        db=db,
     )
     assert rows["gbs"].tolist() == [512, 1024, 1536, 2048, 2048]
     assert rows["elapsed_s"].tolist()[:4] == [30.21, 58.94, 87.12, 114.11]

@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import tracelog
 from tracelog import api
+from tracelog.analysis.plan import USABLE_MEMORY_FRACTION
 from tracelog.cli import cli
 from tracelog.errors import TracelogError
-from tracelog.plan import USABLE_MEMORY_FRACTION
 
 # BLOOM-176B as the planner sees it: 70 transformer layers plus the two embeddings, each given a pipeline
 # slot of its own (`--pp-partition-method 'type:transformer|embedding'`, tr11 chronicles), i.e. 72 slots.
@@ -60,13 +59,13 @@ def tr11_db(tmp_path: Path) -> Path:
     notes = tmp_path / "tr11_topology.md"
     notes.write_text(TR11_NOTES.format(depth=""))
     db = tmp_path / "tr11.duckdb"
-    (result,) = tracelog.ingest([str(notes)], db=str(db))
+    (result,) = api.ingest(str(db), [str(notes)])
     assert result.runs == 5  # type: ignore[union-attr]
     return db
 
 
 def test_bloom_keeps_the_bigscience_layout_and_rejects_what_cannot_fit() -> None:
-    frame = api.plan(**BLOOM, zero_stage=1, top=None, include_rejected=True)
+    frame = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=None, include_rejected=True))
     chosen = layout(frame, dp=8, tp=4, pp=12, mbs=2)
     assert chosen.rejected == "" and chosen["rank"] >= 1
     assert 30 < chosen.mem_gib < 60  # 59 GB measured by nvidia-smi, CUDA context and cache included
@@ -91,7 +90,7 @@ def test_bloom_keeps_the_bigscience_layout_and_rejects_what_cannot_fit() -> None
     ids=["bloom-zero1", "bloom-zero0-selective", "gpt-1b-16gpu", "llama-8b-shape-64gpu"],
 )  # fmt: skip
 def test_every_listed_layout_obeys_the_rules_and_fits(case: dict) -> None:
-    frame = api.plan(**case, top=None)
+    frame = api.plan(None, api.PlanRequest(**case, top=None))
     assert not frame.empty
     assert (frame.dp * frame.tp * frame.pp == case["gpus"]).all()
     assert (case["heads"] % frame.tp == 0).all() and (8 % frame.tp == 0).all()
@@ -106,37 +105,43 @@ def test_every_listed_layout_obeys_the_rules_and_fits(case: dict) -> None:
 
 
 def test_ranked_by_predicted_seconds_per_iteration() -> None:
-    frame = api.plan(**BLOOM, zero_stage=1, top=None)
+    frame = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=None))
     assert list(frame["rank"]) == list(range(1, len(frame) + 1))
     assert frame.pred_sec_per_it.is_monotonic_increasing
     assert frame.pred_sec_per_it.iloc[0] < frame.pred_sec_per_it.iloc[-1]
-    top = api.plan(**BLOOM, zero_stage=1, top=5)
+    top = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=5))
     assert len(top) == 5 and top.pred_sec_per_it.tolist() == frame.pred_sec_per_it.head(5).tolist()
     assert "the fastest 5 shown" in top.attrs["notes"][0]
 
 
 def test_zero_1_fits_layouts_that_zero_0_cannot() -> None:
-    plain = api.plan(**BLOOM, zero_stage=0, top=None, include_rejected=True)
-    sharded = api.plan(**BLOOM, zero_stage=1, top=None, include_rejected=True)
+    plain = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=0, top=None, include_rejected=True))
+    sharded = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=None, include_rejected=True))
     assert layout(sharded, 8, 4, 12, 2).rejected == ""
     assert layout(plain, 8, 4, 12, 2).rejected.startswith("needs 8")  # 18 B/param unsharded: ~87 GiB
     assert (sharded.rejected == "").sum() > (plain.rejected == "").sum()
 
 
 def test_a_constraint_filters_and_says_so() -> None:
-    everything = api.plan(**BLOOM, zero_stage=1, top=None)
+    everything = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=None))
     constrained = api.plan(
-        **BLOOM, zero_stage=1, top=None, constraints=["dp % 8 == 0 and pp <= 12", "mbs >= 2"]
+        None,
+        api.PlanRequest(
+            **BLOOM, zero_stage=1, top=None, constraints=["dp % 8 == 0 and pp <= 12", "mbs >= 2"]
+        ),
     )
     assert 0 < len(constrained) < len(everything)
     assert ((constrained.dp % 8 == 0) & (constrained.pp <= 12) & (constrained.mbs >= 2)).all()
     assert ((everything.dp % 8 != 0) | (everything.pp > 12) | (everything.mbs < 2)).any()
-    with_rejected = api.plan(**BLOOM, zero_stage=1, top=None, constraints=["mbs >= 2"], include_rejected=True)
+    with_rejected = api.plan(
+        None,
+        api.PlanRequest(**BLOOM, zero_stage=1, top=None, constraints=["mbs >= 2"], include_rejected=True),
+    )
     assert layout(with_rejected, 8, 4, 12, 1).rejected == "constraint 'mbs >= 2' not met"
 
 
 def test_all_lists_rejected_layouts_with_their_reasons() -> None:
-    frame = api.plan(**BLOOM, zero_stage=1, top=3, include_rejected=True)
+    frame = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=3, include_rejected=True))
     assert (frame.rejected.head(3) == "").all() and (frame.rejected.iloc[3:] != "").all()
     assert layout(frame, 384, 1, 1, 1).rejected == "GBS 2048 not divisible by DP·MBS 384"
     assert "layers 72 not divisible by PP 16" in layout(frame, 24, 1, 16, 1).rejected
@@ -145,14 +150,14 @@ def test_all_lists_rejected_layouts_with_their_reasons() -> None:
 
 
 def test_the_assumed_fabric_is_said() -> None:
-    frame = api.plan(**BLOOM, zero_stage=1, top=None)
+    frame = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=None))
     note = frame.attrs["notes"][-1]
     assert note.startswith("inter-node fabric: ib-hdr-x8 (8 x InfiniBand HDR")
     assert (
         "assumed: the catalog's reference fabric for a100-sxm4-80gb nodes (NVIDIA DGX A100 datasheet)" in note
     )
     assert set(frame.dp_link) == {"ib-hdr-x8 (assumed)"}  # every BLOOM layout's DP group spans nodes
-    hopper = api.plan(**dict(BLOOM, gpu="h100-sxm5-80gb"), zero_stage=1, top=3)
+    hopper = api.plan(None, api.PlanRequest(**dict(BLOOM, gpu="h100-sxm5-80gb"), zero_stage=1, top=3))
     assert hopper.attrs["notes"][-1].startswith("inter-node fabric: ib-ndr-x8")
 
 
@@ -160,8 +165,8 @@ def test_dp_inside_a_node_uses_nvlink_across_nodes_the_named_fabric() -> None:
     gpt = dict(
         gpus=16, gpu="a100-sxm4-80gb", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257, gbs=512
     )
-    assumed = api.plan(**gpt, top=None)
-    named = api.plan(**gpt, top=None, fabric="ib-ndr-x8")
+    assumed = api.plan(None, api.PlanRequest(**gpt, top=None))
+    named = api.plan(None, api.PlanRequest(**gpt, top=None, fabric="ib-ndr-x8"))
     assert "(assumed)" not in " ".join(named.attrs["notes"])
     joined = assumed.merge(named, on=["dp", "tp", "pp", "mbs"], suffixes=("_hdr", "_ndr"))
     across = joined[joined.dp_link_hdr == "ib-hdr-x8 (assumed)"]
@@ -176,15 +181,14 @@ def test_dp_inside_a_node_uses_nvlink_across_nodes_the_named_fabric() -> None:
 def test_a_gpu_without_a_reference_fabric_needs_one_named_across_nodes() -> None:
     gpt = dict(gpu="mi300x", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257, gbs=256)
     with pytest.raises(TracelogError, match="no reference fabric for mi300x: name the inter-node link"):
-        api.plan(gpus=16, **gpt)
-    named = api.plan(gpus=16, **gpt, fabric="ib-ndr-x8", top=None)
+        api.plan(None, api.PlanRequest(gpus=16, **gpt))
+    named = api.plan(None, api.PlanRequest(gpus=16, **gpt, fabric="ib-ndr-x8", top=None))
     assert "ib-ndr-x8" in set(named.dp_link) and "as named" in named.attrs["notes"][-1]
-    assert not api.plan(gpus=8, **gpt).empty  # one node: no fabric to name
+    assert not api.plan(None, api.PlanRequest(gpus=8, **gpt)).empty  # one node: no fabric to name
 
 
 def test_one_node_needs_no_fabric() -> None:
-    frame = api.plan(gpus=8, gpu="h100-sxm5-80gb", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257,
-                     gbs=256)  # fmt: skip
+    frame = api.plan(None, api.PlanRequest(gpus=8, gpu="h100-sxm5-80gb", layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257, gbs=256))  # fmt: skip
     assert not any("fabric" in note for note in frame.attrs["notes"])
     assert set(frame.dp_link) <= {"nvlink4", ""}
 
@@ -205,10 +209,12 @@ def test_measured_runs_are_marked_with_their_numbers(tr11_db: Path) -> None:
 def test_runs_of_another_depth_or_width_are_not_matched(tmp_path: Path) -> None:
     notes = tmp_path / "tr11_70_layers.md"
     notes.write_text(TR11_NOTES.format(depth=" NLAYERS=70;"))  # as the chronicles print it
-    tracelog.ingest([str(notes)], db=str(tmp_path / "t.duckdb"))
-    deeper = api.plan(**BLOOM, zero_stage=1, top=None, db=str(tmp_path / "t.duckdb"))
+    api.ingest(str(tmp_path / "t.duckdb"), [str(notes)])
+    deeper = api.plan(str(tmp_path / "t.duckdb"), api.PlanRequest(**BLOOM, zero_stage=1, top=None))
     assert deeper.measured_run_id.isna().all()
-    wider = api.plan(**dict(BLOOM, hidden=16384), zero_stage=1, top=None, db=str(tmp_path / "t.duckdb"))
+    wider = api.plan(
+        str(tmp_path / "t.duckdb"), api.PlanRequest(**dict(BLOOM, hidden=16384), zero_stage=1, top=None)
+    )
     assert wider.measured_run_id.isna().all()
 
 
@@ -252,4 +258,4 @@ def test_unknown_gpu_and_empty_space_are_errors(tmp_path: Path) -> None:
     assert len(reasons) == 260 and all(reasons)
     assert any("layers 70 not divisible by PP 12" in r for r in reasons)
     with pytest.raises(TracelogError, match="has no bf16 peak"):
-        api.plan(**dict(BLOOM, gpu="v100-sxm2-32gb"))
+        api.plan(None, api.PlanRequest(**dict(BLOOM, gpu="v100-sxm2-32gb")))

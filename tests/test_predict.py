@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import tracelog
 from tests.conftest import CORPUS, SAMPLES
 from tracelog import api
 from tracelog.cli import cli
@@ -28,18 +27,18 @@ def run_cli(db: Path, *args: str):
 
 def predicted(db: Path, run_id: int) -> dict[str, tuple[float, str]]:
     rows = api.sql(
+        db,
         f"SELECT metric, value, formula FROM predictions WHERE subject_kind = 'run' AND subject_id = {run_id} "
         "AND value IS NOT NULL AND metric <> 'flops_per_iteration'",
-        db,
     )
     return {r.metric: (r.value, r.formula) for r in rows.itertuples()}
 
 
 def compared(db: Path, run_id: int) -> dict[str, tuple[float, float, float, str]]:
     rows = api.sql(
+        db,
         f"SELECT metric, measured, predicted, ratio, formula FROM comparisons WHERE subject_kind = 'run' "
         f"AND subject_id = {run_id} AND metric <> 'tflops_reported'",
-        db,
     )
     return {r.metric: (r.measured, r.predicted, r.ratio, r.formula) for r in rows.itertuples()}
 
@@ -47,8 +46,8 @@ def compared(db: Path, run_id: int) -> dict[str, tuple[float, float, float, str]
 @pytest.fixture
 def bloom(tmp_path: Path) -> tuple[Path, int]:
     db = tmp_path / "bloom.duckdb"
-    tracelog.ingest([BLOOM_LOG], db=db, gpu="a100-sxm4-80gb", nodes=48, gpus_per_node=8)
-    return db, int(api.sql("SELECT run_id FROM runs", db)["run_id"].iloc[0])
+    api.ingest(db, [BLOOM_LOG], gpu="a100-sxm4-80gb", nodes=48, gpus_per_node=8)
+    return db, int(api.sql(db, "SELECT run_id FROM runs")["run_id"].iloc[0])
 
 
 def test_bloom_log_tflops_are_the_narayanan_formula_with_recomputation(bloom) -> None:
@@ -75,7 +74,7 @@ def test_bloom_time_parts_add_up_and_fabric_assumption_is_recorded(bloom) -> Non
     parts = sum(p[k][0] for k in ("compute_s", "tp_comm_s", "bubble_s", "dp_comm_s"))
     assert parts == pytest.approx(p["sec_per_it"][0])
     assert p["bubble_fraction"][0] == pytest.approx(11 / 128)  # (p-1)/m, p = 12, m = 2048 / (8·2)
-    detail = api.sql(f"SELECT detail FROM predictions WHERE subject_id = {run_id} AND metric = 'inputs'", db)[
+    detail = api.sql(db, f"SELECT detail FROM predictions WHERE subject_id = {run_id} AND metric = 'inputs'")[
         "detail"
     ].iloc[0]
     assert any("ib-hdr-x8 assumed" in a for a in json.loads(detail)["assumptions"])
@@ -91,15 +90,15 @@ def test_bloom_tflops_compared_in_the_log_formula(bloom) -> None:
 
 def test_lab_notes_recomputation_inferred_from_their_tflops(tmp_path: Path) -> None:
     db = tmp_path / "notes.duckdb"
-    tracelog.ingest([LAB_NOTES], db=db, gpu="a100-sxm4-80gb")
+    api.ingest(db, [LAB_NOTES], gpu="a100-sxm4-80gb")
     run_id = int(
-        api.sql("SELECT run_id FROM runs WHERE name LIKE '%dp8 tp4 pp12 mbs2' ORDER BY 1", db).iloc[0, 0]
+        api.sql(db, "SELECT run_id FROM runs WHERE name LIKE '%dp8 tp4 pp12 mbs2' ORDER BY 1").iloc[0, 0]
     )
     value, formula = predicted(db, run_id)["log_flops_formula"]
     # The notes' TFLOPs are the run log's (Megatron-DeepSpeed, ×4): within 3 % of both ×4 formulas.
     assert formula in ("narayanan-96", "bloom-x4") and value == pytest.approx(1.0, abs=0.03)
     detail = json.loads(
-        api.sql(f"SELECT detail FROM predictions WHERE subject_id = {run_id} AND metric = 'inputs'", db).iloc[
+        api.sql(db, f"SELECT detail FROM predictions WHERE subject_id = {run_id} AND metric = 'inputs'").iloc[
             0, 0
         ]
     )
@@ -109,8 +108,8 @@ def test_lab_notes_recomputation_inferred_from_their_tflops(tmp_path: Path) -> N
 
 def test_llama_megatron_lm_2024_formula_and_mfu_against_the_h100_peak(tmp_path: Path) -> None:
     db = tmp_path / "llama.duckdb"
-    tracelog.ingest([LLAMA], db=db, gpu="h100-sxm5-80gb")
-    run_id = int(api.sql("SELECT min(run_id) FROM runs", db).iloc[0, 0])
+    api.ingest(db, [LLAMA], gpu="h100-sxm5-80gb")
+    run_id = int(api.sql(db, "SELECT min(run_id) FROM runs").iloc[0, 0])
     value, formula = predicted(db, run_id)["log_flops_formula"]
     assert formula == "megatron-lm-2024" and value == pytest.approx(1.0, abs=0.01)
     measured_mfu = compared(db, run_id)["mfu"][0]
@@ -124,41 +123,41 @@ def test_llama_megatron_lm_2024_formula_and_mfu_against_the_h100_peak(tmp_path: 
         query_groups=8,
         swiglu=True,
     )
-    sec = float(api.sql(f"SELECT sec_per_it FROM run_summary WHERE run_id = {run_id}", db).iloc[0, 0])
+    sec = float(api.sql(db, f"SELECT sec_per_it FROM run_summary WHERE run_id = {run_id}").iloc[0, 0])
     assert measured_mfu == pytest.approx(flops_megatron_lm(cfg, 256) / (sec * 64 * 989.4e12), rel=1e-6)
 
 
 def test_without_a_gpu_no_time_is_predicted_and_the_reason_is_kept(tmp_path: Path) -> None:
     db = tmp_path / "nogpu.duckdb"
-    tracelog.ingest([BLOOM_LOG], db=db)
+    api.ingest(db, [BLOOM_LOG])
     p = predicted(db, 1)
     assert "sec_per_it" not in p and "mfu" not in p
     assert p["gpu_memory_mib"][0] > 0  # memory needs no GPU
-    detail = api.sql("SELECT detail FROM predictions WHERE metric = 'inputs'", db).iloc[0, 0]
+    detail = api.sql(db, "SELECT detail FROM predictions WHERE metric = 'inputs'").iloc[0, 0]
     assert "no GPU model" in detail
 
 
 def test_refresh_replaces_rather_than_adds(bloom) -> None:
     db, _ = bloom
-    before = api.sql("SELECT count(*) FROM predictions", db).iloc[0, 0]
+    before = api.sql(db, "SELECT count(*) FROM predictions").iloc[0, 0]
     api.refresh(db)
     api.refresh(db)
-    assert api.sql("SELECT count(*) FROM predictions", db).iloc[0, 0] == before
+    assert api.sql(db, "SELECT count(*) FROM predictions").iloc[0, 0] == before
 
 
 def test_nccl_all_reduce_a100_predicted_curve_and_plateau(tmp_path: Path) -> None:
     db = tmp_path / "nccl.duckdb"
-    tracelog.ingest([NCCL_A100], db=db)
+    api.ingest(db, [NCCL_A100])
     curve = api.sql(
+        db,
         "SELECT json_extract(detail, '$.size_bytes')::BIGINT AS size, value FROM predictions "
         "WHERE subject_kind = 'collective' AND metric = 'busbw_gbps' ORDER BY size",
-        db,
     )
-    sizes = api.sql("SELECT count(DISTINCT size_bytes) FROM collectives WHERE placement = 'out-of-place'", db)
+    sizes = api.sql(db, "SELECT count(DISTINCT size_bytes) FROM collectives WHERE placement = 'out-of-place'")
     assert len(curve) == sizes.iloc[0, 0]
     assert curve["value"].is_monotonic_increasing
     assert curve["value"].iloc[-1] == pytest.approx(0.78 * 300, rel=0.01)  # plateau at 78 % of NVLink 3
-    peak = api.sql("SELECT measured, predicted, ratio FROM comparisons WHERE metric = 'peak_busbw_gbps'", db)
+    peak = api.sql(db, "SELECT measured, predicted, ratio FROM comparisons WHERE metric = 'peak_busbw_gbps'")
     # The published A100 plateau is ~235 GB/s: within 5 % of the model's 234.
     assert peak["ratio"].iloc[0] == pytest.approx(1.0, abs=0.05)
 
@@ -175,8 +174,8 @@ def test_published_p2p_matrices_against_the_unidirectional_link(
     tmp_path: Path, name, gpu, spec, share
 ) -> None:
     db = tmp_path / "p2p.duckdb"
-    tracelog.ingest([str(CORPUS / "p2p" / name)], db=db, gpu=gpu)
-    pred = api.sql("SELECT value FROM predictions WHERE subject_kind = 'p2p'", db)
+    api.ingest(db, [str(CORPUS / "p2p" / name)], gpu=gpu)
+    pred = api.sql(db, "SELECT value FROM predictions WHERE subject_kind = 'p2p'")
     assert pred["value"].tolist() == [spec]
     flags = api.flags(db)
     assert "low_bandwidth" not in set(flags["rule"])
@@ -234,7 +233,7 @@ def test_cli_predict_a_run_with_an_override(bloom) -> None:
         for name, out in (("a100", a100), ("h100", h100))
     }
     assert sec["h100"] < sec["a100"] / 2  # 989 against 312 dense TFLOP/s
-    assert api.sql("SELECT gpu_model FROM runs", db).iloc[0, 0] == "a100-sxm4-80gb"  # the store is unchanged
+    assert api.sql(db, "SELECT gpu_model FROM runs").iloc[0, 0] == "a100-sxm4-80gb"  # the store is unchanged
 
 
 def test_cli_predict_needs_a_run_or_a_model(tmp_path: Path) -> None:
@@ -260,11 +259,11 @@ def test_cli_hardware_lists_and_shows_with_sources(tmp_path: Path) -> None:
 
 def test_cli_set_gpu_recomputes_flags(tmp_path: Path) -> None:
     db = tmp_path / "set.duckdb"
-    tracelog.ingest([BLOOM_LOG], db=db)
+    api.ingest(db, [BLOOM_LOG])
     assert "oom_proximity" not in set(api.flags(db)["rule"])
     result = run_cli(db, "set", "1", "--gpu", "A100-SXM4-80GB", "--nodes", "48", "--gpus-per-node", "8")
     assert result.exit_code == 0, result.output
-    assert api.sql("SELECT gpu_model FROM runs", db).iloc[0, 0] == "a100-sxm4-80gb"
+    assert api.sql(db, "SELECT gpu_model FROM runs").iloc[0, 0] == "a100-sxm4-80gb"
     oom = api.flags(db, rule="oom_proximity")
     assert oom["ratio"].iloc[0] == pytest.approx(74120 / 81920, rel=1e-3)  # max reserved over 80 GiB
     bad = run_cli(db, "set", "1", "--fabric", "infiniband")
@@ -275,11 +274,11 @@ def test_ingest_takes_gpu_names_as_printed_and_a_fabric(tmp_path: Path) -> None:
     db = tmp_path / "f.duckdb"
     result = run_cli(db, "ingest", BLOOM_LOG, "--gpu", "NVIDIA A100-SXM4-80GB", "--fabric", "ib-ndr-x8")
     assert result.exit_code == 0, result.output
-    assert api.sql("SELECT gpu_model, fabric FROM runs", db).iloc[0].tolist() == [
+    assert api.sql(db, "SELECT gpu_model, fabric FROM runs").iloc[0].tolist() == [
         "a100-sxm4-80gb",
         "ib-ndr-x8",
     ]
-    detail = api.sql("SELECT detail FROM predictions WHERE metric = 'sec_per_it'", db).iloc[0, 0]
+    detail = api.sql(db, "SELECT detail FROM predictions WHERE metric = 'sec_per_it'").iloc[0, 0]
     assert json.loads(detail)["fabric"] == "ib-ndr-x8"
 
 
@@ -288,13 +287,13 @@ def test_ingest_refuses_an_unknown_gpu_before_reading(tmp_path: Path) -> None:
     result = run_cli(db, "ingest", BLOOM_LOG, "--gpu", "a100")
     assert result.exit_code == 1
     assert "unknown GPU 'a100'" in result.output
-    assert api.sql("SELECT count(*) FROM sources", db).iloc[0, 0] == 0
+    assert api.sql(db, "SELECT count(*) FROM sources").iloc[0, 0] == 0
 
 
 def test_nodes_given_at_ingest_reach_a_bench(tmp_path: Path) -> None:
     db = tmp_path / "b.duckdb"
-    tracelog.ingest([NCCL_A100], db=db, nodes=2, gpus_per_node=4)
-    assert api.sql("SELECT nodes, gpus_per_node FROM benches", db).iloc[0].tolist() == [2, 4]
+    api.ingest(db, [NCCL_A100], nodes=2, gpus_per_node=4)
+    assert api.sql(db, "SELECT nodes, gpus_per_node FROM benches").iloc[0].tolist() == [2, 4]
     # Across two nodes the fabric is the user's to name: no NVLink spec, no duplex note, no curve.
     assert "duplex_confusion" not in set(api.flags(db)["rule"])
-    assert api.sql("SELECT count(*) FROM predictions WHERE metric = 'busbw_gbps'", db).iloc[0, 0] == 0
+    assert api.sql(db, "SELECT count(*) FROM predictions WHERE metric = 'busbw_gbps'").iloc[0, 0] == 0

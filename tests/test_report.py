@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import tracelog
 from tracelog import api, report
 from tracelog.cli import cli
 from tracelog.errors import TracelogError
-from tracelog.report_html import Specs, javascript_bundle
+from tracelog.report.html import Specs, javascript_bundle
 from tracelog.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +131,7 @@ def add_predictions(store: Store, run_id: int) -> None:
 
 def build_store(path: Path) -> dict[str, int]:
     """The sample logs, one run renamed to a script tag and tagged, predictions for another, benches."""
-    results = tracelog.ingest([str(SAMPLES)], db=path)
+    results = api.ingest(path, [str(SAMPLES)])
     assert all(not isinstance(r, api.IngestFailure) for r in results), results
     with Store(path) as store:
         first = store.scalar("SELECT min(run_id) FROM runs WHERE run_id IN (SELECT run_id FROM iterations)")
@@ -379,14 +378,14 @@ def test_the_cli_reports_a_bad_reference_as_a_user_error(built, tmp_path):
 
 def test_the_api_returns_what_it_wrote(built, tmp_path):
     db, _, _ = built
-    result = api.report(db=str(db), output=tmp_path / "api.html", tags={"exp": "topology"})
+    result = api.report(str(db), output=tmp_path / "api.html", tags={"exp": "topology"})
     assert result.path.exists() and result.bytes == result.path.stat().st_size and result.charts > 0
 
 
 @pytest.mark.skipif(not MEGATRON_CORPUS.is_dir(), reason="the shared Megatron corpus is not checked out here")
 def test_every_corpus_run_gets_a_section(tmp_path):
     files = sorted(str(p) for p in MEGATRON_CORPUS.iterdir() if p.suffix in {".out", ".log", ".txt"})
-    tracelog.ingest(files, db=tmp_path / "corpus.duckdb")
+    api.ingest(tmp_path / "corpus.duckdb", files)
     result = report.write_report(tmp_path / "corpus.duckdb", tmp_path / "corpus.html")
     with Store(tmp_path / "corpus.duckdb", read_only=True) as store:
         runs = store.scalar("SELECT count(*) FROM runs")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.test_report import EVIL, EVIL_TAG, build_store  # noqa: E402
-from tracelog import report  # noqa: E402
+from tracelog import api, report  # noqa: E402
 
 pytestmark = pytest.mark.browser
 CHROMIUM_ARGS = [
@@ -201,17 +201,13 @@ def screenshot(target: Path) -> None:
 
     from playwright.sync_api import sync_playwright
 
-    import tracelog
-
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # relative paths, as a user of the quick start sees them
         shutil.copytree(ROOT / "sample_logs", "sample_logs")
-        tracelog.ingest(
-            ["sample_logs/megatron_lm_llama3_8b_h100.log"], db="tracelog.duckdb", gpu="h100-sxm5-80gb"
-        )
-        tracelog.ingest(
+        api.ingest("tracelog.duckdb", ["sample_logs/megatron_lm_llama3_8b_h100.log"], gpu="h100-sxm5-80gb")
+        api.ingest(
+            "tracelog.duckdb",
             ["sample_logs/megatron_deepspeed_bloom_ugly.log"],
-            db="tracelog.duckdb",
             gpu="a100-sxm4-80gb",
             nodes=48,
             gpus_per_node=8,

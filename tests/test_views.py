@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracelog
-from tracelog import run_inputs
-from tracelog.rules import health
-from tracelog.rules.scope import Scope
+from tracelog import api
+from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.rules import health
+from tracelog.analysis.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
@@ -163,7 +163,7 @@ def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     logs = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".log", ".out", ".txt"))
     for log in logs:
-        tracelog.ingest([str(log)], db=db)
+        api.ingest(db, [str(log)])
     with Store(db) as store:
         assert store.scalar("SELECT count(*) FROM iterations") > 0
         check_store(store)
@@ -173,7 +173,7 @@ def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:
 def test_corpus_keeps_its_marks(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     for log in corpus_files("megatron"):
-        tracelog.ingest([str(log)], db=db)
+        api.ingest(db, [str(log)])
     with Store(db) as store:
         assert store.scalar("SELECT count(*) FROM iterations") > 0
         check_store(store)
@@ -181,7 +181,7 @@ def test_corpus_keeps_its_marks(tmp_path: Path) -> None:
 
 def test_old_database_upgrades_in_place(tmp_path: Path) -> None:
     db = tmp_path / "old.duckdb"
-    tracelog.ingest([str(SAMPLES / "megatron_lm_llama3_8b_h100.log")], db=db)
+    api.ingest(db, [str(SAMPLES / "megatron_lm_llama3_8b_h100.log")])
     with Store(db) as store:
         assert store.schema_version >= 4
         store.con.execute(f"CREATE OR REPLACE VIEW iteration_phase AS {OLD_ITERATION_PHASE}")

@@ -13,12 +13,11 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from tracelog import api
-from tracelog.benches import is_bench_ref
 from tracelog.errors import TracelogError
-from tracelog.ingest import IngestResult
 from tracelog.parsers import formats
 from tracelog.render import FORMATS, render
 from tracelog.store import DB_ENVVAR, DEFAULT_DB
+from tracelog.store.benches import is_bench_ref
 
 PROGRESS_MIN_BYTES = 4 << 20
 
@@ -76,7 +75,14 @@ def cli(ctx: click.Context, db: str) -> None:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option(
-    "--format", "format_id", type=click.Choice(formats()), help="Skip detection: parse as this format."
+    "--parser", "parser_id", type=click.Choice(formats()), help="Skip detection: parse as this format."
+)
+@click.option(
+    "--format",
+    "old_format_id",
+    type=click.Choice(formats()),
+    hidden=True,
+    help="Old spelling of --parser (every other command's --format is the output format).",
 )
 @click.option("--name", help="Name for the run(s) of these files.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Tag the runs (repeatable).")
@@ -89,7 +95,8 @@ def cli(ctx: click.Context, db: str) -> None:
 def ingest(
     obj: Context,
     paths: tuple[str, ...],
-    format_id: str | None,
+    parser_id: str | None,
+    old_format_id: str | None,
     name: str | None,
     tags: tuple[str, ...],
     gpu: str | None,
@@ -98,43 +105,46 @@ def ingest(
     gpus_per_node: int | None,
     force: bool,
 ) -> None:
-    """Ingest log files, folders (recursively), globs, .gz files or '-' for standard input."""
+    """Ingest log files, folders (recursively), globs, .gz files or '-' for standard input.
+
+    \b
+    Example:
+        tracelog ingest run.log 'jobs/*.out' logs/
+        tracelog ingest nccl.txt --gpu a100-sxm4-80gb --nodes 2 --gpus-per-node 8 --fabric ib-hdr-x8
+        tail -f run.log | tracelog ingest -
+    """
+    if old_format_id is not None:
+        click.echo("Warning: ingest --format is now --parser (--format is the output format)", err=True)
     parsed_tags = parse_tags(tags)
     err = Console(stderr=True, markup=False, highlight=False)
     with user_errors():
-        store = obj.store()
-        from tracelog.ingest import expand_paths
-
-        expanded = expand_paths(paths)
-        failures = 0
-        for path in expanded:
-            size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else 0
-            with _progress(path, size, err) as advance:
-                results = api.ingest(
-                    [path],
-                    store,
-                    format_id,
-                    name,
-                    parsed_tags,
-                    gpu,
-                    nodes,
-                    gpus_per_node,
-                    force,
-                    advance,
-                    fabric=fabric,
-                )
-            for result in results:
-                if isinstance(result, IngestResult):
-                    click.echo(result.summary())
-                else:
-                    failures += 1
-                    click.echo(f"Error: {result.error}", err=True)
-        if failures:
-            sys.exit(1)
+        results = api.ingest(
+            obj.store(),
+            paths,
+            parser=parser_id or old_format_id,
+            name=name,
+            tags=parsed_tags,
+            gpu=gpu,
+            fabric=fabric,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            force=force,
+            progress=lambda path: _progress(path, err),
+        )
+    failures = 0
+    for result in results:
+        if isinstance(result, api.IngestFailure):
+            failures += 1
+            click.echo(f"Error: {result.error}", err=True)
+        else:
+            click.echo(result.summary())
+    if failures:
+        sys.exit(1)
 
 
 @contextmanager
-def _progress(path: str, size: int, console: Console) -> Iterator[Any]:
+def _progress(path: str, console: Console) -> Iterator[Any]:
+    size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else 0
     if size < PROGRESS_MIN_BYTES or not console.is_terminal:
         yield None
         return
@@ -156,7 +166,7 @@ def _progress(path: str, size: int, console: Console) -> Iterator[Any]:
 def runs(obj: Context, tags: tuple[str, ...], fmt: str) -> None:
     """List runs: configuration and steady-state medians (warm-up excluded)."""
     with user_errors():
-        render(api.runs(obj.store(), parse_tags(tags)), fmt)
+        render(api.runs(obj.store(), tags=parse_tags(tags)), fmt)
 
 
 @cli.command()
@@ -172,7 +182,7 @@ def show(obj: Context, ref: str, fmt: str) -> None:
     """
     with user_errors():
         store = obj.store()
-        parts = api.show_bench(ref, store) if is_bench_ref(ref) else api.show_run(ref, store)
+        parts = api.show_bench(store, ref) if is_bench_ref(ref) else api.show_run(store, ref)
     summary = parts.pop("summary")
     render(summary.T.reset_index().set_axis(["field", "value"], axis=1), fmt, title="summary")
     parts.pop("run", None)
@@ -188,7 +198,7 @@ def show(obj: Context, ref: str, fmt: str) -> None:
 def sql(obj: Context, query: str, fmt: str) -> None:
     """Run any SQL over the database and print the result."""
     with user_errors():
-        render(api.sql(query, obj.store()), fmt)
+        render(api.sql(obj.store(), query), fmt)
 
 
 @cli.command()
@@ -209,7 +219,7 @@ def sources(obj: Context, fmt: str) -> None:
 def benches(obj: Context, tool: str | None, fmt: str) -> None:
     """List benches: tool, op, ranks, GPU, peak busbw and the size reaching it, status (see show bench:ID)."""
     with user_errors():
-        render(api.benches(obj.store(), tool), fmt)
+        render(api.benches(obj.store(), tool=tool), fmt)
 
 
 @cli.command()
@@ -220,7 +230,7 @@ def benches(obj: Context, tool: str | None, fmt: str) -> None:
 def compare(obj: Context, runs: tuple[str, ...], all_params: bool, fmt: str) -> None:
     """Runs side by side: differing configuration, steady-state metrics against the first run."""
     with user_errors():
-        parts = api.compare_runs(list(runs), obj.store(), all_params)
+        parts = api.compare_runs(obj.store(), list(runs), all_params=all_params)
     for title, frame in parts.items():
         render(frame, fmt, title=title)
 
@@ -232,7 +242,7 @@ def compare(obj: Context, runs: tuple[str, ...], all_params: bool, fmt: str) -> 
 def tag(obj: Context, run: str, tags: tuple[str, ...]) -> None:
     """Tag a run."""
     with user_errors():
-        run_id = api.tag_run(run, parse_tags(tags), obj.store())
+        run_id = api.tag_run(obj.store(), run, parse_tags(tags))
     click.echo(f"run {run_id}: tagged {', '.join(tags)}")
 
 
@@ -243,7 +253,7 @@ def tag(obj: Context, run: str, tags: tuple[str, ...]) -> None:
 def untag(obj: Context, run: str, keys: tuple[str, ...]) -> None:
     """Remove tags from a run by key."""
     with user_errors():
-        removed = api.untag_run(run, list(keys), obj.store())
+        removed = api.untag_run(obj.store(), run, list(keys))
     click.echo(f"removed {removed} tag{'s' * (removed != 1)}")
 
 
@@ -254,7 +264,7 @@ def untag(obj: Context, run: str, keys: tuple[str, ...]) -> None:
 def note(obj: Context, run: str, text: str) -> None:
     """Append a note to a run."""
     with user_errors():
-        run_id = api.note_run(run, text, obj.store())
+        run_id = api.note_run(obj.store(), run, text)
     click.echo(f"run {run_id}: noted")
 
 
@@ -265,7 +275,7 @@ def note(obj: Context, run: str, text: str) -> None:
 def rename(obj: Context, run: str, name: str) -> None:
     """Rename a run."""
     with user_errors():
-        run_id = api.rename_run(run, name, obj.store())
+        run_id = api.rename_run(obj.store(), run, name)
     click.echo(f"run {run_id}: renamed to {name}")
 
 
@@ -277,11 +287,10 @@ def rm(obj: Context, run: str, yes: bool) -> None:
     """Remove a run and all its rows."""
     with user_errors():
         store = obj.store()
-        run_id = api.resolve_run(store, run)
-        name = store.scalar("SELECT name FROM runs WHERE run_id = ?", [run_id])
+        run_id, name = api.run_label(store, run)
         if not yes:
             click.confirm(f"Remove run {run_id} ({name}) and all its rows?", abort=True)
-        api.remove_run(run_id, store)
+        api.remove_run(store, run_id)
     click.echo(f"removed run {run_id} ({name})")
 
 
@@ -314,8 +323,8 @@ def flags(
     with user_errors():
         store = obj.store()
         if refresh or thresholds:
-            api.refresh(store, parse_tags(thresholds))
-        frame = api.flags(store, severity, rule, list(runs) or None, parse_tags(tags))
+            api.refresh(store, thresholds=parse_tags(thresholds))
+        frame = api.flags(store, severity=severity, rule=rule, runs=list(runs) or None, tags=parse_tags(tags))
     render(frame, fmt)
 
 
@@ -375,8 +384,8 @@ def predict(
     values = {k: v for k, v in config.items() if v is not None}
     with user_errors():
         frame = api.predict(
-            run,
             obj.store() if run is not None else None,
+            run,
             gpu=gpu,
             fabric=fabric,
             efficiency=efficiency,
@@ -394,7 +403,7 @@ def hardware(entry: str | None, links: bool, fmt: str) -> None:
     """The hardware catalog: GPUs (dense peaks, memory, SMs, links) or --links (unidirectional and
     bidirectional bandwidth apart); one entry in full with the source of every figure."""
     with user_errors():
-        render(api.hardware(entry, "links" if links else "gpus"), fmt)
+        render(api.hardware(entry, kind="links" if links else "gpus"), fmt)
 
 
 @cli.command(name="set")
@@ -409,14 +418,9 @@ def set_(
 ) -> None:
     """Say what a run ran on after ingest; its predictions and flags are recomputed."""
     with user_errors():
-        run_id = api.set_hardware(
-            run, obj.store(), gpu=gpu, fabric=fabric, nodes=nodes, gpus_per_node=gpus_per_node
+        run_id, count = api.set_hardware(
+            obj.store(), run, gpu=gpu, fabric=fabric, nodes=nodes, gpus_per_node=gpus_per_node
         )
-        count = api.sql(
-            f"SELECT count(*) AS n FROM flags WHERE subject_kind = 'run' AND subject_id = {run_id}",
-            obj.store(),
-        )["n"].iloc[0]
-    count = int(count)
     click.echo(f"run {run_id}: updated; {count} flag{'s' * (count != 1)} (see tracelog flags --run {run_id})")
 
 
@@ -447,7 +451,12 @@ def report(
     """Write one self-contained HTML report (opens with no network), for RUNS or everything."""
     with user_errors():
         result = api.report(
-            obj.db, output, list(runs) or None, parse_tags(tags), list(benches) or None, png_dir
+            obj.db,
+            output=output,
+            runs=list(runs) or None,
+            tags=parse_tags(tags),
+            benches=list(benches) or None,
+            png_dir=png_dir,
         )
     click.echo(
         f"{result.path}: {result.charts} charts in {len(result.sections)} sections, {result.bytes / 1e6:.1f} MB"
@@ -458,9 +467,7 @@ def report(
 
 @cli.command()
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs in the job.")
-@click.option(
-    "--gpu", "gpu_id", required=True, help="GPU model, a hardware catalog id such as a100-sxm4-80gb."
-)
+@click.option("--gpu", required=True, help="GPU model, a hardware catalog id such as a100-sxm4-80gb.")
 @click.option("--layers", type=click.IntRange(min=1), required=True, help="Transformer layers.")
 @click.option("--hidden", type=click.IntRange(min=1), required=True, help="Hidden size.")
 @click.option("--heads", type=click.IntRange(min=1), required=True, help="Attention heads.")
@@ -493,52 +500,17 @@ def report(
 @click.option("--all", "include_rejected", is_flag=True, help="Also list rejected layouts with the reason.")
 @format_option
 @pass_ctx
-def plan(
-    obj: Context,
-    gpus: int,
-    gpu_id: str,
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    gbs: int,
-    gpus_per_node: int,
-    zero_stage: int,
-    precision: str,
-    recompute: str,
-    sequence_parallel: bool,
-    fabric: str | None,
-    efficiency: float | None,
-    constraints: tuple[str, ...],
-    top: int,
-    include_rejected: bool,
-    fmt: str,
-) -> None:
-    """Rank the DP×TP×PP×MBS layouts of a model by predicted sec/it; mark those measured in the database."""
+def plan(obj: Context, fmt: str, constraints: tuple[str, ...], **request: Any) -> None:
+    """Rank the DP×TP×PP×MBS layouts of a model by predicted sec/it; mark those measured in the database.
+
+    \b
+    Example:
+        tracelog plan --gpus 384 --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 \\
+            --seq 2048 --vocab 250880 --gbs 2048 --zero 1 --constraint 'mbs >= 2' --top 10
+    """
     with user_errors():
-        store = obj.store(read_only=True) if os.path.exists(obj.db) else None
-        frame = api.plan(
-            gpus,
-            gpu_id,
-            layers,
-            hidden,
-            heads,
-            seq_len,
-            vocab,
-            gbs,
-            gpus_per_node=gpus_per_node,
-            zero_stage=zero_stage,
-            precision=precision,
-            recompute=recompute,
-            sequence_parallel=sequence_parallel,
-            fabric=fabric,
-            efficiency=efficiency,
-            constraints=constraints,
-            top=top,
-            include_rejected=include_rejected,
-            db=store,
-        )
+        db = obj.store(read_only=True) if os.path.exists(obj.db) else None
+        frame = api.plan(db, api.PlanRequest(constraints=constraints, **request))
     render(frame, fmt)
     sys.stdout.flush()  # the notes go to stderr: after the table, also when both go to one pipe
     for note in frame.attrs.get("notes", []):

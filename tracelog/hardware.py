@@ -341,3 +341,33 @@ def describe(entry_id: str) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["field", "value", "source"])
     frame["value"] = frame["value"].map(lambda v: "" if v is None else str(v))
     return frame[frame["value"] != ""].reset_index(drop=True)
+
+
+def gpu_for(gpu_model: str | None, gpu_name: str | None) -> Gpu | None:
+    """The catalog GPU by id (as the user gave it) or by the name the tool printed; None if unknown.
+    Either may come from a frame, where missing is NaN rather than None."""
+    gpu_model = gpu_model if isinstance(gpu_model, str) else None
+    gpu_name = gpu_name if isinstance(gpu_name, str) else None
+    if gpu_model:
+        try:
+            return gpu(gpu_model)
+        except TracelogError:  # an unknown id given by the user stays unknown here; `hardware` explains
+            return None
+    return match_gpu(gpu_name) if gpu_name else None
+
+
+def bench_link(
+    gpu_model: str | None,
+    gpu_name: str | None,
+    nodes: int | None,
+    ranks: int | None,
+    gpus_per_node: int | None,
+) -> Link | None:
+    """The intra-node link of a single-node benchmark (NVLink or PCIe of its GPU); None across nodes,
+    where the fabric is the user's to name."""
+    if nodes is not None and nodes > 1:
+        return None
+    if nodes is None and ranks and gpus_per_node and ranks > gpus_per_node:
+        return None
+    found = gpu_for(gpu_model, gpu_name)
+    return gpu_intra_node_link(found) if found is not None else None

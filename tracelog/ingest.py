@@ -1,4 +1,4 @@
-"""Getting files into the store: path expansion, duplicate and growth detection, one transaction each.
+"""Getting files into the store: duplicate and growth detection, one transaction each.
 
 The parser streams batches keyed by `run_key` / `bench_key`; `SourceWriter` maps those keys to ids and
 writes each batch as it comes, so memory stays flat however large the file. The parser runs a few batches
@@ -7,31 +7,31 @@ ahead on a worker thread while the store inserts on the calling thread (see `pre
 
 from __future__ import annotations
 
-import glob
 import gzip
-import hashlib
 import os
-import queue
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import Any
 
 import polars as pl
 
 from tracelog import parsers
 from tracelog.errors import TracelogError
+from tracelog.files import BackgroundDigest, PeekStream, file_sha256, open_binary, read_head
 from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 from tracelog.store import Store
+from tracelog.store.tables import (
+    BENCH_CHILD_TABLES,
+    MODEL_OUTPUT_TABLES,
+    RUN_CHILD_TABLES,
+    SOURCE_CHILD_TABLES,
+)
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
-KEYED_BY_RUN = {"iterations", "iteration_metrics", "memory", "timers", "run_params"}
-KEYED_BY_BENCH = {"collectives", "p2p", "links", "bench_params", "bench_devices"}
-RUN_COLUMNS_SET_BY_USER = ("name", "gpu_model", "fabric", "nodes", "gpus_per_node")
 Progress = Callable[[int], None]
 
 
@@ -71,119 +71,6 @@ class IngestResult:
             f"{self.path}: {self.status} as {self.format}, {', '.join(what) or 'no runs'}, "
             f"{self.rows} rows, {self.lines_unparsed} of {self.lines_total} lines unparsed"
         )
-
-
-def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Files as given, folders recursively (hidden files skipped), globs expanded, '-' for stdin."""
-    out: list[str] = []
-    for raw in paths:
-        if raw == "-":
-            out.append(raw)
-            continue
-        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
-        if not matches:
-            raise TracelogError("no file matches this pattern", raw)
-        for match in matches:
-            path = Path(match)
-            if path.is_dir():
-                found = sorted(
-                    str(p)
-                    for p in path.rglob("*")
-                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-                )
-                if not found:
-                    raise TracelogError("folder holds no files to ingest", match)
-                out.extend(found)
-            elif path.exists():
-                out.append(match)
-            else:
-                raise TracelogError("no such file", match)
-    return out
-
-
-def open_binary(path: str) -> BinaryIO:
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        if path.endswith(".gz"):
-            return gzip.open(path, "rb")  # type: ignore[return-value]
-        return open(path, "rb")  # noqa: SIM115
-    except OSError as exc:
-        raise TracelogError(f"cannot read: {exc.strerror}", path) from None
-
-
-class PeekStream:
-    """A binary stream whose first bytes were already read for detection."""
-
-    def __init__(self, stream: BinaryIO, head: bytes) -> None:
-        self.stream = stream
-        self.head = head
-
-    def read(self, size: int = -1) -> bytes:
-        if self.head:
-            data, self.head = self.head, b""
-            if size < 0 or len(data) < size:
-                data += self.stream.read(-1 if size < 0 else size - len(data))
-            return data
-        return self.stream.read(size)
-
-
-def file_sha256(path: str, limit: int | None = None) -> str:
-    digest = hashlib.sha256()
-    remaining = limit
-    with open(path, "rb") as f:
-        while remaining is None or remaining > 0:
-            chunk = f.read(8 << 20 if remaining is None else min(8 << 20, remaining))
-            if not chunk:
-                break
-            digest.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
-    return digest.hexdigest()
-
-
-def read_head(stream: BinaryIO, path: str) -> bytes:
-    try:
-        head = stream.read(parsers.HEAD_BYTES)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TracelogError(f"cannot read: {exc}", path) from None
-    if not head:
-        raise TracelogError("file is empty", path)
-    if b"\x00" in head:
-        line = head[: head.index(b"\x00")].count(b"\n") + 1
-        raise TracelogError("binary file (NUL bytes), not a text log", path, line)
-    return head
-
-
-class BackgroundDigest:
-    """sha256 of the chunks handed to `update`, computed on a thread of its own.
-
-    hashlib releases the GIL on large buffers, so the digest of a 1 GB file (about half a second of CPU)
-    overlaps reading and parsing instead of adding to them. Chunks are bytes, never changed after reading.
-    """
-
-    def __init__(self, depth: int = 2) -> None:
-        self._digest = hashlib.sha256()
-        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
-        self._worker = threading.Thread(target=self._run, name="tracelog-sha256", daemon=True)
-        self._worker.start()
-
-    def _run(self) -> None:
-        while (chunk := self._chunks.get()) is not None:
-            self._digest.update(chunk)
-
-    def update(self, chunk: bytes) -> None:
-        self._chunks.put(chunk)
-
-    def hexdigest(self) -> str:
-        self._chunks.put(None)
-        self._worker.join()
-        return self._digest.hexdigest()
-
-    def close(self) -> None:
-        """Stop the worker without a digest (the ingest failed)."""
-        if self._worker.is_alive():
-            self._chunks.put(None)
 
 
 class AlreadyIngested(Exception):
@@ -331,17 +218,17 @@ def delete_source(store: Store, source_id: int) -> None:
     con = store.con
     run_ids = "SELECT run_id FROM runs WHERE source_id = $s"
     bench_ids = "SELECT bench_id FROM benches WHERE source_id = $s"
-    for table in ("iterations", "iteration_metrics", "memory", "timers", "run_params", "run_tags"):
+    for table in RUN_CHILD_TABLES:
         con.execute(f"DELETE FROM {table} WHERE run_id IN ({run_ids})", {"s": source_id})
-    for table in ("collectives", "p2p", "links", "bench_params", "bench_devices"):
+    for table in BENCH_CHILD_TABLES:
         con.execute(f"DELETE FROM {table} WHERE bench_id IN ({bench_ids})", {"s": source_id})
     for kind, ids in (("run", run_ids), ("bench", bench_ids)):
-        for table in ("predictions", "comparisons", "flags"):
+        for table in MODEL_OUTPUT_TABLES:
             con.execute(
                 f"DELETE FROM {table} WHERE subject_kind = '{kind}' AND subject_id IN ({ids})",
                 {"s": source_id},
             )
-    for table in ("runs", "benches", "unparsed", "events", "sources"):
+    for table in SOURCE_CHILD_TABLES:
         con.execute(f"DELETE FROM {table} WHERE source_id = $s", {"s": source_id})
 
 
@@ -489,15 +376,3 @@ def _ingest_stream(
         lines_total=source.lines_total,
         lines_unparsed=unparsed,
     )
-
-
-def ingest(
-    store: Store,
-    paths: Iterable[str],
-    format_id: str | None = None,
-    options: RunOptions | None = None,
-    force: bool = False,
-    progress: Progress | None = None,
-) -> Iterator[IngestResult]:
-    for path in expand_paths(paths):
-        yield ingest_file(store, path, format_id, options, force, progress)

@@ -19,8 +19,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from tracelog.report import Block, Report
-from tracelog.report_charts import Figure
+from tracelog.report.charts import Figure
+from tracelog.report.sections import Block, Report
 
 EMBED_OPTIONS = {
     "mode": "vega-lite",

@@ -26,8 +26,12 @@ from typing import Any
 
 import pandas as pd
 
-from tracelog import hardware, run_inputs
+from tracelog import hardware
+from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.inputs import RunInputs
+from tracelog.analysis.scope import Scope
 from tracelog.errors import TracelogError
+from tracelog.hardware import bench_link
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
     DEFAULT_LINK_EFFICIENCY,
@@ -45,9 +49,6 @@ from tracelog.model.flops import (
 )
 from tracelog.model.memory import memory_per_gpu
 from tracelog.model.timing import DEFAULT_COMPUTE_EFFICIENCY, bubble_fraction, predict_iteration
-from tracelog.rules.scope import Scope
-from tracelog.rules.specs import bench_link
-from tracelog.run_inputs import RunInputs
 from tracelog.store import Store
 
 Row = dict[str, Any]
@@ -204,7 +205,7 @@ def _pred(rows: list[Row], metric: str) -> Row | None:
     return next((r for r in rows if r["metric"] == metric and r["value"] is not None), None)
 
 
-def run_comparisons(inputs: RunInputs, rows: list[Row]) -> list[Row]:
+def measured_against_predicted(inputs: RunInputs, rows: list[Row]) -> list[Row]:
     """Measured beside predicted for one run: sec/it, TFLOP/s, MFU, peak memory, and the log's TFLOP/s
     against every formula."""
     out: list[Row] = []
@@ -277,7 +278,7 @@ def predict_runs(store: Store, scope: Scope, runs: list[RunInputs] | None = None
         rows = run_prediction(inputs)
         subject = {"subject_kind": "run", "subject_id": inputs.run_id}
         predictions += [{**subject, **row} for row in rows]
-        comparisons += [{**subject, **row} for row in run_comparisons(inputs, rows)]
+        comparisons += [{**subject, **row} for row in measured_against_predicted(inputs, rows)]
     return {"predictions": predictions, "comparisons": comparisons}
 
 
@@ -435,3 +436,39 @@ def prediction_table(rows: list[Row]) -> pd.DataFrame:
     order = {"time": 0, "throughput": 1, "memory": 2, "flops": 3, "inputs": 4}
     frame = pd.DataFrame(out, columns=["section", "figure", "value", "unit", "source"])
     return frame.sort_values("section", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+
+
+PREDICT_CONFIG_KEYS = (
+    "layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "query_groups", "swiglu", "params",
+    "gbs", "mbs", "tp", "pp", "dp", "cp", "vp", "sequence_parallel", "recompute", "zero_stage", "precision",
+    "gpus", "nodes", "gpus_per_node", "framework",
+)  # fmt: skip
+
+
+def what_if(
+    store: Store | None,
+    run_id: int | None,
+    config: dict[str, object],
+    *,
+    efficiency: float | None = None,
+    distributed_optimizer: bool | None = None,
+) -> pd.DataFrame:
+    """The prediction's parts for a stored run with `config` overriding its values (runs-table names,
+    plus `gpu_model` and `fabric`), or for `config` alone when `run_id` is None. Nothing is written."""
+    unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric"})
+    if unknown:
+        raise TracelogError(
+            f"unknown configuration {', '.join(unknown)}; known: {', '.join(PREDICT_CONFIG_KEYS)}"
+        )
+    if run_id is not None and store is not None:
+        ((row, params),) = run_inputs.load_rows(store, f"run_id = {int(run_id)}")
+    elif not config.get("layers"):
+        raise TracelogError("name a run, or give the model (layers, hidden, heads, seq, vocab) and layout")
+    else:
+        row, params = {"run_id": 0, "framework": "megatron"}, {}
+    row.update({k: v for k, v in config.items() if v is not None})
+    if distributed_optimizer is not None:
+        params["use_distributed_optimizer"] = str(distributed_optimizer)
+    inputs = run_inputs.build(row, params)
+    rows = run_prediction(inputs, DEFAULT_COMPUTE_EFFICIENCY if efficiency is None else efficiency)
+    return prediction_table(rows)

@@ -9,7 +9,7 @@ under 10 s and 20 MB (`benchmarks/report_bench.py` measures it).
 Predictions are drawn where the model wrote them (`RUN_METRICS`, `TIME_SPLIT`, `BUSBW_METRIC`); every
 section tolerates their absence, and a section with no data is left out.
 
-This module gathers the data; `report_charts` draws it and `report_html` writes the page.
+This module gathers the data; `charts` draws it and `html` writes the page.
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from tracelog import report_charts as charts
+from tracelog import hardware
 from tracelog.errors import TracelogError
-from tracelog.store import Store, default_db_path
+from tracelog.report import charts
+from tracelog.store import Store
+from tracelog.store.flags import flags_sql
+from tracelog.store.runs import resolve_run, tagged_run_ids
+from tracelog.store.tables import SEVERITIES
 from tracelog.thresholds import DEFAULT, Thresholds
 
 DEFAULT_OUTPUT = Path("reports") / "tracelog-report.html"
@@ -43,7 +47,6 @@ TIME_SPLIT = ("compute_s", "bubble_s", "tp_comm_s", "dp_comm_s")
 # Predicted busbw (subject_kind 'collective' or 'bench', subject_id the bench): the message size is
 # `detail` as JSON {"size_bytes": N}, or the metric is spelled `busbw_gbps@N`.
 BUSBW_METRIC = "busbw_gbps"
-SEVERITIES = ("critical", "warning", "info")
 
 
 @dataclass
@@ -77,18 +80,9 @@ class Report:
         return {b.slug: b.figure.chart() for s in self.sections for b in s.blocks if b.figure is not None}
 
 
-@dataclass
-class ReportResult:
-    path: Path
-    bytes: int
-    charts: int
-    sections: list[str]
-    pngs: list[Path]
-
-
 @dataclass(frozen=True)
-class Scope:
-    """The runs and benches a report covers."""
+class Selection:
+    """The runs and benches a report covers (an empty tuple covers none)."""
 
     run_ids: tuple[int, ...]
     bench_ids: tuple[int, ...]
@@ -98,25 +92,23 @@ class Scope:
         return f"{column or kind + '_id'} IN ({', '.join(map(str, ids)) or 'NULL'})"
 
 
-def resolve_scope(
+def resolve_selection(
     store: Store,
     runs: Sequence[str | int] | None = None,
     tags: dict[str, str] | None = None,
     benches: Sequence[int | str] | None = None,
-) -> Scope:
+) -> Selection:
     """Everything by default. Naming runs or tags narrows to those runs (and no benches unless named);
     naming benches narrows to those benches (and no runs unless named or tagged)."""
-    from tracelog import api
-
     all_benches = {int(b[0]) for b in store.con.execute("SELECT bench_id FROM benches").fetchall()}
     if runs:
-        run_ids = [api.resolve_run(store, ref) for ref in runs]
+        run_ids = [resolve_run(store, ref) for ref in runs]
     elif tags or not benches:
         run_ids = [int(r[0]) for r in store.con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
     else:
         run_ids = []
     if tags:
-        tagged = set(api.runs_frame_ids(store, tags))
+        tagged = set(tagged_run_ids(store, tags))
         run_ids = [r for r in run_ids if r in tagged]
     bench_ids = [] if runs or tags else sorted(all_benches)
     if benches:
@@ -128,7 +120,7 @@ def resolve_scope(
                     f"no bench with id {text!r}; list them with `tracelog sql 'FROM benches'`"
                 )
             bench_ids.append(int(text))
-    return Scope(tuple(dict.fromkeys(run_ids)), tuple(dict.fromkeys(bench_ids)))
+    return Selection(tuple(dict.fromkeys(run_ids)), tuple(dict.fromkeys(bench_ids)))
 
 
 def build(
@@ -139,7 +131,7 @@ def build(
     thresholds: Thresholds = DEFAULT,
 ) -> Report:
     """Gather every section for the runs and benches in scope, with its charts."""
-    scope = resolve_scope(store, runs, tags, benches)
+    scope = resolve_selection(store, runs, tags, benches)
     flags = _flags(store, scope)
     pred = store.query(
         f"""
@@ -165,39 +157,7 @@ def build(
     )
 
 
-def write_report(
-    db: str | Path | Store | None = None,
-    output: str | Path | None = None,
-    runs: Sequence[str | int] | None = None,
-    tags: dict[str, str] | None = None,
-    benches: Sequence[int | str] | None = None,
-    png_dir: str | Path | None = None,
-) -> ReportResult:
-    """Write the report to `output` (default `reports/tracelog-report.html`) and, with `png_dir`, each
-    chart as a PNG; returns what was written. The database is opened read-only."""
-    from tracelog import report_html
-
-    if isinstance(db, Store):
-        store, owned = db, False
-    else:
-        location = Path(db) if db is not None else Path(default_db_path())
-        if not location.exists():
-            raise TracelogError("no database here; ingest some logs first", str(location))
-        store, owned = Store(location, read_only=True), True
-    try:
-        report = build(store, runs, tags, benches)
-        path = Path(output) if output is not None else DEFAULT_OUTPUT
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report_html.page(report), encoding="utf-8")
-        pngs = report_html.write_pngs(report, Path(png_dir)) if png_dir is not None else []
-    finally:
-        if owned:
-            store.close()
-    count = sum(b.figure is not None for s in report.sections for b in s.blocks)
-    return ReportResult(path, path.stat().st_size, count, [s.title for s in report.sections], pngs)
-
-
-def _counts(store: Store, scope: Scope) -> dict[str, int]:
+def _counts(store: Store, scope: Selection) -> dict[str, int]:
     row = store.con.execute(
         f"""
         SELECT (SELECT count(DISTINCT source_id) FROM (
@@ -217,20 +177,16 @@ def _counts(store: Store, scope: Scope) -> dict[str, int]:
     }
 
 
-def _flags(store: Store, scope: Scope) -> pd.DataFrame:
+def _flags(store: Store, scope: Selection) -> pd.DataFrame:
     return store.query(
-        f"""
-        SELECT f.severity, f.rule, f.subject_kind, f.subject_id,
+        flags_sql(
+            f"""(f.subject_kind = 'run' AND {scope.sql("run", "f.subject_id")})
+             OR (f.subject_kind <> 'run' AND {scope.sql("bench", "f.subject_id")})""",
+            """f.severity, f.rule, f.subject_kind, f.subject_id,
                coalesce(r.name, b.tool || coalesce(' ' || b.collective, '')) AS subject_name,
                f.row_ref, f.measured, f.expected, f.ratio, f.message, f.hint,
-               CASE WHEN f.subject_kind = 'run' THEN 'run-' ELSE 'bench-' END || f.subject_id AS anchor
-        FROM flags f
-        LEFT JOIN runs r ON f.subject_kind = 'run' AND r.run_id = f.subject_id
-        LEFT JOIN benches b ON f.subject_kind <> 'run' AND b.bench_id = f.subject_id
-        WHERE (f.subject_kind = 'run' AND {scope.sql("run", "f.subject_id")})
-           OR (f.subject_kind <> 'run' AND {scope.sql("bench", "f.subject_id")})
-        ORDER BY CASE f.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, f.rule, f.flag_id
-        """
+               CASE WHEN f.subject_kind = 'run' THEN 'run-' ELSE 'bench-' END || f.subject_id AS anchor""",
+        )
     )
 
 
@@ -242,7 +198,7 @@ def _pick(pred: pd.DataFrame, role: str) -> pd.DataFrame:
     return pred.iloc[0:0]
 
 
-def _series(store: Store, scope: Scope) -> pd.DataFrame:
+def _series(store: Store, scope: Selection) -> pd.DataFrame:
     """Iterations per run in equal-count buckets of consecutive log lines (one line each when few)."""
     points = max(POINTS_MIN, min(POINTS_PER_RUN, POINTS_TOTAL // max(1, len(scope.run_ids))))
     return store.query(
@@ -259,7 +215,7 @@ def _series(store: Store, scope: Scope) -> pd.DataFrame:
     )
 
 
-def _warmup(store: Store, scope: Scope) -> dict[int, tuple[float, float]]:
+def _warmup(store: Store, scope: Selection) -> dict[int, tuple[float, float]]:
     """Warm-up span per run: from the start of the first logged interval to the last warm-up line."""
     rows = store.con.execute(
         f"""
@@ -273,7 +229,7 @@ def _warmup(store: Store, scope: Scope) -> dict[int, tuple[float, float]]:
     }
 
 
-def _memory(store: Store, scope: Scope) -> pd.DataFrame:
+def _memory(store: Store, scope: Selection) -> pd.DataFrame:
     peak = "coalesce(max_reserved_mib, reserved_mib, max_allocated_mib, allocated_mib)"
     return store.query(
         f"""
@@ -285,23 +241,8 @@ def _memory(store: Store, scope: Scope) -> pd.DataFrame:
     )
 
 
-def _catalog(kind: str, *args: Any) -> Any:
-    """A GPU (`gpu`, by catalog id) or a bench's intra-node link (`link`) from the hardware catalog, where
-    the catalog is installed and knows it; None otherwise."""
-    try:
-        if kind == "gpu":
-            from tracelog import hardware  # type: ignore[attr-defined]
-
-            return hardware.gpu(args[0]) if args[0] else None
-        from tracelog.rules.specs import bench_link  # type: ignore[import-not-found]
-
-        return bench_link(*args)
-    except Exception:  # no catalog in this install, or an id it does not know
-        return None
-
-
 def _capacity_mib(gpu_model: str | None) -> float | None:
-    gpu = _catalog("gpu", gpu_model)
+    gpu = hardware.gpu_for(gpu_model, None)
     for attr, mib_per_unit in (("memory_mib", 1.0), ("memory_gib", 1024.0), ("memory_gb", 1e9 / 2**20)):
         value = getattr(gpu, attr, None)
         if isinstance(value, int | float) and value > 0:
@@ -309,7 +250,7 @@ def _capacity_mib(gpu_model: str | None) -> float | None:
     return None
 
 
-def _run_sections(store: Store, scope: Scope, pred: pd.DataFrame) -> list[Section]:
+def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Section]:
     if not scope.run_ids:
         return []
     runs = store.query(
@@ -355,7 +296,7 @@ def _run_sections(store: Store, scope: Scope, pred: pd.DataFrame) -> list[Sectio
     return sections
 
 
-def _across_runs(store: Store, scope: Scope, pred: pd.DataFrame) -> list[Section]:
+def _across_runs(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Section]:
     if len(scope.run_ids) < 2:
         return []
     frame = store.query(
@@ -387,7 +328,7 @@ def _across_runs(store: Store, scope: Scope, pred: pd.DataFrame) -> list[Section
     return [section]
 
 
-def _benches(store: Store, scope: Scope, where: str) -> pd.DataFrame:
+def _benches(store: Store, scope: Selection, where: str) -> pd.DataFrame:
     return store.query(
         f"""
         SELECT bench_id, tool, collective, ranks, nodes, gpus_per_node, gpu_name, gpu_model, dtype,
@@ -398,10 +339,10 @@ def _benches(store: Store, scope: Scope, where: str) -> pd.DataFrame:
 
 
 def _link(bench: Any) -> Any:
-    return _catalog("link", bench.gpu_model, bench.gpu_name, bench.nodes, bench.ranks, bench.gpus_per_node)
+    return hardware.bench_link(bench.gpu_model, bench.gpu_name, bench.nodes, bench.ranks, bench.gpus_per_node)
 
 
-def _collective_sections(store: Store, scope: Scope, t: Thresholds) -> list[Section]:
+def _collective_sections(store: Store, scope: Selection, t: Thresholds) -> list[Section]:
     benches = _benches(store, scope, "bench_id IN (SELECT bench_id FROM collectives)")
     if benches.empty:
         return []
@@ -438,7 +379,7 @@ def _collective_sections(store: Store, scope: Scope, t: Thresholds) -> list[Sect
     return sections
 
 
-def _p2p_sections(store: Store, scope: Scope, t: Thresholds) -> list[Section]:
+def _p2p_sections(store: Store, scope: Selection, t: Thresholds) -> list[Section]:
     benches = _benches(store, scope, "bench_id IN (SELECT bench_id FROM p2p)")
     if benches.empty:
         return []
@@ -469,7 +410,7 @@ def _p2p_sections(store: Store, scope: Scope, t: Thresholds) -> list[Section]:
     return sections
 
 
-def _topology_sections(store: Store, scope: Scope) -> list[Section]:
+def _topology_sections(store: Store, scope: Selection) -> list[Section]:
     links = store.query(
         f"SELECT bench_id, coalesce(host, '') AS host, a, b, link_kind, link_count, line_no AS line "
         f"FROM links WHERE {scope.sql('bench')} ORDER BY bench_id, host, line_no"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
 from tracelog.hardware import gpu as catalog_gpu
@@ -27,7 +28,6 @@ from tracelog.model import (
     memory_per_gpu,
     predict_iteration,
 )
-from tracelog.plan_space import Constraint, Layout, layouts
 from tracelog.store import Store
 
 USABLE_MEMORY_FRACTION = 0.95
@@ -312,3 +312,62 @@ def mark_measured(
     marked = marked[order]
     marked.attrs = dict(frame.attrs)
     return marked
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What `tracelog plan` is asked: a GPT (layers, hidden, heads, sequence, vocabulary), a global batch,
+    and the cluster (`gpus` GPUs of catalog id `gpu`, `gpus_per_node` to a node, `fabric` between nodes),
+    with the training setup the layouts share and how to list them. `efficiency` is the share of the
+    dense peak the GEMMs sustain (the model's default when None)."""
+
+    gpus: int
+    gpu: str
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    gbs: int
+    gpus_per_node: int = 8
+    zero_stage: int = 0
+    precision: str = "bf16"
+    recompute: str = "full"
+    sequence_parallel: bool = False
+    fabric: str | None = None
+    efficiency: float | None = None
+    constraints: tuple[str, ...] = ()
+    top: int | None = 20
+    include_rejected: bool = False
+
+
+def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
+    """The layouts of `request` ranked (see `plan_layouts`); with a store, those it already measured show
+    the run and its sec/it and TFLOPs."""
+    cfg = ModelConfig(
+        layers=request.layers,
+        hidden=request.hidden,
+        heads=request.heads,
+        seq_len=request.seq_len,
+        vocab=request.vocab,
+    )
+    frame = plan_layouts(
+        cfg,
+        request.gpus,
+        request.gpu,
+        request.gbs,
+        gpus_per_node=request.gpus_per_node,
+        zero_stage=request.zero_stage,
+        precision=request.precision,
+        recompute=request.recompute,
+        sequence_parallel=request.sequence_parallel,
+        fabric=request.fabric,
+        compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if request.efficiency is None else request.efficiency,
+        constraints=list(request.constraints),
+        top=request.top,
+        include_rejected=request.include_rejected,
+    )
+    if store is None:
+        return frame
+    gpu_id = catalog_gpu(request.gpu).id
+    return mark_measured(frame, store, cfg, gpu_id, request.gpus, request.gbs, request.gpus_per_node)

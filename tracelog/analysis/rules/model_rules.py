@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tracelog import predict, run_inputs
+from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis import predictions
+from tracelog.analysis.inputs import RunInputs
+from tracelog.analysis.plan_space import fused_softmax_ok
+from tracelog.analysis.rules import Flag
+from tracelog.analysis.rules import run_flag as _flag
+from tracelog.analysis.scope import Scope
 from tracelog.model.quantization import gemm_quantization
-from tracelog.plan_space import fused_softmax_ok
-from tracelog.rules import Flag
-from tracelog.rules import run_flag as _flag
-from tracelog.rules.scope import Scope
-from tracelog.run_inputs import RunInputs
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
@@ -375,5 +376,5 @@ RULES = (oom_proximity, throughput, tflops_formula_mismatch, quantization, fused
 
 def evaluate(store: Store, t: Thresholds, scope: Scope, runs: list[RunInputs] | None = None) -> list[Flag]:
     if runs is None:
-        runs = [predict.infer(run) for run in run_inputs.load(store, where=scope.runs)]
+        runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
     return [flag for rule in RULES for flag in rule(store, t, scope, runs)]

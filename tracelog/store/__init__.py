@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -166,7 +165,3 @@ def as_arrow(rows: Any) -> pa.Table:
     if isinstance(rows, list):
         return pa.Table.from_pylist(rows) if rows else pa.table({})
     raise TypeError(f"cannot insert {type(rows).__name__}")
-
-
-def open_store(path: str | Path | None = None, read_only: bool = False) -> Store:
-    return Store(path, read_only=read_only)

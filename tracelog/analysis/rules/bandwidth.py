@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracelog.benches import device_order
+from tracelog.analysis.scope import Scope
+from tracelog.hardware import bench_link
 from tracelog.parsers.p2p import STANDARD as P2P_MATRICES
-from tracelog.rules.scope import Scope
-from tracelog.rules.specs import bench_link
 from tracelog.store import Store
+from tracelog.store.benches import device_order
 from tracelog.thresholds import Thresholds
 
 Flag = dict[str, Any]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from tracelog.errors import TracelogError
+from tracelog.store.flags import flags_sql
 
 if TYPE_CHECKING:
     from tracelog.store import Store
@@ -57,11 +58,8 @@ ORDER BY b.bench_id
 """
 
 
-def benches(db: str | Store | None = None, tool: str | None = None) -> pd.DataFrame:
+def benches(store: Store, tool: str | None = None) -> pd.DataFrame:
     """The benches in the database (only those of `tool` when given, e.g. `nccl-tests`), one row each."""
-    from tracelog.api import connect
-
-    store = connect(db)
     where, params = ("WHERE b.tool = ?", [tool]) if tool else ("", [])
     return store.query(BENCHES_SQL.format(where=where, detail=""), params)
 
@@ -85,7 +83,7 @@ def resolve_bench(store: Store, ref: str | int) -> int:
     return int(text)
 
 
-def show_bench(ref: str | int, db: str | Store | None = None) -> dict[str, pd.DataFrame]:
+def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
     """One bench in full, by id (`3` or `bench:3`): `summary` (its listing row, redop, hosts, lines),
     `params`, `devices`, its rows, `events` and `flags`.
 
@@ -94,9 +92,6 @@ def show_bench(ref: str | int, db: str | Store | None = None) -> dict[str, pd.Da
     `bandwidth_uni_p2p_on`), src GPU down and dst GPU across; the topology as `links`, device by device
     with the link kinds `nvidia-smi topo -m` printed. The long forms are in the `p2p` and `links` tables.
     """
-    from tracelog.api import connect
-
-    store = connect(db)
     bench_id = resolve_bench(store, ref)
     one = [bench_id]
     return {
@@ -121,9 +116,10 @@ def show_bench(ref: str | int, db: str | Store | None = None) -> dict[str, pd.Da
             "SELECT line_no, kind, text FROM events WHERE bench_id = ? ORDER BY line_no", one
         ),
         "flags": store.query(
-            "SELECT severity, rule, subject_kind, row_ref, measured, expected, ratio, message, hint "
-            "FROM flags WHERE subject_kind <> 'run' AND subject_id = ? "
-            "ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rule, flag_id",
+            flags_sql(
+                "f.subject_kind <> 'run' AND f.subject_id = ?",
+                "f.severity, f.rule, f.subject_kind, f.row_ref, f.measured, f.expected, f.ratio, f.message, f.hint",
+            ),
             one,
         ),
     }

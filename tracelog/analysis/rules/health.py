@@ -3,9 +3,9 @@ straggler steps, and runs that ended in an error. Pure SQL over the store; no mo
 
 from __future__ import annotations
 
-from tracelog.rules import Flag
-from tracelog.rules import run_flag as _flag
-from tracelog.rules.scope import Scope
+from tracelog.analysis.rules import Flag
+from tracelog.analysis.rules import run_flag as _flag
+from tracelog.analysis.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 

@@ -14,18 +14,19 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from tracelog import predict, run_inputs
-from tracelog.rules import bandwidth, health, model_rules
-from tracelog.rules.scope import Scope
-from tracelog.run_inputs import RunInputs
+from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis import predictions
+from tracelog.analysis.inputs import RunInputs
+from tracelog.analysis.rules import bandwidth, health, model_rules
+from tracelog.analysis.scope import Scope
 from tracelog.store import Store
+from tracelog.store.tables import BENCH_SUBJECT_KINDS, MODEL_OUTPUT_TABLES
 from tracelog.thresholds import DEFAULT, Thresholds
 
 REFRESH_MEMORY_LIMIT = "384MB"
 """DuckDB's cap while a refresh runs. Since migration 004 the views and most rules are per-run aggregates
 (their medians' values are held outside the cap); what the cap still bounds is the loss-spike rule's
 rolling-median window, the one window over a whole run left (about 130 MB at 1.8 M iterations)."""
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 FLAG_COLUMNS = (
     "rule",
     "severity",
@@ -50,7 +51,7 @@ def rule_families(runs: list[RunInputs] | None = None) -> list[Family]:
 def _subject_predicate(scope: Scope) -> str:
     return (
         f"((subject_kind = 'run' AND subject_id IN (SELECT run_id FROM runs WHERE {scope.runs})) OR "
-        f"(subject_kind IN ('bench', 'collective', 'p2p', 'links') "
+        f"(subject_kind IN ({', '.join(repr(k) for k in BENCH_SUBJECT_KINDS)}) "
         f"AND subject_id IN (SELECT bench_id FROM benches WHERE {scope.benches})))"
     )
 
@@ -77,10 +78,10 @@ def refresh(
 def _refresh(store: Store, scope: Scope, thresholds: Thresholds) -> int:
     with store.transaction():
         where = _subject_predicate(scope)
-        for table in ("predictions", "comparisons", "flags"):
+        for table in MODEL_OUTPUT_TABLES:
             store.con.execute(f"DELETE FROM {table} WHERE {where}")
-        runs = [predict.infer(run) for run in run_inputs.load(store, where=scope.runs)]
-        outputs = (predict.predict_runs(store, scope, runs), predict.predict_benches(store, scope))
+        runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
+        outputs = (predictions.predict_runs(store, scope, runs), predictions.predict_benches(store, scope))
         for output in outputs:
             for table, rows in output.items():
                 if rows:
@@ -92,34 +93,13 @@ def _refresh(store: Store, scope: Scope, thresholds: Thresholds) -> int:
     return len(flags)
 
 
-def flags(
-    store: Store,
-    severity: str | None = None,
-    rule: str | None = None,
-    run_ids: list[int] | None = None,
-) -> pd.DataFrame:
-    """Flags, most severe first, with a readable subject name."""
-    clauses, params = [], []
-    if severity:
-        clauses.append("severity = ?")
-        params.append(severity)
-    if rule:
-        clauses.append("rule = ?")
-        params.append(rule)
-    if run_ids is not None:
-        ids = ", ".join(str(int(r)) for r in run_ids) or "NULL"
-        clauses.append(f"subject_kind = 'run' AND subject_id IN ({ids})")
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    return store.query(
-        f"""
-        SELECT f.flag_id, f.severity, f.rule, f.subject_kind || ' ' || f.subject_id AS subject,
-               coalesce(r.name, b.tool || coalesce(' ' || b.collective, '')) AS subject_name,
-               f.row_ref, f.measured, f.expected, f.ratio, f.message, f.hint
-        FROM flags f
-        LEFT JOIN runs r ON f.subject_kind = 'run' AND r.run_id = f.subject_id
-        LEFT JOIN benches b ON f.subject_kind <> 'run' AND b.bench_id = f.subject_id
-        {where}
-        ORDER BY CASE f.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, f.rule, f.flag_id
-        """,
-        params,
-    )
+def refresh_source(store: Store, source_id: int) -> int:
+    """Recompute the model's predictions and the flags for one source's runs and benches."""
+    run_ids = [
+        r[0] for r in store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
+    ]
+    bench_ids = [
+        b[0]
+        for b in store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
+    ]
+    return refresh(store, run_ids, bench_ids)

@@ -1,0 +1,135 @@
+"""The files a user names: expanded once, opened (gzip, standard input), checked and hashed.
+
+A name is taken literally when such a file or folder exists, so `llama[1].log` is a file, not a pattern;
+only a name that exists nowhere is expanded as a glob.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import os
+import queue
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+from tracelog.errors import TracelogError
+from tracelog.parsers import HEAD_BYTES
+
+
+def expand_paths(paths: Iterable[str]) -> list[str]:
+    """Files as given, folders recursively (hidden files skipped), globs expanded, '-' for stdin."""
+    out: list[str] = []
+    for raw in paths:
+        if raw == "-":
+            out.append(raw)
+            continue
+        literal = os.path.lexists(raw)
+        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) and not literal else [raw]
+        if not matches:
+            raise TracelogError("no file matches this pattern", raw)
+        for match in matches:
+            path = Path(match)
+            if path.is_dir():
+                found = sorted(
+                    str(p)
+                    for p in path.rglob("*")
+                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                )
+                if not found:
+                    raise TracelogError("folder holds no files to ingest", match)
+                out.extend(found)
+            elif path.exists():
+                out.append(match)
+            else:
+                raise TracelogError("no such file", match)
+    return out
+
+
+def open_binary(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        if path.endswith(".gz"):
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise TracelogError(f"cannot read: {exc.strerror}", path) from None
+
+
+class PeekStream:
+    """A binary stream whose first bytes were already read for detection."""
+
+    def __init__(self, stream: BinaryIO, head: bytes) -> None:
+        self.stream = stream
+        self.head = head
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            data, self.head = self.head, b""
+            if size < 0 or len(data) < size:
+                data += self.stream.read(-1 if size < 0 else size - len(data))
+            return data
+        return self.stream.read(size)
+
+
+def file_sha256(path: str, limit: int | None = None) -> str:
+    digest = hashlib.sha256()
+    remaining = limit
+    with open(path, "rb") as f:
+        while remaining is None or remaining > 0:
+            chunk = f.read(8 << 20 if remaining is None else min(8 << 20, remaining))
+            if not chunk:
+                break
+            digest.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
+    return digest.hexdigest()
+
+
+def read_head(stream: BinaryIO, path: str) -> bytes:
+    try:
+        head = stream.read(HEAD_BYTES)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TracelogError(f"cannot read: {exc}", path) from None
+    if not head:
+        raise TracelogError("file is empty", path)
+    if b"\x00" in head:
+        line = head[: head.index(b"\x00")].count(b"\n") + 1
+        raise TracelogError("binary file (NUL bytes), not a text log", path, line)
+    return head
+
+
+class BackgroundDigest:
+    """sha256 of the chunks handed to `update`, computed on a thread of its own.
+
+    hashlib releases the GIL on large buffers, so the digest of a 1 GB file (about half a second of CPU)
+    overlaps reading and parsing instead of adding to them. Chunks are bytes, never changed after reading.
+    """
+
+    def __init__(self, depth: int = 2) -> None:
+        self._digest = hashlib.sha256()
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
+        self._worker = threading.Thread(target=self._run, name="tracelog-sha256", daemon=True)
+        self._worker.start()
+
+    def _run(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            self._digest.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._chunks.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._chunks.put(None)
+        self._worker.join()
+        return self._digest.hexdigest()
+
+    def close(self) -> None:
+        """Stop the worker without a digest (the ingest failed)."""
+        if self._worker.is_alive():
+            self._chunks.put(None)
