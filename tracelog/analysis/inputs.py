@@ -70,7 +70,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'untie_embeddings_and_output_weights', 'add_bias_linear', 'disable_bias_linear', 'normalization',
     'use_flash_attn', 'masked_softmax_fusion', 'attention_backend', 'transformer_impl',
     'bf16', 'fp16', 'accumulate_allreduce_grads_in_fp32', 'theoretical_weight_and_optimizer_mib',
-    'theoretical_activation_mib', 'theoretical_total_mib')
+    'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
+    'tp_comm_overlap', 'overlap_comm')
 """
 
 
@@ -300,12 +301,32 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             precision=inputs.precision,
             distributed_optimizer=bool(inputs.flag("use_distributed_optimizer")),
             fp32_grads=fp32_grads,
+            flash_attention=flash_attention(inputs),
+            overlap_grad_reduce=bool(inputs.flag("overlap_grad_reduce") or inputs.flag("overlap_comm")),
+            overlap_param_gather=bool(inputs.flag("overlap_param_gather")),
+            tp_comm_overlap=bool(inputs.flag("tp_comm_overlap")),
+            framework=inputs.framework or "megatron",
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
     except TracelogError as exc:
         inputs.missing.append(f"layout inconsistent: {exc}")
         return None
     return train
+
+
+def flash_attention(inputs: RunInputs) -> bool:
+    """Whether attention ran without materialising the s x s scores: `--use-flash-attn`, or Transformer
+    Engine (`--transformer-impl transformer_engine`, Megatron-LM's default since 2024), whose fused
+    attention picks a flash or cuDNN kernel, unless `--attention-backend` forces the unfused path."""
+    params = inputs.run_params
+    if inputs.flag("use_flash_attn"):
+        return True
+    backend = (params.get("attention_backend") or "").lower()
+    if "unfused" in backend or "local" in backend:
+        return False
+    if "flash" in backend or "fused" in backend:
+        return True
+    return (params.get("transformer_impl") or "").lower() == "transformer_engine"
 
 
 def with_recompute(inputs: RunInputs, recompute: str, reason: str) -> RunInputs:

@@ -69,7 +69,10 @@ class ModelConfig:
 class TrainConfig:
     """How a run is laid out. `vp` is the number of interleaved model chunks per pipeline stage (None or
     1 = plain 1F1B). `fp32_grads`: gradients kept in fp32 whatever the training precision (Megatron's
-    main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`."""
+    main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`.
+    `flash_attention`: attention without the s² score matrix (Dao et al. 2022); the `overlap_*` and
+    `tp_comm_overlap` switches are Megatron-LM's arguments of the same names (DeepSpeed's `overlap_comm`
+    maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed."""
 
     gbs: int
     mbs: int
@@ -84,6 +87,11 @@ class TrainConfig:
     precision: str = "bf16"
     distributed_optimizer: bool = False
     fp32_grads: bool = False
+    flash_attention: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    framework: str = "megatron"
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE_MODES:
