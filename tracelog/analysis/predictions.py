@@ -403,19 +403,20 @@ _VIEW: dict[str, tuple[str, str, float, str]] = {
 
 def prediction_table(rows: list[Row]) -> pd.DataFrame:
     """The rows of `run_prediction` as people read them: one line per figure, grouped by section, with
-    what was missing or assumed at the end."""
+    what was missing or assumed at the end. `metric` is a stable id for machines beside the human label:
+    the predictions-table name (`sec_per_it`, `mfu`), `flops_<formula>` for the FLOPs of one formula
+    (`flops_narayanan-96`), `inputs_missing`/`inputs_assumed` for the notes. It is the last column, so
+    readers that take columns by position keep working."""
     out = []
     for row in rows:
         if row["metric"] == "inputs":
             detail = json.loads(row["detail"])
-            out += [
-                {"section": "inputs", "figure": "missing", "value": None, "unit": "", "source": m}
-                for m in detail.get("missing", [])
-            ]
-            out += [
-                {"section": "inputs", "figure": "assumed", "value": None, "unit": "", "source": a}
-                for a in detail.get("assumptions", [])
-            ]
+            for figure, key in (("missing", "missing"), ("assumed", "assumptions")):
+                out += [
+                    {"section": "inputs", "figure": figure, "value": None, "unit": "", "source": note}
+                    | {"metric": f"inputs_{figure}"}
+                    for note in detail.get(key, [])
+                ]
             continue
         view = _VIEW.get(row["metric"])
         if view is None or row["value"] is None:
@@ -424,6 +425,7 @@ def prediction_table(rows: list[Row]) -> pd.DataFrame:
         if row["metric"] == "flops_per_iteration":
             label = f"{label}, {row['formula']}"
         source = row["formula"] if row["metric"] != "flops_per_iteration" else row["detail"]
+        metric = f"flops_{row['formula']}" if row["metric"] == "flops_per_iteration" else row["metric"]
         out.append(
             {
                 "section": section,
@@ -431,10 +433,11 @@ def prediction_table(rows: list[Row]) -> pd.DataFrame:
                 "value": row["value"] * scale,
                 "unit": unit,
                 "source": source,
+                "metric": metric,
             }
         )
     order = {"time": 0, "throughput": 1, "memory": 2, "flops": 3, "inputs": 4}
-    frame = pd.DataFrame(out, columns=["section", "figure", "value", "unit", "source"])
+    frame = pd.DataFrame(out, columns=["section", "figure", "value", "unit", "source", "metric"])
     return frame.sort_values("section", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
