@@ -125,18 +125,23 @@ def predict_iteration(
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
     overlap_dp: bool = False,
+    compute_scale: float = 1.0,
 ) -> TimeBreakdown:
     """Seconds per iteration = compute + TP communication + bubble + exposed DP communication.
     Compute is the hardware FLOPs per GPU (model FLOPs plus recomputation) at `compute_efficiency` of the
     dense peak for the run's precision; the bubble is (p−1)/(v·m) of compute plus TP time; with
     `overlap_dp` the gradient traffic hides behind the last microbatch's backward pass (≈ 2/3 of its
-    compute), which is when the gradients become ready."""
+    compute), which is when the gradients become ready. `compute_scale` multiplies the efficiency: the
+    constant `tracelog calibrate` fits to measured runs (1.0, the textbook model, by default)."""
+    if compute_scale <= 0:
+        raise TracelogError(f"compute scale must be positive, got {compute_scale}")
     if not 0 < compute_efficiency <= 1:
         raise TracelogError(f"compute efficiency must be in (0, 1], got {compute_efficiency}")
     g = _resolve_gpu(gpu)
     m = train.microbatches
     flops = hardware_flops(cfg, train.gbs, train.recompute)
     compute_s = flops / train.gpus / (peak_tflops(g, train.precision) * 1e12 * compute_efficiency)
+    compute_s /= compute_scale  # a fitted multiplier on the efficiency (tracelog.analysis.calibration)
     tp_s = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
     fraction = bubble_fraction(train.pp, m, train.chunks)
     bubble_s = fraction * (compute_s + tp_s)
