@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES, corpus_files, source_of
-from tracelog.ingest import BackgroundDigest
-from tracelog.parsers import megatron
+from tracelog.files import BackgroundDigest
+from tracelog.parsers import megatron, megatron_layout
 from tracelog.parsers.base import Block, prefetched
 
 ITERATION = (
@@ -158,7 +158,7 @@ def test_timer_lines_off_the_layout_read_as_the_regex_path_reads_them(variant: s
 def test_more_layouts_than_are_kept() -> None:
     """Each block may bring layouts of its own; past LAYOUTS_KEPT the oldest are forgotten, not the results."""
     lines = []
-    for n in range(megatron.LAYOUTS_KEPT + 3):
+    for n in range(megatron_layout.LAYOUTS_KEPT + 3):
         extra = "".join(f" k{n}_{j}: {j}.5 |" for j in range(n))
         lines += [iteration(i) + extra for i in range(n * 10 + 1, n * 10 + 6)]
     assert_same("\n".join(lines) + "\n", block_bytes=1500)
@@ -167,13 +167,12 @@ def test_more_layouts_than_are_kept() -> None:
 def test_regular_lines_do_take_the_fast_path() -> None:
     """A guard on speed, not results: a log's regular lines must fit the learned layout, not fall back."""
     lines = pl.DataFrame({"line_no": range(1, 201), "line": [iteration(i) for i in range(1, 201)]})
-    carry = megatron._Carry()
-    fitted, left = megatron._iterations_by_layout(lines, carry)
+    fitted, left = megatron_layout.iterations_by_layout(lines, [])
     assert fitted.height == 200 and left.is_empty()
     timers = lines.with_columns(
         pl.lit(TIMER.format(f="1.5")).alias("line"), pl.lit(0, pl.Int32).alias("run_key")
     )
-    ((_, fitted_timers),) = megatron._timers_by_layout(timers, carry)
+    ((_, fitted_timers),) = megatron_layout.timers_by_layout(timers, [])
     assert fitted_timers.height == 200
 
 

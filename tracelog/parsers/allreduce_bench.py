@@ -29,8 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import Batch, LineSource
-from tracelog.parsers.nccl_tests import NCCL_WARN_RX, Emitter, strip_prefix
+from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, strip_prefix
 
 FORMAT = "allreduce_bench"
 VERSION = "1"
@@ -135,6 +134,9 @@ class _Parser:
             self.pending = []
         self.bench.line_end = n
         return self.bench
+
+    def finish(self) -> None:
+        self.close()
 
     def close(self) -> None:
         bench, self.bench = self.bench, None
@@ -289,10 +291,4 @@ class _Parser:
 
 
 def parse(source: LineSource) -> Iterator[Batch]:
-    parser = _Parser()
-    for line_no, text in source.lines():
-        parser.line(line_no, text)
-        if parser.out.due():
-            yield from parser.out.flush()
-    parser.close()
-    yield from parser.out.flush()
+    return drive(_Parser(), source)

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import io
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import polars as pl
 import regex
 
 ANSI_ESCAPE = regex.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 BLOCK_BYTES = 16 << 20
+FLUSH_ROWS = 5000  # rows a line parser gathers before it hands them out as batches
 
 Rows = list[dict[str, Any]] | pl.DataFrame
 T = TypeVar("T")
@@ -202,89 +204,72 @@ def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
         worker.join(timeout=5)
 
 
-@dataclass(frozen=True)
-class PipeLayout:
-    """Where the values sit in a `key: value | key: value |` line, learned from one example line.
-
-    The lines of one log print the same keys in the same order, so once one line is understood the others
-    can be cut by position: split on `|`, check that each part starts with the example's key, cast the text
-    after it. That is a few vectorised string kernels per value instead of one regex search of the whole
-    line per key. `fits` says which lines have the layout; lines that do not (a key more or less, a value
-    that is not a plain number) are left to the parser's regex path, so a layout changes how fast a result
-    is found, never the result.
-    """
-
-    parts: tuple[str, ...]
-    keys: tuple[str | None, ...]  # per part: its text through ": ", or None for a part without a colon
-
-    @classmethod
-    def learn(cls, line: str, skip: int = 1) -> PipeLayout | None:
-        """The layout of `line`; the first `skip` parts are the caller's (an `iteration N/M` head)."""
-        parts = line.split("|")
-        keys: list[str | None] = [None] * min(skip, len(parts))
-        for part in parts[skip:]:
-            colon = part.find(":")
-            if colon < 0:
-                keys.append(None)
-            elif part[colon + 1 : colon + 2] == " " and part[colon + 2 :].find(":") < 0:
-                keys.append(part[: colon + 2])
-            else:
-                return None
-        return cls(tuple(parts), tuple(keys))
-
-    def __len__(self) -> int:
-        return len(self.parts)
-
-    def split(self, lines: pl.DataFrame, *keep: str) -> pl.DataFrame:
-        """`keep` columns and the parts of each line, `_p0`...: one more than the layout has (null past the
-        end of the line), so a line with more parts shows a value there.
-
-        `split_exact` writes each part position to a compact column of its own; the kernels that follow
-        then read memory in order instead of striding through whole lines.
-        """
-        fields = [f"_p{k}" for k in range(len(self.parts) + 1)]
-        parts = pl.col("line").str.split_exact("|", len(self.parts)).struct.rename_fields(fields)
-        return lines.select(*keep, parts.alias("_parts")).unnest("_parts")
-
-    def fits(self, skip: int = 1, checked: frozenset[int] = frozenset()) -> pl.Expr:
-        """True where the split line has this layout: as many parts, the same keys, the same colon-less parts.
-
-        Parts in `checked` the caller has compared whole already. Whether the values are numbers is the
-        caller's check too (see `text` and `plain_number`).
-        """
-        count = len(self.parts)
-        checks = [pl.col(f"_p{count}").is_null(), pl.col(f"_p{count - 1}").is_not_null()]
-        for k in range(skip, count):
-            if k in checked:
-                continue
-            key, part = self.keys[k], pl.col(f"_p{k}")
-            checks.append(part.str.starts_with(key) if key is not None else part == self.parts[k])
-        return pl.all_horizontal(checks)
-
-    def text(self, k: int) -> pl.Expr:
-        """The text after the key of part `k`, spaces stripped (other whitespace makes it not a number)."""
-        key = self.keys[k]
-        assert key is not None
-        return pl.col(f"_p{k}").str.slice(len(key)).str.strip_chars(" ")
-
-
-def plain_number(text: pl.Expr, dtype: Any) -> tuple[pl.Expr, pl.Expr]:
-    """`text` as a number of `dtype`, and whether it is one number as a regex path would read it.
-
-    Floats: anything a float cast reads (digits, exponent, nan, inf), the cast the regex path applies to
-    what it extracted. Integers: bare digits only, as a `(\\d+)` pattern reads them (no sign).
-    """
-    if dtype in (pl.Int64, pl.Int32):
-        value = text.cast(pl.UInt64, strict=False).cast(dtype, strict=False)
-        return value, value.is_not_null() & ~text.str.starts_with("+")
-    value = text.cast(dtype, strict=False)
-    return value, value.is_not_null()
-
-
-def unparsed_rows(lines: list[tuple[int, str]]) -> Batch:
-    return Batch("unparsed", [{"line_no": n, "text": t} for n, t in lines])
-
-
 def head_text(head: bytes) -> str:
     """The head of a file as text for detection: decoded leniently, colour codes removed."""
     return ANSI_ESCAPE.sub(b"", head).decode("utf-8", errors="replace").replace("\r\n", "\n")
+
+
+# Launcher prefixes fabric benchmarks pick up: Open MPI's `[1,0]<stdout>:`, a timestamp, pdsh's `host: `.
+PREFIX_RX = re.compile(
+    r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+"
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"
+    r"|\[[A-Za-z][\w.\-]*(?::\d+)?\]:\s?"
+    r"|(?P<host>[A-Za-z0-9][\w.\-]*):\s+)"
+)
+NCCL_WARN_RX = re.compile(r"\bNCCL WARN\b")
+
+
+def strip_prefix(line: str) -> tuple[str, str | None]:
+    """The line without launcher prefixes (MPI tags, `host: `, timestamps), and the host one named."""
+    host = None
+    for _ in range(3):
+        match = PREFIX_RX.match(line)
+        if not match or match.end() == 0:
+            break
+        host = match.group("host") or host
+        line = line[match.end() :]
+    return line, host
+
+
+class Emitter:
+    """Rows per table, handed out as batches every `FLUSH_ROWS` rows so memory stays flat."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[dict[str, Any]]] = {}
+        self.count = 0
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.tables.setdefault(table, []).append(row)
+        self.count += 1
+
+    def due(self) -> bool:
+        return self.count >= FLUSH_ROWS
+
+    def flush(self) -> Iterator[Batch]:
+        for table, rows in self.tables.items():
+            if rows:
+                yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
+        self.tables = {}
+        self.count = 0
+
+
+class LineParser(Protocol):
+    """A parser that reads one line at a time: rows go to `out`; `finish` closes what is still open at
+    the end of the file (a bench without its footer, lines held back for a table that never came)."""
+
+    out: Emitter
+
+    def line(self, line_no: int, text: str) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def drive(parser: LineParser, source: LineSource) -> Iterator[Batch]:
+    """Feed every line of `source` to `parser`, handing out its rows every `FLUSH_ROWS`."""
+    for line_no, text in source.lines():
+        parser.line(line_no, text)
+        if parser.out.due():
+            yield from parser.out.flush()
+    parser.finish()
+    yield from parser.out.flush()

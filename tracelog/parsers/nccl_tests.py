@@ -41,22 +41,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
-
-from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, strip_prefix
 
 FORMAT = "nccl_tests"
 VERSION = "1"
 TOOL = "nccl-tests"
-FLUSH_ROWS = 5000
 
-PREFIX_RX = re.compile(
-    r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:"
-    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+"
-    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"
-    r"|\[[A-Za-z][\w.\-]*(?::\d+)?\]:\s?"
-    r"|(?P<host>[A-Za-z0-9][\w.\-]*):\s+)"
-)
 VERSION_RX = re.compile(r"^#\s*nccl-tests version\s+(\S+)(.*)$")
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 CONCLUDED_RX = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
@@ -75,7 +65,6 @@ REDUCED_RX = re.compile(r"^#\s*Reducing maxBytes to (\d+)")
 ERROR_LINE_RX = re.compile(r"^#\s*error:\s*(.*?)\s*$")
 NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
 RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
-NCCL_WARN_RX = re.compile(r"\bNCCL WARN\b")
 FAILURE_RX = re.compile(
     r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|MPI_ABORT|mpirun noticed|exited on signal"
     r"|Segmentation fault|srun: error|slurmstepd: error|CANCELLED AT|terminate called|\bAborted\b|\bKilled\b"
@@ -107,40 +96,6 @@ def detect(head: str) -> int:
         if DEVICE_RX.match(body) or (body.startswith("#") and "algbw" in body and "busbw" in body):
             score = 40
     return score
-
-
-def strip_prefix(line: str) -> tuple[str, str | None]:
-    """The line without launcher prefixes (MPI tags, `host: `, timestamps), and the host one named."""
-    host = None
-    for _ in range(3):
-        match = PREFIX_RX.match(line)
-        if not match or match.end() == 0:
-            break
-        host = match.group("host") or host
-        line = line[match.end() :]
-    return line, host
-
-
-class Emitter:
-    """Rows per table, handed out as batches every `FLUSH_ROWS` rows so memory stays flat."""
-
-    def __init__(self) -> None:
-        self.tables: dict[str, list[dict[str, Any]]] = {}
-        self.count = 0
-
-    def add(self, table: str, row: dict[str, Any]) -> None:
-        self.tables.setdefault(table, []).append(row)
-        self.count += 1
-
-    def due(self) -> bool:
-        return self.count >= FLUSH_ROWS
-
-    def flush(self) -> Iterator[Batch]:
-        for table, rows in self.tables.items():
-            if rows:
-                yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
-        self.tables = {}
-        self.count = 0
 
 
 @dataclass
@@ -301,6 +256,11 @@ class _Parser:
         bench.phase = max(bench.phase, phase)
         bench.line_end = line_no
         return bench
+
+    def finish(self) -> None:
+        self.close()
+        for _, _, n, text in self.pending:
+            self.out.add("unparsed", {"line_no": n, "text": text})
 
     def close(self) -> None:
         bench, self.bench = self.bench, None
@@ -546,12 +506,4 @@ class _Parser:
 
 
 def parse(source: LineSource) -> Iterator[Batch]:
-    parser = _Parser()
-    for line_no, text in source.lines():
-        parser.line(line_no, text)
-        if parser.out.due():
-            yield from parser.out.flush()
-    parser.close()
-    for _, _, n, text in parser.pending:
-        parser.out.add("unparsed", {"line_no": n, "text": text})
-    yield from parser.out.flush()
+    return drive(_Parser(), source)

@@ -30,8 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import Batch, LineSource
-from tracelog.parsers.nccl_tests import Emitter, strip_prefix
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, strip_prefix
 
 FORMAT = "p2p"
 VERSION = "1"
@@ -153,6 +152,9 @@ class _Parser:
                 "bench_params", {"bench_key": self.bench.key, "name": "command", "value": text, "line_no": at}
             )
         self.host, self.command = None, None
+
+    def finish(self) -> None:
+        self.close()
 
     def close(self) -> None:
         bench, self.bench = self.bench, None
@@ -306,10 +308,4 @@ class _Parser:
 
 
 def parse(source: LineSource) -> Iterator[Batch]:
-    parser = _Parser()
-    for line_no, text in source.lines():
-        parser.line(line_no, text)
-        if parser.out.due():
-            yield from parser.out.flush()
-    parser.close()
-    yield from parser.out.flush()
+    return drive(_Parser(), source)

@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import Batch, LineSource
-from tracelog.parsers.nccl_tests import Emitter, strip_prefix
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, strip_prefix
 
 FORMAT = "topo"
 VERSION = "1"
@@ -79,6 +78,10 @@ class _Parser:
         self.benches: dict[str | None, _Bench] = {}  # the open matrix of each host
         self.next_key = 0
         self.host: str | None = None  # named by the last prompt
+
+    def finish(self) -> None:
+        for host in list(self.benches):
+            self.close(host)
 
     def close(self, host: str | None) -> None:
         bench = self.benches.pop(host, None)
@@ -172,11 +175,4 @@ class _Parser:
 
 
 def parse(source: LineSource) -> Iterator[Batch]:
-    parser = _Parser()
-    for line_no, text in source.lines():
-        parser.line(line_no, text)
-        if parser.out.due():
-            yield from parser.out.flush()
-    for host in list(parser.benches):
-        parser.close(host)
-    yield from parser.out.flush()
+    return drive(_Parser(), source)

@@ -1,0 +1,259 @@
+"""What the lines of a Megatron log hold, and how the regex path reads them.
+
+Patterns for every era's iteration, timer and memory lines (aliases across eras share a column), the
+regex readers that are the reference for every faster path, and how timer and memory lines find the
+iteration they belong to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+import regex
+
+NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
+ITER_MARK = "elapsed time per iteration"
+TIMER_MARK = "time (ms) |"
+MEMORY_MARK = "memory (MB) |"
+ARGS_START = regex.compile(r"-{3,}\s*arguments\s*-{3,}")
+ARGS_END = "end of arguments"
+
+# Iteration line fields: column -> (pattern with one group, dtype). Aliases across eras share a column.
+ITER_FIELDS: dict[str, tuple[str, Any]] = {
+    "iteration": (r"iteration\s+(\d+)\s*/", pl.Int64),
+    "train_iters": (r"iteration\s+\d+\s*/\s*(\d+)", pl.Int64),
+    "consumed_samples": (r"consumed samples:\s*(\d+)", pl.Int64),
+    "consumed_tokens": (r"consumed tokens:\s*(\d+)", pl.Int64),
+    "elapsed_raw": (r"elapsed time per iteration \(m?s\):\s*" + NUM, pl.Float64),
+    "learning_rate": (r"learning rate:\s*" + NUM, pl.Float64),
+    "global_batch_size": (r"global batch size:\s*(\d+)", pl.Int64),
+    "lm_loss": (r"lm[ _-]loss:\s*" + NUM, pl.Float64),
+    "loss_scale": (r"loss scale:\s*" + NUM, pl.Float64),
+    "grad_norm": (r"grad[ _-]norm:\s*" + NUM, pl.Float64),
+    "num_zeros": (r"num zeros:\s*" + NUM, pl.Float64),
+    "skipped": (r"number of skipped iterations:\s*(\d+)", pl.Int64),
+    "nan": (r"number of nan iterations:\s*(\d+)", pl.Int64),
+    "samples_per_s": (r"samples per second:\s*" + NUM, pl.Float64),
+    "tflops_reported": (r"(?:TFLOPs|TFLOP/s/GPU\)|tflops):\s*" + NUM, pl.Float64),
+}
+# Keys (as printed, normalised) that the columns above already hold; every other key is kept as a metric.
+KNOWN_KEYS = {
+    "consumed samples",
+    "consumed tokens",
+    "elapsed time per iteration (ms)",
+    "elapsed time per iteration (s)",
+    "learning rate",
+    "global batch size",
+    "lm loss",
+    "lm-loss",
+    "lm_loss",
+    "loss scale",
+    "grad norm",
+    "grad-norm",
+    "grad_norm",
+    "num zeros",
+    "number of skipped iterations",
+    "number of nan iterations",
+    "samples per second",
+    "tflops",
+    "throughput per gpu (tflop/s/gpu)",
+}
+TIMESTAMP = r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?\]"
+RANK_PREFIX = r"^\s*(?:\[(?:rank|Rank|RANK)\s*(\d+)\]:?|(\d+):\s)"
+MEMORY_FIELDS = {
+    "allocated_mib": r"\|\s*allocated:\s*" + NUM,
+    "max_allocated_mib": r"max allocated:\s*" + NUM,
+    "reserved_mib": r"\|\s*reserved:\s*" + NUM,
+    "max_reserved_mib": r"max reserved:\s*" + NUM,
+}
+WARNING_RX = r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory|killed|segmentation fault)"
+# event kind -> words that mark it, most specific first
+EVENT_KINDS = (
+    ("traceback", "traceback (most recent call last)"),
+    ("oom", "out of memory"),
+    ("nccl_warn", "nccl warn"),
+    ("crash", "segmentation fault"),
+    ("crash", "killed"),
+    ("error", "error"),
+    ("error", "exception"),
+    ("warning", "warn"),
+)
+# Lines the Python state machine must see (rare: configuration echoes and multi-line timer blocks).
+STATEFUL_RX = (
+    r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
+    r"|time across ranks|\.\.\.: \(|padded vocab|-{3,}\s*arguments|end of arguments|estimated model parameters:"
+)
+
+# Literals every line some classification regex matches contains: one substring scan finds the few lines
+# the regexes need to see (argument blocks, configuration echoes, memory reports).
+SPECIAL_RX = (
+    r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
+    r"|time across ranks|\.\.\.: \(|padded vocab|estimated model parameters:|memory \(MB\) \|"
+)
+TIMESTAMP_RX = regex.compile(TIMESTAMP)
+RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
+ITERATION_PART_RX = regex.compile(r"^\s*iteration\s+\d+")
+ARG_LINE_RX = regex.compile(r"^\s*([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)\s*$")
+TIMER_BLOCK_LINE_RX = regex.compile(r"^\s*(.+?)\s*\.{2,}:\s*\(\s*" + NUM + r"\s*,\s*" + NUM + r"\s*\)\s*$")
+WORLD_RX = regex.compile(r"using world size:\s*(\d+)(.*)")
+WORLD_PART_RX = regex.compile(r"([a-z-]+?)[- ]size:\s*(\d+)")
+PARAMS_RX = regex.compile(
+    r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
+)
+EFFECTIVE_RX = regex.compile(
+    r"Effective Tera Flops per GPU:\s*" + NUM + r"(?: and total parameters\s*" + NUM + r"\s*B)?"
+)
+THEORY_RX = regex.compile(
+    r"Theoretical memory footprints: weight and optimizer=\s*"
+    + NUM
+    + r"\s*MB(?:, activation=\s*"
+    + NUM
+    + r"\s*MB, total=\s*"
+    + NUM
+    + r"\s*MB)?"
+)
+ESTIMATED_RX = regex.compile(r"estimated model parameters:\s*" + NUM)
+PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
+VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
+
+
+ITER_LINE_RX = regex.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration")
+
+
+ITERATION_COLUMNS = (
+    "line_no",
+    "iteration",
+    "train_iters",
+    "consumed_samples",
+    "consumed_tokens",
+    "learning_rate",
+    "global_batch_size",
+    "lm_loss",
+    "loss_scale",
+    "grad_norm",
+    "num_zeros",
+    "skipped",
+    "nan",
+    "samples_per_s",
+    "tflops_reported",
+    "ts",
+    "rank",
+    "elapsed_raw",
+    "_ms",
+    "_extra",
+)
+
+
+ITERATION_DTYPES: dict[str, Any] = {
+    **{name: dtype for name, (_, dtype) in ITER_FIELDS.items()},
+    "line_no": pl.Int64,
+    "ts": pl.Datetime("us"),
+    "rank": pl.Int32,
+    "_ms": pl.Boolean,
+    "_extra": pl.Boolean,
+}
+
+
+def iterations_by_regex(iters: pl.DataFrame) -> pl.DataFrame:
+    """Iteration lines read with one regex per key: every era and fork, whatever order the keys come in."""
+    line = pl.col("line")
+    cols = [
+        line.str.extract(pattern, 1).cast(dtype, strict=False).alias(name)
+        for name, (pattern, dtype) in ITER_FIELDS.items()
+    ]
+    known_fields = [
+        pl.col(name).is_not_null().cast(pl.Int32)
+        for name in ITER_FIELDS
+        if name not in ("iteration", "train_iters")
+    ]
+    rows = iters.select(
+        "line_no",
+        *cols,
+        line.str.contains(r"elapsed time per iteration \(ms\)").alias("_ms"),
+        line.str.extract(TIMESTAMP, 1)
+        .str.replace("T", " ")
+        .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
+        .alias("ts"),
+        pl.coalesce(line.str.extract(RANK_PREFIX, 1), line.str.extract(RANK_PREFIX, 2))
+        .cast(pl.Int32, strict=False)
+        .alias("rank"),
+        (line.str.count_matches(r"[^\s|]:\s") - line.str.contains(RANK_PREFIX).cast(pl.UInt32)).alias(
+            "_fields"
+        ),
+    )
+    rows = rows.with_columns(
+        (pl.col("_fields").cast(pl.Int32) > pl.sum_horizontal(known_fields)).alias("_extra"),
+    )
+    return rows.filter(pl.col("iteration").is_not_null()).select(ITERATION_COLUMNS)
+
+
+def split_fields(line: str) -> list[tuple[str, str]]:
+    """`key: value` pairs of a `|`-separated log line, in order, keys stripped of prefixes."""
+    pairs = []
+    for raw_part in line.split("|"):
+        part = RANK_PREFIX_RX.sub("", TIMESTAMP_RX.sub("", raw_part))
+        if ":" not in part or ITERATION_PART_RX.match(part):
+            continue
+        key, _, raw = part.partition(": ") if ": " in part else part.partition(":")
+        key = key.strip()
+        if key:
+            pairs.append((key, raw.strip()))
+    return pairs
+
+
+def parse_value(raw: str) -> tuple[float | None, str | None, float | None]:
+    """A number, its unit (`153.81GB`) and the average of a `current/average` pair, where printed."""
+    match = VALUE_RX.match(raw)
+    if not match:
+        return None, None, None
+    value = float(match.group(1))
+    average = float(match.group(3)) if match.group(3) else None
+    return value, match.group(2), average
+
+
+def iteration_anchors(iteration_rows: pl.DataFrame | None, last_iteration: dict[int, int]) -> pl.DataFrame:
+    """(run_key, line_no, iteration) to attach timers and memory lines to the iteration before them."""
+    seed = pl.DataFrame(
+        {
+            "run_key": list(last_iteration),
+            "line_no": [0] * len(last_iteration),
+            "iteration": list(last_iteration.values()),
+        },
+        schema={"run_key": pl.Int32, "line_no": pl.Int64, "iteration": pl.Int64},
+    )
+    if iteration_rows is None:
+        return seed
+    now = iteration_rows.select(pl.col("run_key").cast(pl.Int32), "line_no", "iteration")
+    return pl.concat([seed, now]).sort("line_no")
+
+
+def attach_iteration(rows: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    rows = rows.with_columns(pl.col("run_key").cast(pl.Int32)).sort("line_no")
+    return rows.join_asof(anchors, on="line_no", by="run_key", strategy="backward", check_sortedness=False)
+
+
+def timers_by_regex(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    parts = (
+        timers.select("line_no", "run_key", pl.col("line").str.split("|").list.slice(1).alias("part"))
+        .explode("part")
+        .with_columns(
+            pl.col("part").str.extract(r"^\s*(.+?)\s*:\s*\S", 1).alias("name"),
+            pl.col("part").str.extract(r":\s*" + NUM, 1).cast(pl.Float64, strict=False).alias("time_ms"),
+            pl.col("part")
+            .str.extract(r":\s*\(?\s*" + NUM + r"\s*,\s*" + NUM, 1)
+            .cast(pl.Float64, strict=False)
+            .alias("_min"),
+            pl.col("part")
+            .str.extract(r":\s*\(?\s*" + NUM + r"\s*,\s*" + NUM, 2)
+            .cast(pl.Float64, strict=False)
+            .alias("_max"),
+        )
+        .filter(pl.col("name").is_not_null())
+        .with_columns(
+            pl.coalesce("_max", "time_ms").alias("time_ms"),
+            pl.col("_min").alias("time_min_ms"),
+        )
+        .drop("part", "_min", "_max")
+    )
+    return attach_iteration(parts, anchors)
