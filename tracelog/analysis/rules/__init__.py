@@ -8,14 +8,28 @@ from typing import Any
 Flag = dict[str, Any]
 
 
-def run_flag(rule: str, severity: str, run_id: int, message: str, hint: str, **extra: Any) -> Flag:
-    """A flag about a run; `extra` carries row_ref, measured, expected and ratio where the rule has them."""
+def flag(
+    rule: str, severity: str, subject_kind: str, subject_id: int, message: str, hint: str, **extra: Any
+) -> Flag:
+    """A flag row; `extra` carries row_ref, measured, expected and ratio where the rule has them."""
     return {
         "rule": rule,
         "severity": severity,
-        "subject_kind": "run",
-        "subject_id": int(run_id),
+        "subject_kind": subject_kind,
+        "subject_id": int(subject_id),
         "message": message,
         "hint": hint,
         **extra,
     }
+
+
+def run_flag(rule: str, severity: str, run_id: int, message: str, hint: str, **extra: Any) -> Flag:
+    """A flag about a run."""
+    return flag(rule, severity, "run", run_id, message, hint, **extra)
+
+
+def bench_flag(
+    rule: str, severity: str, bench_id: int, message: str, hint: str, kind: str = "bench", **extra: Any
+) -> Flag:
+    """A flag about a bench, or one of its parts (`kind`: collective, p2p, links)."""
+    return flag(rule, severity, kind, bench_id, message, hint, **extra)

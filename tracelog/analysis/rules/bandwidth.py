@@ -10,28 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracelog.analysis.rules import Flag, bench_flag
 from tracelog.analysis.scope import Scope
 from tracelog.hardware import bench_link
 from tracelog.parsers.p2p import STANDARD as P2P_MATRICES
 from tracelog.store import Store
 from tracelog.store.benches import device_order
 from tracelog.thresholds import Thresholds
-
-Flag = dict[str, Any]
-
-
-def _flag(
-    rule: str, severity: str, bench_id: int, message: str, hint: str, kind: str = "bench", **extra: Any
-) -> Flag:
-    return {
-        "rule": rule,
-        "severity": severity,
-        "subject_kind": kind,
-        "subject_id": int(bench_id),
-        "message": message,
-        "hint": hint,
-        **extra,
-    }
 
 
 def _size(n: float) -> str:
@@ -49,7 +34,7 @@ def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         """
     ).fetchall()
     return [
-        _flag(
+        bench_flag(
             "nccl_data_error",
             "critical",
             bench_id,
@@ -193,7 +178,7 @@ def incomplete(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         )
         flags.append(
-            _flag(
+            bench_flag(
                 "bench_incomplete",
                 "warning" if d["status"] == "partial" else "critical",
                 d["bench_id"],
@@ -223,7 +208,7 @@ def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         if bound_up_to is None:
             continue
         flags.append(
-            _flag(
+            bench_flag(
                 "latency_bound",
                 "info",
                 bench_id,
@@ -260,7 +245,7 @@ def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         common = dict(row_ref=f"line {line}", measured=float(peak))
         if share < t.low_bandwidth:
             flags.append(
-                _flag(
+                bench_flag(
                     "low_bandwidth",
                     "warning",
                     bench_id,
@@ -276,7 +261,7 @@ def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         if bi and t.duplex_band_low <= peak / bi <= t.duplex_band_high and share >= t.low_bandwidth:
             flags.append(
-                _flag(
+                bench_flag(
                     "duplex_confusion",
                     "info",
                     bench_id,
@@ -310,7 +295,7 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     for bench_id, matrix, pairs, low, typical, line, count in rows:
         rule = "p2p_disabled" if "p2p_on" in matrix and low < 0.3 * typical else "asymmetric_link"
         flags.append(
-            _flag(
+            bench_flag(
                 rule,
                 "warning",
                 bench_id,
@@ -337,7 +322,7 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     ).fetchall()
     for bench_id, count, line in no_gain:
         flags.append(
-            _flag(
+            bench_flag(
                 "p2p_disabled",
                 "warning",
                 bench_id,
@@ -378,7 +363,7 @@ def p2p_against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         )
         if share < t.low_bandwidth:
             flags.append(
-                _flag(
+                bench_flag(
                     "low_bandwidth",
                     "warning",
                     bench_id,
@@ -394,7 +379,7 @@ def p2p_against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             and (t.duplex_band_low <= typical / link.bidirectional_gbps <= t.duplex_band_high)
         ):
             flags.append(
-                _flag(
+                bench_flag(
                     "duplex_confusion",
                     "info",
                     bench_id,
