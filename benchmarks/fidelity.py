@@ -1,0 +1,378 @@
+"""How close the analytic model comes to published training runs.
+
+    python benchmarks/fidelity.py                  # the scorecard against the issue's targets
+    python benchmarks/fidelity.py --json           # the same, machine-readable
+    python benchmarks/fidelity.py --corpus DIR     # where the BigScience chronicles live
+
+Rows come from two places. The BigScience tr11 (BLOOM-176B) prequel lab notes are read by tracelog's
+own table parser (ingested into a scratch DuckDB, then `runs` ⋈ `run_summary`), with what the parser
+does not carry (GPU, sequence, vocabulary, ZeRO stage, context lines it ties to one table only) filled
+from `published_runs.toml`, line by line of the notes. Papers' rows are in `published_runs.toml`, each
+with its source; where a paper prints TFLOP/s and not seconds (Narayanan et al. 2021, Table 1), the
+sec/it is derived with the paper's own FLOPs count, eq. 3, and the derivation is kept with the row.
+
+Each row is predicted by the model (`tracelog.analysis.predictions.what_if`, nothing written) and scored:
+- time error = predicted / measured − 1; the median |error| of the chronicles rows and of the others,
+  the rows worse than 25 %, the worst ten;
+- Spearman ρ of predicted against measured sec/it within each group of one model measured the same
+  way (the ranking `tracelog plan` relies on), from pandas ranks (average ranks for ties);
+- memory: measured peak / predicted per GPU, and whether every row recorded as OOM is predicted over
+  the GPU's capacity.
+
+`load_rows()` and `score(rows, predict=...)` are the library surface: a calibration can score a
+candidate model by passing its own `predict(row) -> {"sec_per_it", "gpu_memory_mib", "capacity_mib"}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from tracelog import api
+from tracelog.analysis.predictions import what_if
+from tracelog.model.flops import ModelConfig, flops_narayanan
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "published_runs.toml"
+DEFAULT_CORPUS = HERE.parents[1] / "shared" / "corpus" / "table"
+
+# The targets of the fidelity issue (issue 11, item 8).
+TARGETS = {
+    "time_median_chronicles": 0.07,
+    "time_median_published": 0.10,
+    "time_worst": 0.25,
+    "spearman_min": 0.6,
+    "memory_within": 0.15,
+}
+
+# What a row may carry into the model: `what_if`'s configuration keys.
+MODEL_KEYS = (
+    "layers", "hidden", "heads", "seq_len", "vocab", "gbs", "mbs", "tp", "pp", "dp", "vp",
+    "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
+    "framework", "gpu_model", "fabric",
+)  # fmt: skip
+SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
+
+Predictor = Callable[[Mapping[str, Any]], Mapping[str, float | None]]
+
+
+# ---------------------------------------------------------------------------------------------- rows
+def load_data(path: Path = DATA) -> dict[str, Any]:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def eq3_flops(row: Mapping[str, Any]) -> float:
+    """Narayanan et al. 2021 §5.1 eq. 3 for the row's shape and batch (96 with full recomputation)."""
+    cfg = ModelConfig(
+        layers=int(row["layers"]),
+        hidden=int(row["hidden"]),
+        heads=int(row["heads"]),
+        seq_len=int(row["seq_len"]),
+        vocab=int(row["vocab"]),
+    )
+    return flops_narayanan(cfg, int(row["gbs"]), row.get("recompute") or "none")
+
+
+def load_published(data: Mapping[str, Any]) -> pd.DataFrame:
+    """The papers' rows; a row with TFLOP/s and no sec/it gets sec/it = eq. 3 FLOPs / (TFLOP/s · GPUs)."""
+    rows = []
+    for run in data.get("run", []):
+        row = {"kind": "published", **run}
+        if row.get("sec_per_it") is None and row.get("tflops_per_gpu"):
+            flops = eq3_flops(row)
+            row["sec_per_it"] = flops / (row["tflops_per_gpu"] * 1e12 * row["gpus"])
+            row["derived"] = (
+                f"sec/it = eq. 3 ({flops / 1e18:.2f} EFLOP per iteration) / "
+                f"({row['tflops_per_gpu']} TFLOP/s x {row['gpus']} GPUs)"
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+CHRONICLES_SQL = """
+SELECT r.run_id, r.name, r.status, r.nodes, r.gpus, r.tp, r.pp, r.dp, r.mbs, r.gbs, r.layers, r.hidden,
+       r.heads, r.seq_len, r.vocab, r.zero_stage, r.precision, r.gpu_model, r.line_start AS line,
+       s.sec_per_it, s.tflops_reported AS tflops_per_gpu, s.peak_reserved_mib AS memory_mib,
+       try_cast(t.value AS INTEGER) AS table_line, d.value AS notes_date
+FROM runs r
+JOIN run_summary s USING (run_id)
+LEFT JOIN run_params t ON t.run_id = r.run_id AND t.name = 'table_line'
+LEFT JOIN run_params d ON d.run_id = r.run_id AND d.name = 'Notes'
+WHERE s.sec_per_it IS NOT NULL OR upper(r.status) = 'OOM'
+ORDER BY r.line_start
+"""
+
+
+def load_chronicles(corpus: Path, data: Mapping[str, Any]) -> tuple[pd.DataFrame, list[str]]:
+    """The prequel's rows with a measured Sec/it or an OOM, as the table parser reads them, with the
+    notes' context from `data["chronicles"]` applied. Returns the rows and what was left out and why."""
+    ctx = data["chronicles"]
+    path = corpus / ctx["file"]
+    if not path.is_file():
+        return pd.DataFrame(), [f"{path} not found: the chronicles rows are skipped (--corpus DIR)"]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "chronicles.duckdb"
+        api.ingest(db, [str(path)])
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            df = con.sql(CHRONICLES_SQL).df()
+        finally:
+            con.close()
+    by_table = {line: entry for entry in ctx.get("table", []) for line in entry["lines"]}
+    rows, notes = [], []
+    for rec in df.to_dict("records"):
+        rec = {k: (None if _missing(v) else v) for k, v in rec.items()}
+        entry = by_table.get(rec["table_line"], {})
+        if "skip" in entry:
+            continue
+        for key, value in entry.get("fill", {}).items():
+            if rec.get(key) is None:
+                rec[key] = value
+        rec.update(entry.get("override", {}))
+        for key in ("gpu_model", "gpus_per_node", "seq_len", "vocab", "framework", "zero_stage", "recompute"):
+            if rec.get(key) is None:
+                rec[key] = ctx[key]
+        if rec.get("precision") is None:
+            rec["precision"] = (
+                ctx["precision_before_line_895"] if rec["line"] < 895 else ctx["precision_from_line_895"]
+            )
+        missing = [k for k in SHAPE_KEYS + ("tp", "pp", "dp", "mbs", "gbs") if rec.get(k) is None]
+        if missing:
+            notes.append(f"line {rec['line']}: left out, {', '.join(missing)} unknown")
+            continue
+        rec["kind"] = "chronicles"
+        rec["id"] = f"tr11-line{rec['line']}"
+        rec["group"] = f"tr11 {rec['layers']}x{rec['hidden']} {rec['notes_date'] or ''}".strip()
+        rec["source"] = f"{ctx['file']} line {rec['line']}" + (
+            f" ({entry['source']})" if "source" in entry else ""
+        )
+        rec["oom"] = (rec.get("status") or "").upper() == "OOM"
+        if rec["sec_per_it"] and rec["tflops_per_gpu"]:
+            # eq. 3 at the recorded sec/it against the printed TFLOPs: ~1 when the shape is right
+            implied = eq3_flops(rec) / (rec["sec_per_it"] * rec["gpus"] * 1e12)
+            rec["tflops_check"] = implied / rec["tflops_per_gpu"]
+        rows.append(rec)
+    skipped = sorted({e["skip"] for e in ctx.get("table", []) if "skip" in e})
+    left_out = int(
+        df["table_line"].isin([ln for e in ctx.get("table", []) if "skip" in e for ln in e["lines"]]).sum()
+    )
+    if left_out:
+        notes.insert(0, f"{left_out} rows left out: " + "; ".join(skipped))
+    return pd.DataFrame(rows), notes
+
+
+def load_rows(corpus: Path | None = DEFAULT_CORPUS, data_path: Path = DATA) -> tuple[pd.DataFrame, list[str]]:
+    """Every scored row (chronicles first, then the papers'), and notes on what was left out."""
+    data = load_data(data_path)
+    published = load_published(data)
+    if corpus is None:
+        return published, ["chronicles not read (no corpus given)"]
+    chronicles, notes = load_chronicles(Path(corpus), data)
+    return pd.concat([chronicles, published], ignore_index=True), notes
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+# ----------------------------------------------------------------------------------------- predict
+def _metric(table: pd.DataFrame, metric: str) -> float | None:
+    """One metric of a `what_if` table in seconds or MiB (memory is shown in GiB or MiB)."""
+    hit = table[table["metric"] == metric]
+    if hit.empty or _missing(hit["value"].iloc[0]):
+        return None
+    value, unit = float(hit["value"].iloc[0]), str(hit["unit"].iloc[0])
+    return value * {"GiB": 1024.0, "MiB": 1.0, "GB": 1e9 / 2**20}.get(unit, 1.0)
+
+
+def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
+    """The model's sec/it, memory per GPU and the GPU's capacity for one row (`what_if`, no store)."""
+    config = {k: row[k] for k in MODEL_KEYS if k in row and not _missing(row[k])}
+    for key in ("sequence_parallel",):
+        if key in config:
+            config[key] = bool(config[key])
+    table = what_if(None, None, config)
+    return {
+        "sec_per_it": _metric(table, "sec_per_it"),
+        "gpu_memory_mib": _metric(table, "gpu_memory_mib"),
+        "capacity_mib": _metric(table, "gpu_capacity_mib"),
+    }
+
+
+# ------------------------------------------------------------------------------------------- score
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Spearman's ρ: Pearson's correlation of the average ranks (ties share their mean rank)."""
+    ra, rb = a.rank(method="average"), b.rank(method="average")
+    if ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(ra.corr(rb))
+
+
+def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, Any]:
+    """Predict every row and score the time, ranking and memory against the targets (`TARGETS`)."""
+    preds = [predict(r) for r in rows.to_dict("records")]
+    df = rows.copy()
+    df["predicted_s"] = [p.get("sec_per_it") for p in preds]
+    df["predicted_mib"] = [p.get("gpu_memory_mib") for p in preds]
+    df["capacity_mib"] = [p.get("capacity_mib") for p in preds]
+    df["error"] = df["predicted_s"].astype(float) / df["sec_per_it"].astype(float) - 1
+    timed = df[df["error"].notna()].copy()
+    timed["abs_error"] = timed["error"].abs()
+
+    def time_part(kind: str, target: float) -> dict[str, Any]:
+        part = timed[timed["kind"] == kind]
+        median = float(part["abs_error"].median()) if len(part) else math.nan
+        return {"n": len(part), "median_abs_error": median, "target": target, "met": bool(median <= target)}
+
+    worst = timed.sort_values("abs_error", ascending=False).head(10)
+    over = timed[timed["abs_error"] > TARGETS["time_worst"]]
+    groups = []
+    for name, part in timed.groupby("group", sort=True):
+        if len(part) < 3:
+            continue
+        rho = spearman(part["predicted_s"].astype(float), part["sec_per_it"].astype(float))
+        groups.append(
+            {"group": name, "n": len(part), "rho": rho, "met": bool(rho >= TARGETS["spearman_min"])}
+        )
+
+    mem = df[df["memory_mib"].notna() & df["predicted_mib"].notna()] if "memory_mib" in df else df.iloc[0:0]
+    ratio = mem["memory_mib"].astype(float) / mem["predicted_mib"].astype(float)
+    median_ratio = float(ratio.median()) if len(ratio) else math.nan
+    within = int(((ratio - 1).abs() <= TARGETS["memory_within"]).sum())
+    oom = df[df["oom"].fillna(False).astype(bool)] if "oom" in df else df.iloc[0:0]
+    oom_over = int((oom["predicted_mib"].astype(float) > oom["capacity_mib"].astype(float)).sum())
+    return {
+        "rows": len(df),
+        "timed": len(timed),
+        "time": {
+            "chronicles": time_part("chronicles", TARGETS["time_median_chronicles"]),
+            "published": time_part("published", TARGETS["time_median_published"]),
+            "worse_than_target": {
+                "n": len(over),
+                "target": TARGETS["time_worst"],
+                "met": len(over) == 0,
+                "max_abs_error": float(timed["abs_error"].max()) if len(timed) else math.nan,
+            },
+        },
+        "worst": [_row_out(r) for r in worst.to_dict("records")],
+        "rank": {
+            "groups": groups,
+            "met": sum(g["met"] for g in groups),
+            "of": len(groups),
+            "target": TARGETS["spearman_min"],
+        },
+        "memory": {
+            "n": len(mem),
+            "median_measured_over_predicted": median_ratio,
+            "within_target": within,
+            "target": TARGETS["memory_within"],
+            "met": bool(abs(median_ratio - 1) <= TARGETS["memory_within"]),
+        },
+        "oom": {"n": len(oom), "predicted_over_capacity": oom_over, "met": oom_over == len(oom)},
+        "table": [_row_out(r) for r in timed.to_dict("records")],
+    }
+
+
+def _row_out(rec: Mapping[str, Any]) -> dict[str, Any]:
+    keys = (
+        "id",
+        "kind",
+        "group",
+        "gpus",
+        "tp",
+        "pp",
+        "dp",
+        "mbs",
+        "gbs",
+        "sec_per_it",
+        "predicted_s",
+        "error",
+    )
+    out = {k: (None if _missing(rec.get(k)) else rec.get(k)) for k in keys}
+    out["source"] = rec.get("source")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ render
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _ok(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def render(result: Mapping[str, Any], notes: list[str]) -> str:
+    t = result["time"]
+    lines = [f"{result['rows']} rows, {result['timed']} with a measured sec/it", ""]
+    lines += [f"note: {n}" for n in notes]
+    lines += [
+        "",
+        "time: median |predicted/measured - 1|",
+        f"  chronicles  {_pct(t['chronicles']['median_abs_error']):>7} over {t['chronicles']['n']:>3} rows"
+        f"   target <= {_pct(t['chronicles']['target'])}  {_ok(t['chronicles']['met'])}",
+        f"  published   {_pct(t['published']['median_abs_error']):>7} over {t['published']['n']:>3} rows"
+        f"   target <= {_pct(t['published']['target'])}  {_ok(t['published']['met'])}",
+        f"  rows worse than {_pct(t['worse_than_target']['target'])}: {t['worse_than_target']['n']}"
+        f" (worst {_pct(t['worse_than_target']['max_abs_error'])})   target 0  {_ok(t['worse_than_target']['met'])}",
+        "",
+        "worst rows:",
+    ]
+    for w in result["worst"]:
+        lines.append(
+            f"  {w['id']:<34} {w['group']:<24} measured {w['sec_per_it']:8.2f} s  predicted "
+            f"{w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%"
+        )
+    r = result["rank"]
+    lines += [
+        "",
+        f"ranking: Spearman rho per group (>= 3 rows), target >= {r['target']}: {r['met']} of {r['of']} met",
+    ]
+    for g in r["groups"]:
+        rho = "n/a" if math.isnan(g["rho"]) else f"{g['rho']:+.2f}"
+        lines.append(f"  {g['group']:<24} n={g['n']:<3} rho {rho}  {_ok(g['met'])}")
+    m, o = result["memory"], result["oom"]
+    lines += [
+        "",
+        f"memory: measured/predicted median {m['median_measured_over_predicted']:.2f} over {m['n']} rows, "
+        f"{m['within_target']} within +-{_pct(m['target'])}   target within {_pct(m['target'])}  {_ok(m['met'])}",
+        f"OOM rows predicted over capacity: {o['predicted_over_capacity']} of {o['n']}   target all  {_ok(o['met'])}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--corpus", type=Path, default=DEFAULT_CORPUS, help="folder of the BigScience chronicles"
+    )
+    parser.add_argument("--data", type=Path, default=DATA, help="the published runs (TOML)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    rows, notes = load_rows(args.corpus, args.data)
+    result = score(rows)
+    result["notes"] = notes
+    result["seconds"] = round(time.perf_counter() - started, 2)
+    if args.json:
+        print(json.dumps(result, indent=2, default=float))
+    else:
+        print(render(result, notes))
+        print(f"\n({result['seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""The published runs the model is scored against (benchmarks/published_runs.toml), and the scoring."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.conftest import CORPUS, ROOT
+
+BENCH = ROOT / "benchmarks" / "fidelity.py"
+
+
+def _load_fidelity():
+    spec = importlib.util.spec_from_file_location("fidelity", BENCH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fidelity"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fidelity = _load_fidelity()
+DATA = fidelity.load_data()
+RUNS = DATA["run"]
+
+
+def test_every_run_has_an_id_a_group_and_a_source():
+    ids = [r["id"] for r in RUNS]
+    assert len(ids) == len(set(ids))
+    for run in RUNS:
+        assert run["group"] and run["source"], run["id"]
+        assert run.get("sec_per_it") or run.get("tflops_per_gpu"), run["id"]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r["id"])
+def test_layout_is_consistent(run):
+    assert run["tp"] * run["pp"] * run["dp"] == run["gpus"]
+    assert run["gbs"] % (run["dp"] * run["mbs"]) == 0
+    assert run["layers"] % (run["pp"] * run.get("vp", 1)) == 0
+    assert run["heads"] % run["tp"] == 0 and run["hidden"] % run["heads"] == 0
+
+
+def test_chronicles_tables_say_why():
+    lines = [ln for entry in DATA["chronicles"]["table"] for ln in entry["lines"]]
+    assert len(lines) == len(set(lines))
+    for entry in DATA["chronicles"]["table"]:
+        assert "skip" in entry or "source" in entry
+
+
+# Narayanan et al. 2021 Table 1: "Number of parameters (billion)" as printed, per row.
+TABLE1_PARAMS_B = {
+    "sc21-t1-1.7b": 1.7, "sc21-t1-3.6b": 3.6, "sc21-t1-7.5b": 7.5, "sc21-t1-18.4b": 18.4,
+    "sc21-t1-39.1b": 39.1, "sc21-t1-76.1b": 76.1, "sc21-t1-145.6b": 145.6, "sc21-t1-310.1b": 310.1,
+    "sc21-t1-529.6b": 529.6, "sc21-t1-1008b": 1008.0,
+}  # fmt: skip
+SC21 = [r for r in RUNS if r["group"] == "sc21-table1"]
+
+
+@pytest.mark.parametrize("run", SC21, ids=lambda r: r["id"])
+def test_table1_percent_of_peak_is_tflops_over_312(run):
+    # §5: "The peak device throughput of an A100 GPU with 16-bit precision is 312 teraFLOP/s"
+    assert round(100 * run["tflops_per_gpu"] / 312) == run["peak_percent"]
+
+
+@pytest.mark.parametrize("run", SC21, ids=lambda r: r["id"])
+def test_table1_shapes_give_the_printed_parameter_count(run):
+    # eq. 2: P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h))
+    layers, h, v, s = run["layers"], run["hidden"], run["vocab"], run["seq_len"]
+    params = 12 * layers * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * layers * h))
+    assert round(params / 1e9, 1) == pytest.approx(TABLE1_PARAMS_B[run["id"]], abs=0.1)
+
+
+# Korthikanti et al. 2022 Table 5, "Present Work": model FLOPs utilization as printed.
+TABLE5_MFU = {
+    "korthikanti-22b-selective-sp": 0.415,
+    "korthikanti-175b-selective-sp": 0.514,
+    "korthikanti-530b-selective-sp": 0.560,
+    "korthikanti-1t-selective-sp": 0.563,
+}
+
+
+@pytest.mark.parametrize("run_id", sorted(TABLE5_MFU))
+def test_table5_times_give_the_printed_mfu(run_id):
+    # model FLOPs (no recomputation: eq. 3 with 72) / (time · GPUs · 312 TFLOP/s)
+    run = next(r for r in RUNS if r["id"] == run_id)
+    model_flops = fidelity.eq3_flops({**run, "recompute": "none"})
+    mfu = model_flops / (run["sec_per_it"] * run["gpus"] * 312e12)
+    assert mfu == pytest.approx(TABLE5_MFU[run_id], abs=0.0006)
+
+
+def test_table1_sec_per_it_is_derived_from_eq3():
+    rows = fidelity.load_published(DATA).set_index("id")
+    one_t = rows.loc["sc21-t1-1008b"]
+    flops = 96 * 3072 * 2048 * 128 * 25600**2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
+    assert one_t["sec_per_it"] == pytest.approx(flops / (163e12 * 3072))
+    assert "eq. 3" in one_t["derived"]
+
+
+@pytest.mark.skipif(not (CORPUS / "table").is_dir(), reason="public corpus not present")
+def test_chronicles_rows_reproduce_their_printed_tflops():
+    """With the notes' context filled in, eq. 3 at each row's sec/it gives the TFLOPs it printed."""
+    rows, notes = fidelity.load_chronicles(CORPUS / "table", DATA)
+    assert len(rows) > 80 and any("left out" in n for n in notes)
+    bloom = rows[rows["line"] == 776].iloc[0]  # "GBS Variations": 114.11 s/it, 141.27 TFLOPs
+    assert (bloom["layers"], bloom["hidden"], bloom["heads"], bloom["sec_per_it"]) == (72, 14336, 64, 114.11)
+    checked = rows.set_index("line")["tflops_check"].dropna()
+    assert len(checked) > 80
+    # line 670 (ZeRO-0) ran on another branch (line 675), whose TFLOPs count is 3.9 % lower
+    off = checked[(checked - 1).abs() > 0.005]
+    assert off.index.tolist() == [670]
+    assert off.iloc[0] == pytest.approx(1.039, abs=0.001)
+
+
+# ------------------------------------------------------------------- scoring on a hand-made input
+def _stub_rows() -> pd.DataFrame:
+    rows = []
+    for i, (kind, group, measured, error) in enumerate(
+        [
+            ("chronicles", "a", 10.0, 0.10),
+            ("chronicles", "a", 20.0, -0.05),
+            ("chronicles", "a", 30.0, 0.02),
+            ("published", "b", 1.0, 0.30),
+            ("published", "b", 2.0, -0.10),
+            ("published", "b", 3.0, -0.60),
+        ]
+    ):
+        rows.append(
+            {"id": f"r{i}", "kind": kind, "group": group, "sec_per_it": measured, "stub_error": error}
+        )
+    df = pd.DataFrame(rows)
+    df["memory_mib"] = [100.0, 200.0, None, None, None, None]
+    df["oom"] = [False, False, False, False, True, True]
+    df["stub_mib"] = [80.0, 250.0, 10.0, 10.0, 90.0, 50.0]
+    return df
+
+
+def _stub_predict(row):
+    return {
+        "sec_per_it": row["sec_per_it"] * (1 + row["stub_error"]),
+        "gpu_memory_mib": row["stub_mib"],
+        "capacity_mib": 80.0,
+    }
+
+
+def test_score_medians_and_worst_rows():
+    result = fidelity.score(_stub_rows(), predict=_stub_predict)
+    time = result["time"]
+    assert time["chronicles"]["median_abs_error"] == pytest.approx(0.05)
+    assert time["chronicles"]["met"] is True
+    assert time["published"]["median_abs_error"] == pytest.approx(0.30)
+    assert time["published"]["met"] is False
+    assert time["worse_than_target"]["n"] == 2 and time["worse_than_target"][
+        "max_abs_error"
+    ] == pytest.approx(0.6)
+    assert [w["id"] for w in result["worst"][:2]] == ["r5", "r3"]
+
+
+def test_score_spearman_per_group():
+    result = fidelity.score(_stub_rows(), predict=_stub_predict)
+    rho = {g["group"]: g["rho"] for g in result["rank"]["groups"]}
+    # group a: predicted 11, 19, 30.6 keeps the order; group b: predicted 1.3, 1.8, 1.2 -> ranks 2, 3, 1
+    assert rho["a"] == pytest.approx(1.0)
+    assert rho["b"] == pytest.approx(-0.5)
+    assert result["rank"]["met"] == 1 and result["rank"]["of"] == 2
+
+
+def test_spearman_with_a_known_value_and_ties():
+    measured = pd.Series([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert fidelity.spearman(pd.Series([2.0, 1.0, 4.0, 3.0, 5.0]), measured) == pytest.approx(0.8)
+    # ties take their average rank: ranks 1.5, 1.5, 3 against 1, 2, 3
+    assert fidelity.spearman(pd.Series([1.0, 1.0, 2.0]), pd.Series([1.0, 2.0, 3.0])) == pytest.approx(
+        math.sqrt(3) / 2
+    )
+
+
+def test_score_memory_and_oom():
+    result = fidelity.score(_stub_rows(), predict=_stub_predict)
+    # measured / predicted: 100/80 = 1.25 and 200/250 = 0.8 -> median 1.025; neither within 15 %
+    assert result["memory"]["median_measured_over_predicted"] == pytest.approx(1.025)
+    assert result["memory"]["within_target"] == 0
+    # OOM rows: 90 MiB over an 80 MiB GPU, 50 MiB under it
+    assert result["oom"] == {"n": 2, "predicted_over_capacity": 1, "met": False}
