@@ -1,5 +1,6 @@
-"""Iteration time from first principles: compute at a stated efficiency, the pipeline bubble, tensor- and
-data-parallel communication from the collective model; and the linear-layer roofline."""
+"""Iteration time from first principles: compute operation by operation (`model.gemm`), the pipeline
+bubble and point-to-point sends, tensor- and data-parallel communication from the collective model with
+the overlap the framework does; and the linear-layer roofline."""
 
 from __future__ import annotations
 
@@ -15,11 +16,27 @@ from tracelog.model.collectives import (
     predict_collective,
 )
 from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops
+from tracelog.model.gemm import (
+    KERNEL_OVERHEAD_S,
+    Op,
+    layer_forward_ops,
+    logits_forward_op,
+    optimizer_step_seconds,
+)
 from tracelog.model.memory import DTYPE_BYTES, embedding_params_per_gpu, transformer_params_per_gpu
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.52
-"""Share of the dense peak that the GEMMs of a well-tuned run sustain: Narayanan et al. 2021 (SC21,
-abstract) report 52% of theoretical peak for the 1T-parameter GPT on 3072 A100s. Override per run."""
+"""The flat share of the dense peak used when `compute_efficiency` is given instead of the per-operation
+model: Narayanan et al. 2021 (SC21, abstract) report 52% of theoretical peak for the 1T-parameter GPT on
+3072 A100s."""
+
+MEGATRON_BUCKET_PARAMS = 40_000_000
+"""Megatron-LM's default gradient bucket with `--overlap-grad-reduce`: max(40M, 1M × DP) parameters
+(`DistributedDataParallelConfig.bucket_size`, megatron/core/distributed)."""
+
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed's default `reduce_bucket_size` and `allgather_bucket_size`: 5e8 elements (DeepSpeed
+configuration docs, ZeRO optimizations)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,8 @@ class TimeBreakdown:
     dp_comm_total_s: float
     hardware_flops: float
     microbatches: int
+    p2p_s: float = 0.0
+    optimizer_s: float = 0.0
 
 
 def bubble_fraction(pp: int, microbatches: int, chunks: int = 1) -> float:
@@ -82,6 +101,67 @@ def tp_comm_seconds(
     return per_layer * layers_per_stage * train.microbatches * one.time_us * 1e-6
 
 
+@dataclass(frozen=True)
+class DataParallelTraffic:
+    """One iteration's DP collectives on one GPU: the gradient reduction (all-reduce, or reduce-scatter
+    when sharded) and the weight all-gathers, in seconds, and the same for the last bucket of each."""
+
+    reduce_s: float
+    gather_s: float
+    last_reduce_s: float
+    last_gather_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.reduce_s + self.gather_s
+
+
+def dp_traffic(
+    cfg: ModelConfig,
+    train: TrainConfig,
+    gpu: Gpu | str,
+    fabric: Link | str | None = None,
+    gpus_per_node: int = 8,
+    alpha_us: float = DEFAULT_ALPHA_US,
+    link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+) -> DataParallelTraffic:
+    """Data-parallel gradient traffic of one iteration on one GPU, over the params it holds
+    (params/(tp·pp) plus its embedding): an all-reduce of the grads without sharding; a reduce-scatter of
+    the grads plus an all-gather of the weights with ZeRO-1/2 or Megatron's distributed optimizer; with
+    ZeRO-3 a second all-gather of the weights for the backward pass (ZeRO paper §7: 1.5× plain DP).
+    Buckets: Megatron's max(40M, 1M·DP) parameters, DeepSpeed's 5e8 elements."""
+    d = train.dp * train.cp
+    if d == 1:
+        return DataParallelTraffic(0.0, 0.0, 0.0, 0.0)
+    g = _resolve_gpu(gpu)
+    params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
+    weight_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    grad_bytes = 4 if (train.fp32_grads or train.distributed_optimizer) else weight_bytes
+    bottleneck = link_for(d, gpus_per_node, g, _resolve_link(fabric), stride=train.tp)
+    bw = bottleneck.unidirectional_gbps
+    if train.framework == "deepspeed" or train.framework == "megatron-deepspeed":
+        bucket = min(params, DEEPSPEED_BUCKET_ELEMENTS)
+    else:
+        bucket = min(params, max(MEGATRON_BUCKET_PARAMS, 1_000_000 * d))
+
+    def t(op: str, size: float) -> float:
+        return predict_collective(op, size, d, bw, alpha_us, link_efficiency).time_us * 1e-6
+
+    def bucketed(op: str, size_per_param: int) -> tuple[float, float]:
+        full, rest = divmod(params, bucket)
+        last = t(op, bucket * size_per_param)
+        total = full * last + (t(op, rest * size_per_param) if rest else 0.0)
+        return total, (t(op, rest * size_per_param) if rest else last)
+
+    if train.zero_stage == 0 and not train.distributed_optimizer:
+        reduce_s, last_reduce = bucketed("all_reduce", grad_bytes)
+        return DataParallelTraffic(reduce_s, 0.0, last_reduce, 0.0)
+    reduce_s, last_reduce = bucketed("reduce_scatter", grad_bytes)
+    gather_s, last_gather = bucketed("all_gather", weight_bytes)
+    gathers = 2 if train.zero_stage == 3 else 1
+    return DataParallelTraffic(reduce_s, gathers * gather_s, last_reduce, last_gather)
+
+
 def dp_comm_seconds(
     cfg: ModelConfig,
     train: TrainConfig,
@@ -91,27 +171,83 @@ def dp_comm_seconds(
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
 ) -> float:
-    """Data-parallel gradient traffic of one iteration on one GPU, over the params it holds
-    (params/(tp·pp) plus its embedding): an all-reduce of the grads without sharding; a reduce-scatter of
-    the grads plus an all-gather of the weights with ZeRO-1/2 or Megatron's distributed optimizer; with
-    ZeRO-3 a second all-gather of the weights for the backward pass (ZeRO paper §7: 1.5× plain DP)."""
-    d = train.dp * train.cp
-    if d == 1:
+    """All the DP traffic of one iteration on one GPU in seconds, overlapped or not (see `dp_traffic`)."""
+    return dp_traffic(cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency).total_s
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """Compute of the slowest pipeline stage (the last: it also holds the output layer) on one GPU, per
+    micro-batch: forward, backward (2× forward) and recomputed forward, in seconds; the optimizer step
+    once per iteration; and the forward operations of one layer."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    optimizer_s: float
+    layer_ops: tuple[Op, ...]
+
+    @property
+    def microbatch_s(self) -> float:
+        return self.forward_s + self.backward_s + self.recompute_s
+
+
+SELECTIVE_OPS = ("scores", "softmax_dropout", "context", "attention")
+"""What selective recomputation recomputes: the attention core (Korthikanti et al. 2022 §5)."""
+
+
+def stage_compute(
+    cfg: ModelConfig, train: TrainConfig, gpu: Gpu | str, compute_scale: float = 1.0
+) -> StageCompute:
+    """Per-operation compute of the last pipeline stage: l/p layers (the layers split evenly over stages,
+    Narayanan et al. 2021 §2.2) plus the output layer, whose logits GEMM is why the last stage is the
+    slowest; backward = 2 × forward (two GEMMs per forward GEMM); full recomputation repeats the layers'
+    forward, selective the attention core; the optimizer step over the parameters this GPU updates."""
+    if compute_scale <= 0:
+        raise TracelogError(f"compute scale must be positive, got {compute_scale}")
+    g = _resolve_gpu(gpu)
+    ops = tuple(layer_forward_ops(cfg, train, g, compute_scale))
+    layer_fwd = sum(op.time_s for op in ops)
+    layers = cfg.layers / train.pp
+    logits = logits_forward_op(cfg, train, g, compute_scale).time_s + KERNEL_OVERHEAD_S
+    forward = layers * layer_fwd + logits
+    backward = 2 * forward
+    if train.recompute == "full":
+        recompute = layers * layer_fwd
+    elif train.recompute == "selective":
+        recompute = layers * sum(op.time_s for op in ops if op.name in SELECTIVE_OPS)
+    else:
+        recompute = 0.0
+    params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
+    sharded = train.zero_stage >= 1 or train.distributed_optimizer
+    local = params / (train.dp * train.cp) if sharded else params
+    return StageCompute(forward, backward, recompute, optimizer_step_seconds(local, g), ops)
+
+
+def p2p_seconds(
+    cfg: ModelConfig,
+    train: TrainConfig,
+    gpu: Gpu | str,
+    fabric: Link | str | None = None,
+    gpus_per_node: int = 8,
+    alpha_us: float = DEFAULT_ALPHA_US,
+    link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+) -> float:
+    """Pipeline sends per micro-batch between stages, on the critical path of 1F1B: the activations
+    forward and their gradients backward, s·b·h values each (Narayanan et al. 2021 §2.2). Megatron splits
+    each send over the TP ranks (scatter/gather optimisation, §4.1: s·b·h/t per GPU); DeepSpeed's
+    pipeline engine sends the whole tensor from every rank. Neighbouring stages are TP·DP ranks apart
+    (Megatron's rank order), so they share a node only when TP·DP < GPUs per node."""
+    if train.pp == 1:
         return 0.0
     g = _resolve_gpu(gpu)
-    params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
-    weight_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
-    grad_bytes = 4 if (train.fp32_grads or train.distributed_optimizer) else weight_bytes
-    bottleneck = link_for(d, gpus_per_node, g, _resolve_link(fabric), stride=train.tp)
-    bw = bottleneck.unidirectional_gbps
-
-    def t(op: str, size: float) -> float:
-        return predict_collective(op, size, d, bw, alpha_us, link_efficiency).time_us * 1e-6
-
-    if train.zero_stage == 0 and not train.distributed_optimizer:
-        return t("all_reduce", params * grad_bytes)
-    gathers = 2 if train.zero_stage == 3 else 1
-    return t("reduce_scatter", params * grad_bytes) + gathers * t("all_gather", params * weight_bytes)
+    act_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    size = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * act_bytes
+    if train.framework == "megatron":
+        size /= train.tp
+    bottleneck = link_for(2, gpus_per_node, g, _resolve_link(fabric), stride=train.tp * train.dp * train.cp)
+    one = predict_collective("sendrecv", size, 2, bottleneck.unidirectional_gbps, alpha_us, link_efficiency)
+    return 2 * train.microbatches * one.time_us * 1e-6
 
 
 def predict_iteration(
@@ -119,36 +255,59 @@ def predict_iteration(
     train: TrainConfig,
     gpu: Gpu | str,
     fabric: Link | str | None = None,
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
+    compute_efficiency: float | None = None,
     *,
+    compute_scale: float = 1.0,
     gpus_per_node: int = 8,
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
     overlap_dp: bool = False,
-    compute_scale: float = 1.0,
 ) -> TimeBreakdown:
-    """Seconds per iteration = compute + TP communication + bubble + exposed DP communication.
-    Compute is the hardware FLOPs per GPU (model FLOPs plus recomputation) at `compute_efficiency` of the
-    dense peak for the run's precision; the bubble is (p−1)/(v·m) of compute plus TP time; with
-    `overlap_dp` the gradient traffic hides behind the last microbatch's backward pass (≈ 2/3 of its
-    compute), which is when the gradients become ready. `compute_scale` multiplies the efficiency: the
-    constant `tracelog calibrate` fits to measured runs (1.0, the textbook model, by default)."""
-    if compute_scale <= 0:
-        raise TracelogError(f"compute scale must be positive, got {compute_scale}")
-    if not 0 < compute_efficiency <= 1:
+    """Seconds per iteration = compute + TP communication + pipeline sends + bubble + exposed DP traffic.
+
+    Compute is m micro-batches of the slowest stage, operation by operation (`stage_compute`), plus the
+    optimizer step; `compute_scale` multiplies every sustained efficiency (calibration per GPU and
+    precision). An explicit `compute_efficiency` instead spreads the hardware FLOPs evenly at that flat
+    share of the dense peak, as the model did before it had operations.
+    The bubble is (p−1)/(v·m) of the per-micro-batch work (Narayanan et al. 2021 §2.2).
+    DP: with `overlap_grad_reduce` (Megatron `--overlap-grad-reduce`, DeepSpeed `overlap_comm`) the
+    gradient reduction runs bucket by bucket during the last micro-batch's backward pass and only the
+    last bucket, or what the backward pass cannot cover, is exposed; `overlap_param_gather` hides the
+    all-gather behind the next forward pass likewise; `overlap_dp` forces both. TP collectives are
+    exposed unless `tp_comm_overlap` (Megatron `--tp-comm-overlap`: split GEMMs pipelined with their
+    collectives), which hides them behind the layer's GEMMs."""
+    if compute_efficiency is not None and not 0 < compute_efficiency <= 1:
         raise TracelogError(f"compute efficiency must be in (0, 1], got {compute_efficiency}")
     g = _resolve_gpu(gpu)
     m = train.microbatches
     flops = hardware_flops(cfg, train.gbs, train.recompute)
-    compute_s = flops / train.gpus / (peak_tflops(g, train.precision) * 1e12 * compute_efficiency)
-    compute_s /= compute_scale  # a fitted multiplier on the efficiency (tracelog.analysis.calibration)
-    tp_s = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    if compute_efficiency is not None:
+        peak = peak_tflops(g, train.precision) * 1e12
+        per_mb = flops / train.gpus / (peak * compute_efficiency * compute_scale) / m
+        forward, backward, optimizer_s = per_mb / 3, per_mb * 2 / 3, 0.0
+        gemm_s = per_mb * m
+    else:
+        stage = stage_compute(cfg, train, g, compute_scale)
+        forward, backward, optimizer_s = stage.forward_s, stage.backward_s, stage.optimizer_s
+        per_mb = stage.microbatch_s
+        gemm_s = m * (cfg.layers / train.pp) * sum(op.time_s for op in stage.layer_ops if op.kind != "memory")
+    compute_s = per_mb * m + optimizer_s
+    tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    tp_s = max(0.0, tp_total - 3 * gemm_s) if train.tp_comm_overlap else tp_total
+    p2p_s = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
     fraction = bubble_fraction(train.pp, m, train.chunks)
-    bubble_s = fraction * (compute_s + tp_s)
-    dp_total = dp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
-    dp_s = max(0.0, dp_total - (compute_s / m) * 2 / 3) if overlap_dp else dp_total
-    total = compute_s + tp_s + bubble_s + dp_s
-    return TimeBreakdown(compute_s, bubble_s, tp_s, dp_s, total, fraction, dp_total, flops, m)
+    bubble_s = fraction * (per_mb * m + tp_s + p2p_s)
+    dp = dp_traffic(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    reduce_s, gather_s = dp.reduce_s, dp.gather_s
+    if overlap_dp or train.overlap_grad_reduce:
+        reduce_s = max(dp.last_reduce_s, dp.reduce_s - backward)
+    if overlap_dp or train.overlap_param_gather:
+        gather_s = max(dp.last_gather_s, dp.gather_s - forward)
+    dp_s = reduce_s + gather_s
+    total = compute_s + tp_s + p2p_s + bubble_s + dp_s
+    return TimeBreakdown(
+        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp.total_s, flops, m, p2p_s, optimizer_s
+    )
 
 
 @dataclass(frozen=True)

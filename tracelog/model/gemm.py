@@ -1,0 +1,249 @@
+"""Time of one transformer layer, operation by operation: each GEMM at a sustained efficiency that depends
+on the GPU, the precision and its shape, attention as one fused (flash) kernel or as materialised scores,
+and the memory-bound operations from HBM bandwidth.
+
+Per tensor-parallel rank and micro-batch, M = b·s/cp rows (tokens), h hidden, q = heads·head_dim,
+kv = groups·head_dim, f the FFN width, a the heads, d the head dimension:
+
+| op | GEMM (M × N × K) | source |
+| --- | --- | --- |
+| qkv | M × (q + 2kv)/t × h | Shoeybi et al. 2019 §3 (column-parallel) |
+| scores | (b·a/t) × [s × s × d] | Vaswani et al. 2017 eq. 1, Q·Kᵀ |
+| context | (b·a/t) × [s × d × s] | attention · V |
+| proj | M × h × q/t | row-parallel output projection |
+| mlp_up | M × f/t (2f/t SwiGLU) × h | column-parallel |
+| mlp_down | M × h × f/t | row-parallel |
+| logits | M × V/t × h | last pipeline stage only |
+
+Forward GEMMs cost 2·M·N·K FLOPs; the backward pass computes two GEMMs of the same size per forward GEMM
+(activation and weight gradients), so it costs twice the forward (Narayanan et al. 2021 §5.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracelog.hardware import Gpu, normalize_precision, peak_tflops
+from tracelog.model.flops import ModelConfig, TrainConfig
+from tracelog.model.memory import DTYPE_BYTES
+from tracelog.model.quantization import gemm_quantization
+
+MATMUL_SHARE: dict[str, float] = {
+    "ampere": 271.2 / 312,
+    "hopper": 794.5 / 989,
+    "blackwell": 1745.0 / 2250,
+    "cdna2": 147.0 / 191.5,
+    "cdna3": 781.9 / 1300,
+}
+"""Best sustained BF16 matmul throughput over the dense peak, by GPU architecture: the "Maximum Achievable
+Matmul FLOPS" table of S. Bekman, *Machine Learning Engineering* (stas00/ml-engineering,
+compute/accelerator/README.md), measured with `mamf-finder.py` over a grid of shapes: A100 SXM 271.2 of
+312, H100 SXM 794.5 of 989, B200 1745.0 of 2250, MI250X 147.0 of 191.5 (one GCD), MI300X 781.9 of 1300.
+It is the ceiling of a well-shaped GEMM; shapes in training lose to the effects below."""
+
+DEFAULT_MATMUL_SHARE = 0.75
+"""For an architecture without a measured entry (Volta, Ada, Gaudi): an assumption, between the A100 and
+MI300X figures above. Scale it with `compute_scale` once a run of that GPU is in the store."""
+
+FLASH_SHARE: dict[str, float] = {"ampere": 0.60, "hopper": 0.50}
+"""FlashAttention's own sustained share of the dense peak, forward plus backward: FlashAttention-2 (Dao
+2023, §4.1, Fig. 4-7) reaches 50-73% of the A100 peak (up to 225 TFLOP/s end to end in GPT training,
+Table 1: 72% model FLOPs); on H100 FlashAttention-2 gives about 335 TFLOP/s (34%) and FlashAttention-3
+(Shah et al. 2024, §4.1) 600-740 TFLOP/s forward in FP16 (61-75%); the fused attention of Transformer
+Engine/cuDNN lies between. Other architectures use `DEFAULT_FLASH_SHARE`."""
+
+DEFAULT_FLASH_SHARE = 0.40
+"""FlashAttention (Dao et al. 2022, §4: 1.7-3× faster than unfused attention on A100, about 40% of peak)."""
+
+ALIGNMENT_FACTOR: tuple[tuple[int, float], ...] = ((64, 1.0), (8, 0.9))
+"""Share of the aligned throughput a GEMM keeps by the alignment of its inner dimension K and output width
+N, in elements (NVIDIA "Matrix Multiplication Background User's Guide", "Tensor Core Requirements": with
+FP16/BF16, dimensions that are multiples of 8 let cuBLAS use Tensor Cores, and multiples of 64 (128
+bytes) run most efficiently). 0.9 for the multiple-of-8 class is an assumption. A dimension that is not a
+multiple of 8 runs without Tensor Cores: `no_tensor_core_factor`, the GPU's non-tensor FP32 rate over its
+Tensor Core rate (A100: 19.5/312). That is why a head dimension of 150 (h 14400, 96 heads) or 108
+(h 13824, 128 heads) slows the unfused attention GEMMs of the BigScience tr11 runs by an order of
+magnitude and the whole iteration by a third."""
+
+TRAINING_SHARE = 0.80
+"""What a GEMM inside a training step keeps of its best-shape benchmark rate (MATMUL_SHARE): clocks held
+lower by the power cap under sustained load on every GPU of a node, and NCCL kernels sharing SMs and
+memory bandwidth with the GEMMs. A general parameter, fitted once: with it the BigScience tr11 layouts
+on A100 (Megatron-DeepSpeed, 2022) come out with a median time error of a few percent. Per-GPU
+calibration (`compute_scale`) refines it."""
+
+KERNEL_OVERHEAD_S = 15e-6
+"""Fixed cost of one kernel on the critical path: the launch (≈5 µs, CUDA C Best Practices Guide §11,
+"kernel launch overhead") plus the ramp and tail of a kernel that does not fill the GPU at its start
+and end, and the framework's per-operation host work. A general parameter: it is what makes a small
+micro-batch (few rows) run each GEMM below its large-shape efficiency."""
+
+HBM_SHARE = 0.80
+"""Share of the HBM datasheet bandwidth an elementwise kernel sustains (BabelStream-style copy/triad
+kernels reach 80-90% on A100 and H100; an assumption for the fused element-wise kernels of a layer)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of one layer's forward pass on one GPU and micro-batch. `kind` is gemm, attention
+    (one fused kernel) or memory (element-wise, bandwidth-bound); `shape` (M, N, K) of one GEMM, `batch`
+    how many of them run in one batched call; `flops` what it executes; `efficiency` the share of the
+    dense peak it sustains (0 for memory-bound operations)."""
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    time_s: float
+    efficiency: float
+    shape: tuple[int, int, int] | None = None
+    batch: int = 1
+
+
+def matmul_share(gpu: Gpu) -> float:
+    return MATMUL_SHARE.get(gpu.architecture, DEFAULT_MATMUL_SHARE) * TRAINING_SHARE
+
+
+def no_tensor_core_factor(gpu: Gpu, precision: str = "bf16") -> float:
+    """Non-tensor FP32 peak over the Tensor Core peak of `precision` (A100 bf16: 19.5/312 = 1/16): the rate
+    left to a GEMM whose dimensions keep it off the Tensor Cores. 1/16 when the catalog lacks either."""
+    fp32, tensor = gpu.peak_tflops.get("fp32"), gpu.peak_tflops.get(normalize_precision(precision))
+    return fp32 / tensor if fp32 and tensor and tensor > fp32 else 1 / 16
+
+
+def alignment_factor(*dims: int, no_tensor_core: float = 1 / 16) -> float:
+    """The worst alignment class among `dims` (ALIGNMENT_FACTOR; `no_tensor_core` below multiples of 8)."""
+    worst = 1.0
+    for dim in dims:
+        factor = next((f for multiple, f in ALIGNMENT_FACTOR if dim % multiple == 0), no_tensor_core)
+        worst = min(worst, factor)
+    return worst
+
+
+def quantization_efficiency(m: int, n: int, gpu: Gpu, batch: int = 1) -> float:
+    """Tile × wave efficiency of an M×N output (NVIDIA guide §3.1, §3.2), the best of the thread-block
+    tiles cuBLAS picks among (256×128, 128×256, 128×128, guide §2.3); a batched call fills the waves with
+    the tiles of all its GEMMs. 1.0 without an SM count in the catalog."""
+    if not gpu.sm_count:
+        return 1.0
+    best = 0.0
+    for tile in ((256, 128), (128, 256), (128, 128)):
+        q = gemm_quantization(m, n, gpu.sm_count, *tile)
+        tiles = q.tiles * batch
+        waves = -(-tiles // gpu.sm_count)
+        best = max(best, q.tile_efficiency * tiles / (waves * gpu.sm_count))
+    return best
+
+
+def gemm_efficiency(
+    m: int,
+    n: int,
+    k: int,
+    gpu: Gpu,
+    batch: int = 1,
+    compute_scale: float = 1.0,
+    precision: str = "bf16",
+) -> float:
+    """Sustained share of the dense peak of one GEMM: the architecture's matmul ceiling in training
+    (MATMUL_SHARE × TRAINING_SHARE) × tile and wave quantization × alignment of K and N ×
+    `compute_scale` (calibration), at most 1."""
+    aligned = alignment_factor(k, n, no_tensor_core=no_tensor_core_factor(gpu, precision))
+    share = matmul_share(gpu) * quantization_efficiency(m, n, gpu, batch) * aligned
+    return min(1.0, share * compute_scale)
+
+
+def _gemm(
+    name: str, m: int, n: int, k: int, gpu: Gpu, peak_flops: float, act_bytes: int, compute_scale: float,
+    batch: int = 1, precision: str = "bf16",
+) -> Op:  # fmt: skip
+    """A GEMM's time: the larger of its FLOPs at its efficiency and its HBM traffic (read A and B, write C)
+    at HBM_SHARE of the bandwidth (the roofline of FORMULAS.md), plus one kernel's fixed cost."""
+    flops = 2.0 * m * n * k * batch
+    eff = gemm_efficiency(m, n, k, gpu, batch, compute_scale, precision)
+    moved = (m * k + k * n + m * n) * batch * act_bytes
+    flop_s = flops / (peak_flops * eff)
+    memory_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * HBM_SHARE)
+    return Op(name, "gemm", flops, moved, max(flop_s, memory_s) + KERNEL_OVERHEAD_S, eff, (m, n, k), batch)
+
+
+def _memory(name: str, moved: float, gpu: Gpu, kernels: int = 1) -> Op:
+    time_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * HBM_SHARE) + kernels * KERNEL_OVERHEAD_S
+    return Op(name, "memory", 0.0, moved, time_s, 0.0)
+
+
+def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale: float = 1.0) -> list[Op]:
+    """The forward operations of one transformer layer on one tensor-parallel rank for one micro-batch.
+    Attention with `train.flash_attention` is one fused kernel that skips the masked half of a causal
+    score matrix (Dao et al. 2022 §3.1, block-sparse causal tiles); unfused it computes the full s×s
+    scores, then a fused scale-mask-softmax and dropout read and write them (Megatron
+    `FusedScaleMaskSoftmax`, Korthikanti et al. 2022 §4.1: 2as²b + as²b bytes of scores and mask).
+    Element-wise work: two layer norms (read and write s·b·h), two bias-dropout-residual adds (read two,
+    write one, plus a one-byte mask), the bias-activation of the MLP (GeLU: read and write its width;
+    SwiGLU: read two halves, write one); with sequence parallelism they run on s·b·h/t."""
+    precision = normalize_precision(train.precision)
+    peak_flops = peak_tflops(gpu, precision) * 1e12
+    act = DTYPE_BYTES.get(precision, 2)
+    t = train.tp
+    s = cfg.seq_len // train.cp
+    s_kv = cfg.seq_len  # context parallelism splits the queries; each rank attends to all keys
+    m = train.mbs * s
+    h, d = cfg.hidden, cfg.head_dim
+    q, kv = cfg.heads * d, cfg.groups * d
+    heads_per_rank = max(1, cfg.heads // t)
+    ffn = _mlp_width(cfg)
+    up = 2 * ffn if cfg.swiglu else ffn
+    scale = compute_scale
+
+    ops = [_gemm("qkv", m, (q + 2 * kv) // t, h, gpu, peak_flops, act, scale, precision=precision)]
+    batch = train.mbs * heads_per_rank
+    if train.flash_attention:
+        flops = 4.0 * batch * s * s_kv * d / 2  # QKᵀ and AV, causal: half the tiles
+        no_tc = no_tensor_core_factor(gpu, precision)
+        share = FLASH_SHARE.get(gpu.architecture, DEFAULT_FLASH_SHARE) * alignment_factor(d, no_tensor_core=no_tc)
+        eff = min(1.0, share * scale)
+        moved = 4 * batch * s * d * act  # Q, K, V read, O written; the scores stay on chip
+        ops.append(
+            Op("attention", "attention", flops, moved, flops / (peak_flops * eff) + KERNEL_OVERHEAD_S, eff)
+        )
+    else:
+        ops.append(_gemm("scores", s, s_kv, d, gpu, peak_flops, act, scale, batch, precision))
+        scores = batch * s * s_kv
+        ops.append(_memory("softmax_dropout", scores * (2 * act + 2 * act + 1), gpu, kernels=2))
+        ops.append(_gemm("context", s, d, s_kv, gpu, peak_flops, act, scale, batch, precision))
+    ops.append(_gemm("proj", m, h, q // t, gpu, peak_flops, act, scale, precision=precision))
+    ops.append(_gemm("mlp_up", m, up // t, h, gpu, peak_flops, act, scale, precision=precision))
+    ops.append(_gemm("mlp_down", m, h, ffn // t, gpu, peak_flops, act, scale, precision=precision))
+    rows = m * h / (t if train.sequence_parallel else 1)
+    activation = m * (up // t) * act + m * (ffn // t) * act
+    ops += [
+        _memory("layernorms", 2 * 2 * rows * act, gpu, kernels=2),
+        _memory("bias_dropout_residual", 2 * rows * (3 * act + 1), gpu, kernels=2),
+        _memory("activation", activation, gpu),
+    ]
+    return ops
+
+
+def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale: float = 1.0) -> Op:
+    """The output layer of the last pipeline stage: M × V/t × h, vocabulary split over TP ranks (Megatron
+    pads V to a multiple of 128·t, `--make-vocab-size-divisible-by`)."""
+    precision = normalize_precision(train.precision)
+    peak_flops = peak_tflops(gpu, precision) * 1e12
+    act = DTYPE_BYTES.get(precision, 2)
+    padded = -(-cfg.vocab // (128 * train.tp)) * 128 * train.tp
+    m = train.mbs * cfg.seq_len // train.cp
+    return _gemm("logits", m, padded // train.tp, cfg.hidden, gpu, peak_flops, act, compute_scale, precision=precision)
+
+
+def _mlp_width(cfg: ModelConfig) -> int:
+    """The FFN width a token passes through: dense layers' f; for MoE the routed top-k experts plus the
+    shared expert, as if one GEMM (token dispatch and grouped GEMMs are not modelled)."""
+    if cfg.num_experts and cfg.moe_layers == cfg.layers:
+        return (cfg.moe_ffn_hidden or cfg.ffn) * cfg.moe_topk + (cfg.moe_shared_ffn_hidden or 0)
+    return cfg.ffn
+
+
+def optimizer_step_seconds(local_params: float, gpu: Gpu) -> float:
+    """Adam over the parameters whose optimizer state this GPU holds, bandwidth-bound: read fp32 master
+    weight, gradient, momentum and variance (16 B), write the three states (12 B) and the 16-bit weight
+    (2 B): 30 bytes per parameter (multi-tensor Adam, one pass; Rajbhandari et al. 2020 §3 state sizes)."""
+    return local_params * 30 / (gpu.memory_bandwidth_gbps * 1e9 * HBM_SHARE)
