@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
+from click.testing import CliRunner
 
 from tracelog import hardware
+from tracelog.cli import cli
 from tracelog.errors import TracelogError
 
 
@@ -71,7 +76,15 @@ def test_match_gpu_names_as_logs_print_them(printed: str, gpu_id: str) -> None:
 
 @pytest.mark.parametrize(
     "printed",
-    ["NVIDIA H200 NVL", "NVIDIA A100", "NVIDIA A800-SXM4-80GB", "AMD Instinct MI250X/MI250", "", None],
+    [
+        "NVIDIA H200 NVL",
+        "NVIDIA A100",
+        "NVIDIA A800 80GB PCIe",
+        "AMD Instinct MI350X",
+        "AMD Instinct MI250X/MI250",
+        "",
+        None,
+    ],
 )
 def test_unknown_names_stay_unknown(printed: str | None) -> None:
     assert hardware.match_gpu(printed) is None
@@ -104,7 +117,7 @@ def test_every_gpu_is_sourced_and_matches_only_itself() -> None:
         assert g.source.strip(), g.id
         for name in g.match:
             assert hardware.match_gpu(name) is g, name
-        assert all(p in hardware.PRECISIONS for p in g.peak_tflops), g.id
+        assert all(p in hardware.PEAK_PRECISIONS for p in g.peak_tflops), g.id
 
 
 @pytest.mark.parametrize(
@@ -143,3 +156,221 @@ def test_catalog_frames() -> None:
     assert {"unidirectional_gbps", "bidirectional_gbps", "source"} <= set(links.columns)
     with pytest.raises(TracelogError):
         hardware.catalog("nics")
+
+
+# ------------------------------------------------------------------------------------- added parts
+
+NEW_GPUS = (
+    "a100-pcie-40gb", "a800-sxm4-80gb", "h800-sxm5-80gb", "h20", "gh200-144gb", "b300-sxm6-288gb",
+    "mi325x", "mi355x", "gaudi3", "l4", "a10",
+)  # fmt: skip
+
+
+def _numbers(text: str) -> list[float]:
+    """Every number a source text quotes (1,979 -> 1979)."""
+    return [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*\.?\d*", text)]
+
+
+def _quoted(value: float, text: str, *, scales: tuple[float, ...] = (1, 1000)) -> bool:
+    """`value` appears in `text` as quoted (datasheets round to the unit), in the next unit up (PF, TB/s),
+    or doubled (a sparsity figure the catalog halves)."""
+    return any(
+        abs(n * scale - value * factor) <= 0.5 * scale
+        for n in _numbers(text)
+        for scale in scales
+        for factor in (1, 2)
+    )
+
+
+@pytest.mark.parametrize("gpu_id", NEW_GPUS)
+def test_new_gpu_figures_are_quoted_by_their_sources(gpu_id: str) -> None:
+    # Each figure names a source that states it (or its sparse double, or it in PF or TB/s), so a typo in
+    # the catalog cannot hide behind a document that says something else.
+    g = hardware.gpu(gpu_id)
+    for precision, value in g.peak_tflops.items():
+        assert _quoted(value, g.source_of(precision)), (gpu_id, precision, value)
+    for figure in ("memory_gb", "memory_bandwidth_gbps", "sm_count"):
+        value = getattr(g, figure)
+        if value is not None:
+            assert _quoted(value, g.source_of(figure)), (gpu_id, figure, value)
+
+
+def test_every_source_key_names_a_figure_of_its_entry() -> None:
+    # A misspelt key in [gpu.*.sources] would silently fall back to the entry's source.
+    figures = {
+        "memory_gb", "memory_bytes", "memory_type", "memory_bandwidth_gbps", "sm_count", "nvlink_gen",
+        "nvlink_links", "pcie_gen", "intra_node_link", "bridge_link", "network_link", "match", "peak_tflops",
+    }  # fmt: skip
+    for g in hardware.gpus():
+        assert g.source.strip(), g.id
+        for key, text in g.sources.items():
+            assert key in figures | set(g.peak_tflops), (g.id, key)
+            assert text.strip(), (g.id, key)
+
+
+def test_every_link_figure_is_quoted_by_its_source() -> None:
+    for lk in hardware.links():
+        per_port = (
+            [lk.unidirectional_gbps * 8 / lk.links, lk.bidirectional_gbps / lk.links] if lk.links else []
+        )
+        candidates = [lk.unidirectional_gbps, lk.bidirectional_gbps, lk.unidirectional_gbps * 8, *per_port]
+        assert any(_quoted(c, lk.source) for c in candidates), lk.id  # GB/s, Gb/s, or per link/port
+
+
+@pytest.mark.parametrize(
+    ("printed", "gpu_id"),
+    [
+        ("NVIDIA H800", "h800-sxm5-80gb"),
+        ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"),
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA GH200 480GB", "gh200-96gb"),  # the 96GB HBM3 superchip, named after its LPDDR5X
+        ("NVIDIA GH200 144G HBM3e", "gh200-144gb"),
+        ("NVIDIA B200", "b200-sxm-180gb"),
+        ("NVIDIA B300 SXM6 AC", "b300-sxm6-288gb"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("AMD Instinct MI325X", "mi325x"),
+        ("AMD Instinct MI355X", "mi355x"),
+        ("HL-325L", "gaudi3"),
+        ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10", "a10"),
+    ],
+)
+def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
+    found = hardware.match_gpu(printed)
+    assert found is not None and found.id == gpu_id
+    assert hardware.resolve_gpu_id(printed) == gpu_id
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "bf16"),
+    [
+        # NVIDIA H20 product brief: BF16/FP16 Tensor Core 148 TFLOPS (dense).
+        ("h20", 148),
+        # NVIDIA H800 datasheet (SXM): BF16 Tensor Core 1,979 TFLOPS with sparsity -> H100 Table 3 dense 989.4.
+        ("h800-sxm5-80gb", 989.4),
+        # NVIDIA GH200 datasheet: BF16 Tensor Core 990 dense | 1,979 sparse, both memory options.
+        ("gh200-144gb", 990),
+        # NVIDIA HGX B300 datasheet: FP16/BF16 Tensor Core 36 PFLOPS with sparsity for 8 GPUs -> 2.25 PF.
+        ("b300-sxm6-288gb", 2250),
+        # AMD Instinct MI325X datasheet: peak BF16 1,307.4 TFLOPS (dense; 2,614.9 with sparsity).
+        ("mi325x", 1307.4),
+        # AMD Instinct MI355X datasheet: peak BF16 2.5 PFLOPS dense (2,516.6 TFLOPS; 5,033.2 with sparsity).
+        ("mi355x", 2516.6),
+        # Intel Gaudi 3 (Hot Chips 2024): BF16 matrix 1,835 TFLOPS.
+        ("gaudi3", 1835),
+        # NVIDIA L4 datasheet: BF16 Tensor Core 242 TFLOPS with sparsity -> 121 dense.
+        ("l4", 121),
+        # NVIDIA A10 datasheet: BF16 Tensor Core 125 | 250 TFLOPS (dense | sparse).
+        ("a10", 125),
+    ],
+)
+def test_new_gpus_dense_bf16_is_the_datasheet_figure(gpu_id: str, bf16: float) -> None:
+    assert hardware.peak_tflops(gpu_id, "bf16") == pytest.approx(bf16)
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "bidirectional"),
+    [
+        ("a800-sxm4-80gb", 400),  # A800 datasheet: NVLink 400 GB/s (A100: 600)
+        ("h800-sxm5-80gb", 400),  # H800 datasheet: NVLink 400 GB/s (H100: 900)
+        ("h20", 900),  # H20 product brief: NVLink 900 GB/s
+        ("mi355x", 1075.2),  # MI355X datasheet: 7 Infinity Fabric links, 1,075.2 GB/s
+    ],
+)
+def test_export_parts_and_new_fabrics_intra_node_bandwidth(gpu_id: str, bidirectional: float) -> None:
+    lk = hardware.gpu_intra_node_link(gpu_id)
+    assert lk.bidirectional_gbps == pytest.approx(bidirectional)
+    assert lk.unidirectional_gbps == pytest.approx(bidirectional / 2)
+
+
+def test_export_parts_are_slower_than_their_unrestricted_twins() -> None:
+    a800, a100 = (
+        hardware.gpu_intra_node_link("a800-sxm4-80gb"),
+        hardware.gpu_intra_node_link("a100-sxm4-80gb"),
+    )
+    h800, h100 = (
+        hardware.gpu_intra_node_link("h800-sxm5-80gb"),
+        hardware.gpu_intra_node_link("h100-sxm5-80gb"),
+    )
+    assert a800.unidirectional_gbps < a100.unidirectional_gbps
+    assert h800.unidirectional_gbps < h100.unidirectional_gbps
+    # Same silicon, same dense tensor peak: only NVLink (and FP64) differ.
+    assert hardware.peak_tflops("h800-sxm5-80gb", "bf16") == hardware.peak_tflops("h100-sxm5-80gb", "bf16")
+    assert (
+        hardware.gpu("h800-sxm5-80gb").peak_tflops["fp64"]
+        < hardware.gpu("h100-sxm5-80gb").peak_tflops["fp64"]
+    )
+
+
+def test_every_node_fabric_counts_its_nics_and_ports_do_not() -> None:
+    for lk in hardware.links():
+        if lk.scope == "node":
+            assert lk.links is not None and lk.links >= 2, lk.id
+            # The node figure is its NICs together: a whole number of equal ports of a standard speed.
+            port_gbits = lk.unidirectional_gbps * 8 / lk.links
+            assert port_gbits in (100, 200, 400, 800), lk.id
+        elif lk.scope == "port":
+            assert lk.links is None, lk.id
+        else:
+            assert lk.scope == "gpu", lk.id
+
+
+@pytest.mark.parametrize(
+    ("link_id", "kind", "uni"),
+    [
+        ("opa-100", "omnipath", 12.5),  # 100 Gb/s
+        ("slingshot11", "slingshot", 25),  # 200 Gb/s
+        ("roce-100g", "roce", 12.5),
+        ("roce-200g", "roce", 25),
+        ("roce-400g", "roce", 50),
+        ("slingshot11-x4", "slingshot", 100),  # Frontier: 4 NICs per node
+        ("opa-100-x4", "omnipath", 50),  # TSUBAME3.0: 4 HFIs per node
+        ("roce-400g-x8", "roce", 400),  # Llama 3 RoCE cluster: 8 x 400 Gb/s per server
+        ("roce-200g-x24", "roce", 600),  # HLS-Gaudi3: 24 x 200 GbE scale-out
+    ],
+)
+def test_fabric_links(link_id: str, kind: str, uni: float) -> None:
+    lk = hardware.link(link_id)
+    assert (lk.kind, lk.unidirectional_gbps, lk.bidirectional_gbps) == (kind, uni, 2 * uni)
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "fabric"),
+    [
+        ("h800-sxm5-80gb", "ib-ndr-x8"),
+        ("b300-sxm6-288gb", "ib-xdr-x8"),
+        ("mi250x", "slingshot11-x4"),
+        ("gaudi3", "roce-200g-x24"),
+    ],
+)
+def test_reference_fabrics(gpu_id: str, fabric: str) -> None:
+    g = hardware.gpu(gpu_id)
+    assert g.network_link == fabric
+    assert hardware.link(fabric).scope == "node"
+
+
+def test_b300_capacity_is_what_nvidia_smi_reports() -> None:
+    # nvidia-smi on B300 SXM6 AC: 275040 MiB; the datasheet's 288 GB is decimal (288.4e9 bytes).
+    g = hardware.gpu("b300-sxm6-288gb")
+    assert g.memory_mib == 275040
+    assert g.memory_bytes / 1e9 == pytest.approx(288, rel=0.002)
+
+
+def test_fp64_is_listed_but_not_a_training_precision() -> None:
+    assert hardware.gpu("h100-sxm5-80gb").peak_tflops["fp64"] == pytest.approx(66.9)
+    assert "fp64_tflops" in hardware.catalog("gpus").columns
+    with pytest.raises(TracelogError):
+        hardware.peak_tflops("h100-sxm5-80gb", "fp64")  # the model runs in fp32 and below
+
+
+def test_cli_lists_new_link_kinds_and_shows_a_new_gpu() -> None:
+    links = CliRunner().invoke(cli, ["hardware", "--links", "--format", "json"])
+    assert links.exit_code == 0, links.output
+    kinds = {row["kind"] for row in json.loads(links.output)}
+    assert {"omnipath", "slingshot", "roce", "nvlink", "infiniband"} <= kinds
+    shown = CliRunner().invoke(cli, ["hardware", "mi355x", "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    rows = {row["field"]: row for row in json.loads(shown.output)}
+    assert float(rows["bf16_tflops (dense)"]["value"]) == pytest.approx(2516.6)
+    assert "MI355X datasheet" in rows["bf16_tflops (dense)"]["source"]

@@ -19,6 +19,9 @@ import pandas as pd
 from tracelog.errors import TracelogError
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+# The dtypes the catalog records a peak for: the training precisions and fp64, listed for reference only
+# (`peak_tflops` and the model take PRECISIONS).
+PEAK_PRECISIONS: tuple[str, ...] = ("fp64", *PRECISIONS)
 _PRECISION_ALIASES = {
     "float32": "fp32",
     "fp32": "fp32",
@@ -278,7 +281,7 @@ def catalog(kind: str = "gpus") -> pd.DataFrame:
                 "memory_gib": g.memory_gib,
                 "memory_bandwidth_gbps": g.memory_bandwidth_gbps,
                 "sm_count": g.sm_count,
-                **{f"{p}_tflops": g.peak_tflops.get(p) for p in PRECISIONS},
+                **{f"{p}_tflops": g.peak_tflops.get(p) for p in PEAK_PRECISIONS},
                 "intra_node_link": g.intra_node_link,
                 "intra_unidirectional_gbps": intra.unidirectional_gbps if intra else None,
                 "intra_bidirectional_gbps": intra.bidirectional_gbps if intra else None,
@@ -305,7 +308,7 @@ def describe(entry_id: str) -> pd.DataFrame:
             ("sm_count", g.sm_count, g.source_of("sm_count")),
             *(
                 (f"{p}_tflops (dense)", g.peak_tflops[p], g.source_of(p))
-                for p in PRECISIONS
+                for p in PEAK_PRECISIONS
                 if p in g.peak_tflops
             ),
             ("nvlink_gen", g.nvlink_gen, g.source_of("nvlink_gen")),
