@@ -1,5 +1,9 @@
-"""Memory per GPU: model states by precision and ZeRO stage, activations by parallelism and
-recomputation, embeddings on the first and last pipeline stages. Bytes throughout."""
+"""Memory per GPU: model states by precision and ZeRO stage, activations by parallelism, recomputation
+and attention kernel, embeddings and logits on the first and last pipeline stages, the framework's
+communication buffers, the CUDA context and the caching allocator's reserve. Bytes throughout.
+
+Two totals answer two questions: `reserved` is what PyTorch's caching allocator holds (Megatron's
+`max reserved`), `total` adds the CUDA context, what `nvidia-smi` shows and what must fit the device."""
 
 from __future__ import annotations
 
@@ -76,50 +80,112 @@ def activation_bytes_per_layer(
     tp: int = 1,
     sequence_parallel: bool = False,
     recompute: Recompute = "none",
+    flash_attention: bool = False,
 ) -> float:
     """Activation memory of one transformer layer, 16-bit activations (Korthikanti et al. 2022, Table 2):
     no parallelism s·b·h·(34 + 5as/h); tensor parallel s·b·h·(10 + 24/t + 5as/(ht)); tensor + sequence
     parallel s·b·h·(34/t + 5as/(ht)); tensor parallel + selective recompute s·b·h·(10 + 24/t); tensor +
     sequence parallel + selective s·b·h·34/t; full recompute keeps only the layer input, 2·s·b·h (§4.1),
-    divided by t when it is sequence-parallel."""
+    divided by t when it is sequence-parallel. Flash attention (Dao et al. 2022 §3.1) never materialises
+    the s×s scores, softmax and dropout mask: the 5as/h term goes, as with selective recomputation (its
+    per-row softmax statistics, 4·a·s·b/t bytes, are under 0.1% of the rest and left out)."""
     s, b, h, a, t = seq_len, mbs, hidden, heads, tp
     sbh = s * b * h
-    attention = 5 * a * s / (h * t)
+    attention = 0.0 if flash_attention else 5 * a * s / (h * t)
     if recompute == "full":
         return 2 * sbh / (t if sequence_parallel else 1)
     if t == 1:
-        return sbh * 34 if recompute == "selective" else sbh * (34 + 5 * a * s / h)
+        return sbh * 34 if recompute == "selective" else sbh * (34 + attention)
     if sequence_parallel:
         return sbh * 34 / t if recompute == "selective" else sbh * (34 / t + attention)
     return sbh * (10 + 24 / t) if recompute == "selective" else sbh * (10 + 24 / t + attention)
 
 
+MIB = 2**20
+
+CUDA_CONTEXT_BYTES = {"volta": 1271 * MIB, "default": 1573 * MIB}
+"""What a process holds on the device before its first tensor (CUDA context and kernel images): 1271 MiB
+on V100 32GB and 1573 MiB on A100 40GB, measured with `torch.ones(1).cuda()` and `nvidia-smi`
+(BigScience tr11-176B-ml chronicles-prequel.md, "104B topology / memory usage" and "Possible topologies
+for 200B"). Later parts are taken at the A100 figure."""
+
+ALLOCATOR_OVERHEAD = 0.17
+"""Reserved over allocated memory, less one: PyTorch's caching allocator keeps freed blocks and
+fragments. Median of Megatron's `max reserved` / `max allocated` over the BigScience Megatron-DeepSpeed
+perf logs (3D n16 with and without DeepSpeed, ZeRO-3 n16 twice, GPT-2 n4 tp4 pp4 and n64 tp4 pp64:
+1.167, 1.168, 1.093, 1.081, 1.176, 1.194; median 1.17)."""
+
+DEEPSPEED_BUCKET_ELEMENTS = 5e8
+"""DeepSpeed `zero_optimization.reduce_bucket_size` and `allgather_bucket_size` defaults, in elements
+(DeepSpeed config docs, "ZeRO Optimizations for FP16 Training")."""
+
+STAGE3_MAX_LIVE_PARAMETERS = 1e9
+"""DeepSpeed `stage3_max_live_parameters` default: the cap on parameters gathered at once by ZeRO-3."""
+
+DEEPSPEED_FRAMEWORKS = ("deepspeed", "megatron-deepspeed")
+
+
+def cuda_context_bytes(gpu: Gpu | None) -> float:
+    """The CUDA context of one process on `gpu` (`CUDA_CONTEXT_BYTES`), the A100 figure when unknown."""
+    arch = gpu.architecture if gpu is not None else "default"
+    return CUDA_CONTEXT_BYTES.get(arch, CUDA_CONTEXT_BYTES["default"])
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """What the layout alone does not say. `reduce_bucket_size`: DeepSpeed's gradient bucket in
+    elements. `partition_activations`: DeepSpeed activation checkpointing splits each checkpointed layer
+    input over the tensor-parallel group (÷t); `checkpoint_in_cpu` moves them to host memory.
+    `cuda_context_bytes` and `allocator_overhead`: see `CUDA_CONTEXT_BYTES`, `ALLOCATOR_OVERHEAD`."""
+
+    reduce_bucket_size: float = DEEPSPEED_BUCKET_ELEMENTS
+    partition_activations: bool = False
+    checkpoint_in_cpu: bool = False
+    cuda_context_bytes: float = CUDA_CONTEXT_BYTES["default"]
+    allocator_overhead: float = ALLOCATOR_OVERHEAD
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes on the busiest GPU (the first pipeline stage, which also holds the input embedding)."""
+    """Bytes on the busiest GPU: the pipeline stage (first or last) with the larger total. `buffers` are
+    the framework's communication buffers beyond the model states, `allocator` the caching allocator's
+    reserve over what is allocated, `cuda_context` the process's context."""
 
     weights: float
     grads: float
     optimizer: float
     activations: float
     embedding: float
+    buffers: float
+    allocator: float
+    cuda_context: float
     total: float
+
+    @property
+    def allocated(self) -> float:
+        """What tensors hold at the peak (Megatron's `max allocated`)."""
+        return self.weights + self.grads + self.optimizer + self.activations + self.embedding + self.buffers
+
+    @property
+    def reserved(self) -> float:
+        """What the caching allocator holds (Megatron's `max reserved`): allocated plus its reserve."""
+        return self.allocated + self.allocator
 
     @property
     def mib(self) -> dict[str, float]:
         """The same figures in MiB (2^20 bytes), as PyTorch and Megatron print memory."""
-        return {k: v / 2**20 for k, v in self.__dict__.items()}
+        return {k: v / MIB for k, v in self.__dict__.items()}
 
 
-def embedding_params_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
+def embedding_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = "first") -> float:
     """Word embedding V·h split over TP, on the first stage; the last stage holds the output layer (a
     copy when tied); with one stage both sit on the same GPU unless tied (Megatron-LM
     `setup_embeddings_and_output_layer`). Learned positions s·h are on the first stage, not split."""
     words = cfg.vocab * cfg.hidden / train.tp
     positions = cfg.seq_len * cfg.hidden if cfg.learned_positions else 0
-    if train.pp == 1 and not cfg.tied_embeddings:
-        return 2 * words + positions
-    return words + positions
+    if train.pp == 1:
+        return (words if cfg.tied_embeddings else 2 * words) + positions
+    return words + positions if stage == "first" else words
 
 
 def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
@@ -128,45 +194,114 @@ def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
     return params_from_config(cfg, include_embeddings=False) / (train.tp * train.pp)
 
 
-def activations_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
-    """Activations on the first pipeline stage: it holds min(p, m) microbatches in flight for its l/p
-    layers under 1F1B, i.e. up to all l layers' worth, ×(1 + (p−1)/(p·v)) when interleaved (Korthikanti
-    et al. 2022 §4.2.3). With full recompute one layer's full activations are rebuilt at a time on top."""
-    per_layer = activation_bytes_per_layer(
+def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recompute) -> float:
+    return activation_bytes_per_layer(
         cfg.seq_len // train.cp,
         train.mbs,
         cfg.hidden,
         cfg.heads,
         train.tp,
         train.sequence_parallel,
-        train.recompute,
+        recompute,
+        train.flash_attention,
     )
+
+
+def activations_per_gpu(
+    cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
+) -> float:
+    """Activations of a pipeline stage. Under 1F1B stage i holds min(p − i, m) micro-batches in flight
+    (Narayanan et al. 2021 §2.2): the first stage min(p, m) of its l/p layers, i.e. up to all l layers'
+    worth, ×(1 + (p−1)/(p·v)) when interleaved (Korthikanti et al. 2022 §4.2.3); the last stage one.
+    With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
+    none on the GPU with `checkpoint_in_cpu`) and one layer's full activations are rebuilt on top. The
+    last stage (or the only one) also holds the fp32 logits of one micro-batch, 4·s·b·V/t bytes, which
+    the vocabulary-parallel cross entropy computes in fp32 (Megatron `vocab_parallel_cross_entropy`)."""
+    options = options or MemoryOptions()
     p, m, v = train.pp, train.microbatches, train.chunks
-    in_flight = min(p, m)
-    total = per_layer * (cfg.layers / p) * in_flight
-    if v > 1:
+    first = stage == "first"
+    in_flight = min(p, m) if first else 1
+    stored = _layer_activations(cfg, train, train.recompute)
+    if train.recompute == "full":
+        if options.checkpoint_in_cpu:
+            stored = 0.0
+        elif options.partition_activations and not train.sequence_parallel:
+            stored /= train.tp
+    total = stored * (cfg.layers / p) * in_flight
+    if v > 1 and first:
         total *= 1 + (p - 1) / (p * v)
     if train.recompute == "full":
-        total += activation_bytes_per_layer(
-            cfg.seq_len // train.cp, train.mbs, cfg.hidden, cfg.heads, train.tp, train.sequence_parallel
-        )
+        total += _layer_activations(cfg, train, "none")
+    if not first or p == 1:
+        total += 4 * (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp
     return total
 
 
-def memory_per_gpu(cfg: ModelConfig, train: TrainConfig) -> MemoryBreakdown:
-    """Model states, activations and embedding of the first pipeline stage's GPU."""
+def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, options: MemoryOptions) -> float:
+    """Communication buffers beyond the model states. DeepSpeed ZeRO-1/2 with 16-bit gradients
+    (`DeepSpeedZeroOptimizer`, runtime/zero/stage_1_and_2.py): the fp32 gradient of its partition,
+    4Ψ/N_d, built at the step, and the contiguous gradient bucket of `reduce_bucket_size` elements in
+    the training dtype, doubled with `overlap_comm` when there is no pipeline (`ipg_buffer`, `buf_0`,
+    `buf_1`). ZeRO-3 adds the parameters gathered at once: the layer being computed and the one
+    prefetched, capped at `stage3_max_live_parameters`. The BF16 optimizer of Megatron-DeepSpeed
+    (`fp32_grads`: fp32 gradients for every parameter, unsharded, in `grads`) keeps the 16-bit `.grad`
+    of every parameter too, 2Ψ: its pipeline engine accumulates with `update_hp_grads(
+    clear_lp_grads=False)` (DeepSpeed runtime/pipe/engine.py), the "4 bytes × params, not sharded" more
+    than fp16 ZeRO-1 the BigScience tr11 notes record. Megatron-LM's contiguous fp32 gradient buffer and
+    its distributed optimizer's shards are the `grads` and `optimizer` parts already; its buckets are
+    views into that buffer."""
+    dtype = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    if train.framework not in DEEPSPEED_FRAMEWORKS or dtype == 4:
+        return 0.0
+    if train.fp32_grads:
+        return dtype * params_on_gpu
+    if train.zero_stage == 0:
+        return 0.0
+    d = train.dp * train.cp
+    buckets = 2 if train.overlap_grad_reduce and train.pp == 1 else 1
+    total = 4 * params_on_gpu / d + buckets * options.reduce_bucket_size * dtype
+    if train.zero_stage == 3:
+        layer = params_from_config(cfg, include_embeddings=False) / (cfg.layers * train.tp)
+        total += min(2 * layer, STAGE3_MAX_LIVE_PARAMETERS) * dtype
+    return total
+
+
+def stage_memory(
+    cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
+) -> MemoryBreakdown:
+    """One pipeline stage's GPU (`stage` "first" or "last"): states of its layers and embedding,
+    its activations, buffers, the allocator's reserve over all that, and the CUDA context."""
+    options = options or MemoryOptions()
     per_param = state_bytes(train)
     layer_params = transformer_params_per_gpu(cfg, train)
-    embedding = embedding_params_per_gpu(cfg, train) * per_param.total
+    embedding_params = embedding_params_per_gpu(cfg, train, stage)
+    embedding = embedding_params * per_param.total
     weights = layer_params * per_param.weights
     grads = layer_params * per_param.grads
     optimizer = layer_params * per_param.optimizer
-    activations = activations_per_gpu(cfg, train)
-    total = weights + grads + optimizer + activations + embedding
-    return MemoryBreakdown(weights, grads, optimizer, activations, embedding, total)
+    activations = activations_per_gpu(cfg, train, options, stage)
+    buffers = buffer_bytes(cfg, train, layer_params + embedding_params, options)
+    allocated = weights + grads + optimizer + activations + embedding + buffers
+    allocator = allocated * options.allocator_overhead
+    context = options.cuda_context_bytes
+    total = allocated + allocator + context
+    return MemoryBreakdown(
+        weights, grads, optimizer, activations, embedding, buffers, allocator, context, total
+    )
+
+
+def memory_per_gpu(
+    cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None
+) -> MemoryBreakdown:
+    """The busiest GPU: the first pipeline stage (most micro-batches in flight, input embedding) or the
+    last (output layer, fp32 logits), whichever holds more."""
+    first = stage_memory(cfg, train, options, "first")
+    if train.pp == 1:
+        return first
+    last = stage_memory(cfg, train, options, "last")
+    return first if first.total >= last.total else last
 
 
 def fits(breakdown: MemoryBreakdown, gpu: Gpu, usable_fraction: float = 1.0) -> bool:
-    """Whether the predicted total fits in `usable_fraction` of the GPU's memory (CUDA context,
-    allocator fragmentation and NCCL buffers take the rest; the fraction is the caller's to choose)."""
+    """Whether the predicted total (context included) fits in `usable_fraction` of the GPU's memory."""
     return breakdown.total <= gpu.memory_bytes * usable_fraction
