@@ -11,7 +11,9 @@ Run metrics (subject_kind 'run'):
   bubble_fraction      (p−1)/(v·m)
   tflops_per_gpu       model FLOPs (in the formula the log's figure matches) over predicted time
   mfu                  Megatron-LM model FLOPs (no recomputation) over predicted time and dense peak
-  gpu_memory_mib and weights/grads/optimizer/activations/embedding _mib   model.memory.memory_per_gpu
+  gpu_memory_mib and weights/grads/optimizer/activations/embedding/buffers/allocator/cuda_context _mib
+                       model.memory.memory_per_gpu (the busiest stage; total includes the CUDA context)
+  gpu_reserved_mib     what the caching allocator holds (Megatron's `max reserved`): total less the context
   gpu_capacity_mib     the catalog's device memory
 Bench metrics: busbw_gbps per message size (subject_kind 'collective', detail {"size_bytes": N}) from
 the alpha-beta model over the link's unidirectional figure; alpha_us and plateau_busbw_gbps fitted to
@@ -47,7 +49,7 @@ from tracelog.model.flops import (
     hardware_flops,
     params_from_config,
 )
-from tracelog.model.memory import memory_per_gpu
+from tracelog.model.memory import MemoryOptions, cuda_context_bytes, memory_per_gpu
 from tracelog.model.timing import DEFAULT_COMPUTE_EFFICIENCY, bubble_fraction, predict_iteration
 from tracelog.store import Store
 
@@ -153,10 +155,11 @@ def run_prediction(inputs: RunInputs, compute_efficiency: float = DEFAULT_COMPUT
             )
         )
     if cfg is not None and train is not None:
-        memory = memory_per_gpu(cfg, train)
+        memory = memory_per_gpu(cfg, train, memory_options(inputs))
         for part, mib in memory.mib.items():
             metric = "gpu_memory_mib" if part == "total" else f"{part}_mib"
             rows.append(_row(metric, mib, "MiB", "tracelog.model.memory", None))
+        rows.append(_row("gpu_reserved_mib", memory.reserved / 2**20, "MiB", "tracelog.model.memory", None))
     if gpu is not None:
         rows.append(_row("gpu_capacity_mib", gpu.memory_mib, "MiB", "catalog", gpu.source))
     if cfg is not None and train is not None and gpu is not None:
@@ -166,6 +169,15 @@ def run_prediction(inputs: RunInputs, compute_efficiency: float = DEFAULT_COMPUT
             _row("inputs", None, "", None, {"missing": inputs.missing, "assumptions": inputs.assumptions})
         )
     return rows
+
+
+def memory_options(inputs: RunInputs) -> MemoryOptions:
+    """The run's CUDA context by GPU generation and DeepSpeed's activation-checkpointing switches."""
+    return MemoryOptions(
+        cuda_context_bytes=cuda_context_bytes(inputs.gpu),
+        partition_activations=bool(inputs.flag("partition_activations")),
+        checkpoint_in_cpu=bool(inputs.flag("checkpoint_in_cpu")),
+    )
 
 
 def _time_rows(
@@ -254,7 +266,8 @@ def measured_against_predicted(inputs: RunInputs, rows: list[Row]) -> list[Row]:
         peak = json.loads(mfu["detail"])["peak_tflops"]
         measured_mfu = flops["megatron-lm"] / (inputs.sec_per_it * inputs.gpus * 1e12) / peak
         add("mfu", measured_mfu, mfu["value"], "ratio", "megatron-lm")
-    memory = _pred(rows, "gpu_memory_mib")
+    # A lab note's Mem is what nvidia-smi showed (context included); a log's peak is `max reserved`.
+    memory = _pred(rows, "gpu_memory_mib" if inputs.framework == "table" else "gpu_reserved_mib")
     if memory:
         add("gpu_memory_mib", inputs.peak_reserved_mib, memory["value"], "MiB", "tracelog.model.memory")
     if inputs.tflops_reported and inputs.implied_tflop:
@@ -394,8 +407,12 @@ _VIEW: dict[str, tuple[str, str, float, str]] = {
     "weights_mib": ("memory", "weights", 1 / 1024, "GiB"),
     "grads_mib": ("memory", "gradients", 1 / 1024, "GiB"),
     "optimizer_mib": ("memory", "optimizer state", 1 / 1024, "GiB"),
-    "activations_mib": ("memory", "activations (first stage, in flight)", 1 / 1024, "GiB"),
+    "activations_mib": ("memory", "activations (busiest stage, in flight; logits)", 1 / 1024, "GiB"),
     "embedding_mib": ("memory", "embedding (states of its parameters)", 1 / 1024, "GiB"),
+    "buffers_mib": ("memory", "framework buffers (buckets, fp32 grad partition)", 1 / 1024, "GiB"),
+    "allocator_mib": ("memory", "caching allocator reserve", 1 / 1024, "GiB"),
+    "gpu_reserved_mib": ("memory", "reserved by the allocator (max reserved)", 1 / 1024, "GiB"),
+    "cuda_context_mib": ("memory", "CUDA context", 1 / 1024, "GiB"),
     "gpu_memory_mib": ("memory", "total per GPU", 1 / 1024, "GiB"),
     "gpu_capacity_mib": ("memory", "GPU capacity", 1 / 1024, "GiB"),
 }
