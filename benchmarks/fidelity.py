@@ -224,6 +224,9 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
     """Predict every row and score the time, ranking and memory against the targets (`TARGETS`)."""
     preds = [predict(r) for r in rows.to_dict("records")]
     df = rows.copy()
+    for column in ("memory_mib", "oom", "kind", "group"):
+        if column not in df:
+            df[column] = None
     df["predicted_s"] = [p.get("sec_per_it") for p in preds]
     df["predicted_mib"] = [p.get("gpu_memory_mib") for p in preds]
     df["capacity_mib"] = [p.get("capacity_mib") for p in preds]
@@ -247,11 +250,11 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
             {"group": name, "n": len(part), "rho": rho, "met": bool(rho >= TARGETS["spearman_min"])}
         )
 
-    mem = df[df["memory_mib"].notna() & df["predicted_mib"].notna()] if "memory_mib" in df else df.iloc[0:0]
+    mem = df[df["memory_mib"].notna() & df["predicted_mib"].notna()]
     ratio = mem["memory_mib"].astype(float) / mem["predicted_mib"].astype(float)
     median_ratio = float(ratio.median()) if len(ratio) else math.nan
     within = int(((ratio - 1).abs() <= TARGETS["memory_within"]).sum())
-    oom = df[df["oom"].fillna(False).astype(bool)] if "oom" in df else df.iloc[0:0]
+    oom = df[df["oom"].astype("boolean").fillna(False).astype(bool)]
     oom_over = int((oom["predicted_mib"].astype(float) > oom["capacity_mib"].astype(float)).sum())
     return {
         "rows": len(df),
