@@ -6,7 +6,10 @@ Override from the CLI with `--threshold NAME=VALUE` (repeatable) or from Python 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+
+from tracelog.errors import TracelogError
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,10 @@ class Thresholds:
     # A single logged interval this many times the steady median is a straggler step.
     straggler: float = 1.25
 
-    def with_overrides(self, overrides: dict[str, str | float]) -> Thresholds:
+    def with_overrides(self, overrides: Mapping[str, str | float]) -> Thresholds:
         names = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - names)
         if unknown:
-            from tracelog.errors import TracelogError
-
             raise TracelogError(f"unknown threshold {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         return replace(self, **{k: float(v) for k, v in overrides.items()})
 

@@ -6,6 +6,8 @@ first run given, so `tracelog compare BASELINE CANDIDATE...` reads as "candidate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from tracelog.store import Store
@@ -143,7 +145,7 @@ def _mfu(store: Store, run_ids: list[int]) -> dict[int, float]:
     )
 
 
-def _metric_row(metric: str, values: dict[int, object], run_ids: list[int], higher_better: bool) -> dict:
+def _metric_row(metric: str, values: Mapping[int, object], run_ids: list[int], higher_better: bool) -> dict:
     row: dict[str, object] = {"metric": metric, "better": "higher" if higher_better else "lower"}
     base = _num(values.get(run_ids[0]))
     for run_id in run_ids:

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +35,7 @@ import polars as pl
 
 from tracelog.parsers import megatron
 from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.deepspeed_config import RunState, flatten
 
 FORMAT = "deepspeed"
 VERSION = "1"
@@ -122,96 +121,9 @@ def _num(text: str) -> float:
     return float(text)
 
 
-@dataclass
-class _Run:
-    key: int
-    line_start: int
-    line_end: int = 0
-    params: list[dict[str, Any]] = field(default_factory=list)
-    config: dict[str, str] = field(default_factory=dict)
-    columns: dict[str, Any] = field(default_factory=dict)
-    loss_scale: float | None = None
-    last_skipped: int | None = None
-    last_step: int | None = None
-    open: dict[int, dict[str, Any]] = field(default_factory=dict)
-    written: deque[int] = field(default_factory=lambda: deque(maxlen=64))
-    _gbs: tuple[int, int | None] | None = None
-    scales: dict[str, float] = field(default_factory=dict)
-
-    def current_scale(self) -> float | None:
-        """fp16 only: the last scale an overflow line set, else the configured static or initial scale."""
-        if self.loss_scale is not None:
-            return self.loss_scale
-        if _config_columns(self.config).get("precision") != "fp16":
-            return None
-        static = self.scales.get("loss_scale")
-        return static if static else self.scales.get("initial_dynamic_scale")
-
-    def gbs(self) -> int | None:
-        """train_batch_size, from the echo or the user's JSON (cached: asked once per written step)."""
-        if self._gbs is None or self._gbs[0] != len(self.config):
-            self._gbs = (len(self.config), _config_columns(self.config).get("gbs"))
-        return self._gbs[1]
-
-    def param(self, name: str, value: str, line_no: int | None, once: bool = False) -> None:
-        """Keep a parameter; `once` skips a repeat of the same name and value (every rank prints it)."""
-        if once and any(p["name"] == name and p["value"] == value for p in self.params):
-            return
-        self.params.append({"name": name, "value": value, "line_no": line_no})
-
-    def record(self) -> dict[str, Any]:
-        columns = {"framework": FORMAT, **_config_columns(self.config), **self.columns}
-        if columns.get("gpus") is None and columns.get("dp") is not None:
-            columns["gpus"] = columns["dp"]
-            self.param("gpus_from", "world_size (data parallel; no model parallelism printed)", None)
-        return {
-            "run_key": self.key,
-            "line_start": self.line_start,
-            "line_end": self.line_end,
-            **columns,
-            "run_params": self.params,
-        }
-
-
-def _config_columns(config: dict[str, str]) -> dict[str, Any]:
-    """Run columns from the configuration echo (or the user's JSON config where the echo lacks them)."""
-
-    def first(*names: str) -> str | None:
-        return next((config[n] for n in names if config.get(n) not in (None, "", "None", "null")), None)
-
-    def integer(*names: str) -> int | None:
-        raw = first(*names)
-        try:
-            return int(float(raw)) if raw is not None else None
-        except ValueError:
-            return None
-
-    def enabled(*names: str) -> bool | None:
-        raw = first(*names)
-        if raw is None:
-            return None
-        return raw.strip().lower() in ("true", "1") or "enabled=true" in raw.lower().replace(" ", "")
-
-    out: dict[str, Any] = {
-        "zero_stage": integer("zero_optimization_stage", "json.zero_optimization.stage"),
-        "mbs": integer("train_micro_batch_size_per_gpu", "json.train_micro_batch_size_per_gpu"),
-        "gbs": integer("train_batch_size", "json.train_batch_size"),
-        "dp": integer("world_size"),
-    }
-    bf16 = enabled("bfloat16_enabled", "bfloat16_config", "json.bf16.enabled", "json.bfloat16.enabled")
-    fp16 = enabled("fp16_enabled", "float16_config", "json.fp16.enabled", "amp_enabled")
-    if bf16:
-        out["precision"] = "bf16"
-    elif fp16:
-        out["precision"] = "fp16"
-    elif bf16 is not None or fp16 is not None:
-        out["precision"] = "fp32"
-    return {k: v for k, v in out.items() if v is not None}
-
-
 class _Parser:
     def __init__(self) -> None:
-        self.runs: list[_Run] = []
+        self.runs: list[RunState] = []
         self.trained = False  # steps logged since the last (re)start marker
         self.out: dict[str, list[dict[str, Any]]] = {}
         self.pending = 0  # rows held in `out`
@@ -236,15 +148,17 @@ class _Parser:
                 yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
         self.pending = 0
 
-    def run(self, line_no: int) -> _Run:
+    def run(self, line_no: int) -> RunState:
         if not self.runs:
-            self.runs.append(_Run(0, line_no))
+            self.runs.append(RunState(0, line_no))
         run = self.runs[-1]
         run.line_end = max(run.line_end, line_no)
         return run
 
     # ---- iterations ---------------------------------------------------------------------------------
-    def step_row(self, run: _Run, step: int, line_no: int, rank: int | None, ts: str | None) -> dict | None:
+    def step_row(
+        self, run: RunState, step: int, line_no: int, rank: int | None, ts: str | None
+    ) -> dict | None:
         """The open iterations row of a step (opened if new); None for a step already written."""
         if step in run.open:
             return run.open[step]
@@ -271,7 +185,7 @@ class _Parser:
             self.close(run, next(iter(run.open)))
         return row
 
-    def close(self, run: _Run, step: int) -> None:
+    def close(self, run: RunState, step: int) -> None:
         row = run.open.pop(step)
         del row["_rank0"]
         if tput := row.pop("_tput"):
@@ -288,7 +202,7 @@ class _Parser:
         self.emit("iterations", row)
 
     def metric(
-        self, run: _Run, step: int | None, key: str, value: float | None, text: str, line_no: int
+        self, run: RunState, step: int | None, key: str, value: float | None, text: str, line_no: int
     ) -> None:
         self.emit(
             "iteration_metrics",
@@ -398,7 +312,7 @@ class _Parser:
             previous = self.runs[-1]
             for step in list(previous.open):
                 self.close(previous, step)
-            self.runs.append(_Run(previous.key + 1, line_no))
+            self.runs.append(RunState(previous.key + 1, line_no))
         self.trained = False
 
     def _config_line(self, line_no: int, msg: str, source: int | None) -> bool:
@@ -440,7 +354,7 @@ class _Parser:
                 user = json.loads(text)
             except ValueError:
                 return
-            for key, value in _flatten(user, "json"):
+            for key, value in flatten(user, "json"):
                 run.config[key] = value
                 run.param(key, value, self.json_line)
         else:
@@ -480,7 +394,9 @@ class _Parser:
         run = self.run(line_no)
         self.trained = True
         if whole := TPUT_LINE_RX.search(msg):
-            fields = dict(zip(TPUT_FIELD_RX, map(float, whole.groups()), strict=True))
+            fields: dict[str, float | None] = dict(
+                zip(TPUT_FIELD_RX, map(float, whole.groups()), strict=True)
+            )
         else:
             fields = {
                 k: (_num(m.group(1)) if (m := rx.search(msg)) else None) for k, rx in TPUT_FIELD_RX.items()
@@ -643,7 +559,7 @@ def _kind_of(text: str) -> str:
 
 
 def _memory_row(
-    run: _Run,
+    run: RunState,
     rank: int | None,
     step: int | None,
     line_no: int,
@@ -662,14 +578,6 @@ def _memory_row(
         "max_reserved_mib": max_reserved,
         "line_no": line_no,
     }
-
-
-def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from _flatten(inner, f"{prefix}.{key}")
-    else:
-        yield prefix, json.dumps(value) if not isinstance(value, str) else value
 
 
 def parse(source: LineSource) -> Iterator[Batch]:

@@ -346,7 +346,7 @@ def timers_by_layout(
     timers: pl.DataFrame, layouts: list[TimerLayout]
 ) -> list[tuple[TimerLayout, pl.DataFrame]]:
     """The timer lines that fit a learned layout, per layout (learning new ones from lines that fit none)."""
-    out = []
+    out: list[tuple[TimerLayout, pl.DataFrame]] = []
     left = timers
     for layout in list(layouts):
         if left.is_empty():

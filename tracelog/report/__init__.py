@@ -6,6 +6,7 @@ the page with the Vega scripts inlined; this module ties them to a file on disk.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,12 +32,12 @@ class ReportResult:
 
 
 def write_report(
-    db: str | Path | Store | None = None,
-    output: str | Path | None = None,
+    db: str | os.PathLike[str] | Store | None = None,
+    output: str | os.PathLike[str] | None = None,
     runs: Sequence[str | int] | None = None,
     tags: dict[str, str] | None = None,
     benches: Sequence[int | str] | None = None,
-    png_dir: str | Path | None = None,
+    png_dir: str | os.PathLike[str] | None = None,
 ) -> ReportResult:
     """Write the report to `output` (default `reports/tracelog-report.html`) and, with `png_dir`, each
     chart as a PNG; returns what was written. The database is opened read-only."""

@@ -36,7 +36,9 @@ Draw = Callable[["Figure"], alt.TopLevelMixin]
 
 
 def _tip(field: str, title: str | None = None, fmt: str = ",.5~g", kind: str = "Q") -> alt.Tooltip:
-    return alt.Tooltip(f"{field}:{kind}", title=title or field, **({"format": fmt} if kind == "Q" else {}))
+    if kind == "Q":
+        return alt.Tooltip(f"{field}:{kind}", title=title or field, format=fmt)
+    return alt.Tooltip(f"{field}:{kind}", title=title or field)
 
 
 @dataclass
@@ -120,7 +122,9 @@ def _reference(data: alt.InlineData, axis: str = "y") -> alt.LayerChart:
         text = labelled.mark_text(align="left", baseline="top", dx=3, fontSize=10)
         text = text.encode(**at, y=alt.value(0), text="label:N", color=colour)
     tips = [alt.Tooltip("label:N", title="line"), alt.Tooltip("value:Q", format=",.4~g")]
-    return alt.layer(base.mark_rule(strokeDash=[6, 3]).encode(**at, color=colour, tooltip=tips), text)
+    return alt.LayerChart(
+        layer=[base.mark_rule(strokeDash=[6, 3]).encode(**at, color=colour, tooltip=tips), text]
+    )
 
 
 # ---- one run: iterations, memory, predicted time split -------------------------------------------------
@@ -208,7 +212,7 @@ def _draw_timeline(fig: Figure) -> alt.TopLevelMixin:
         layers.append(alt.Chart().mark_rule(color=GREY).encode(x=x).transform_filter(hover))
         if predicted in fig.frames:
             layers.append(_reference(fig.data(predicted)))
-        return alt.layer(*layers).properties(width=WIDTH, height=PANEL_HEIGHT)
+        return alt.LayerChart(layer=layers).properties(width=WIDTH, height=PANEL_HEIGHT)
 
     panels = []
     if s["sec"]:
@@ -234,7 +238,7 @@ def _draw_timeline(fig: Figure) -> alt.TopLevelMixin:
         base = alt.Chart().transform_filter("isValid(datum.scale)")
         line = base.mark_line(interpolate="step-after", color="#b279a2").encode(x=x, y=y)
         points = _hover_points(base, x, y, "#b279a2", [*tips, _tip("scale", "loss scale")], zoom, hover)
-        panels.append(alt.layer(line, points).properties(width=WIDTH, height=PANEL_HEIGHT // 2))
+        panels.append(alt.LayerChart(layer=[line, points]).properties(width=WIDTH, height=PANEL_HEIGHT // 2))
     with warnings.catch_warnings():  # one zoom and one hover on every panel is the point: shared selections
         warnings.filterwarnings("ignore", message="Automatically deduplicated selection parameter")
         chart = alt.vconcat(*panels, data=fig.data("series"), title=fig.title)

@@ -13,11 +13,13 @@ import json
 import math
 import os
 import re
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import altair as alt
 import pandas as pd
+import vl_convert
 
 from tracelog.report.charts import Figure
 from tracelog.report.sections import Block, Report
@@ -96,18 +98,16 @@ BENCH_COLUMNS = [
 def javascript_bundle() -> str:
     """Vega, Vega-Lite and Vega-Embed as one script, bundled by vl-convert with no network. Bundling
     takes seconds, so the result is kept in the user's cache folder, keyed by the versions."""
-    import vl_convert
-
     version = ".".join(alt.VEGALITE_VERSION.split(".")[:2])
     if version not in vl_convert.get_vegalite_versions():
         version = vl_convert.get_vegalite_versions()[-1]  # the latest it has reads our specs
     cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    cached = cache_home / "tracelog" / f"vega-embed-{vl_convert.__version__}-vl{version}.js"
+    cached = cache_home / "tracelog" / f"vega-embed-{metadata.version('vl-convert-python')}-vl{version}.js"
     try:
         return cached.read_text(encoding="utf-8")
     except OSError:
         pass
-    bundle = str(vl_convert.javascript_bundle(vl_version=version))
+    bundle = str(vl_convert.javascript_bundle(vl_version=version))  # type: ignore[call-arg]
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
@@ -278,12 +278,13 @@ def page(report: Report) -> str:
 
 def write_pngs(report: Report, folder: Path, scale: float = 2.0) -> list[Path]:
     """Every chart as a PNG (for slides), named by its slug."""
-    import vl_convert
 
     folder.mkdir(parents=True, exist_ok=True)
     specs = Specs()
     written = []
-    for block in (b for s in report.sections for b in s.blocks if b.figure is not None):
+    for block in (b for s in report.sections for b in s.blocks):
+        if block.figure is None:
+            continue
         path = folder / f"{safe_id(block.slug)}.png"
         path.write_bytes(vl_convert.vegalite_to_png(specs(block.figure), scale=scale))
         written.append(path)

@@ -242,7 +242,7 @@ def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             continue
         uni, bi = link.unidirectional_gbps, link.bidirectional_gbps
         share = peak / uni
-        common = dict(row_ref=f"line {line}", measured=float(peak))
+        common: dict[str, Any] = dict(row_ref=f"line {line}", measured=float(peak))
         if share < t.low_bandwidth:
             flags.append(
                 bench_flag(
@@ -358,7 +358,7 @@ def p2p_against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         if not spec:
             continue
         share = typical / spec
-        common = dict(
+        common: dict[str, Any] = dict(
             kind="p2p", row_ref=f"line {line}", measured=float(typical), expected=float(spec), ratio=share
         )
         if share < t.low_bandwidth:
