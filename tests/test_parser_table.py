@@ -18,9 +18,12 @@ from tracelog.parsers import deepspeed, megatron, table
 from tracelog.parsers.base import head_text
 from tracelog.parsers.table_headers import column_of, parse_context, parse_count, parse_measure
 
+# Header, rule and a row of the BigScience tr11 chronicles, verbatim (bigscience-workshop/bigscience,
+# train/tr11-176B-ml/chronicles-prequel.md, lines 773, 774 and 776: the 181B model, 72 layers, on
+# DP8 TP8 PP6 MBS4); tests below vary the row to show one parser feature each.
 HEADER = "| Nodes | Size | DP | TP | PP | MBS |  GBS | Mem  | Sec/it | TFLOPs | Notes |"
 RULE = "| ----: | ---: | -: | -: | -: | --: | ---: | ---: | -----: | -----: | ----: |"
-BLOOM_ROW = "|    48 | 176B |  8 |  4 | 12 |   2 | 2048 | 55GB | 114.11 | 141.27 | 03-02 |"
+BLOOM_ROW = "|    48 | 181B |  8 |  8 |  6 |   4 | 2048 | 55GB | 114.11 | 141.27 | 02-25 |"
 
 
 def collect(text: str, name: str = "<test>") -> dict[str, list[dict]]:
@@ -63,10 +66,10 @@ def params_of(run: dict) -> dict[str, str]:
 def test_the_bloom_style_row_comes_out_with_exactly_its_numbers(text: str) -> None:
     out = collect(text)
     (run,) = out["runs"]
-    assert run["name"] == "tr11-176B 48n dp8 tp4 pp12 mbs2"
+    assert run["name"] == "tr11-176B 48n dp8 tp8 pp6 mbs4"
     assert run["framework"] == "table"
-    assert (run["nodes"], run["dp"], run["tp"], run["pp"], run["mbs"], run["gbs"]) == (48, 8, 4, 12, 2, 2048)
-    assert run["params"] == 176_000_000_000
+    assert (run["nodes"], run["dp"], run["tp"], run["pp"], run["mbs"], run["gbs"]) == (48, 8, 8, 6, 4, 2048)
+    assert run["params"] == 181_000_000_000
     assert run["gpus"] == 384
     assert params_of(run)["gpus_assumed_per_node"] == "8"
     assert run["line_start"] == run["line_end"] == 5
@@ -85,14 +88,15 @@ def test_the_bloom_style_row_comes_out_with_exactly_its_numbers(text: str) -> No
         ("OOM", "x", "x", "OOM"),
         ("61GB", "fail", "", "fail"),
         ("61GB", "xxxx", "xxxx", "xxxx"),
-        ("GB", "125.06", "128.90", "GB"),
-        ("", "125.06", "128.90", None),
+        ("GB", "92.75", "133.08", "GB"),
+        ("", "92.75", "133.08", None),
     ],
 )
 def test_a_word_where_a_number_belongs_is_null_and_becomes_the_status(
     mem: str, sec_it: str, tflops: str, status: str | None
 ) -> None:
-    row = f"| 48 | 176B | 16 | 4 | 6 | 2 | 2048 | {mem} | {sec_it} | {tflops} | 03-02 |"
+    # The chronicles' line 778 with its Mem, Sec/it and TFLOPs cells replaced.
+    row = f"| 48 | 181B | 4 | 8 | 12 | 4 | 1568 | {mem} | {sec_it} | {tflops} | 02-25 |"
     out = collect(notes("t", HEADER, RULE, row))
     (run,) = out["runs"]
     assert run["status"] == status
@@ -115,7 +119,7 @@ def test_an_oom_row_is_a_run_with_null_measurements() -> None:
 def test_context_lines_apply_to_the_table_below_only() -> None:
     text = notes(
         "t",
-        "NHIDDEN=14336 / NLAYERS=70",
+        "NHIDDEN=14336 / NLAYERS=72",
         "",
         HEADER,
         RULE,
@@ -128,7 +132,7 @@ def test_context_lines_apply_to_the_table_below_only() -> None:
         BLOOM_ROW,
     )
     first, second = collect(text)["runs"]
-    assert (first["hidden"], first["layers"]) == (14336, 70)
+    assert (first["hidden"], first["layers"]) == (14336, 72)
     assert (second.get("hidden"), second.get("layers")) == (None, None)
     assert params_of(first)["NHIDDEN"] == "14336"
     assert "NHIDDEN" not in params_of(second)
@@ -248,7 +252,7 @@ def test_the_prose_around_a_table_becomes_the_notes_of_its_runs() -> None:
         "",
         HEADER,
         RULE,
-        BLOOM_ROW.replace("03-02", "too close to OOM"),
+        BLOOM_ROW.replace("02-25", "too close to OOM"),
         "",
         "*Mem = max used on the first stage.",
         "",
@@ -266,14 +270,15 @@ def test_the_prose_around_a_table_becomes_the_notes_of_its_runs() -> None:
 
 
 def test_a_column_that_varies_within_a_table_names_its_runs() -> None:
-    header = "| Nodes | Size | DP | TP | PP | MBS | NHEADS | GBS | Mem | Sec/it | TFLOPs |"
-    rule = "|---|---|---|---|---|---|---|---|---|---|---|"
+    # The chronicles' lines 944, 945, 947 and 948 (the final 176B model, 02-28), verbatim.
+    header = "| Nodes | Size | DP | TP | PP | MBS | NHEADS |  GBS | Mem  | Sec/it | TFLOPs | Notes |"
+    rule = "| ----: | ---: | -: | -: | -: | --: | -----: |  --: | ---: | -----: | -----: | ----: |"
     rows = [
-        "| 48 | 176B | 8 | 4 | 12 | 2 | 64 | 2048 | 54GB | 112.90 | 142.78 |",
-        "| 48 | 176B | 8 | 4 | 12 | 2 | 96 | 2048 | 55GB | 116.02 | 138.94 |",
+        "|    48 | 176B |  8 |  4 | 12 |   2 |     64 | 2048 | 59GB | 102.03 | 153.68 | 02-28 |",
+        "|    48 | 176B |  8 |  4 | 12 |   2 |    112 | 2048 | 59GB | 104.50 | 150.05 | 02-28 |",
     ]
     names = [r["name"] for r in collect(notes("tr11-176B", header, rule, *rows))["runs"]]
-    assert names == ["tr11-176B 48n dp8 tp4 pp12 mbs2 nh64", "tr11-176B 48n dp8 tp4 pp12 mbs2 nh96"]
+    assert names == ["tr11-176B 48n dp8 tp4 pp12 mbs2 nh64", "tr11-176B 48n dp8 tp4 pp12 mbs2 nh112"]
 
 
 def test_a_row_with_more_cells_than_its_header_is_unparsed_and_prose_is_not() -> None:
@@ -303,16 +308,16 @@ def test_a_precision_heading_applies_to_the_tables_of_its_section() -> None:
 def test_csv_with_comment_context_and_quoted_notes() -> None:
     text = "\n".join(
         [
-            "# NHIDDEN=14336 / NLAYERS=70",
+            "# NHIDDEN=14336 / NLAYERS=72",
             "Nodes,Size,DP,TP,PP,MBS,GBS,Mem (GB),Sec/it,TFLOPs,Notes",
-            '48,176B,8,4,12,2,2048,55,114.11,141.27,"full batch, same as above"',
-            "48,176B,8,4,12,4,2048,OOM,,,",
+            '48,181B,8,8,6,4,2048,55,114.11,141.27,"full batch, same as above"',
+            "48,181B,48,8,1,1,2016,OOM,,,",
         ]
     )
     out = collect(text, name="sweeps/gbs_sweep.csv")
     ok, oom = out["runs"]
-    assert ok["name"] == "gbs_sweep 48n dp8 tp4 pp12 mbs2"
-    assert (ok["hidden"], ok["layers"]) == (14336, 70)
+    assert ok["name"] == "gbs_sweep 48n dp8 tp8 pp6 mbs4 gbs2048"  # GBS differs between the rows
+    assert (ok["hidden"], ok["layers"]) == (14336, 72)
     assert ok["notes"].startswith("full batch, same as above")
     assert oom["status"] == "OOM"
     assert out["memory"] == [{"run_key": 0, "iteration": 0, "max_reserved_mib": 55 * 1024.0, "line_no": 3}]
@@ -349,9 +354,11 @@ def test_detection_picks_the_right_parser(sample: str, expected: str) -> None:
 
 
 def test_lab_notes_quoting_megatron_iteration_lines_stay_table_files() -> None:
-    line = (
-        " iteration        2/   95367 | consumed samples:         4096 | elapsed time per iteration (s): 112.90 "
-        "| TFLOPs: 142.78 |"
+    line = (  # the chronicles' line 367, verbatim
+        " iteration        2/   95367 | consumed samples:         4096 | consumed tokens:      8388608 | elapsed "
+        "time per iteration (s): 769.99 | learning rate: 3.787E-06 | global batch size:  2048 | lm loss: "
+        "6.384045E+01 | loss scale: 4096.0 | grad norm: 15906.210 | num zeros: 0.0 | number of skipped "
+        "iterations:   0 | number of nan iterations:   0 | samples per second: 2.660 | TFLOPs: 108.47 |"
     )
     head = notes("t", "```", line, "```", "", HEADER, RULE, BLOOM_ROW)
     assert table.detect(head) > megatron.detect(head) > 0
@@ -418,49 +425,63 @@ def test_the_chronicles_gbs_table_keeps_its_figures() -> None:
 
 
 def test_lab_notes_land_in_the_database(tmp_path: Path) -> None:
+    # The sample is excerpts of the tr11 chronicles, verbatim: every experiment row is a run.
+    path = SAMPLES / "lab_notes_tr11_topology.md"
     db = tmp_path / "t.duckdb"
-    results = api.ingest(db, [str(SAMPLES / "lab_notes_tr11_topology.md")])
+    results = api.ingest(db, [str(path)])
     assert [r.format for r in results] == ["table"]
     source = api.sql(db, "SELECT lines_total, lines_unparsed FROM sources").iloc[0]
     assert source["lines_unparsed"] == 0
+    assert api.sql(db, "SELECT count(*) FROM runs").iloc[0, 0] == count_experiment_rows(path.read_text())
+    # The final BLOOM-176B layout, chronicles line 948: 104.50 s/it, 150.05 TFLOPs, 59GB.
     row = api.sql(
         db,
         "SELECT r.name, r.nodes, r.gpus, r.dp, r.tp, r.pp, r.mbs, r.gbs, r.hidden, r.layers, r.heads, "
         "s.sec_per_it, s.tflops_reported, s.peak_reserved_mib "
-        "FROM runs r JOIN run_summary s USING (run_id) WHERE r.name = 'tr11-176B 48n dp8 tp4 pp12 mbs2'",
+        "FROM runs r JOIN run_summary s USING (run_id) WHERE r.name = 'tr11-176B 48n dp8 tp4 pp12 mbs2 nh112'",
     ).iloc[0]
     assert tuple(row[["nodes", "gpus", "dp", "tp", "pp", "mbs", "gbs"]]) == (48, 384, 8, 4, 12, 2, 2048)
     assert tuple(row[["hidden", "layers", "heads"]]) == (14336, 70, 112)
     assert (row["sec_per_it"], row["tflops_reported"], row["peak_reserved_mib"]) == (
-        114.11,
-        141.27,
-        55 * 1024,
+        104.50,
+        150.05,
+        59 * 1024,
     )
-    oom = api.sql(
+    statuses = api.sql(
         db,
-        "SELECT r.status, s.sec_per_it, s.iterations_logged FROM runs r JOIN run_summary s USING (run_id) "
-        "WHERE r.status = 'OOM'",
-    ).iloc[0]
-    assert pd.isna(oom["sec_per_it"]) and pd.isna(oom["iterations_logged"])  # NULL: nothing measured
+        "SELECT r.status, count(*) AS n, count(s.sec_per_it) AS timed, count(s.iterations_logged) AS logged "
+        "FROM runs r JOIN run_summary s USING (run_id) WHERE r.status IS NOT NULL GROUP BY 1 ORDER BY 1",
+    )
+    # Three OOM rows (lines 793, 917, 918) and one xxxx (line 457); `GB` is a Mem placeholder only.
+    oom = statuses.set_index("status").loc["OOM"]
+    assert (oom["n"], oom["timed"], oom["logged"]) == (3, 0, 0)  # NULL: nothing measured
+    assert statuses.set_index("status").loc["xxxx", "n"] == 1
+    fp16 = api.sql(db, "SELECT count(*) FROM runs WHERE precision = 'fp16'").iloc[0, 0]
+    assert fp16 == 3  # the table under `### fp16` (lines 387-391)
     cells = api.sql(
         db,
         "SELECT p.value FROM run_params p JOIN runs r USING (run_id) "
-        "WHERE r.name = 'tr11-176B 48n dp8 tp4 pp12 mbs2' AND p.name = 'Mem'",
+        "WHERE r.name = 'tr11-176B 48n dp8 tp4 pp12 mbs2 nh112' AND p.name = 'Mem'",
     )
-    assert cells["value"].tolist() == ["55GB"]
+    assert cells["value"].tolist() == ["59GB"]
 
 
 def test_a_csv_export_lands_in_the_database(tmp_path: Path) -> None:
+    # The GBS Variations table of the tr11 chronicles (lines 775-781) and one OOM row (793), as CSV.
     db = tmp_path / "t.duckdb"
     api.ingest(db, [str(SAMPLES / "lab_notes_gbs_sweep.csv")])
     rows = api.sql(
         db,
-        "SELECT r.gbs, i.elapsed_s, m.max_reserved_mib FROM runs r "
+        "SELECT r.gbs, r.layers, r.status, i.elapsed_s, i.tflops_reported, m.max_reserved_mib FROM runs r "
         "LEFT JOIN iterations i USING (run_id) LEFT JOIN memory m USING (run_id) ORDER BY r.run_id",
     )
-    assert rows["gbs"].tolist() == [512, 1024, 1536, 2048, 2048]
-    assert rows["elapsed_s"].tolist()[:4] == [30.21, 58.94, 87.12, 114.11]
-    assert rows["max_reserved_mib"].tolist()[3] == 55 * 1024
+    assert rows["gbs"].tolist() == [1568, 2048, 2016, 1568, 2048, 1568, 2048, 2016]
+    assert set(rows["layers"]) == {72}  # the `# NLAYERS=72` comment line
+    assert rows["elapsed_s"].tolist()[:3] == [113.01, 114.11, 123.57]
+    assert rows["tflops_reported"].tolist()[1] == 141.27
+    assert rows["max_reserved_mib"].tolist()[1] == 55 * 1024
+    assert rows["status"].tolist()[3] == "GB" and pd.isna(rows["max_reserved_mib"].tolist()[3])
+    assert rows["status"].tolist()[-1] == "OOM" and pd.isna(rows["elapsed_s"].tolist()[-1])
 
 
 # ---- hostile input ---------------------------------------------------------------------------------
