@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracelog import files
 from tracelog import hardware as catalog
-from tracelog.analysis import predictions, side_by_side
+from tracelog.analysis import calibration, predictions, side_by_side
 from tracelog.analysis import refresh as refresher
 from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
@@ -44,6 +44,8 @@ __all__ = [
     "PlanRequest",
     "ReportResult",
     "benches",
+    "calibrate",
+    "calibrations",
     "compare_runs",
     "connect",
     "expand_paths",
@@ -240,19 +242,68 @@ def predict(
     fabric: str | None = None,
     efficiency: float | None = None,
     distributed_optimizer: bool | None = None,
+    calibrated: bool = True,
     **config: object,
 ) -> pd.DataFrame:
     """What the model predicts, with its parts (time, throughput, memory, FLOPs) and what it had to
     assume: for a stored run (`run`, with any value overridden by the keyword arguments), or for a
     configuration given as keywords (runs-table names: layers, hidden, heads, seq_len, vocab, gbs, mbs,
     tp, pp, dp, ...). `gpu` and `fabric` are catalog ids; `efficiency` the share of the dense peak.
-    Without a run, no database is opened."""
-    store = connect(db) if run is not None else None
+    The constants `calibrate` stored are used unless `calibrated` is False (the textbook model). Without
+    a run, `db` is only read for those constants, and only when given."""
+    if run is not None:
+        store: Store | None = connect(db)
+    else:
+        store = connect(db, read_only=True) if db is not None and calibrated else None
     run_id = run_lookup.resolve_run(store, run) if store is not None and run is not None else None
     overrides = {**config, "gpu_model": gpu, "fabric": fabric}
     return predictions.what_if(
-        store, run_id, overrides, efficiency=efficiency, distributed_optimizer=distributed_optimizer
+        store,
+        run_id,
+        overrides,
+        efficiency=efficiency,
+        distributed_optimizer=distributed_optimizer,
+        calibrated=calibrated,
     )
+
+
+def calibrate(
+    db: Db = None,
+    *,
+    runs: list[str | int] | None = None,
+    tags: dict[str, str] | None = None,
+    benches: list[int | str] | None = None,
+) -> pd.DataFrame:
+    """Fit the model's free constants to the measured runs and benches (only `runs`, runs with `tags`,
+    `benches` when given): a compute scale per GPU model and precision from runs with a steady sec/it,
+    α and the link efficiency per link from nccl-tests benches. Each is stored in `calibrations` with
+    the subjects it came from, replacing an earlier fit of the same constant and scope, and every
+    prediction, comparison and flag is recomputed with them. Returns one row per constant: value,
+    textbook value, n, the error at the fit, on subjects left out of the fit, and uncalibrated."""
+    store = connect(db)
+    run_ids = [run_lookup.resolve_run(store, r) for r in runs] if runs else None
+    if tags:
+        tagged = run_lookup.tagged_run_ids(store, tags)
+        run_ids = tagged if run_ids is None else [r for r in run_ids if r in tagged]
+    bench_ids = [bench_lookup.resolve_bench(store, b) for b in benches] if benches else None
+    fits = refresher.calibrate(store, _id_predicate("run_id", run_ids), _id_predicate("bench_id", bench_ids))
+    if not fits:
+        raise TracelogError(
+            "nothing to calibrate: no run with a measured sec/it and the inputs to predict it "
+            "(shapes, layout, --gpu), and no nccl-tests bench on a known link"
+        )
+    return calibration.fits_frame(fits)
+
+
+def _id_predicate(column: str, ids: list[int] | None) -> str:
+    if ids is None:
+        return "TRUE"
+    return f"{column} IN ({', '.join(str(int(i)) for i in ids)})" if ids else "FALSE"
+
+
+def calibrations(db: Db = None) -> pd.DataFrame:
+    """The stored constants: scope, value, the subjects they came from and their errors."""
+    return calibration.table(connect(db))
 
 
 def hardware(gpu_or_link: str | None = None, *, kind: str = "gpus") -> pd.DataFrame:

@@ -366,6 +366,11 @@ def flags(
     type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed"]),
     help="Sets how gradients are kept (fp32 main grads in Megatron).  [default: megatron]",
 )
+@click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
+)
 @format_option
 @pass_ctx
 def predict(
@@ -375,6 +380,7 @@ def predict(
     fabric: str | None,
     efficiency: float | None,
     distributed_optimizer: bool | None,
+    uncalibrated: bool,
     fmt: str,
     **config: Any,
 ) -> None:
@@ -383,13 +389,18 @@ def predict(
     formula, and what it had to assume. Options override the run's own values."""
     values = {k: v for k, v in config.items() if v is not None}
     with user_errors():
+        if run is not None:
+            store = obj.store()
+        else:  # a configuration alone: the database only lends its fitted constants, if it exists
+            store = obj.store(read_only=True) if os.path.exists(obj.db) and not uncalibrated else None
         frame = api.predict(
-            obj.store() if run is not None else None,
+            store,
             run,
             gpu=gpu,
             fabric=fabric,
             efficiency=efficiency,
             distributed_optimizer=distributed_optimizer,
+            calibrated=not uncalibrated,
             **values,
         )
     render(frame, fmt)
@@ -500,7 +511,7 @@ def report(
 @click.option("--all", "include_rejected", is_flag=True, help="Also list rejected layouts with the reason.")
 @format_option
 @pass_ctx
-def plan(obj: Context, fmt: str, constraints: tuple[str, ...], **request: Any) -> None:
+def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: bool, **request: Any) -> None:
     """Rank the DP×TP×PP×MBS layouts of a model by predicted sec/it; mark those measured in the database.
 
     \b
@@ -515,7 +526,52 @@ def plan(obj: Context, fmt: str, constraints: tuple[str, ...], **request: Any) -
     sys.stdout.flush()  # the notes go to stderr: after the table, also when both go to one pipe
     for note in frame.attrs.get("notes", []):
         click.echo(note, err=True)
+@click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
+)
 
 
 def main() -> None:
     cli(prog_name="tracelog")
+        if uncalibrated:
+            request["compute_scale"] = 1.0
+@cli.command()
+@click.option("--run", "runs", multiple=True, help="Fit on this run only (repeatable).  [default: all]")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Fit on runs with this tag only.")
+@click.option("--bench", "benches", multiple=True, metavar="ID", help="Fit on this bench only (repeatable).")
+@click.option("--show", is_flag=True, help="Print the stored constants instead of fitting again.")
+@format_option
+@pass_ctx
+def calibrate(
+    obj: Context, runs: tuple[str, ...], tags: tuple[str, ...], benches: tuple[str, ...], show: bool, fmt: str
+) -> None:
+    """Fit the model's free constants to the runs and benches in the database and keep them.
+
+    A compute scale per GPU model and precision (a multiplier on the 52% efficiency) from runs with a
+    measured sec/it; α and the bandwidth efficiency per link from nccl-tests benches. Each constant is
+    printed with its error on the runs or benches it was fitted on, on those left out of the fit
+    (leave-one-out), and uncalibrated: the median |ln(predicted/measured)|. Predictions, comparisons and
+    flags are recomputed with them; `predict --uncalibrated` and `plan --uncalibrated` show the
+    textbook model.
+
+    \b
+    Example:
+        tracelog ingest lab_notes.md --gpu a100-sxm4-80gb
+        tracelog ingest nccl_all_reduce.txt
+        tracelog calibrate
+        tracelog calibrate --tag exp=topology       # fit on some runs only
+        tracelog calibrate --show                   # the stored constants
+    """
+    with user_errors():
+        store = obj.store()
+        if show:
+            frame = api.calibrations(store)
+        else:
+            frame = api.calibrate(
+                store, runs=list(runs) or None, tags=parse_tags(tags) or None, benches=list(benches) or None
+            )
+    render(frame, fmt)
+
+

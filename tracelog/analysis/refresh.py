@@ -14,8 +14,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from tracelog.analysis import calibration, predictions
 from tracelog.analysis import inputs as run_inputs
-from tracelog.analysis import predictions
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import bandwidth, health, model_rules
 from tracelog.analysis.scope import Scope
@@ -81,7 +81,11 @@ def _refresh(store: Store, scope: Scope, thresholds: Thresholds) -> int:
         for table in MODEL_OUTPUT_TABLES:
             store.con.execute(f"DELETE FROM {table} WHERE {where}")
         runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
-        outputs = (predictions.predict_runs(store, scope, runs), predictions.predict_benches(store, scope))
+        constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
+        outputs = (
+            predictions.predict_runs(store, scope, runs, constants),
+            predictions.predict_benches(store, scope, constants),
+        )
         for output in outputs:
             for table, rows in output.items():
                 if rows:
@@ -103,3 +107,12 @@ def refresh_source(store: Store, source_id: int) -> int:
         for b in store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
     ]
     return refresh(store, run_ids, bench_ids)
+
+
+def calibrate(store: Store, runs_where: str = "TRUE", benches_where: str = "TRUE") -> list[calibration.Fit]:
+    """Fit the model's constants to the runs and benches matching the predicates (over `run_id` and
+    `bench_id`), store them, and refresh every prediction, comparison and flag with them."""
+    runs = [predictions.infer(run) for run in run_inputs.load(store, where=runs_where)]
+    fits = calibration.calibrate(store, runs, benches_where)
+    refresh(store)
+    return fits
