@@ -3,6 +3,7 @@
     python benchmarks/fidelity.py                  # the scorecard against the issue's targets
     python benchmarks/fidelity.py --json           # the same, machine-readable
     python benchmarks/fidelity.py --corpus DIR     # where the BigScience chronicles live
+    python benchmarks/fidelity.py --calibrated     # also: calibrate on half the chronicles, score the rest
 
 Rows come from two places. The BigScience tr11 (BLOOM-176B) prequel lab notes are read by tracelog's
 own table parser (ingested into a scratch DuckDB, then `runs` ⋈ `run_summary`), with what the parser
@@ -40,7 +41,9 @@ import duckdb
 import pandas as pd
 
 from tracelog import api
-from tracelog.analysis.predictions import what_if
+from tracelog.analysis import calibration
+from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.predictions import infer, what_if
 from tracelog.model.flops import ModelConfig, flops_narayanan
 
 HERE = Path(__file__).resolve().parent
@@ -356,6 +359,57 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------- calibrated
+def _run_inputs(index: int, rec: Mapping[str, Any]) -> run_inputs.RunInputs:
+    """A row as `tracelog calibrate` sees a stored run: the model's inputs and the measured sec/it."""
+    config = {k: rec[k] for k in MODEL_KEYS if k in rec and not _missing(rec[k])}
+    row = {"run_id": index, "framework": "megatron", **config, "sec_per_it": rec.get("sec_per_it")}
+    return infer(run_inputs.build(row, {}))
+
+
+def _median_error(runs: list[run_inputs.RunInputs], constants: calibration.Constants) -> float:
+    errors = []
+    for run in calibration.timed_runs(runs):
+        assert run.gpu is not None and run.sec_per_it
+        scale = constants.compute_scale(run.gpu.id, run.precision)
+        errors.append(abs(calibration.predicted_sec_per_it(run, scale, constants) / run.sec_per_it - 1))
+    return float(pd.Series(errors).median()) if errors else math.nan
+
+
+def calibrated_split(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Two-fold cross-validation of `tracelog calibrate` on the chronicles: the rows with a sec/it in line
+    order, alternately into two halves; the compute scales are fitted on one half (`fit_compute`) and the
+    other half's median |predicted/measured − 1| is taken with and without them, then the other way."""
+    timed = rows[(rows["kind"] == "chronicles") & rows["sec_per_it"].notna()].reset_index(drop=True)
+    runs = [_run_inputs(i, rec) for i, rec in enumerate(timed.to_dict("records"))]
+    halves = {"even": runs[0::2], "odd": runs[1::2]}
+    out = []
+    for fit_on, test_on in (("even", "odd"), ("odd", "even")):
+        fits = calibration.fit_compute(halves[fit_on])
+        constants = calibration.Constants({f.scope: f.value for f in fits})
+        out.append(
+            {
+                "fit_on": f"{fit_on} rows ({len(halves[fit_on])})",
+                "scored_on": f"{test_on} rows ({len(halves[test_on])})",
+                "scales": {f.scope: round(f.value, 4) for f in fits},
+                "uncalibrated": _median_error(halves[test_on], calibration.TEXTBOOK),
+                "calibrated": _median_error(halves[test_on], constants),
+            }
+        )
+    return out
+
+
+def render_calibrated(folds: list[Mapping[str, Any]]) -> str:
+    lines = ["", "calibrated on half the chronicles, scored on the other half (median |error|):"]
+    for f in folds:
+        scales = ", ".join(f"{scope} x{value:.3f}" for scope, value in f["scales"].items())
+        lines.append(
+            f"  fit on {f['fit_on']}, scored on {f['scored_on']}: uncalibrated {_pct(f['uncalibrated'])}, "
+            f"calibrated {_pct(f['calibrated'])}  ({scales})"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -363,16 +417,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data", type=Path, default=DATA, help="the published runs (TOML)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--calibrated", action="store_true", help="also cross-validate `tracelog calibrate` on the chronicles"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rows, notes = load_rows(args.corpus, args.data)
     result = score(rows)
     result["notes"] = notes
+    if args.calibrated:
+        result["calibrated"] = calibrated_split(rows)
     result["seconds"] = round(time.perf_counter() - started, 2)
     if args.json:
         print(json.dumps(result, indent=2, default=float))
     else:
         print(render(result, notes))
+        if args.calibrated:
+            print(render_calibrated(result["calibrated"]))
         print(f"\n({result['seconds']} s)")
     return 0
 
