@@ -32,6 +32,13 @@ class Context:
             self._store = api.connect(self.db, read_only=read_only and os.path.exists(self.db))
         return self._store
 
+    def close(self) -> None:
+        """Close the database when the command ends (a notebook or test running many commands in one
+        process would otherwise keep every one open)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
 
 pass_ctx = click.make_pass_decorator(Context)
 format_option = click.option(
@@ -70,6 +77,7 @@ def user_errors() -> Iterator[None]:
 def cli(ctx: click.Context, db: str) -> None:
     """Training logs and fabric benchmarks in DuckDB, held against what the hardware allows."""
     ctx.obj = Context(db)
+    ctx.call_on_close(ctx.obj.close)
 
 
 @cli.command()
@@ -87,7 +95,7 @@ def cli(ctx: click.Context, db: str) -> None:
 @click.option("--name", help="Name for the run(s) of these files.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Tag the runs (repeatable).")
 @click.option("--gpu", help="GPU model: a catalog id such as a100-sxm4-80gb, or the name tools print.")
-@click.option("--fabric", help="Inter-node link of the run, a catalog id such as ib-hdr-x8.")
+@click.option("--fabric", help="Inter-node link of the runs and benches, a catalog id such as ib-hdr-x8.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes of the run.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node of the run.")
 @click.option("--force", is_flag=True, help="Ingest again files already ingested.")
@@ -164,7 +172,13 @@ def _progress(path: str, console: Console) -> Iterator[Any]:
 @format_option
 @pass_ctx
 def runs(obj: Context, tags: tuple[str, ...], fmt: str) -> None:
-    """List runs: configuration and steady-state medians (warm-up excluded)."""
+    """List runs: configuration and steady-state medians (warm-up excluded).
+
+    \b
+    Example:
+        tracelog runs
+        tracelog runs --tag exp=topology --format csv
+    """
     with user_errors():
         render(api.runs(obj.store(), tags=parse_tags(tags)), fmt)
 
@@ -179,6 +193,11 @@ def show(obj: Context, ref: str, fmt: str) -> None:
     Runs and benches are numbered apart, so a bench is always written with its prefix: `tracelog show
     bench:3` shows bench 3 of `tracelog benches` (its summary, params, devices, rows, events and flags),
     while `tracelog show 3` is run 3.
+
+    \b
+    Example:
+        tracelog show 176b-tp4          # a run by id, name or unique name prefix
+        tracelog show bench:3 --format markdown
     """
     with user_errors():
         store = obj.store()
@@ -196,7 +215,13 @@ def show(obj: Context, ref: str, fmt: str) -> None:
 @format_option
 @pass_ctx
 def sql(obj: Context, query: str, fmt: str) -> None:
-    """Run any SQL over the database and print the result."""
+    """Run any SQL over the database and print the result.
+
+    \b
+    Example:
+        tracelog sql "SELECT name, sec_per_it, tflops_reported FROM run_summary ORDER BY sec_per_it"
+        tracelog sql "FROM flags WHERE severity = 'critical'" --format json
+    """
     with user_errors():
         render(api.sql(obj.store(), query), fmt)
 
@@ -205,7 +230,12 @@ def sql(obj: Context, query: str, fmt: str) -> None:
 @format_option
 @pass_ctx
 def sources(obj: Context, fmt: str) -> None:
-    """List ingested files with their line counts."""
+    """List ingested files with their line counts.
+
+    \b
+    Example:
+        tracelog sources --format csv
+    """
     with user_errors():
         render(api.sources(obj.store()), fmt)
 
@@ -217,7 +247,13 @@ def sources(obj: Context, fmt: str) -> None:
 @format_option
 @pass_ctx
 def benches(obj: Context, tool: str | None, fmt: str) -> None:
-    """List benches: tool, op, ranks, GPU, peak busbw and the size reaching it, status (see show bench:ID)."""
+    """List benches: tool, op, ranks, GPU, peak busbw and the size reaching it, status (see show bench:ID).
+
+    \b
+    Example:
+        tracelog benches --tool nccl-tests
+        tracelog show bench:3
+    """
     with user_errors():
         render(api.benches(obj.store(), tool=tool), fmt)
 
@@ -228,7 +264,13 @@ def benches(obj: Context, tool: str | None, fmt: str) -> None:
 @format_option
 @pass_ctx
 def compare(obj: Context, runs: tuple[str, ...], all_params: bool, fmt: str) -> None:
-    """Runs side by side: differing configuration, steady-state metrics against the first run."""
+    """Runs side by side: differing configuration, steady-state metrics against the first run.
+
+    \b
+    Example:
+        tracelog compare 176b-tp4 176b-tp8
+        tracelog compare 3 7 --all --format markdown
+    """
     with user_errors():
         parts = api.compare_runs(obj.store(), list(runs), all_params=all_params)
     for title, frame in parts.items():
@@ -240,7 +282,13 @@ def compare(obj: Context, runs: tuple[str, ...], all_params: bool, fmt: str) -> 
 @click.argument("tags", nargs=-1, required=True, metavar="KEY=VALUE...")
 @pass_ctx
 def tag(obj: Context, run: str, tags: tuple[str, ...]) -> None:
-    """Tag a run."""
+    """Tag a run.
+
+    \b
+    Example:
+        tracelog tag 7 exp=topology owner=ana
+        tracelog runs --tag exp=topology
+    """
     with user_errors():
         run_id = api.tag_run(obj.store(), run, parse_tags(tags))
     click.echo(f"run {run_id}: tagged {', '.join(tags)}")
@@ -251,7 +299,12 @@ def tag(obj: Context, run: str, tags: tuple[str, ...]) -> None:
 @click.argument("keys", nargs=-1, required=True)
 @pass_ctx
 def untag(obj: Context, run: str, keys: tuple[str, ...]) -> None:
-    """Remove tags from a run by key."""
+    """Remove tags from a run by key.
+
+    \b
+    Example:
+        tracelog untag 7 owner
+    """
     with user_errors():
         removed = api.untag_run(obj.store(), run, list(keys))
     click.echo(f"removed {removed} tag{'s' * (removed != 1)}")
@@ -262,7 +315,12 @@ def untag(obj: Context, run: str, keys: tuple[str, ...]) -> None:
 @click.argument("text")
 @pass_ctx
 def note(obj: Context, run: str, text: str) -> None:
-    """Append a note to a run."""
+    """Append a note to a run.
+
+    \b
+    Example:
+        tracelog note 7 "NCCL timeout after 40 steps; rerun with NCCL_IB_TIMEOUT=22"
+    """
     with user_errors():
         run_id = api.note_run(obj.store(), run, text)
     click.echo(f"run {run_id}: noted")
@@ -273,7 +331,12 @@ def note(obj: Context, run: str, text: str) -> None:
 @click.argument("name")
 @pass_ctx
 def rename(obj: Context, run: str, name: str) -> None:
-    """Rename a run."""
+    """Rename a run.
+
+    \b
+    Example:
+        tracelog rename 7 176b-tp8-pp12
+    """
     with user_errors():
         run_id = api.rename_run(obj.store(), run, name)
     click.echo(f"run {run_id}: renamed to {name}")
@@ -284,7 +347,13 @@ def rename(obj: Context, run: str, name: str) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_ctx
 def rm(obj: Context, run: str, yes: bool) -> None:
-    """Remove a run and all its rows."""
+    """Remove a run and all its rows.
+
+    \b
+    Example:
+        tracelog rm 7
+        tracelog rm 176b-tp8 --yes
+    """
     with user_errors():
         store = obj.store()
         run_id, name = api.run_label(store, run)
@@ -319,7 +388,13 @@ def flags(
     thresholds: tuple[str, ...],
     fmt: str,
 ) -> None:
-    """List flags, most severe first, each with a message and a hint."""
+    """List flags, most severe first, each with a message and a hint.
+
+    \b
+    Example:
+        tracelog flags --severity critical
+        tracelog flags --run 176b-tp4 --threshold loss_spike=2.0
+    """
     with user_errors():
         store = obj.store()
         if refresh or thresholds:
@@ -386,7 +461,15 @@ def predict(
 ) -> None:
     """What the model predicts for RUN, or for the configuration given: sec/it with its parts (compute,
     TP communication, bubble, DP communication), TFLOP/s and MFU, memory per GPU by part, FLOPs by
-    formula, and what it had to assume. Options override the run's own values."""
+    formula, and what it had to assume. Options override the run's own values.
+
+    \b
+    Example:
+        tracelog predict 176b-tp4
+        tracelog predict 176b-tp4 --gpu h100-sxm5-80gb
+        tracelog predict --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 --seq 2048 \\
+            --vocab 250880 --gbs 2048 --mbs 2 --tp 4 --pp 12 --dp 8 --recompute full --zero 1 --format json
+    """
     values = {k: v for k, v in config.items() if v is not None}
     with user_errors():
         if run is not None:
@@ -412,13 +495,20 @@ def predict(
 @format_option
 def hardware(entry: str | None, links: bool, fmt: str) -> None:
     """The hardware catalog: GPUs (dense peaks, memory, SMs, links) or --links (unidirectional and
-    bidirectional bandwidth apart); one entry in full with the source of every figure."""
+    bidirectional bandwidth apart); one entry in full with the source of every figure.
+
+    \b
+    Example:
+        tracelog hardware
+        tracelog hardware --links
+        tracelog hardware a100-sxm4-80gb
+    """
     with user_errors():
         render(api.hardware(entry, kind="links" if links else "gpus"), fmt)
 
 
 @cli.command(name="set")
-@click.argument("run")
+@click.argument("run", metavar="RUN|bench:ID")
 @click.option("--gpu", help="GPU model, a catalog id such as a100-sxm4-80gb.")
 @click.option("--fabric", help="Inter-node link, a catalog id such as ib-hdr-x8.")
 @click.option("--nodes", type=click.IntRange(min=1))
@@ -427,12 +517,22 @@ def hardware(entry: str | None, links: bool, fmt: str) -> None:
 def set_(
     obj: Context, run: str, gpu: str | None, fabric: str | None, nodes: int | None, gpus_per_node: int | None
 ) -> None:
-    """Say what a run ran on after ingest; its predictions and flags are recomputed."""
+    """Say what a run (or a bench, as bench:ID) ran on after ingest; its predictions and flags are
+    recomputed.
+
+    Example:
+
+        tracelog set bench:3 --fabric ib-hdr-x8 --nodes 2 --gpus-per-node 8
+    """
     with user_errors():
-        run_id, count = api.set_hardware(
+        subject_id, count = api.set_hardware(
             obj.store(), run, gpu=gpu, fabric=fabric, nodes=nodes, gpus_per_node=gpus_per_node
         )
-    click.echo(f"run {run_id}: updated; {count} flag{'s' * (count != 1)} (see tracelog flags --run {run_id})")
+    flags = f"{count} flag{'s' * (count != 1)}"
+    if is_bench_ref(run):
+        click.echo(f"bench {subject_id}: updated; {flags} (see tracelog show bench:{subject_id})")
+    else:
+        click.echo(f"run {subject_id}: updated; {flags} (see tracelog flags --run {subject_id})")
 
 
 @cli.command()
@@ -459,7 +559,14 @@ def report(
     benches: tuple[str, ...],
     png_dir: str | None,
 ) -> None:
-    """Write one self-contained HTML report (opens with no network), for RUNS or everything."""
+    """Write one self-contained HTML report (opens with no network), for RUNS or everything.
+
+    \b
+    Example:
+        tracelog report
+        tracelog report 176b-tp4 176b-tp8 -o tp.html --png slides/
+        tracelog report --tag exp=topology --bench 3
+    """
     with user_errors():
         result = api.report(
             obj.db,
@@ -500,7 +607,14 @@ def report(
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism with TP.")
 @click.option("--fabric", help="Inter-node link, a catalog id (default: the GPU generation's DGX fabric).")
 @click.option(
-    "--efficiency", type=click.FloatRange(0, 1, min_open=True), help="Share of the dense peak (0.52)."
+    "--efficiency",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Flat share of the dense peak for all FLOPs (default: each operation at its own).",
+)
+@click.option(
+    "--vp",
+    type=click.IntRange(min=1),
+    help="Interleaved chunks per pipeline stage, used by the layouts that allow it.",
 )
 @click.option(
     "--constraint", "constraints", multiple=True, metavar="EXPR", help="e.g. 'dp % 4 == 0' (repeatable)."
@@ -509,6 +623,11 @@ def report(
     "--top", type=click.IntRange(min=1), default=20, show_default=True, help="Feasible layouts shown."
 )
 @click.option("--all", "include_rejected", is_flag=True, help="Also list rejected layouts with the reason.")
+@click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
+)
 @format_option
 @pass_ctx
 def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: bool, **request: Any) -> None:
@@ -521,22 +640,15 @@ def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: boo
     """
     with user_errors():
         db = obj.store(read_only=True) if os.path.exists(obj.db) else None
+        if uncalibrated:
+            request["compute_scale"] = 1.0
         frame = api.plan(db, api.PlanRequest(constraints=constraints, **request))
     render(frame, fmt)
     sys.stdout.flush()  # the notes go to stderr: after the table, also when both go to one pipe
     for note in frame.attrs.get("notes", []):
         click.echo(note, err=True)
-@click.option(
-    "--uncalibrated",
-    is_flag=True,
-    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
-)
 
 
-def main() -> None:
-    cli(prog_name="tracelog")
-        if uncalibrated:
-            request["compute_scale"] = 1.0
 @cli.command()
 @click.option("--run", "runs", multiple=True, help="Fit on this run only (repeatable).  [default: all]")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Fit on runs with this tag only.")
@@ -575,3 +687,5 @@ def calibrate(
     render(frame, fmt)
 
 
+def main() -> None:
+    cli(prog_name="tracelog")
