@@ -65,12 +65,28 @@ Tensor Core rate (A100: 19.5/312). That is why a head dimension of 150 (h 14400,
 (h 13824, 128 heads) slows the unfused attention GEMMs of the BigScience tr11 runs by an order of
 magnitude and the whole iteration by a third."""
 
-TRAINING_SHARE = 0.80
+TRAINING_SHARE = 0.90
 """What a GEMM inside a training step keeps of its best-shape benchmark rate (MATMUL_SHARE): clocks held
 lower by the power cap under sustained load on every GPU of a node, and NCCL kernels sharing SMs and
 memory bandwidth with the GEMMs. A general parameter, fitted once: with it the BigScience tr11 layouts
 on A100 (Megatron-DeepSpeed, 2022) come out with a median time error of a few percent. Per-GPU
 calibration (`compute_scale`) refines it."""
+
+FRAMEWORK_SHARE: dict[str, float] = {"megatron": 1.0, "megatron-deepspeed": 0.80, "deepspeed": 0.80}
+"""What the framework's own kernels keep of the rates above, relative to Megatron-LM (whose published
+A100 runs, Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022 Table 5, the other parameters
+reproduce within a few percent). Megatron-DeepSpeed as BigScience ran it in 2022 lacks Megatron-LM's
+gradient-accumulation fusion and runs its pipeline through DeepSpeed's engine; its tr11 layouts on A100
+run about a fifth slower than the same operations predict. A general parameter per framework, fitted
+once on the tr11 notes; `compute_scale` refines it per GPU and precision."""
+
+ROWS_HALF = 256
+"""Rows M at which the small-GEMM penalty halves a GEMM's rate: a GEMM of M rows keeps M/(M + ROWS_HALF)
+of its large-shape rate. Fewer rows mean fewer output tiles to spread over the SMs, less reuse of each
+weight tile loaded (arithmetic intensity grows with M, NVIDIA "Matrix Multiplication Background" §2.1),
+and cuBLAS kernels tuned for the large shapes; in training M = b·s/cp, so a micro-batch of 1 at s = 2048
+runs its GEMMs 20% below a micro-batch of 8. A general parameter, fitted on the micro-batch sweeps of the
+BigScience tr11 notes (MBS 1, 2, 4, 8 at fixed layout)."""
 
 KERNEL_OVERHEAD_S = 15e-6
 """Fixed cost of one kernel on the critical path: the launch (≈5 µs, CUDA C Best Practices Guide §11,
@@ -145,10 +161,11 @@ def gemm_efficiency(
     precision: str = "bf16",
 ) -> float:
     """Sustained share of the dense peak of one GEMM: the architecture's matmul ceiling in training
-    (MATMUL_SHARE × TRAINING_SHARE) × tile and wave quantization × alignment of K and N ×
-    `compute_scale` (calibration), at most 1."""
+    (MATMUL_SHARE × TRAINING_SHARE) × tile and wave quantization × alignment of K and N × the rows
+    factor M/(M + ROWS_HALF) × `compute_scale` (calibration), at most 1."""
     aligned = alignment_factor(k, n, no_tensor_core=no_tensor_core_factor(gpu, precision))
-    share = matmul_share(gpu) * quantization_efficiency(m, n, gpu, batch) * aligned
+    rows = m / (m + ROWS_HALF)
+    share = matmul_share(gpu) * quantization_efficiency(m, n, gpu, batch) * aligned * rows
     return min(1.0, share * compute_scale)
 
 
@@ -192,14 +209,16 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     heads_per_rank = max(1, cfg.heads // t)
     ffn = _mlp_width(cfg)
     up = 2 * ffn if cfg.swiglu else ffn
-    scale = compute_scale
+    scale = compute_scale * FRAMEWORK_SHARE.get(train.framework, 1.0)
 
     ops = [_gemm("qkv", m, (q + 2 * kv) // t, h, gpu, peak_flops, act, scale, precision=precision)]
     batch = train.mbs * heads_per_rank
     if train.flash_attention:
         flops = 4.0 * batch * s * s_kv * d / 2  # QKᵀ and AV, causal: half the tiles
         no_tc = no_tensor_core_factor(gpu, precision)
-        share = FLASH_SHARE.get(gpu.architecture, DEFAULT_FLASH_SHARE) * alignment_factor(d, no_tensor_core=no_tc)
+        share = FLASH_SHARE.get(gpu.architecture, DEFAULT_FLASH_SHARE) * alignment_factor(
+            d, no_tensor_core=no_tc
+        )
         eff = min(1.0, share * scale)
         moved = 4 * batch * s * d * act  # Q, K, V read, O written; the scores stay on chip
         ops.append(
@@ -231,7 +250,10 @@ def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     act = DTYPE_BYTES.get(precision, 2)
     padded = -(-cfg.vocab // (128 * train.tp)) * 128 * train.tp
     m = train.mbs * cfg.seq_len // train.cp
-    return _gemm("logits", m, padded // train.tp, cfg.hidden, gpu, peak_flops, act, compute_scale, precision=precision)
+    scale = compute_scale * FRAMEWORK_SHARE.get(train.framework, 1.0)
+    return _gemm(
+        "logits", m, padded // train.tp, cfg.hidden, gpu, peak_flops, act, scale, precision=precision
+    )
 
 
 def _mlp_width(cfg: ModelConfig) -> int:

@@ -201,7 +201,9 @@ def stage_compute(
 ) -> StageCompute:
     """Per-operation compute of the last pipeline stage: l/p layers (the layers split evenly over stages,
     Narayanan et al. 2021 §2.2) plus the output layer, whose logits GEMM is why the last stage is the
-    slowest; backward = 2 × forward (two GEMMs per forward GEMM); full recomputation repeats the layers'
+    slowest in Megatron-LM; DeepSpeed's PipelineModule partitions by parameters or by layer type
+    (`partition_method`, BigScience tr11: `type:transformer|embedding`), which gives the output layer a
+    share of the balance, so there the logits count 1/p per stage; backward = 2 × forward (two GEMMs per forward GEMM); full recomputation repeats the layers'
     forward, selective the attention core; the optimizer step over the parameters this GPU updates."""
     if compute_scale <= 0:
         raise TracelogError(f"compute scale must be positive, got {compute_scale}")
@@ -210,6 +212,8 @@ def stage_compute(
     layer_fwd = sum(op.time_s for op in ops)
     layers = cfg.layers / train.pp
     logits = logits_forward_op(cfg, train, g, compute_scale).time_s + KERNEL_OVERHEAD_S
+    if train.pp > 1 and train.framework in ("megatron-deepspeed", "deepspeed"):
+        logits /= train.pp  # DeepSpeed's PipelineModule balances the output layer into the partition
     forward = layers * layer_fwd + logits
     backward = 2 * forward
     if train.recompute == "full":
@@ -237,17 +241,22 @@ def p2p_seconds(
     forward and their gradients backward, s·b·h values each (Narayanan et al. 2021 §2.2). Megatron splits
     each send over the TP ranks (scatter/gather optimisation, §4.1: s·b·h/t per GPU); DeepSpeed's
     pipeline engine sends the whole tensor from every rank. Neighbouring stages are TP·DP ranks apart
-    (Megatron's rank order), so they share a node only when TP·DP < GPUs per node."""
+    (Megatron's rank order), so they share a node only when TP·DP < GPUs per node. The interleaved
+    schedule crosses v times as many stage boundaries per micro-batch (Narayanan et al. 2021 §2.2.2)."""
     if train.pp == 1:
         return 0.0
     g = _resolve_gpu(gpu)
     act_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
-    size = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * act_bytes
-    if train.framework == "megatron":
-        size /= train.tp
+    size = (
+        (cfg.seq_len // train.cp)
+        * train.mbs
+        * cfg.hidden
+        * act_bytes
+        / (train.tp if train.framework == "megatron" else 1)
+    )
     bottleneck = link_for(2, gpus_per_node, g, _resolve_link(fabric), stride=train.tp * train.dp * train.cp)
     one = predict_collective("sendrecv", size, 2, bottleneck.unidirectional_gbps, alpha_us, link_efficiency)
-    return 2 * train.microbatches * one.time_us * 1e-6
+    return 2 * train.chunks * train.microbatches * one.time_us * 1e-6
 
 
 def predict_iteration(
