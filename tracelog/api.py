@@ -322,10 +322,9 @@ def set_hardware(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
 ) -> tuple[int, int]:
-    """Say what a run ran on after the fact (catalog ids for `gpu` and `fabric`), then recompute its
-    predictions and flags. Returns the run id and its number of flags."""
+    """Say what a run, or a bench written `bench:ID`, ran on after the fact (catalog ids for `gpu` and
+    `fabric`), then recompute its predictions and flags. Returns its id and its number of flags."""
     store = connect(db)
-    run_id = run_lookup.resolve_run(store, ref)
     values: dict[str, object] = {"nodes": nodes, "gpus_per_node": gpus_per_node}
     if gpu is not None:
         values["gpu_model"] = catalog.resolve_gpu_id(gpu)
@@ -334,6 +333,13 @@ def set_hardware(
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         raise TracelogError("nothing to set: give --gpu, --fabric, --nodes or --gpus-per-node")
+    if bench_lookup.is_bench_ref(ref):
+        bench_id = bench_lookup.resolve_bench(store, ref)
+        with store.transaction():
+            bench_lookup.set_columns(store, bench_id, values)
+        refresher.refresh(store, [], [bench_id])
+        return bench_id, bench_lookup.flag_count(store, bench_id)
+    run_id = run_lookup.resolve_run(store, ref)
     run_lookup.set_columns(store, run_id, values)
     refresher.refresh(store, [run_id], [])
     return run_id, len(flag_list.flags(store, run_ids=[run_id]))

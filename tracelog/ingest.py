@@ -37,7 +37,8 @@ Progress = Callable[[int], None]
 
 @dataclass
 class RunOptions:
-    """What the user says about the runs of the files being ingested (overrides what the log says)."""
+    """What the user says about the runs and benches of the files being ingested (overrides what the log
+    says); the GPU, fabric, nodes and GPUs per node apply to both."""
 
     name: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
@@ -189,7 +190,12 @@ class SourceWriter:
                 self.store.con.execute(
                     "INSERT OR REPLACE INTO run_tags VALUES (?, ?, ?)", [run_id, key, value]
                 )
-        bench_values = {"gpu_model": opts.gpu_model, "nodes": opts.nodes, "gpus_per_node": opts.gpus_per_node}
+        bench_values = {
+            "gpu_model": opts.gpu_model,
+            "fabric": opts.fabric,
+            "nodes": opts.nodes,
+            "gpus_per_node": opts.gpus_per_node,
+        }
         bench_sets = {k: v for k, v in bench_values.items() if v is not None}
         for bench_id in self.bench_ids.values():
             if bench_sets:

@@ -15,9 +15,11 @@ Run metrics (subject_kind 'run'):
                        model.memory.memory_per_gpu (the busiest stage; total includes the CUDA context)
   gpu_reserved_mib     what the caching allocator holds (Megatron's `max reserved`): total less the context
   gpu_capacity_mib     the catalog's device memory
-Bench metrics: busbw_gbps per message size (subject_kind 'collective', detail {"size_bytes": N}) from
-the alpha-beta model over the link's unidirectional figure; alpha_us and plateau_busbw_gbps fitted to
-the measured rows; p2p bandwidth against the link (subject_kind 'p2p').
+Bench metrics (subject_kind 'collective'): busbw_gbps per message size (detail: size_bytes, the
+algorithm and protocol NCCL's cost model picks, the bounding link) and plateau_busbw_gbps (formula
+'nccl-model'), on one node or across nodes (model.collectives.predict_nccl); alpha_us and
+plateau_busbw_gbps fitted to the measured rows (formula 'fit'); p2p bandwidth against the link
+(subject_kind 'p2p').
 """
 
 from __future__ import annotations
@@ -30,16 +32,20 @@ import pandas as pd
 
 from tracelog import hardware
 from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.calibration import TEXTBOOK, Constants
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.scope import Scope
 from tracelog.errors import TracelogError
 from tracelog.hardware import bench_link
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
-    DEFAULT_LINK_EFFICIENCY,
+    Placement,
+    bench_placement,
     fit_alpha_beta,
+    link_class,
     normalize_op,
-    predict_collective,
+    plateau_busbw,
+    predict_nccl,
 )
 from tracelog.model.flops import (
     flops_6nd,
@@ -295,60 +301,36 @@ def predict_runs(store: Store, scope: Scope, runs: list[RunInputs] | None = None
     return {"predictions": predictions, "comparisons": comparisons}
 
 
-def predict_benches(store: Store, scope: Scope) -> dict[str, list[Row]]:
-    """Predicted busbw per message size for each nccl-tests bench on one node (the alpha-beta model at
-    the default link efficiency), the alpha and plateau fitted to its rows, and its peak against them."""
+def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK) -> dict[str, list[Row]]:
+    """Predicted busbw per message size for each nccl-tests bench, on one node or many (NCCL's cost
+    model in `model.collectives.predict_nccl`: ring or tree, LL or Simple, α per link class, the node's
+    NICs across nodes), its plateau against the measured peak, and the α and plateau fitted to its rows.
+    A multi-node bench without a named fabric uses the GPU's reference fabric, stored as an assumption.
+    `constants`: α and efficiency fitted per link (`tracelog calibrate`) replace the textbook ones of
+    that link's class."""
     predictions: list[Row] = []
     comparisons: list[Row] = []
     benches = store.con.execute(
         f"""
-        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node FROM benches
+        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric FROM benches
         WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
         """
     ).fetchall()
-    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn in benches:
+    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric in benches:
         try:
             op = normalize_op(collective or "")
         except TracelogError:
             continue
-        rows = store.con.execute(
-            "SELECT size_bytes, median(time_us), max(busbw_gbps) FROM collectives WHERE bench_id = ? "
-            "AND placement = 'out-of-place' AND time_us > 0 GROUP BY size_bytes ORDER BY size_bytes",
-            [bench_id],
-        ).fetchall()
+        rows = _measured_rows(store, int(bench_id))
         if not rows or not ranks:
             continue
         subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
-        link = bench_link(gpu_model, gpu_name, nodes, ranks, gpn)
-        if link is not None and ranks > 1:
-            for size, _time, _busbw in rows:
-                p = predict_collective(op, size, ranks, link.unidirectional_gbps)
-                predictions.append(
-                    {
-                        **subject,
-                        **_row(
-                            "busbw_gbps",
-                            p.busbw_gbps,
-                            "GB/s",
-                            "alpha-beta",
-                            {"size_bytes": int(size), "link": link.id},
-                        ),
-                    }
-                )
-            plateau = DEFAULT_LINK_EFFICIENCY * link.unidirectional_gbps
-            peak = max(r[2] for r in rows if r[2] is not None) if any(r[2] for r in rows) else None
-            if peak:
-                comparisons.append(
-                    {
-                        **subject,
-                        "metric": "peak_busbw_gbps",
-                        "measured": peak,
-                        "predicted": plateau,
-                        "ratio": peak / plateau,
-                        "unit": "GB/s",
-                        "formula": f"{DEFAULT_LINK_EFFICIENCY:g} x {link.id} unidirectional",
-                    }
-                )
+        if ranks > 1:
+            predicted, compared = _bench_curve(
+                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, constants
+            )
+            predictions += [{**subject, **row} for row in predicted]
+            comparisons += [{**subject, **row} for row in compared]
         if len(rows) >= 4 and ranks > 1:
             try:
                 alpha, plateau_fit = fit_alpha_beta(op, [r[0] for r in rows], [r[1] for r in rows], ranks)
@@ -360,6 +342,95 @@ def predict_benches(store: Store, scope: Scope) -> dict[str, list[Row]]:
             predictions.append({**subject, **_row("plateau_busbw_gbps", plateau_fit, "GB/s", "fit", None)})
     predictions += _p2p_predictions(store, scope)
     return {"predictions": predictions, "comparisons": comparisons}
+
+
+def _measured_rows(store: Store, bench_id: int) -> list[tuple[Any, ...]]:
+    """(size, median time, peak busbw) per message size of one bench: its out-of-place rows, or its
+    in-place ones when it has no others (torch.distributed's all_reduce, as all_reduce_bench times it)."""
+    for placement in ("out-of-place", "in-place"):
+        rows = store.con.execute(
+            "SELECT size_bytes, median(time_us), max(busbw_gbps) FROM collectives WHERE bench_id = ? "
+            "AND placement = ? AND time_us > 0 GROUP BY size_bytes ORDER BY size_bytes",
+            [bench_id, placement],
+        ).fetchall()
+        if rows:
+            return rows
+    return []
+
+
+def _bench_curve(
+    op: str,
+    rows: list[tuple[Any, ...]],
+    ranks: int,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    gpu_model: str | None,
+    gpu_name: str | None,
+    fabric_id: str | None,
+    constants: Constants,
+) -> tuple[list[Row], list[Row]]:
+    """One bench's predicted rows (busbw per size, its plateau, the inputs assumed or missing) and its
+    measured peak against the plateau."""
+    gpu = hardware.gpu_for(gpu_model, gpu_name)
+    try:
+        fabric = hardware.link(fabric_id) if fabric_id else None
+        place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric)
+        alpha, efficiency = _calibrated_classes(place, constants)
+        plateau, best = plateau_busbw(op, place, efficiency)
+        curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
+    except TracelogError as exc:
+        return [_row("inputs", None, "", None, {"missing": [f"no busbw prediction: {exc}"]})], []
+    formula = "nccl-model" + (" (calibrated)" if alpha else "")
+    predicted = [
+        _row(
+            "busbw_gbps",
+            p.busbw_gbps,
+            "GB/s",
+            formula,
+            {
+                "size_bytes": int(p.size_bytes),
+                "algorithm": p.algorithm,
+                "protocol": p.protocol,
+                "link": p.bottleneck,
+            },
+        )
+        for p in curve
+    ]
+    where = {
+        "algorithm": best.name,
+        "link": best.bottleneck,
+        "nodes": place.nodes,
+        "ranks_per_node": place.ranks_per_node,
+        "fabric": place.fabric.id if place.fabric else None,
+    }
+    predicted.append(_row("model_plateau_busbw_gbps", plateau, "GB/s", formula, where))
+    if assumed:
+        predicted.append(_row("inputs", None, "", None, {"missing": [], "assumptions": assumed}))
+    measured = [r[2] for r in rows if r[2] is not None]
+    compared = []
+    if measured and max(measured) > 0:
+        peak = max(measured)
+        compared.append(
+            {
+                "metric": "peak_busbw_gbps",
+                "measured": peak,
+                "predicted": plateau,
+                "ratio": peak / plateau,
+                "unit": "GB/s",
+                "formula": f"{best.name} over {best.bottleneck}",
+            }
+        )
+    return predicted, compared
+
+
+def _calibrated_classes(place: Placement, constants: Constants) -> tuple[dict[str, float], dict[str, float]]:
+    """α and efficiency per link class from the constants fitted to the bench's own links, if any."""
+    alpha: dict[str, float] = {}
+    efficiency: dict[str, float] = {}
+    for lk in (place.intra, place.fabric):
+        if lk is not None and constants.is_calibrated_link(lk.id):
+            alpha[link_class(lk)], efficiency[link_class(lk)] = constants.collective(lk.id)
+    return alpha, efficiency
 
 
 def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:

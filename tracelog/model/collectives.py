@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tracelog.errors import TracelogError
-from tracelog.hardware import Gpu, Link, gpu_intra_node_link
+from tracelog.hardware import Gpu, Link, gpu_intra_node_link, link
 
 
 def _ring(n: int) -> float:
@@ -174,6 +174,35 @@ def fit_alpha_beta(
     return float(alpha_us), float(1e6 / us_per_byte / 1e9)
 
 
+# ------------------------------------------------------------------------------------------------------
+# Where the ranks sit: the GPU's link inside a node, the node's NICs across nodes.
+
+
+def link_class(lk: Link) -> str:
+    """The class NCCL's tuning tables key latencies by (src/graph/tuning.cc `hwLatencies`: NVLINK, PCI,
+    NET): `pcie`; `net` for a network between nodes (a catalog entry per port or per node: InfiniBand,
+    RoCE, EFA, Ethernet, Omni-Path, ...); `nvlink` for a direct GPU-to-GPU fabric inside a node (NVLink,
+    xGMI, Gaudi's in-server RoCE)."""
+    if lk.kind == "pcie":
+        return "pcie"
+    if lk.scope in ("port", "node"):
+        return "net"
+    return "nvlink"
+
+
+def node_nics(fabric: Link) -> tuple[int, float]:
+    """(NICs per node, one NIC's unidirectional GB/s) of a fabric entry: a `node` entry carries the NIC
+    count in `links` and the node's aggregate; a `port` entry is one NIC, the node's only one."""
+    if fabric.scope == "node":
+        nics = fabric.links or 1
+        return nics, fabric.unidirectional_gbps / nics
+    if fabric.scope == "port":
+        return 1, fabric.unidirectional_gbps
+    raise TracelogError(
+        f"{fabric.id} joins GPUs inside a node (scope {fabric.scope}); name a network fabric across nodes"
+    )
+
+
 def link_for(
     n_ranks: int,
     gpus_per_node: int,
@@ -182,10 +211,15 @@ def link_for(
     *,
     stride: int = 1,
 ) -> Link:
-    """The bottleneck link of a group of `n_ranks` ranks `stride` apart: the GPU's intra-node link while
-    the group fits in one node; across nodes, the per-GPU share of the node's fabric (fabric bandwidth ÷
-    GPUs per node; name a ×N aggregate such as ib-ndr-x8 for a node with one NIC per GPU), or the
-    intra-node link if that is slower."""
+    """The bottleneck link of a group of `n_ranks` ranks `stride` apart, while every GPU of the node runs
+    such a group (as in training, where all TP shards reduce their gradients at once): the GPU's
+    intra-node link while the group fits in one node; across nodes, the node's NIC bandwidth shared by
+    the groups of a node. A group with m members in a node is one of gpus_per_node / m groups there and
+    gets m / gpus_per_node of the NICs: all of them when the group spans whole nodes (NCCL runs one ring
+    per NIC, each crossing nodes on its own NIC; NVIDIA/nccl#412: a node's NICs add up, "up to 160GB/s
+    which is the NVLink intra-node bandwidth"), one GPU's share when the group has one rank per node.
+    The link keeps the fabric's id (`ib-hdr-x8/4`: shared by 4 groups) and takes the intra-node link's
+    bandwidth where that is slower: a ring across nodes also runs over NVLink or PCIe inside them."""
     if n_ranks < 1 or gpus_per_node < 1 or stride < 1:
         raise TracelogError(
             f"need positive ranks, GPUs per node and stride; got {n_ranks}, {gpus_per_node}, {stride}"
@@ -197,15 +231,296 @@ def link_for(
         raise TracelogError(
             f"{n_ranks} ranks {stride} apart span nodes of {gpus_per_node} GPUs: name the fabric link"
         )
-    per_node_gpus = gpus_per_node
-    share = replace(
+    members = max(1, min(n_ranks, gpus_per_node // stride))
+    groups = max(1, gpus_per_node // members)
+    uni = fabric_link.unidirectional_gbps / groups
+    bi = fabric_link.bidirectional_gbps / groups
+    name = f"{fabric_link.name}, shared by {groups} group(s) of {members} GPU(s) per node"
+    if members > 1 and intra is not None and intra.unidirectional_gbps < uni:
+        uni, bi = intra.unidirectional_gbps, intra.bidirectional_gbps
+        name += f", bounded by {intra.id} inside the node"
+    return replace(
         fabric_link,
-        id=f"{fabric_link.id}/{per_node_gpus}",
-        name=f"{fabric_link.name}, per-GPU share of {per_node_gpus}",
-        unidirectional_gbps=fabric_link.unidirectional_gbps / per_node_gpus,
-        bidirectional_gbps=fabric_link.bidirectional_gbps / per_node_gpus,
-        scope="gpu",
+        id=f"{fabric_link.id}/{groups}",
+        name=name,
+        unidirectional_gbps=uni,
+        bidirectional_gbps=bi,
+        scope="gpu" if members == 1 else "node",
     )
-    if intra is not None and intra.unidirectional_gbps < share.unidirectional_gbps:
-        return intra
-    return share
+
+
+# ------------------------------------------------------------------------------------------------------
+# NCCL's own cost model for a collective: algorithm (ring, tree) × protocol (LL, Simple), latency + size
+# over bandwidth, the cheapest wins (src/graph/tuning.cc `ncclTopoTuneModel`; src/enqueue.cc picks the
+# algorithm and protocol of least predicted time). Figures from NVIDIA/nccl at commit 5067397 (2026-06).
+
+BASE_LATENCY_US: dict[tuple[str, str], float] = {
+    ("tree", "ll"): 6.8,
+    ("tree", "simple"): 8.4,
+    ("ring", "ll"): 6.6,
+    ("ring", "simple"): 8.4,
+}
+"""Fixed cost of one collective call, µs (tuning.cc `baseLatencies`, Tree and Ring rows, LL and Simple)."""
+
+STEP_LATENCY_US: dict[tuple[str, str, str], float] = {
+    ("nvlink", "tree", "ll"): 0.6,
+    ("nvlink", "tree", "simple"): 4.0,
+    ("nvlink", "ring", "ll"): 0.6,
+    ("nvlink", "ring", "simple"): 3.4,
+    ("pcie", "tree", "ll"): 1.0,
+    ("pcie", "tree", "simple"): 4.0,
+    ("pcie", "ring", "ll"): 1.0,
+    ("pcie", "ring", "simple"): 5.7,
+    ("net", "tree", "ll"): 5.0,
+    ("net", "tree", "simple"): 14.0,
+    ("net", "ring", "ll"): 2.7,
+    ("net", "ring", "simple"): 14.0,
+}
+"""α per step in µs by link class, algorithm and protocol (tuning.cc `hwLatencies`, NVLINK / PCI / NET
+tables): about a µs over NVLink, a few over PCIe, 14 over the network with the Simple protocol that
+carries large messages. Calibration passes its own as `alpha_us` (per class, Simple protocol)."""
+
+DEFAULT_ALPHA_US_BY_CLASS: dict[str, float] = {
+    cls: STEP_LATENCY_US[(cls, "ring", "simple")] for cls in ("nvlink", "pcie", "net")
+}
+
+DEFAULT_NET_EFFICIENCY = 0.96
+"""Share of a NIC's unidirectional bandwidth NCCL's busbw reaches: 24 GB/s on a 200 Gb/s HDR port (25
+GB/s), the figure NCCL's maintainers quote for nccl-tests at 8 GB (NVIDIA/nccl#412)."""
+
+DEFAULT_EFFICIENCY_BY_CLASS: dict[str, float] = {
+    "nvlink": DEFAULT_LINK_EFFICIENCY,
+    "pcie": DEFAULT_LINK_EFFICIENCY,
+    "net": DEFAULT_NET_EFFICIENCY,
+}
+"""Bandwidth efficiency per link class. NVLink: ~235 of 300 GB/s on A100 (0.78; NCCL's topology credits
+an NVLink 3 link 20.0 of its 25 GB/s, src/graph/topo.h SM80_NVLINK_BW, 0.80). PCIe: the same, an
+assumption. Network: `DEFAULT_NET_EFFICIENCY`."""
+
+LL_BANDWIDTH = {"ring": 0.5, "tree": 1 / 3.8}
+"""The LL protocol moves 8-byte lines of 4 data bytes plus a flag: NCCL credits ring LL half the bandwidth
+and tree LL 1/3.8 of it (tuning.cc "Various model refinements")."""
+
+TREE_EFFICIENCY = 0.92
+"""tuning.cc: tree all_reduce bandwidth × 0.92, and its algorithm bandwidth half the tree's bus figure
+(`ratio *= .5`): a double binary tree moves each byte up and down."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a collective's ranks sit: how many, on how many nodes, the GPU-to-GPU link inside a node
+    (None with one rank per node) and the network between nodes (None on one node)."""
+
+    ranks: int
+    nodes: int = 1
+    intra: Link | None = None
+    fabric: Link | None = None
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.nodes < 1 or self.nodes > self.ranks:
+            raise TracelogError(f"need 1 ≤ nodes ≤ ranks; got {self.nodes} nodes, {self.ranks} ranks")
+        if self.ranks_per_node > 1 and self.intra is None:
+            raise TracelogError(f"{self.ranks_per_node} ranks per node need the GPU's intra-node link")
+        if self.nodes > 1 and self.fabric is None:
+            raise TracelogError(f"{self.nodes} nodes need the fabric between them")
+
+    @property
+    def ranks_per_node(self) -> int:
+        return -(-self.ranks // self.nodes)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One way NCCL can run the collective: its latency and the algorithm bandwidth it tends to, and
+    which link bounds it."""
+
+    name: str  # ring or tree
+    protocol: str  # ll or simple
+    latency_us: float
+    algbw_gbps: float
+    bottleneck: str
+
+    def time_us(self, size_bytes: float) -> float:
+        return self.latency_us + size_bytes / (self.algbw_gbps * 1e3)
+
+
+def _merge(defaults: dict[str, float], given: dict[str, float] | None) -> dict[str, float]:
+    return {**defaults, **(given or {})}
+
+
+def ring_busbw_bound(
+    op: str, place: Placement, link_efficiency: dict[str, float] | None = None
+) -> tuple[float, str]:
+    """The busbw a ring (or nccl-tests' alltoall, sendrecv) tends to on large messages, and the link that
+    bounds it.
+
+    Inside a node every rank sends busbw × t bytes over its own link (that is what busbw means, nccl-tests
+    doc/PERFORMANCE.md), so busbw ≤ e·B_intra. Across nodes NCCL builds one ring per channel; each ring
+    leaves a node once per direction, through one NIC, so a node's NICs together carry the busbw of all
+    rings: busbw ≤ e_net·(NICs used)·B_nic, the node's aggregate, not one GPU's share of it. A rank uses
+    the NIC nearest to it, so a node with fewer ranks than NICs uses as many NICs as ranks (one rank per
+    node on 4 NICs reaches one NIC's bandwidth: NVIDIA/nccl-tests#232). sendrecv crosses nodes on one pair
+    of ranks, one NIC. alltoall sends (n−r)/n of each rank's data off the node, r ranks per node, so its
+    busbw (factor (n−1)/n) ≤ e_net·B_node·(n−1)/(r·(n−r)): N/(N−1) × the network bandwidth per GPU, as
+    NCCL's maintainers put it (NVIDIA/nccl-tests#130)."""
+    eff = _merge(DEFAULT_EFFICIENCY_BY_CLASS, link_efficiency)
+    name = normalize_op(op)
+    bounds: list[tuple[float, str]] = []
+    r, n = place.ranks_per_node, place.ranks
+    if r > 1 and place.intra is not None:
+        bounds.append((eff[link_class(place.intra)] * place.intra.unidirectional_gbps, place.intra.id))
+    if place.nodes > 1 and place.fabric is not None:
+        nics, per_nic = node_nics(place.fabric)
+        used = 1 if name == "sendrecv" else min(nics, r)
+        node = eff["net"] * used * per_nic
+        label = f"{place.fabric.id} ({used} of {nics} NIC{'s' * (nics != 1)} per node)"
+        if name == "alltoall":
+            node *= (n - 1) / (r * (n - r))
+        bounds.append((node, label))
+    if not bounds:
+        raise TracelogError("one rank on one node moves nothing")
+    return min(bounds)
+
+
+def algorithms(
+    op: str,
+    place: Placement,
+    alpha_us: dict[str, float] | None = None,
+    link_efficiency: dict[str, float] | None = None,
+) -> list[Algorithm]:
+    """Every (algorithm, protocol) NCCL weighs for `op` at this placement, costed as tuning.cc does.
+
+    Ring latency: base + (steps − inter)·α_intra + inter·α_net, inter = 2(N−1) network steps of an
+    all_reduce across N nodes, N−1 for the others (tuning.cc `nInterSteps`). Tree (all_reduce across
+    nodes only): base + 2·((r−1)·α_intra + log2(N)·α_net); bandwidth 0.92 × the intra-node link's on two
+    nodes (tuning.cc uses `bwIntra` for nNodes ≤ 2: the network then carries each byte once per
+    direction, so it can exceed the ring's network bound; NVIDIA/nccl-tests#196) and the ring's bound
+    beyond, halved into algorithm bandwidth. `alpha_us` overrides the Simple-protocol α per link class
+    (`nvlink`, `pcie`, `net`; LL keeps NCCL's ratio to it); `link_efficiency` the efficiency per class."""
+    name = normalize_op(op)
+    eff = _merge(DEFAULT_EFFICIENCY_BY_CLASS, link_efficiency)
+    alpha = _merge(DEFAULT_ALPHA_US_BY_CLASS, alpha_us)
+
+    def step(cls: str, algo: str, proto: str) -> float:
+        scale = alpha[cls] / DEFAULT_ALPHA_US_BY_CLASS[cls]
+        return STEP_LATENCY_US[(cls, algo, proto)] * scale
+
+    n, nodes, r = place.ranks, place.nodes, place.ranks_per_node
+    intra_cls = link_class(place.intra) if place.intra is not None else "nvlink"
+    busbw, bottleneck = ring_busbw_bound(name, place, link_efficiency)
+    factor = BUSBW_FACTOR[name](n)
+    steps = RING_STEPS[name](n)
+    inter = 0 if nodes == 1 else (2 * (nodes - 1) if name == "all_reduce" else nodes - 1)
+    if r == 1:
+        inter = steps
+    out = []
+    for proto in ("ll", "simple"):
+        latency = (
+            BASE_LATENCY_US[("ring", proto)]
+            + (steps - inter) * step(intra_cls, "ring", proto)
+            + inter * step("net", "ring", proto)
+        )
+        bw = busbw * (LL_BANDWIDTH["ring"] if proto == "ll" else 1.0)
+        out.append(Algorithm("ring", proto, latency, bw / factor, bottleneck))
+    if name == "all_reduce" and nodes > 1:
+        if nodes <= 2 and place.intra is not None and r > 1:
+            tree_bw = eff[intra_cls] * place.intra.unidirectional_gbps
+            nics, per_nic = node_nics(place.fabric)  # type: ignore[arg-type]
+            network = eff["net"] * min(nics, r) * per_nic  # each byte crosses once per direction
+            tree_label = place.intra.id
+        else:
+            tree_bw, tree_label = busbw, bottleneck
+            network = float("inf")
+        for proto in ("ll", "simple"):
+            latency = BASE_LATENCY_US[("tree", proto)] + 2 * (
+                (r - 1) * step(intra_cls, "tree", proto)
+                + max(1, (nodes - 1).bit_length()) * step("net", "tree", proto)
+            )
+            algbw = min(0.5 * TREE_EFFICIENCY * tree_bw, network)
+            if proto == "ll":
+                algbw *= LL_BANDWIDTH["tree"]
+            out.append(Algorithm("tree", proto, latency, algbw, tree_label))
+    return out
+
+
+@dataclass(frozen=True)
+class NcclPrediction(CollectivePrediction):
+    """A predicted nccl-tests row with the algorithm and protocol NCCL's model picks at that size."""
+
+    algorithm: str = "ring"
+    protocol: str = "simple"
+    bottleneck: str = ""
+
+
+def predict_nccl(
+    op: str,
+    size_bytes: float,
+    place: Placement,
+    alpha_us: dict[str, float] | None = None,
+    link_efficiency: dict[str, float] | None = None,
+) -> NcclPrediction:
+    """The nccl-tests row NCCL's cost model predicts for one message size: the (algorithm, protocol)
+    of least latency + size/bandwidth (src/enqueue.cc), algbw = S/t, busbw = algbw × factor."""
+    name = normalize_op(op)
+    if place.ranks == 1:
+        return NcclPrediction(name, size_bytes, 1, 0.0, float("inf"), float("inf"))
+    best = min(algorithms(name, place, alpha_us, link_efficiency), key=lambda a: a.time_us(size_bytes))
+    time_us = best.time_us(size_bytes)
+    alg = size_bytes / (time_us * 1e3)
+    factor = BUSBW_FACTOR[name](place.ranks)
+    return NcclPrediction(
+        name, size_bytes, place.ranks, time_us, alg, alg * factor, best.name, best.protocol, best.bottleneck
+    )
+
+
+def nccl_curve(
+    op: str,
+    sizes_bytes: Sequence[float],
+    place: Placement,
+    alpha_us: dict[str, float] | None = None,
+    link_efficiency: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """`predict_nccl` over message sizes, one row per size."""
+    return pd.DataFrame([predict_nccl(op, s, place, alpha_us, link_efficiency).__dict__ for s in sizes_bytes])
+
+
+def plateau_busbw(
+    op: str,
+    place: Placement,
+    link_efficiency: dict[str, float] | None = None,
+) -> tuple[float, Algorithm]:
+    """The busbw the curve tends to on large messages, and the algorithm that reaches it."""
+    name = normalize_op(op)
+    best = max(algorithms(name, place, None, link_efficiency), key=lambda a: a.algbw_gbps)
+    return best.algbw_gbps * BUSBW_FACTOR[name](place.ranks), best
+
+
+def bench_placement(
+    gpu: Gpu | None,
+    ranks: int,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    fabric: Link | None,
+) -> tuple[Placement, list[str]]:
+    """The placement of a benchmark's ranks from what is known of it, and what had to be assumed: nodes
+    from ranks ÷ GPUs per node when not given; across nodes without a named fabric, the GPU generation's
+    reference system fabric (the catalog's `network_link`, e.g. 8 × HDR for DGX A100)."""
+    assumptions: list[str] = []
+    if not nodes:
+        nodes = -(-ranks // gpus_per_node) if gpus_per_node else 1
+    nodes = min(nodes, ranks)
+    per_node = -(-ranks // nodes)
+    intra = None
+    if per_node > 1:
+        if gpu is None:
+            raise TracelogError("unknown GPU: give --gpu to predict its links")
+        intra = gpu_intra_node_link(gpu)
+    if nodes > 1 and fabric is None:
+        if gpu is None or not gpu.network_link:
+            raise TracelogError(f"{nodes} nodes and no fabric: give --fabric (a catalog link id)")
+        fabric = link(gpu.network_link)
+        assumptions.append(
+            f"fabric {fabric.id}: the reference fabric of {gpu.id} ({gpu.source_of('network_link')}); "
+            "give --fabric"
+        )
+    return Placement(ranks, nodes, intra, fabric if nodes > 1 else None), assumptions

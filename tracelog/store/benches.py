@@ -167,3 +167,20 @@ def _square(cells: pd.DataFrame, row: str, column: str, value: str, columns: lis
     square = cells.pivot(index=row, columns=column, values=value).reindex(index=rows, columns=columns)
     square.columns = [str(c) for c in square.columns]
     return square.rename_axis(row).reset_index()
+
+
+def set_columns(store: Store, bench_id: int, values: dict[str, object]) -> None:
+    """Set hardware columns of a bench (gpu_model, fabric, nodes, gpus_per_node) the output did not
+    state; the model's outputs about it are the caller's to refresh."""
+    allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node"}
+    assert set(values) <= allowed, set(values) - allowed
+    sets = ", ".join(f'"{k}" = ?' for k in values)
+    store.con.execute(f"UPDATE benches SET {sets} WHERE bench_id = ?", [*values.values(), bench_id])
+
+
+def flag_count(store: Store, bench_id: int) -> int:
+    """How many flags a bench carries (on itself, its rows or its p2p matrices)."""
+    return int(
+        store.scalar("SELECT count(*) FROM flags WHERE subject_kind <> 'run' AND subject_id = ?", [bench_id])
+        or 0
+    )

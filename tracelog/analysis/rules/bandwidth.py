@@ -393,7 +393,50 @@ def p2p_against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     return flags
 
 
-RULES = (data_errors, incomplete, latency_bound, against_spec, p2p_outliers, p2p_against_spec)
+def across_nodes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """A bench across nodes against the busbw plateau the model predicts for it (the node's NICs, or the
+    intra-node link if slower: `model.collectives.ring_busbw_bound`); one node is `against_spec`'s."""
+    rows = store.con.execute(
+        f"""
+        WITH model AS (
+            SELECT subject_id AS bench_id, value AS plateau, formula,
+                   json_extract_string(detail, '$.link') AS link
+            FROM predictions
+            WHERE subject_kind = 'collective' AND metric = 'model_plateau_busbw_gbps' AND value > 0
+              AND json_extract(detail, '$.nodes')::INTEGER > 1
+        )
+        SELECT b.bench_id, b.collective, m.plateau, m.link, max(c.busbw_gbps) AS peak,
+               arg_max(c.size_bytes, c.busbw_gbps) AS at_size, arg_max(c.line_no, c.busbw_gbps) AS at_line
+        FROM benches b JOIN model m USING (bench_id) JOIN collectives c USING (bench_id)
+        WHERE {scope.benches.replace("bench_id", "b.bench_id")} AND c.busbw_gbps IS NOT NULL
+        GROUP BY ALL
+        """
+    ).fetchall()
+    flags = []
+    for bench_id, collective, plateau, link, peak, at_size, line in rows:
+        share = peak / plateau
+        if share >= t.low_bandwidth:
+            continue
+        flags.append(
+            bench_flag(
+                "low_bandwidth",
+                "warning",
+                bench_id,
+                f"{collective} busbw peaks at {peak:.1f} GB/s ({_size(at_size)}): {share:.0%} of the "
+                f"{plateau:.1f} GB/s the model predicts across nodes (bounded by {link}).",
+                "Check that NCCL uses every NIC with GPUDirect RDMA (NCCL_DEBUG=INFO: one `via NET/IB/k/GDRDMA` "
+                "per NIC), that the fabric named with --fabric is the one the nodes have, and the switch "
+                "ports and cables (ibstat; a link that trained down or retransmits).",
+                row_ref=f"line {line}",
+                measured=float(peak),
+                expected=float(plateau),
+                ratio=share,
+            )
+        )
+    return flags
+
+
+RULES = (data_errors, incomplete, latency_bound, against_spec, across_nodes, p2p_outliers, p2p_against_spec)
 
 
 def evaluate(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
