@@ -1,0 +1,161 @@
+"""Compute time per operation (model.gemm), overlap of DP traffic, pipeline sends and interleaving."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracelog import api, hardware
+from tracelog.model.flops import ModelConfig, TrainConfig, flops_megatron_lm
+from tracelog.model.gemm import (
+    gemm_efficiency,
+    layer_forward_ops,
+    logits_forward_op,
+    no_tensor_core_factor,
+)
+from tracelog.model.timing import dp_traffic, predict_iteration, stage_compute
+
+A100 = hardware.gpu("a100-sxm4-80gb")
+H100 = hardware.gpu("h100-sxm5-80gb")
+# GPT-3 175B shapes (Brown et al. 2020, Table 2.1), vocabulary padded to a multiple of 128·t.
+GPT3 = ModelConfig(layers=96, hidden=12288, heads=96, seq_len=2048, vocab=51200)
+# BLOOM-176B as BigScience trained it (tr11 chronicles, final layout of 02-28, line 948): 70 layers,
+# h 14336, 112 heads, padded vocabulary 250880, DP8 TP4 PP12 MBS2, GBS 2048, ZeRO-1, Megatron-DeepSpeed.
+BLOOM = ModelConfig(layers=70, hidden=14336, heads=112, seq_len=2048, vocab=250880)
+BLOOM_FINAL = TrainConfig(
+    gbs=2048, mbs=2, tp=4, pp=12, dp=8, recompute="full", zero_stage=1, fp32_grads=True,
+    framework="megatron-deepspeed",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+@pytest.mark.parametrize("flash", [False, True])
+def test_layer_gemms_sum_to_megatron_lm_flops(tp: int, flash: bool) -> None:
+    # 3 × forward (forward, and the backward's two GEMMs per forward GEMM) over all layers and ranks,
+    # plus the logits: Megatron-LM's count. Unfused attention computes the whole s×s score matrix (the
+    # form printed before 2025-03); flash skips the masked half (the causal-halved form).
+    train = TrainConfig(gbs=1, mbs=1, tp=tp, flash_attention=flash)
+    ops = layer_forward_ops(GPT3, train, A100)
+    layer = sum(op.flops for op in ops) * tp
+    logits = logits_forward_op(GPT3, train, A100).flops * tp
+    total = 3 * (GPT3.layers * layer + logits)
+    assert total == pytest.approx(flops_megatron_lm(GPT3, 1, causal_halved=flash))
+
+
+def test_swiglu_and_gqa_shapes() -> None:
+    llama = ModelConfig(
+        layers=32, hidden=4096, heads=32, query_groups=8, seq_len=4096, vocab=128256, ffn_hidden=14336,
+        swiglu=True, bias=False,
+    )  # fmt: skip
+    train = TrainConfig(gbs=1, mbs=1, tp=2, flash_attention=True)
+    shapes = {op.name: op.shape for op in layer_forward_ops(llama, train, H100)}
+    assert shapes["qkv"] == (4096, (4096 + 2 * 1024) // 2, 4096)
+    assert shapes["mlp_up"] == (4096, 2 * 14336 // 2, 4096)  # gate and up projections in one GEMM
+    assert shapes["mlp_down"] == (4096, 4096, 14336 // 2)
+
+
+def test_efficiency_falls_off_the_tensor_cores_below_multiples_of_8() -> None:
+    # Head dimension 150 (h 14400, 96 heads): the attention GEMMs' K (QKᵀ) is not a multiple of 8.
+    aligned = gemm_efficiency(2048, 2048, 128, A100, batch=96)
+    misaligned = gemm_efficiency(2048, 2048, 150, A100, batch=96)
+    assert misaligned == pytest.approx(aligned * no_tensor_core_factor(A100), rel=0.05)
+    assert no_tensor_core_factor(A100) == pytest.approx(19.5 / 312)  # A100 datasheet: FP32 over BF16 TC
+    assert gemm_efficiency(8192, 1800, 14400, A100) < gemm_efficiency(8192, 1792, 14336, A100)
+
+
+def test_efficiency_falls_with_fewer_rows() -> None:
+    # The same QKV GEMM of BLOOM at TP 4 for micro-batches of 1, 2 and 4 (M = b·2048 rows).
+    rates = [gemm_efficiency(b * 2048, 3 * 14336 // 4, 14336, A100) for b in (1, 2, 4)]
+    assert rates[0] < rates[1] < rates[2] <= 1
+
+
+def test_flash_attention_never_materialises_the_scores() -> None:
+    unfused = {op.name: op for op in layer_forward_ops(GPT3, TrainConfig(gbs=1, mbs=1, tp=8), A100)}
+    flash = {
+        op.name: op
+        for op in layer_forward_ops(GPT3, TrainConfig(gbs=1, mbs=1, tp=8, flash_attention=True), A100)
+    }
+    assert {"scores", "softmax_dropout", "context"} <= set(unfused) and "attention" in flash
+    assert "softmax_dropout" not in flash
+    scores = 12 * 2048 * 2048  # heads per rank × s²
+    assert unfused["softmax_dropout"].bytes == scores * (2 + 2 + 2 + 2 + 1)
+    core_unfused = sum(unfused[k].time_s for k in ("scores", "softmax_dropout", "context"))
+    assert flash["attention"].time_s < core_unfused
+
+
+def test_compute_scale_multiplies_the_sustained_rate() -> None:
+    base = stage_compute(GPT3, TrainConfig(gbs=64, mbs=1, tp=8, pp=8, dp=1), A100)
+    faster = stage_compute(GPT3, TrainConfig(gbs=64, mbs=1, tp=8, pp=8, dp=1), A100, compute_scale=1.1)
+    gemms = [(a, b) for a, b in zip(base.layer_ops, faster.layer_ops, strict=True) if a.kind == "gemm"]
+    assert all(b.efficiency == pytest.approx(min(1.0, a.efficiency * 1.1)) for a, b in gemms)
+    assert faster.microbatch_s < base.microbatch_s
+
+
+def test_overlap_hides_all_but_the_last_bucket() -> None:
+    # Megatron's distributed optimizer over DP 8 across nodes (TP 8 PP 12, 1.8B params per GPU), buckets
+    # of max(40M, 1M·DP) parameters: 46 buckets, each far shorter than one micro-batch's backward pass.
+    layout = dict(gbs=512, mbs=8, tp=8, pp=12, dp=8, distributed_optimizer=True, fp32_grads=True)
+    plain = TrainConfig(**layout)  # type: ignore[arg-type]
+    overlapped = TrainConfig(**layout, overlap_grad_reduce=True, overlap_param_gather=True)  # type: ignore[arg-type]
+    traffic = dp_traffic(GPT3, overlapped, A100, "ib-hdr-x8")
+    assert traffic.last_reduce_s < traffic.reduce_s / 40
+    stage = stage_compute(GPT3, overlapped, A100)
+    assert traffic.reduce_s < stage.backward_s and traffic.gather_s < stage.forward_s
+    exposed = predict_iteration(GPT3, plain, A100, "ib-hdr-x8")
+    hidden = predict_iteration(GPT3, overlapped, A100, "ib-hdr-x8")
+    assert exposed.dp_comm_s == pytest.approx(traffic.total_s)
+    assert hidden.dp_comm_s == pytest.approx(traffic.last_reduce_s + traffic.last_gather_s)
+    assert hidden.dp_comm_total_s == exposed.dp_comm_total_s
+
+
+def test_tp_comm_overlap_hides_tp_collectives_behind_gemms() -> None:
+    train = TrainConfig(gbs=64, mbs=1, tp=8, pp=1, dp=1)
+    shown = predict_iteration(GPT3, train, H100)
+    hidden = predict_iteration(GPT3, TrainConfig(gbs=64, mbs=1, tp=8, tp_comm_overlap=True), H100)
+    assert shown.tp_comm_s > 0 and hidden.tp_comm_s == 0
+
+
+def test_pipeline_sends_cross_the_stage_link_per_micro_batch() -> None:
+    # Megatron sends s·b·h/t per rank (scatter/gather); DeepSpeed the whole s·b·h; interleaving v× more.
+    megatron = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1)
+    deepspeed = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, framework="megatron-deepspeed")
+    interleaved = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, vp=3)
+    p2p = {
+        name: predict_iteration(GPT3, t, A100, "ib-hdr-x8").p2p_s
+        for name, t in (("megatron", megatron), ("deepspeed", deepspeed), ("interleaved", interleaved))
+    }
+    assert p2p["deepspeed"] > 4 * p2p["megatron"]
+    assert p2p["interleaved"] == pytest.approx(3 * p2p["megatron"])
+
+
+def test_bloom_final_layout_within_10_percent_of_the_published_time() -> None:
+    # tr11 chronicles prequel, 02-28, line 948: 104.50 s/it, 150.05 TFLOPs on 48 nodes of 8 A100 80GB.
+    t = predict_iteration(BLOOM, BLOOM_FINAL, A100, "ib-hdr-x8")
+    assert t.total_s == pytest.approx(104.50, rel=0.10)
+
+
+def test_flat_efficiency_given_explicitly_keeps_the_old_model() -> None:
+    t = predict_iteration(BLOOM, BLOOM_FINAL, A100, "ib-hdr-x8", compute_efficiency=0.5)
+    assert t.compute_s == pytest.approx(t.hardware_flops / 384 / (312e12 * 0.5))
+
+
+BLOOM_PLAN = dict(
+    gpus=384, gpu="a100-sxm4-80gb", layers=72, hidden=14336, heads=112, seq_len=2048, vocab=250880, gbs=2048
+)
+
+
+def test_plan_does_not_rank_micro_batch_1_first_for_bloom() -> None:
+    # tr11 chronicles: MBS 1 ran 7-43% slower than MBS 2 at the same layout (lines 607-617, 830-831).
+    frame = api.plan(None, api.PlanRequest(**BLOOM_PLAN, zero_stage=1, top=5, compute_scale=1.0))
+    assert frame.iloc[0].mbs > 1
+
+
+def test_plan_interleaving_divides_the_bubble() -> None:
+    plain = api.plan(None, api.PlanRequest(**BLOOM_PLAN, zero_stage=1, top=None, compute_scale=1.0))
+    inter = api.plan(None, api.PlanRequest(**BLOOM_PLAN, zero_stage=1, top=None, vp=2, compute_scale=1.0))
+    joined = plain.merge(inter, on=["dp", "tp", "pp", "mbs"], suffixes=("", "_vp"))
+    chunked = joined[joined.vp_vp == 2]
+    assert not chunked.empty and (chunked.pp > 2).all()
+    assert chunked.bubble_vp.to_numpy() == pytest.approx(chunked.bubble.to_numpy() / 2)
+    assert (chunked.pred_sec_per_it_vp < chunked.pred_sec_per_it).all()
+    kept = joined[joined.vp_vp == 1]  # layouts the interleaved schedule does not allow keep 1F1B
+    assert (kept.bubble_vp == kept.bubble).all()
