@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tracelog.analysis import refresh
-from tracelog.store.flags import flags
 from tracelog.store import Store
+from tracelog.store.flags import flags
 
 SIZES = [2**k for k in range(10, 31, 2)]  # 1 KiB .. 1 GiB
 

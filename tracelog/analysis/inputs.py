@@ -10,12 +10,12 @@ and `tracelog predict` can say why a figure is absent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from tracelog import hardware
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link
-from tracelog.model.flops import ModelConfig, TrainConfig
+from tracelog.model.flops import ModelConfig, Recompute, TrainConfig
 from tracelog.store import Store
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -331,7 +331,8 @@ def flash_attention(inputs: RunInputs) -> bool:
 
 def with_recompute(inputs: RunInputs, recompute: str, reason: str) -> RunInputs:
     """The same run with recomputation set from evidence (e.g. the formula its TFLOP/s figure used)."""
-    train = replace(inputs.train, recompute=recompute) if inputs.train is not None else None
+    mode = cast(Recompute, recompute)
+    train = replace(inputs.train, recompute=mode) if inputs.train is not None else None
     assumptions = [a for a in inputs.assumptions if a != NO_RECOMPUTE_ASSUMED]
     return replace(
         inputs, recompute=recompute, recompute_given=True, train=train, assumptions=[*assumptions, reason]

@@ -7,7 +7,7 @@ faster than expected for times (sec/it).
 
 Run metrics (subject_kind 'run'):
   flops_per_iteration  one row per formula: narayanan (eq. 3), megatron-lm, hardware, bloom, 6nd
-  sec_per_it, compute_s, tp_comm_s, bubble_s, dp_comm_s, dp_comm_total_s   model.timing.predict_iteration
+  sec_per_it, compute_s, tp_comm_s, bubble_s, dp_comm_s, dp_comm_total_s, p2p_s   model.timing.predict_iteration
   bubble_fraction      (p−1)/(v·m)
   tflops_per_gpu       model FLOPs (in the formula the log's figure matches) over predicted time
   mfu                  Megatron-LM model FLOPs (no recomputation) over predicted time and dense peak
@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from tracelog import hardware
+from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.calibration import TEXTBOOK, Constants
 from tracelog.analysis.inputs import RunInputs
@@ -56,7 +57,7 @@ from tracelog.model.flops import (
     params_from_config,
 )
 from tracelog.model.memory import MemoryOptions, cuda_context_bytes, memory_per_gpu
-from tracelog.model.timing import DEFAULT_COMPUTE_EFFICIENCY, bubble_fraction, predict_iteration
+from tracelog.model.timing import bubble_fraction, predict_iteration
 from tracelog.store import Store
 
 Row = dict[str, Any]
@@ -138,9 +139,14 @@ def infer(inputs: RunInputs) -> RunInputs:
     return inputs
 
 
-def run_prediction(inputs: RunInputs, compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY) -> list[Row]:
+def run_prediction(
+    inputs: RunInputs,
+    compute_efficiency: float | None = None,
+    constants: Constants = TEXTBOOK,
+) -> list[Row]:
     """Every predicted figure of one run (metric, value, unit, formula, detail); rows with a NULL value
-    say what could not be predicted and why."""
+    say what could not be predicted and why. `constants` are the fitted ones (`tracelog calibrate`);
+    the `sec_per_it` row's detail records which were used."""
     rows: list[Row] = []
     inputs = infer(inputs)
     flops = formula_flops(inputs)
@@ -169,7 +175,7 @@ def run_prediction(inputs: RunInputs, compute_efficiency: float = DEFAULT_COMPUT
     if gpu is not None:
         rows.append(_row("gpu_capacity_mib", gpu.memory_mib, "MiB", "catalog", gpu.source))
     if cfg is not None and train is not None and gpu is not None:
-        rows += _time_rows(inputs, flops, match, compute_efficiency)
+        rows += _time_rows(inputs, flops, match, compute_efficiency, constants)
     if inputs.missing or inputs.assumptions:
         rows.append(
             _row("inputs", None, "", None, {"missing": inputs.missing, "assumptions": inputs.assumptions})
@@ -187,28 +193,58 @@ def memory_options(inputs: RunInputs) -> MemoryOptions:
 
 
 def _time_rows(
-    inputs: RunInputs, flops: dict[str, float], match: FormulaMatch | None, efficiency: float
+    inputs: RunInputs,
+    flops: dict[str, float],
+    match: FormulaMatch | None,
+    efficiency: float | None,
+    constants: Constants,
 ) -> list[Row]:
     cfg, train, gpu = inputs.cfg, inputs.train, inputs.gpu
     assert cfg is not None and train is not None and gpu is not None
+    scale = constants.compute_scale(gpu.id, inputs.precision)
+    alpha_us, link_efficiency = calibration.run_collective_constants(inputs, constants)
     try:
         peak = hardware.peak_tflops(gpu, inputs.precision)
         time = predict_iteration(
-            cfg, train, gpu, inputs.fabric, efficiency, gpus_per_node=inputs.gpus_per_node
+            cfg,
+            train,
+            gpu,
+            inputs.fabric,
+            efficiency,
+            gpus_per_node=inputs.gpus_per_node,
+            alpha_us=alpha_us,
+            link_efficiency=link_efficiency,
+            compute_scale=scale,
         )
     except TracelogError as exc:
         return [_row("inputs", None, "", None, {"missing": [f"no time prediction: {exc}"]})]
     detail = {
-        "compute_efficiency": efficiency,
+        "compute_efficiency": "per operation (model.gemm)" if efficiency is None else efficiency,
         "fabric": inputs.fabric.id if inputs.fabric else None,
         "gpus_per_node": inputs.gpus_per_node,
+        "constants": {
+            "compute_scale": scale,
+            "alpha_us": alpha_us,
+            "link_efficiency": link_efficiency,
+            "calibrated": scale != 1.0 or (alpha_us, link_efficiency) != TEXTBOOK.collective(None),
+        },
     }
     rows = [
         _row("sec_per_it", time.total_s, "s", "tracelog.model.timing", detail),
         _row("compute_s", time.compute_s, "s", "tracelog.model.timing", None),
+        _row(
+            "compute_scale",
+            scale,
+            "x",
+            f"calibrated {calibration.compute_scope(gpu.id, inputs.precision)}"
+            if scale != 1.0
+            else "textbook",
+            None,
+        ),
         _row("tp_comm_s", time.tp_comm_s, "s", "tracelog.model.timing", None),
         _row("bubble_s", time.bubble_s, "s", "tracelog.model.timing", None),
         _row("dp_comm_s", time.dp_comm_s, "s", "tracelog.model.timing", {"total_s": time.dp_comm_total_s}),
+        _row("p2p_s", time.p2p_s, "s", "tracelog.model.timing", None),
     ]
     gpus = train.gpus
     formula = match.formula if match and _close(match.ratio) else "megatron-lm"
@@ -254,7 +290,7 @@ def measured_against_predicted(inputs: RunInputs, rows: list[Row]) -> list[Row]:
         measured = inputs.tflops_reported if _matches(rows, formula) else None
         if measured is None and inputs.sec_per_it and inputs.gpus:
             measured = flops[formula] / (inputs.sec_per_it * inputs.gpus * 1e12)
-        if measured is None and inputs.tflops_reported and not inputs.sec_per_it and flops:
+        if measured is None and inputs.tflops_reported and not inputs.sec_per_it and flops and sec:
             # TFLOP/s without a sec/it (a lab note): the formula is unknown, so hold them against the
             # lowest any formula predicts; a gap there is a gap whichever formula the note used.
             lowest = min(flops, key=flops.__getitem__)
@@ -289,12 +325,15 @@ def _matches(rows: list[Row], formula: str) -> bool:
     return bool(match and match["formula"] == formula and _close(match["value"]))
 
 
-def predict_runs(store: Store, scope: Scope, runs: list[RunInputs] | None = None) -> dict[str, list[Row]]:
-    """Prediction and comparison rows of the runs in scope (`runs`: their inputs, if already loaded)."""
+def predict_runs(
+    store: Store, scope: Scope, runs: list[RunInputs] | None = None, constants: Constants = TEXTBOOK
+) -> dict[str, list[Row]]:
+    """Prediction and comparison rows of the runs in scope (`runs`: their inputs, if already loaded),
+    with the fitted `constants`."""
     predictions: list[Row] = []
     comparisons: list[Row] = []
     for inputs in runs if runs is not None else run_inputs.load(store, where=scope.runs):
-        rows = run_prediction(inputs)
+        rows = run_prediction(inputs, constants=constants)
         subject = {"subject_kind": "run", "subject_id": inputs.run_id}
         predictions += [{**subject, **row} for row in rows]
         comparisons += [{**subject, **row} for row in measured_against_predicted(inputs, rows)]
@@ -466,10 +505,12 @@ def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:
 # How `tracelog predict` shows the rows: section, label and a unit people read (GiB, PFLOP, %).
 _VIEW: dict[str, tuple[str, str, float, str]] = {
     "sec_per_it": ("time", "seconds per iteration", 1.0, "s"),
-    "compute_s": ("time", "compute (GEMMs at the stated efficiency)", 1.0, "s"),
+    "compute_s": ("time", "compute (each operation at its sustained efficiency)", 1.0, "s"),
+    "compute_scale": ("time", "compute scale (fitted multiplier on the efficiency)", 1.0, "x"),
     "tp_comm_s": ("time", "tensor-parallel all-reduces", 1.0, "s"),
     "bubble_s": ("time", "pipeline bubble", 1.0, "s"),
     "dp_comm_s": ("time", "data-parallel gradients, exposed", 1.0, "s"),
+    "p2p_s": ("time", "pipeline sends between stages", 1.0, "s"),
     "bubble_fraction": ("time", "bubble fraction (p-1)/(v·m)", 100.0, "%"),
     "tflops_per_gpu": ("throughput", "TFLOP/s per GPU", 1.0, "TFLOP/s"),
     "mfu": ("throughput", "MFU (model FLOPs over dense peak)", 100.0, "%"),
@@ -543,9 +584,12 @@ def what_if(
     *,
     efficiency: float | None = None,
     distributed_optimizer: bool | None = None,
+    calibrated: bool = True,
 ) -> pd.DataFrame:
     """The prediction's parts for a stored run with `config` overriding its values (runs-table names,
-    plus `gpu_model` and `fabric`), or for `config` alone when `run_id` is None. Nothing is written."""
+    plus `gpu_model` and `fabric`), or for `config` alone when `run_id` is None. Nothing is written.
+    With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
+    row says which); without, the textbook model."""
     unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric"})
     if unknown:
         raise TracelogError(
@@ -556,10 +600,11 @@ def what_if(
     elif not config.get("layers"):
         raise TracelogError("name a run, or give the model (layers, hidden, heads, seq, vocab) and layout")
     else:
-        row, params = {"run_id": 0, "framework": "megatron"}, {}
+        row, params = {"run_id": 0, "framework": "megatron"}, {}  # the store only lends its constants
     row.update({k: v for k, v in config.items() if v is not None})
     if distributed_optimizer is not None:
         params["use_distributed_optimizer"] = str(distributed_optimizer)
     inputs = run_inputs.build(row, params)
-    rows = run_prediction(inputs, DEFAULT_COMPUTE_EFFICIENCY if efficiency is None else efficiency)
+    constants = calibration.load(store) if calibrated else TEXTBOOK
+    rows = run_prediction(inputs, efficiency, constants)
     return prediction_table(rows)

@@ -86,7 +86,7 @@ def oom_proximity(store: Store, t: Thresholds, scope: Scope, runs: list[RunInput
                         severity,
                         run.run_id,
                         f"Peak reserved memory {run.peak_reserved_mib / GIB:.1f} GiB is {share:.0%} of the "
-                        f"{capacity / GIB:.0f} GiB of {run.gpu.id}: one longer sequence or a fragmented "
+                        f"{capacity / GIB:.0f} GiB of {run.gpu.id if run.gpu else 'the GPU'}: one longer sequence or a fragmented "
                         "allocator away from out-of-memory.",
                         "Leave headroom: lower the micro-batch size, recompute activations, or shard the "
                         "optimizer; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation.",
