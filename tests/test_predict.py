@@ -77,7 +77,7 @@ def test_bloom_sec_per_it_within_15_percent_of_the_published_104_seconds(bloom) 
 def test_bloom_time_parts_add_up_and_fabric_assumption_is_recorded(bloom) -> None:
     db, run_id = bloom
     p = predicted(db, run_id)
-    parts = sum(p[k][0] for k in ("compute_s", "tp_comm_s", "bubble_s", "dp_comm_s"))
+    parts = sum(p[k][0] for k in ("compute_s", "tp_comm_s", "bubble_s", "dp_comm_s", "p2p_s"))
     assert parts == pytest.approx(p["sec_per_it"][0])
     assert p["bubble_fraction"][0] == pytest.approx(11 / 128)  # (p-1)/m, p = 12, m = 2048 / (8·2)
     detail = api.sql(db, f"SELECT detail FROM predictions WHERE subject_id = {run_id} AND metric = 'inputs'")[

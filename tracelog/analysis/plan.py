@@ -2,8 +2,8 @@
 memory and ranked by predicted seconds per iteration.
 
 Pure apart from `mark_measured`, which reads the runs a store already holds: the layout space comes from
-`plan_space`, memory from `model.memory_per_gpu`, time from `model.predict_iteration`. Pipeline
-point-to-point traffic is not in the time model; DP and TP collectives are.
+`plan_space`, memory from `model.memory_per_gpu`, time from `model.predict_iteration` (compute per
+operation, TP and DP collectives, pipeline sends and the bubble).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+from tracelog.analysis import calibration
 from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
 from tracelog.hardware import gpu as catalog_gpu
 from tracelog.model import (
-    DEFAULT_COMPUTE_EFFICIENCY,
     ModelConfig,
     TrainConfig,
     flops_megatron_lm,
@@ -49,6 +49,7 @@ FEASIBLE_COLUMNS = [
     "mem_gib",
     "mem_share",
     "bubble",
+    "vp",
     "dp_link",
 ]
 REJECTION_ORDER = ("memory", "constraint", "rule")
@@ -76,7 +77,7 @@ class Fabric:
         )
         return (
             f"inter-node fabric: {lk.id} ({lk.name}, {lk.unidirectional_gbps:g} GB/s each way per {lk.scope}), "
-            f"{source}. Pipeline sends between stages are not in the time model"
+            f"{source}"
         )
 
 
@@ -141,7 +142,9 @@ def plan_layouts(
     sequence_parallel: bool = False,
     fp32_grads: bool = True,
     fabric: str | Link | None = None,
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
+    compute_efficiency: float | None = None,
+    compute_scale: float = 1.0,
+    vp: int | None = None,
     constraints: Iterable[str | Constraint] = (),
     usable_fraction: float = USABLE_MEMORY_FRACTION,
     top: int | None = 20,
@@ -157,6 +160,11 @@ def plan_layouts(
     device memory), bubble ((p−1)/m), dp_link (the link bounding the DP collectives; "(assumed)" marks
     the default fabric).
     Gradients are fp32 by default (Megatron's main grads, the BF16 optimizer of Megatron-DeepSpeed).
+    `compute_scale` multiplies the efficiency (the constant `tracelog calibrate` fits; 1 is textbook).
+    Compute is timed per operation (model.gemm) unless a flat `compute_efficiency` is given. With `vp`,
+    every layout that allows it runs the interleaved schedule with `vp` chunks per stage (Megatron-LM:
+    more than 2 stages, layers per stage divisible by vp, at least pp micro-batches), which divides
+    the bubble by vp at the cost of vp times the pipeline sends; the `vp` column says which did.
     """
     _check_shape(cfg, gpus, gpus_per_node, gbs)
     g = gpu if isinstance(gpu, Gpu) else catalog_gpu(gpu)
@@ -190,7 +198,9 @@ def plan_layouts(
                 zero_stage=zero_stage,
                 precision=precision,
                 fp32_grads=fp32_grads,
+                vp=vp if vp and interleaving_ok(layout, cfg.layers, vp) else None,
             )
+            row["vp"] = train.chunks
             total = memory_per_gpu(cfg, train).total
             row.update(mem_gib=total / 2**30, mem_share=total / g.memory_bytes)
             if total > usable_bytes:
@@ -202,7 +212,15 @@ def plan_layouts(
             continue
         assert train is not None
         fabric_link = net.link if net else None
-        it = predict_iteration(cfg, train, g, fabric_link, compute_efficiency, gpus_per_node=gpus_per_node)
+        it = predict_iteration(
+            cfg,
+            train,
+            g,
+            fabric_link,
+            compute_efficiency,
+            gpus_per_node=gpus_per_node,
+            compute_scale=compute_scale,
+        )
         rows.append(
             {
                 **row,
@@ -235,7 +253,13 @@ def plan_layouts(
     notes.append(
         f"assumed: ZeRO-{zero_stage}, {precision}, {recompute} recompute, "
         f"{'fp32' if fp32_grads else precision} grads, sequence parallel {'on' if sequence_parallel else 'off'}, "
-        f"{compute_efficiency:.0%} of the {peak:g} TFLOPS dense {precision} peak of {g.id}"
+        + (
+            f"{compute_efficiency * compute_scale:.0%} of the {peak:g} TFLOPS dense {precision} peak of {g.id}"
+            if compute_efficiency is not None
+            else f"each GEMM at its sustained share of the {peak:g} TFLOPS dense {precision} peak of {g.id}"
+        )
+        + (f" (x the calibrated compute scale {compute_scale:.3g})" if compute_scale != 1.0 else "")
+        + (f", interleaved schedule with {vp} chunks per stage where allowed" if vp and vp > 1 else "")
     )
     if spans_nodes and net is not None:
         notes.append(net.note(g))
@@ -248,6 +272,19 @@ def plan_layouts(
     out["rank"] = out["rank"].astype("Int64")
     out.attrs["notes"] = notes
     return out
+
+
+def interleaving_ok(layout: Layout, layers: int, vp: int) -> bool:
+    """The conditions of Megatron-LM's interleaved 1F1B schedule (`megatron/training/arguments.py`):
+    pipeline size above 2, layers per stage divisible by the chunks, and at least as many micro-batches
+    as stages (versions before 2024 asked for a multiple of the pipeline size)."""
+    return (
+        vp > 1
+        and layout.pp > 2
+        and layers % layout.pp == 0
+        and (layers // layout.pp) % vp == 0
+        and layout.microbatches >= layout.pp
+    )
 
 
 def _row(layout: Layout, g: Gpu, net: Fabric | None) -> dict[str, Any]:
@@ -319,7 +356,9 @@ class PlanRequest:
     """What `tracelog plan` is asked: a GPT (layers, hidden, heads, sequence, vocabulary), a global batch,
     and the cluster (`gpus` GPUs of catalog id `gpu`, `gpus_per_node` to a node, `fabric` between nodes),
     with the training setup the layouts share and how to list them. `efficiency` is the share of the
-    dense peak the GEMMs sustain (the model's default when None)."""
+    dense peak the GEMMs sustain (the model's default when None); `compute_scale` multiplies it: None
+    takes the constant `tracelog calibrate` stored for the GPU and precision (1.0 without a store or a
+    calibration), 1.0 is the textbook model."""
 
     gpus: int
     gpu: str
@@ -336,6 +375,8 @@ class PlanRequest:
     sequence_parallel: bool = False
     fabric: str | None = None
     efficiency: float | None = None
+    compute_scale: float | None = None
+    vp: int | None = None
     constraints: tuple[str, ...] = ()
     top: int | None = 20
     include_rejected: bool = False
@@ -362,7 +403,11 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         recompute=request.recompute,
         sequence_parallel=request.sequence_parallel,
         fabric=request.fabric,
-        compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if request.efficiency is None else request.efficiency,
+        compute_efficiency=request.efficiency,
+        vp=request.vp,
+        compute_scale=request.compute_scale
+        if request.compute_scale is not None
+        else calibration.load(store).compute_scale(catalog_gpu(request.gpu).id, request.precision),
         constraints=list(request.constraints),
         top=request.top,
         include_rejected=request.include_rejected,

@@ -43,7 +43,7 @@ RUN_METRICS = {
     "gpu_capacity_mib": ("gpu_capacity_mib",),
     "gpu_memory_mib": ("gpu_memory_mib",),
 }
-TIME_SPLIT = ("compute_s", "bubble_s", "tp_comm_s", "dp_comm_s")
+TIME_SPLIT = ("compute_s", "bubble_s", "tp_comm_s", "dp_comm_s", "p2p_s")
 # Predicted busbw (subject_kind 'collective' or 'bench', subject_id the bench): the message size is
 # `detail` as JSON {"size_bytes": N}, or the metric is spelled `busbw_gbps@N`.
 BUSBW_METRIC = "busbw_gbps"
