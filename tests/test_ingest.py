@@ -242,3 +242,25 @@ def test_schema_version_is_recorded_and_reopen_is_a_no_op(db_path: Path) -> None
     with Store(db_path) as store:
         assert store.migrate() == []
         assert store.schema_version == version
+
+
+def test_a_file_named_like_a_pattern_is_a_file(tmp_path: Path) -> None:
+    """`llama[1].log` in a folder is ingested as itself, and the files after it still land."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    shutil.copy(LLAMA, folder / "llama[1].log")
+    shutil.copy(BLOOM, folder / "z-bloom.log")
+    db = tmp_path / "t.duckdb"
+    results = api.ingest(db, [str(folder)])
+    assert [Path(r.path).name for r in results] == ["llama[1].log", "z-bloom.log"]
+    assert all(r.status == "ingested" for r in results)
+    (named,) = api.ingest(db, [str(folder / "llama[1].log")], force=True)
+    assert named.status != "no file matches" and Path(named.path).name == "llama[1].log"
+
+
+def test_a_pattern_that_names_no_file_is_expanded(tmp_path: Path) -> None:
+    shutil.copy(LLAMA, tmp_path / "a.log")
+    shutil.copy(BLOOM, tmp_path / "b.log")
+    assert [Path(p).name for p in api.expand_paths([str(tmp_path / "*.log")])] == ["a.log", "b.log"]
+    with pytest.raises(TracelogError, match="no file matches"):
+        api.expand_paths([str(tmp_path / "*.txt")])
