@@ -176,7 +176,7 @@ def sql(db: Db, query: str) -> pd.DataFrame:
 
 def sources(db: Db = None) -> pd.DataFrame:
     """The ingested files with their line counts."""
-    return connect(db).query("SELECT * FROM sources ORDER BY source_id")
+    return connect(db).sources()
 
 
 def compare_runs(db: Db, refs: list[str | int], *, all_params: bool = False) -> dict[str, pd.DataFrame]:

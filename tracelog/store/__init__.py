@@ -149,6 +149,10 @@ class Store:
         except duckdb.Error as exc:
             raise TracelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
 
+    def sources(self) -> pd.DataFrame:
+        """The ingested files, with their hash, format and line counts."""
+        return self.query("SELECT * FROM sources ORDER BY source_id")
+
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         row = self.con.execute(sql, params or []).fetchone()
         return row[0] if row else None
