@@ -1,4 +1,6 @@
-"""Collectives: nccl-tests' bandwidth definitions and an alpha–beta model of time over message size.
+"""Collectives: nccl-tests' bandwidth definitions, an alpha–beta model of time over message size over one
+link, and NCCL's own cost model (ring or tree, LL/LL128/Simple) for ranks on one node or many, with the
+node's NICs as the bound across nodes (`predict_nccl`; docs/MODEL.md "Collectives").
 
 Definitions follow nccl-tests doc/PERFORMANCE.md and its `*GetBw` functions: algbw = S/t (GB = 1e9 B),
 busbw = algbw × a per-operation factor, one direction. busbw is therefore compared with a link's
@@ -57,8 +59,9 @@ on A100 NVLink 3 (nccl-tests all_reduce on 8×A100, the figure FORMULAS.md and t
 quote as normal). An assumption for other links; pass `efficiency` to override."""
 
 DEFAULT_ALPHA_US = 5.0
-"""Latency per ring step in µs. An order-of-magnitude assumption, not a published figure: fit it from the
-small-message rows of a measured run with `fit_alpha_beta`, and pass it as `alpha_us`."""
+"""Latency per ring step in µs of the single-link model (`predict_collective`). An order-of-magnitude
+assumption, near NCCL's NVLink/PCIe steps but well below its 14 µs per network step (`STEP_LATENCY_US`,
+which `predict_nccl` uses by link class): fit it with `fit_alpha_beta` and pass it as `alpha_us`."""
 
 _ALIASES = {
     "allreduce": "all_reduce",
@@ -256,29 +259,45 @@ def link_for(
 
 BASE_LATENCY_US: dict[tuple[str, str], float] = {
     ("tree", "ll"): 6.8,
+    ("tree", "ll128"): 14.0,
     ("tree", "simple"): 8.4,
     ("ring", "ll"): 6.6,
+    ("ring", "ll128"): 14.0,
     ("ring", "simple"): 8.4,
 }
-"""Fixed cost of one collective call, µs (tuning.cc `baseLatencies`, Tree and Ring rows, LL and Simple)."""
+"""Fixed cost of one collective call, µs (tuning.cc `baseLatencies`, Tree and Ring rows: LL, LL128,
+Simple)."""
 
 STEP_LATENCY_US: dict[tuple[str, str, str], float] = {
     ("nvlink", "tree", "ll"): 0.6,
+    ("nvlink", "tree", "ll128"): 1.25,
     ("nvlink", "tree", "simple"): 4.0,
     ("nvlink", "ring", "ll"): 0.6,
+    ("nvlink", "ring", "ll128"): 1.9,
     ("nvlink", "ring", "simple"): 3.4,
     ("pcie", "tree", "ll"): 1.0,
+    ("pcie", "tree", "ll128"): 1.9,
     ("pcie", "tree", "simple"): 4.0,
     ("pcie", "ring", "ll"): 1.0,
+    ("pcie", "ring", "ll128"): 2.5,
     ("pcie", "ring", "simple"): 5.7,
     ("net", "tree", "ll"): 5.0,
+    ("net", "tree", "ll128"): 8.5,
     ("net", "tree", "simple"): 14.0,
     ("net", "ring", "ll"): 2.7,
+    ("net", "ring", "ll128"): 4.0,
     ("net", "ring", "simple"): 14.0,
 }
 """α per step in µs by link class, algorithm and protocol (tuning.cc `hwLatencies`, NVLINK / PCI / NET
 tables): about a µs over NVLink, a few over PCIe, 14 over the network with the Simple protocol that
-carries large messages. Calibration passes its own as `alpha_us` (per class, Simple protocol)."""
+carries large messages. Calibration passes its own as `alpha_us` (per class, Simple protocol; the LL
+and LL128 steps keep NCCL's ratio to it)."""
+
+LL_MAX_BUSBW_GBPS: dict[str, float] = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+"""Ceiling of the LL protocol's bandwidth on one node, by GPU generation (tuning.cc `llMaxBws`, N1)."""
+LL_MAX_BUSBW_ACROSS_NODES_GBPS: dict[int, float] = {2: 39.0, 3: 20.4}
+"""The same across two nodes and more (tuning.cc `llMaxBws` for Intel hosts, N2 and N4; NCCL keys it by
+CPU vendor, which no log here names, so the Intel row; AMD hosts: 22.5 and 19.0)."""
 
 DEFAULT_ALPHA_US_BY_CLASS: dict[str, float] = {
     cls: STEP_LATENCY_US[(cls, "ring", "simple")] for cls in ("nvlink", "pcie", "net")
@@ -299,7 +318,12 @@ assumption. Network: `DEFAULT_NET_EFFICIENCY`."""
 
 LL_BANDWIDTH = {"ring": 0.5, "tree": 1 / 3.8}
 """The LL protocol moves 8-byte lines of 4 data bytes plus a flag: NCCL credits ring LL half the bandwidth
-and tree LL 1/3.8 of it (tuning.cc "Various model refinements")."""
+and tree LL 1/3.8 of it, under `LL_MAX_BUSBW_GBPS` (tuning.cc "Various model refinements")."""
+
+LL128_BANDWIDTH = 120 / 128
+"""LL128 carries 120 data bytes per 128-byte line (tuning.cc: ring × 0.92, tree × 120/128 across nodes,
+7/9 on one node). NCCL enables it by default where GPUs meet over NVLink (tuning.cc: `typeIntra <=
+PATH_NVB`, NICs up to PXB/PXN), so tracelog weighs it for NVLink-class nodes and one rank per node."""
 
 TREE_EFFICIENCY = 0.92
 """tuning.cc: tree all_reduce bandwidth × 0.92, and its algorithm bandwidth half the tree's bus figure
@@ -315,6 +339,7 @@ class Placement:
     nodes: int = 1
     intra: Link | None = None
     fabric: Link | None = None
+    architecture: str | None = None  # the GPU generation (catalog `architecture`), for NCCL's LL ceiling
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.nodes < 1 or self.nodes > self.ranks:
@@ -335,7 +360,7 @@ class Algorithm:
     which link bounds it."""
 
     name: str  # ring or tree
-    protocol: str  # ll or simple
+    protocol: str  # ll, ll128 or simple
     latency_us: float
     algbw_gbps: float
     bottleneck: str
@@ -382,6 +407,21 @@ def ring_busbw_bound(
     return min(bounds)
 
 
+def _ll_ceiling(place: Placement) -> float:
+    if place.nodes > 1:
+        return LL_MAX_BUSBW_ACROSS_NODES_GBPS[min(place.nodes, 3)]
+    return LL_MAX_BUSBW_GBPS.get(place.architecture or "", float("inf"))
+
+
+def _protocol_busbw(algo: str, proto: str, busbw: float, place: Placement) -> float:
+    """The bus bandwidth NCCL credits a protocol (tuning.cc "Various model refinements")."""
+    if proto == "ll":
+        return min(_ll_ceiling(place), busbw * LL_BANDWIDTH[algo])
+    if proto == "ll128":
+        return busbw * (0.92 if algo == "ring" else (7 / 9 if place.nodes == 1 else LL128_BANDWIDTH))
+    return busbw
+
+
 def algorithms(
     op: str,
     place: Placement,
@@ -395,8 +435,10 @@ def algorithms(
     nodes only): base + 2·((r−1)·α_intra + log2(N)·α_net); bandwidth 0.92 × the intra-node link's on two
     nodes (tuning.cc uses `bwIntra` for nNodes ≤ 2: the network then carries each byte once per
     direction, so it can exceed the ring's network bound; NVIDIA/nccl-tests#196) and the ring's bound
-    beyond, halved into algorithm bandwidth. `alpha_us` overrides the Simple-protocol α per link class
-    (`nvlink`, `pcie`, `net`; LL keeps NCCL's ratio to it); `link_efficiency` the efficiency per class."""
+    beyond, halved into algorithm bandwidth. Protocols: LL (`LL_BANDWIDTH`, under NCCL's LL ceiling),
+    LL128 on NVLink-class nodes (`LL128_BANDWIDTH`), Simple. `alpha_us` overrides the Simple-protocol α
+    per link class (`nvlink`, `pcie`, `net`; LL and LL128 keep NCCL's ratio to it); `link_efficiency`
+    the efficiency per class."""
     name = normalize_op(op)
     eff = _merge(DEFAULT_EFFICIENCY_BY_CLASS, link_efficiency)
     alpha = _merge(DEFAULT_ALPHA_US_BY_CLASS, alpha_us)
@@ -407,6 +449,7 @@ def algorithms(
 
     n, nodes, r = place.ranks, place.nodes, place.ranks_per_node
     intra_cls = link_class(place.intra) if place.intra is not None else "nvlink"
+    protocols = ("ll", "ll128", "simple") if intra_cls == "nvlink" else ("ll", "simple")
     busbw, bottleneck = ring_busbw_bound(name, place, link_efficiency)
     factor = BUSBW_FACTOR[name](n)
     steps = RING_STEPS[name](n)
@@ -414,13 +457,13 @@ def algorithms(
     if r == 1:
         inter = steps
     out = []
-    for proto in ("ll", "simple"):
+    for proto in protocols:
         latency = (
             BASE_LATENCY_US[("ring", proto)]
             + (steps - inter) * step(intra_cls, "ring", proto)
             + inter * step("net", "ring", proto)
         )
-        bw = busbw * (LL_BANDWIDTH["ring"] if proto == "ll" else 1.0)
+        bw = _protocol_busbw("ring", proto, busbw, place)
         out.append(Algorithm("ring", proto, latency, bw / factor, bottleneck))
     if name == "all_reduce" and nodes > 1:
         if nodes <= 2 and place.intra is not None and r > 1:
@@ -431,15 +474,13 @@ def algorithms(
         else:
             tree_bw, tree_label = busbw, bottleneck
             network = float("inf")
-        for proto in ("ll", "simple"):
+        for proto in protocols:
             latency = BASE_LATENCY_US[("tree", proto)] + 2 * (
                 (r - 1) * step(intra_cls, "tree", proto)
                 + max(1, (nodes - 1).bit_length()) * step("net", "tree", proto)
             )
-            algbw = min(0.5 * TREE_EFFICIENCY * tree_bw, network)
-            if proto == "ll":
-                algbw *= LL_BANDWIDTH["tree"]
-            out.append(Algorithm("tree", proto, latency, algbw, tree_label))
+            tree_bus = _protocol_busbw("tree", proto, TREE_EFFICIENCY * tree_bw, place)
+            out.append(Algorithm("tree", proto, latency, min(0.5 * tree_bus, network), tree_label))
     return out
 
 
@@ -523,4 +564,5 @@ def bench_placement(
             f"fabric {fabric.id}: the reference fabric of {gpu.id} ({gpu.source_of('network_link')}); "
             "give --fabric"
         )
-    return Placement(ranks, nodes, intra, fabric if nodes > 1 else None), assumptions
+    arch = gpu.architecture if gpu is not None else None
+    return Placement(ranks, nodes, intra, fabric if nodes > 1 else None, arch), assumptions
