@@ -39,6 +39,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -175,6 +176,52 @@ def run_collective_constants(inputs: RunInputs, constants: Constants) -> tuple[f
     if gpu is None or not gpu.intra_node_link or (inputs.gpus or 1) > inputs.gpus_per_node:
         return DEFAULT_ALPHA_US, DEFAULT_LINK_EFFICIENCY
     return constants.collective(gpu.intra_node_link)
+
+
+class TimingConstants(TypedDict):
+    """The constants `predict_iteration` takes as keyword arguments."""
+
+    compute_scale: float
+    alpha_us: float
+    link_efficiency: float
+
+
+@dataclass(frozen=True)
+class RunConstants:
+    """The constants one run's prediction uses, and how a prediction records them."""
+
+    compute_scale: float
+    alpha_us: float
+    link_efficiency: float
+    scope: str
+
+    @property
+    def timing(self) -> TimingConstants:
+        """Keyword arguments of `predict_iteration`."""
+        return TimingConstants(
+            compute_scale=self.compute_scale, alpha_us=self.alpha_us, link_efficiency=self.link_efficiency
+        )
+
+    @property
+    def calibrated(self) -> bool:
+        return self.compute_scale != 1.0 or (self.alpha_us, self.link_efficiency) != TEXTBOOK.collective(None)
+
+    @property
+    def source(self) -> str:
+        """`calibrated a100-sxm4-80gb/bf16` or `textbook`: the formula of the `compute_scale` row."""
+        return f"calibrated {self.scope}" if self.compute_scale != 1.0 else "textbook"
+
+    @property
+    def detail(self) -> dict[str, object]:
+        return {**self.timing, "calibrated": self.calibrated}
+
+
+def for_run(inputs: RunInputs, constants: Constants) -> RunConstants:
+    """The compute scale of the run's GPU and precision and its collectives' α and efficiency."""
+    gpu_id = inputs.gpu.id if inputs.gpu is not None else None
+    alpha_us, link_efficiency = run_collective_constants(inputs, constants)
+    scope = compute_scope(gpu_id, inputs.precision) if gpu_id else ""
+    return RunConstants(constants.compute_scale(gpu_id, inputs.precision), alpha_us, link_efficiency, scope)
 
 
 def timed_runs(runs: Iterable[RunInputs], efficiency: float | None = None) -> list[RunInputs]:

@@ -201,20 +201,11 @@ def _time_rows(
 ) -> list[Row]:
     cfg, train, gpu = inputs.cfg, inputs.train, inputs.gpu
     assert cfg is not None and train is not None and gpu is not None
-    scale = constants.compute_scale(gpu.id, inputs.precision)
-    alpha_us, link_efficiency = calibration.run_collective_constants(inputs, constants)
+    used = calibration.for_run(inputs, constants)
     try:
         peak = hardware.peak_tflops(gpu, inputs.precision)
         time = predict_iteration(
-            cfg,
-            train,
-            gpu,
-            inputs.fabric,
-            efficiency,
-            gpus_per_node=inputs.gpus_per_node,
-            alpha_us=alpha_us,
-            link_efficiency=link_efficiency,
-            compute_scale=scale,
+            cfg, train, gpu, inputs.fabric, efficiency, gpus_per_node=inputs.gpus_per_node, **used.timing
         )
     except TracelogError as exc:
         return [_row("inputs", None, "", None, {"missing": [f"no time prediction: {exc}"]})]
@@ -222,25 +213,12 @@ def _time_rows(
         "compute_efficiency": "per operation (model.gemm)" if efficiency is None else efficiency,
         "fabric": inputs.fabric.id if inputs.fabric else None,
         "gpus_per_node": inputs.gpus_per_node,
-        "constants": {
-            "compute_scale": scale,
-            "alpha_us": alpha_us,
-            "link_efficiency": link_efficiency,
-            "calibrated": scale != 1.0 or (alpha_us, link_efficiency) != TEXTBOOK.collective(None),
-        },
+        "constants": used.detail,
     }
     rows = [
         _row("sec_per_it", time.total_s, "s", "tracelog.model.timing", detail),
         _row("compute_s", time.compute_s, "s", "tracelog.model.timing", None),
-        _row(
-            "compute_scale",
-            scale,
-            "x",
-            f"calibrated {calibration.compute_scope(gpu.id, inputs.precision)}"
-            if scale != 1.0
-            else "textbook",
-            None,
-        ),
+        _row("compute_scale", used.compute_scale, "x", used.source, None),
         _row("tp_comm_s", time.tp_comm_s, "s", "tracelog.model.timing", None),
         _row("bubble_s", time.bubble_s, "s", "tracelog.model.timing", None),
         _row("dp_comm_s", time.dp_comm_s, "s", "tracelog.model.timing", {"total_s": time.dp_comm_total_s}),
