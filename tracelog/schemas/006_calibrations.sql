@@ -2,7 +2,7 @@
 -- One row per constant and scope; a refit replaces the row. Errors are medians of |ln(predicted /
 -- measured)| over the subjects: at the fitted value (fit_error), with each subject predicted by a fit
 -- that left it out (heldout_error), and at the textbook value (uncalibrated_error).
-CREATE TABLE calibrations (
+CREATE TABLE IF NOT EXISTS calibrations (
     constant           VARCHAR NOT NULL,   -- compute_scale, alpha_us, link_efficiency
     scope              VARCHAR NOT NULL,   -- gpu/precision (compute_scale) or a link id (collectives)
     value              DOUBLE NOT NULL,
