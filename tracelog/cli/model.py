@@ -1,0 +1,251 @@
+"""Commands of the model: predict, the hardware catalog, what a run or bench ran on, plan, calibrate."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from tracelog import api
+from tracelog.cli.base import Context, cli, format_option, parse_tags, pass_ctx, user_errors
+from tracelog.render import render
+from tracelog.store.benches import is_bench_ref
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--gpu", help="GPU model, a catalog id (see `tracelog hardware`).")
+@click.option("--fabric", help="Inter-node link, a catalog id such as ib-hdr-x8.")
+@click.option(
+    "--efficiency",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Share of the dense peak the GEMMs sustain.  [default: 0.52]",
+)
+@click.option("--layers", type=click.IntRange(min=1))
+@click.option("--hidden", type=click.IntRange(min=1))
+@click.option("--heads", type=click.IntRange(min=1))
+@click.option("--seq", "seq_len", type=click.IntRange(min=1), help="Sequence length.")
+@click.option("--vocab", type=click.IntRange(min=1))
+@click.option("--ffn-hidden", type=click.IntRange(min=1), help="MLP width.  [default: 4 x hidden]")
+@click.option("--query-groups", type=click.IntRange(min=1), help="GQA key/value groups.  [default: heads]")
+@click.option("--swiglu", is_flag=True, default=None, help="SwiGLU MLP (three GEMMs).")
+@click.option(
+    "--params", type=click.IntRange(min=1), help="Parameter count, when known (else from the shapes)."
+)
+@click.option("--gbs", type=click.IntRange(min=1), help="Global batch size.")
+@click.option("--mbs", type=click.IntRange(min=1), help="Micro-batch size.")
+@click.option("--tp", type=click.IntRange(min=1))
+@click.option("--pp", type=click.IntRange(min=1))
+@click.option("--dp", type=click.IntRange(min=1))
+@click.option("--cp", type=click.IntRange(min=1))
+@click.option("--vp", type=click.IntRange(min=1), help="Interleaved chunks per pipeline stage.")
+@click.option("--sequence-parallel", is_flag=True, default=None)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage.")
+@click.option("--distributed-optimizer", is_flag=True, default=None, help="Megatron's distributed optimizer.")
+@click.option("--precision", help="bf16, fp16, fp8 or fp32.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1))
+@click.option(
+    "--framework",
+    type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed"]),
+    help="Sets how gradients are kept (fp32 main grads in Megatron).  [default: megatron]",
+)
+@click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
+)
+@format_option
+@pass_ctx
+def predict(
+    obj: Context,
+    run: str | None,
+    gpu: str | None,
+    fabric: str | None,
+    efficiency: float | None,
+    distributed_optimizer: bool | None,
+    uncalibrated: bool,
+    fmt: str,
+    **config: Any,
+) -> None:
+    """What the model predicts for RUN, or for the configuration given: sec/it with its parts (compute,
+    TP communication, bubble, DP communication), TFLOP/s and MFU, memory per GPU by part, FLOPs by
+    formula, and what it had to assume. Options override the run's own values.
+
+    \b
+    Example:
+        tracelog predict 176b-tp4
+        tracelog predict 176b-tp4 --gpu h100-sxm5-80gb
+        tracelog predict --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 --seq 2048 \\
+            --vocab 250880 --gbs 2048 --mbs 2 --tp 4 --pp 12 --dp 8 --recompute full --zero 1 --format json
+    """
+    values = {k: v for k, v in config.items() if v is not None}
+    with user_errors():
+        if run is not None:
+            store = obj.store()
+        else:  # a configuration alone: the database only lends its fitted constants, if it exists
+            store = obj.store(read_only=True) if os.path.exists(obj.db) and not uncalibrated else None
+        frame = api.predict(
+            store,
+            run,
+            gpu=gpu,
+            fabric=fabric,
+            efficiency=efficiency,
+            distributed_optimizer=distributed_optimizer,
+            calibrated=not uncalibrated,
+            **values,
+        )
+    render(frame, fmt)
+
+
+@cli.command()
+@click.argument("entry", required=False, metavar="[GPU|LINK]")
+@click.option("--links", is_flag=True, help="List the links instead of the GPUs.")
+@format_option
+def hardware(entry: str | None, links: bool, fmt: str) -> None:
+    """The hardware catalog: GPUs (dense peaks, memory, SMs, links) or --links (unidirectional and
+    bidirectional bandwidth apart); one entry in full with the source of every figure.
+
+    \b
+    Example:
+        tracelog hardware
+        tracelog hardware --links
+        tracelog hardware a100-sxm4-80gb
+    """
+    with user_errors():
+        render(api.hardware(entry, kind="links" if links else "gpus"), fmt)
+
+
+@cli.command(name="set")
+@click.argument("run", metavar="RUN|bench:ID")
+@click.option("--gpu", help="GPU model, a catalog id such as a100-sxm4-80gb.")
+@click.option("--fabric", help="Inter-node link, a catalog id such as ib-hdr-x8.")
+@click.option("--nodes", type=click.IntRange(min=1))
+@click.option("--gpus-per-node", type=click.IntRange(min=1))
+@pass_ctx
+def set_(
+    obj: Context, run: str, gpu: str | None, fabric: str | None, nodes: int | None, gpus_per_node: int | None
+) -> None:
+    """Say what a run (or a bench, as bench:ID) ran on after ingest; its predictions and flags are
+    recomputed.
+
+    \b
+    Example:
+        tracelog set 176b-tp4 --gpu a100-sxm4-80gb --nodes 48 --gpus-per-node 8
+        tracelog set bench:3 --fabric ib-hdr-x8 --nodes 2 --gpus-per-node 8
+    """
+    with user_errors():
+        subject_id, count = api.set_hardware(
+            obj.store(), run, gpu=gpu, fabric=fabric, nodes=nodes, gpus_per_node=gpus_per_node
+        )
+    flags = f"{count} flag{'s' * (count != 1)}"
+    if is_bench_ref(run):
+        click.echo(f"bench {subject_id}: updated; {flags} (see tracelog show bench:{subject_id})")
+    else:
+        click.echo(f"run {subject_id}: updated; {flags} (see tracelog flags --run {subject_id})")
+
+
+@cli.command()
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs in the job.")
+@click.option("--gpu", required=True, help="GPU model, a hardware catalog id such as a100-sxm4-80gb.")
+@click.option("--layers", type=click.IntRange(min=1), required=True, help="Transformer layers.")
+@click.option("--hidden", type=click.IntRange(min=1), required=True, help="Hidden size.")
+@click.option("--heads", type=click.IntRange(min=1), required=True, help="Attention heads.")
+@click.option("--seq", "seq_len", type=click.IntRange(min=1), required=True, help="Sequence length.")
+@click.option("--vocab", type=click.IntRange(min=1), required=True, help="Vocabulary size (padded).")
+@click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size in samples.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."
+)
+@click.option("--precision", default="bf16", show_default=True, help="Training precision (peak and bytes).")
+@click.option(
+    "--recompute",
+    type=click.Choice(["full", "selective", "none"]),
+    default="full",
+    show_default=True,
+    help="Activation recomputation.",
+)
+@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism with TP.")
+@click.option("--fabric", help="Inter-node link, a catalog id (default: the GPU generation's DGX fabric).")
+@click.option(
+    "--efficiency",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Flat share of the dense peak for all FLOPs (default: each operation at its own).",
+)
+@click.option(
+    "--vp",
+    type=click.IntRange(min=1),
+    help="Interleaved chunks per pipeline stage, used by the layouts that allow it.",
+)
+@click.option(
+    "--constraint", "constraints", multiple=True, metavar="EXPR", help="e.g. 'dp % 4 == 0' (repeatable)."
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=20, show_default=True, help="Feasible layouts shown."
+)
+@click.option("--all", "include_rejected", is_flag=True, help="Also list rejected layouts with the reason.")
+@click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
+)
+@format_option
+@pass_ctx
+def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: bool, **request: Any) -> None:
+    """Rank the DP×TP×PP×MBS layouts of a model by predicted sec/it; mark those measured in the database.
+
+    \b
+    Example:
+        tracelog plan --gpus 384 --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 \\
+            --seq 2048 --vocab 250880 --gbs 2048 --zero 1 --constraint 'mbs >= 2' --top 10
+    """
+    with user_errors():
+        db = obj.store(read_only=True) if os.path.exists(obj.db) else None
+        if uncalibrated:
+            request["compute_scale"] = 1.0
+        frame = api.plan(db, api.PlanRequest(constraints=constraints, **request))
+    render(frame, fmt)
+    sys.stdout.flush()  # the notes go to stderr: after the table, also when both go to one pipe
+    for note in frame.attrs.get("notes", []):
+        click.echo(note, err=True)
+
+
+@cli.command()
+@click.option("--run", "runs", multiple=True, help="Fit on this run only (repeatable).  [default: all]")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Fit on runs with this tag only.")
+@click.option("--bench", "benches", multiple=True, metavar="ID", help="Fit on this bench only (repeatable).")
+@click.option("--show", is_flag=True, help="Print the stored constants instead of fitting again.")
+@format_option
+@pass_ctx
+def calibrate(
+    obj: Context, runs: tuple[str, ...], tags: tuple[str, ...], benches: tuple[str, ...], show: bool, fmt: str
+) -> None:
+    """Fit the model's free constants to the runs and benches in the database and keep them.
+
+    A compute scale per GPU model and precision (a multiplier on the GEMMs' sustained efficiency) from runs with a
+    measured sec/it; α and the bandwidth efficiency per link from nccl-tests benches. Each constant is
+    printed with its error on the runs or benches it was fitted on, on those left out of the fit
+    (leave-one-out), and uncalibrated: the median |ln(predicted/measured)|. Predictions, comparisons and
+    flags are recomputed with them; `predict --uncalibrated` and `plan --uncalibrated` show the
+    textbook model.
+
+    \b
+    Example:
+        tracelog ingest lab_notes.md --gpu a100-sxm4-80gb
+        tracelog ingest nccl_all_reduce.txt
+        tracelog calibrate
+        tracelog calibrate --tag exp=topology       # fit on some runs only
+        tracelog calibrate --show                   # the stored constants
+    """
+    with user_errors():
+        store = obj.store()
+        if show:
+            frame = api.calibrations(store)
+        else:
+            frame = api.calibrate(
+                store, runs=list(runs) or None, tags=parse_tags(tags) or None, benches=list(benches) or None
+            )
+    render(frame, fmt)
