@@ -30,10 +30,11 @@ from tracelog.model import (
 )
 from tracelog.store import Store
 
-USABLE_MEMORY_FRACTION = 0.95
-"""Share of device memory a layout may fill. The CUDA context and kernels take 1.2-1.6 GiB before the
-first tensor (BigScience tr11 notes: 1271 MiB on a V100 32GB, 1573 MiB on an A100 40GB, ~2% of 80 GB);
-allocator fragmentation and NCCL buffers take a few percent more."""
+USABLE_MEMORY_FRACTION = 1.0
+"""Share of device memory a layout may fill. The whole device: the memory model's total already holds
+the CUDA context (BigScience tr11 notes: 1271 MiB on a V100 32GB, 1573 MiB on an A100) and the caching
+allocator's reserve over what tensors hold (`model.memory`), so a further margin would count them twice.
+Lower it (`usable_fraction`) to keep headroom for what the model leaves out (NCCL's buffers)."""
 
 FEASIBLE_COLUMNS = [
     "rank",
