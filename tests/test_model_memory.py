@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import CORPUS
 from tracelog import api, hardware
 from tracelog.errors import TracelogError
-from tracelog.model.flops import ModelConfig, TrainConfig, params_from_config
+from tracelog.model.flops import ModelConfig, TrainConfig, params_from_config, stage_layers
 from tracelog.model.memory import (
     ALLOCATOR_OVERHEAD,
     CUDA_CONTEXT_BYTES,
@@ -213,11 +213,11 @@ def _llama_layout(flash: bool, recompute: str = "none") -> TrainConfig:
 
 def test_flash_attention_takes_llama_405b_activations_from_hundreds_of_gib_to_tens() -> None:
     sbh = 8192 * 1 * 16384
-    # m = 2048/64 = 32 ≥ p: the first stage holds all 126 layers' worth of activations (16 × 126/16).
+    # m = 2048/64 = 32 ≥ p: the first stage holds p micro-batches of its ⌈126/16⌉ = 8 layers (16 × 8).
     unfused = activations_per_gpu(LLAMA_405B, _llama_layout(flash=False), stage="first")
     fused = activations_per_gpu(LLAMA_405B, _llama_layout(flash=True), stage="first")
-    assert unfused == pytest.approx(126 * sbh * (34 / 8 + 5 * 128 * 8192 / (16384 * 8)))
-    assert fused == pytest.approx(126 * sbh * 34 / 8)
+    assert unfused == pytest.approx(128 * sbh * (34 / 8 + 5 * 128 * 8192 / (16384 * 8)))
+    assert fused == pytest.approx(128 * sbh * 34 / 8)
     assert unfused / 2**30 > 600 and fused / 2**30 < 70
 
 
@@ -434,3 +434,13 @@ def test_chronicles_rows_that_ran_fit_and_land_within_15_percent(
     predicted = _chronicle_memory(row, layers, hidden, bf16)
     assert predicted < A100_80
     assert predicted / 2**30 == pytest.approx(mem_gb, rel=0.15)
+
+
+def test_the_busiest_stage_holds_the_ceiling_of_layers_over_stages() -> None:
+    """82 layers on 12 stages (BigScience tr11 206B, chronicles line 954): DeepSpeed's partition puts 7
+    layers on some stages, and those are the ones that run out of memory and set the pace."""
+    assert (stage_layers(70, 12), stage_layers(72, 12), stage_layers(82, 12)) == (6, 6, 7)
+    cfg = ModelConfig(layers=82, hidden=14336, heads=128, seq_len=2048, vocab=250880)
+    train = TrainConfig(gbs=2048, mbs=2, tp=4, pp=12, dp=8)
+    per_layer = transformer_params_per_gpu(cfg, TrainConfig(gbs=2048, mbs=2, tp=4, pp=82, dp=8))
+    assert transformer_params_per_gpu(cfg, train) == pytest.approx(7 * per_layer)

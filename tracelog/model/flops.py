@@ -65,6 +65,15 @@ class ModelConfig:
         return self.layers - self.moe_layers
 
 
+def stage_layers(layers: int, pp: int) -> int:
+    """Transformer layers on the busiest pipeline stage: ⌈L/p⌉. DeepSpeed's PipelineModule splits the
+    layers as evenly as it can (`partition_uniform`, `partition_method=type:transformer`), so some stages
+    hold one more when p does not divide L; 1F1B runs at the pace of the slowest stage (Narayanan et al.
+    2021 §2.2) and that stage's memory is the one that runs out. Megatron-LM asks that p divide L
+    (`--num-layers` checks), where this is exactly L/p."""
+    return -(-layers // pp)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How a run is laid out. `vp` is the number of interleaved model chunks per pipeline stage (None or

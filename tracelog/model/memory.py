@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, normalize_precision
-from tracelog.model.flops import ModelConfig, Recompute, TrainConfig, params_from_config
+from tracelog.model.flops import ModelConfig, Recompute, TrainConfig, params_from_config, stage_layers
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 ADAM_STATE_BYTES = 12
@@ -190,9 +190,10 @@ def embedding_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = 
 
 
 def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
-    """Transformer layers of one pipeline stage split over TP: (params without embeddings) / (tp · pp).
-    Norms and biases replicated across TP are counted as split, a sub-0.1% simplification."""
-    return params_from_config(cfg, include_embeddings=False) / (train.tp * train.pp)
+    """Transformer layers of the busiest pipeline stage (⌈L/p⌉, `stage_layers`) split over TP. Norms and
+    biases replicated across TP are counted as split, a sub-0.1% simplification."""
+    per_layer = params_from_config(cfg, include_embeddings=False) / cfg.layers
+    return per_layer * stage_layers(cfg.layers, train.pp) / train.tp
 
 
 def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recompute) -> float:
@@ -228,7 +229,7 @@ def activations_per_gpu(
             stored = 0.0
         elif options.partition_activations and not train.sequence_parallel:
             stored /= train.tp
-    total = stored * (cfg.layers / p) * in_flight
+    total = stored * stage_layers(cfg.layers, p) * in_flight
     if v > 1 and first:
         total *= 1 + (p - 1) / (p * v)
     if train.recompute == "full":

@@ -15,7 +15,7 @@ from tracelog.model.collectives import (
     link_for,
     predict_collective,
 )
-from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops
+from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, stage_layers
 from tracelog.model.gemm import (
     KERNEL_OVERHEAD_S,
     Op,
@@ -97,7 +97,7 @@ def tp_comm_seconds(
         "all_reduce", size, train.tp, bottleneck.unidirectional_gbps, alpha_us, link_efficiency
     )
     per_layer = 6 if train.recompute == "full" else 4
-    layers_per_stage = cfg.layers / train.pp
+    layers_per_stage = stage_layers(cfg.layers, train.pp)
     return per_layer * layers_per_stage * train.microbatches * one.time_us * 1e-6
 
 
@@ -210,7 +210,7 @@ def stage_compute(
     g = _resolve_gpu(gpu)
     ops = tuple(layer_forward_ops(cfg, train, g, compute_scale))
     layer_fwd = sum(op.time_s for op in ops)
-    layers = cfg.layers / train.pp
+    layers = stage_layers(cfg.layers, train.pp)
     logits = logits_forward_op(cfg, train, g, compute_scale).time_s + KERNEL_OVERHEAD_S
     if train.pp > 1 and train.framework in ("megatron-deepspeed", "deepspeed"):
         logits /= train.pp  # DeepSpeed's PipelineModule balances the output layer into the partition
@@ -299,7 +299,11 @@ def predict_iteration(
         stage = stage_compute(cfg, train, g, compute_scale)
         forward, backward, optimizer_s = stage.forward_s, stage.backward_s, stage.optimizer_s
         per_mb = stage.microbatch_s
-        gemm_s = m * (cfg.layers / train.pp) * sum(op.time_s for op in stage.layer_ops if op.kind != "memory")
+        gemm_s = (
+            m
+            * stage_layers(cfg.layers, train.pp)
+            * sum(op.time_s for op in stage.layer_ops if op.kind != "memory")
+        )
     compute_s = per_mb * m + optimizer_s
     tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
     tp_s = max(0.0, tp_total - 3 * gemm_s) if train.tp_comm_overlap else tp_total
