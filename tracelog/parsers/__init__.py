@@ -34,7 +34,7 @@ def detect(head: str, path: str) -> ModuleType:
     if not scored or scored[0][0] <= 0:
         raise TracelogError(
             f"no parser recognises this file (looked at its first {len(head) // 1024 or 1} KiB); "
-            f"use --format with one of: {', '.join(formats())}",
+            f"use --parser with one of: {', '.join(formats())}",
             path,
         )
     return scored[0][2]
