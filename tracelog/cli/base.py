@@ -38,6 +38,11 @@ pass_ctx = click.make_pass_decorator(Context)
 format_option = click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
 )
+uncalibrated_option = click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
+)
 
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:

@@ -9,7 +9,15 @@ from typing import Any
 import click
 
 from tracelog import api
-from tracelog.cli.base import Context, cli, format_option, parse_tags, pass_ctx, user_errors
+from tracelog.cli.base import (
+    Context,
+    cli,
+    format_option,
+    parse_tags,
+    pass_ctx,
+    uncalibrated_option,
+    user_errors,
+)
 from tracelog.render import render
 from tracelog.store.benches import is_bench_ref
 
@@ -52,11 +60,7 @@ from tracelog.store.benches import is_bench_ref
     type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed"]),
     help="Sets how gradients are kept (fp32 main grads in Megatron).  [default: megatron]",
 )
-@click.option(
-    "--uncalibrated",
-    is_flag=True,
-    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
-)
+@uncalibrated_option
 @format_option
 @pass_ctx
 def predict(
@@ -187,11 +191,7 @@ def set_(
     "--top", type=click.IntRange(min=1), default=20, show_default=True, help="Feasible layouts shown."
 )
 @click.option("--all", "include_rejected", is_flag=True, help="Also list rejected layouts with the reason.")
-@click.option(
-    "--uncalibrated",
-    is_flag=True,
-    help="The textbook model: ignore the constants `tracelog calibrate` fitted.",
-)
+@uncalibrated_option
 @format_option
 @pass_ctx
 def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: bool, **request: Any) -> None:
