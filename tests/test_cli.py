@@ -110,3 +110,16 @@ def test_markdown_leaves_missing_values_blank(db_path: Path) -> None:
     row = md.output.strip().splitlines()[-1]
     assert "nan" not in row and "<NA>" not in row and "None" not in row
     assert [cell.strip() for cell in row.strip("|").split("|")] == ["1", "", "", "x"]
+
+
+def test_ingest_parser_names_the_format_and_the_old_spelling_still_works(db_path: Path) -> None:
+    """`--format` is the output format on every command; ingest's input format is `--parser`."""
+    named = CliRunner().invoke(cli, ["--db", str(db_path), "ingest", "--parser", "megatron", BLOOM])
+    assert named.exit_code == 0 and "as megatron" in named.output
+    old = CliRunner().invoke(cli, ["--db", str(db_path), "ingest", "--format", "megatron", BLOOM, "--force"])
+    assert old.exit_code == 0, old.output
+    assert "ingest --format is now --parser" in old.output
+    wrong = CliRunner().invoke(
+        cli, ["--db", str(db_path), "ingest", "--parser", "nccl_tests", BLOOM, "--force"]
+    )
+    assert wrong.exit_code == 1
