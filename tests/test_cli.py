@@ -119,7 +119,3 @@ def test_ingest_parser_names_the_format_and_the_old_spelling_still_works(db_path
     old = CliRunner().invoke(cli, ["--db", str(db_path), "ingest", "--format", "megatron", BLOOM, "--force"])
     assert old.exit_code == 0, old.output
     assert "ingest --format is now --parser" in old.output
-    wrong = CliRunner().invoke(
-        cli, ["--db", str(db_path), "ingest", "--parser", "nccl_tests", BLOOM, "--force"]
-    )
-    assert wrong.exit_code == 1
