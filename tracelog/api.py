@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -27,12 +28,14 @@ from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, ingest_file
-from tracelog.report import ReportResult, write_report
 from tracelog.store import Store
 from tracelog.store import benches as bench_lookup
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
 from tracelog.thresholds import DEFAULT
+
+if TYPE_CHECKING:  # Altair and vl-convert: loaded when a report is written, not at every start-up
+    from tracelog.report import ReportResult
 
 Db = Store | str | os.PathLike[str] | None
 ProgressFor = Callable[[str], AbstractContextManager[Progress | None]]
@@ -42,7 +45,6 @@ __all__ = [
     "IngestFailure",
     "IngestResult",
     "PlanRequest",
-    "ReportResult",
     "benches",
     "calibrate",
     "calibrations",
@@ -374,6 +376,10 @@ def report(
     """Write the self-contained HTML report (default `reports/tracelog-report.html`); narrowed to runs,
     tags or benches when given; `png_dir` also writes each chart as a PNG. Returns a `ReportResult`.
     The database is opened read-only."""
+    from tracelog.report import (
+        write_report,  # lazy on purpose: see LAZY_IMPORTS in tests/test_architecture.py
+    )
+
     return write_report(db, output, runs, tags, benches, png_dir)
 
 
