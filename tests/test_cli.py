@@ -45,11 +45,13 @@ def test_show_by_name_prefix_and_ambiguity(db_path: Path) -> None:
     assert "matches 2 runs" in ambiguous.output
     shown = run(db_path, "show", "1", "--format", "markdown")
     assert shown.exit_code == 0
-    assert (
-        "### iterations" in shown.output
-        and "### timers" in shown.output
-        and "forward-backward" in shown.output
-    )
+    assert "### trend" in shown.output and "### timers" in shown.output and "forward-backward" in shown.output
+    assert "### iterations" not in shown.output  # only when asked for
+    lines = run(db_path, "show", "1", "--iterations", "--limit", "3", "--format", "csv")
+    header = "iteration,elapsed_s,tflops_reported"
+    assert lines.output.count(header) == 1
+    rows = lines.output.split(header, 1)[1].strip().splitlines()[1:4]
+    assert [r.split(",")[0] for r in rows] == ["10", "20", "30"]
     missing = run(db_path, "show", "nope")
     assert missing.exit_code == 1 and "no run matches 'nope'" in missing.output
 
@@ -119,3 +121,23 @@ def test_ingest_parser_names_the_format_and_the_old_spelling_still_works(db_path
     old = CliRunner().invoke(cli, ["--db", str(db_path), "ingest", "--format", "megatron", BLOOM, "--force"])
     assert old.exit_code == 0, old.output
     assert "ingest --format is now --parser" in old.output
+
+
+def test_a_table_shows_a_screen_of_rows_and_says_how_many_more(db_path: Path) -> None:
+    run(db_path, "ingest", LLAMA)
+    many = run(db_path, "sql", "SELECT range AS n FROM range(500)")
+    assert " 49 " in many.output and " 50 " not in many.output
+    assert "450 more rows: --format csv, json or markdown prints them all" in many.output
+    every = run(db_path, "sql", "SELECT range AS n FROM range(500)", "--format", "csv")
+    assert every.output.splitlines()[-1] == "499"
+
+
+def test_show_sums_up_a_run_with_its_trend(db_path: Path) -> None:
+    run(db_path, "ingest", LLAMA)
+    shown = run(db_path, "show", "1", "--format", "markdown").output
+    trend = shown.split("### trend", 1)[1].split("###", 1)[0]
+    loss = next(line for line in trend.splitlines() if line.startswith("| lm loss"))
+    cells = [c.strip() for c in loss.strip("|").split("|")]
+    first, last, lowest, highest = map(float, cells[1:5])
+    assert first > last and lowest <= last and highest >= first  # a loss that falls
+    assert cells[5][0] == "█" and cells[5][-1] == "▁"  # the sparkline falls with it

@@ -151,9 +151,12 @@ def run_label(db: Db, ref: str | int) -> tuple[int, str | None]:
     return run_lookup.run_label(connect(db), ref)
 
 
-def show_run(db: Db, ref: str | int) -> dict[str, pd.DataFrame]:
-    """One run in full: summary, configuration, tags, parameters, iterations, memory and timers."""
-    return run_lookup.show_run(connect(db), ref)
+def show_run(
+    db: Db, ref: str | int, *, iterations: bool = False, limit: int | None = None
+) -> dict[str, pd.DataFrame]:
+    """One run: summary, configuration, tags, parameters, the trend of sec/it, loss and TFLOP/s, timers,
+    peak memory per rank and flags; with `iterations`, its iteration lines (the first `limit`)."""
+    return run_lookup.show_run(connect(db), ref, iterations=iterations, limit=limit)
 
 
 def benches(db: Db = None, *, tool: str | None = None) -> pd.DataFrame:

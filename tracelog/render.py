@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 FORMATS = ("table", "csv", "json", "markdown")
+SCREEN_ROWS = 50
+"""Rows a table shows when the output is not a terminal (whose own height is used otherwise); csv, json
+and markdown, the formats for machines and documents, print every row."""
 
 
 def _cell(value: Any) -> str:
@@ -35,15 +38,20 @@ def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None) ->
         click.echo(frame.astype(object).where(frame.notna(), "").to_markdown(index=False))
         click.echo()
     else:
+        console = Console(markup=False, emoji=False, highlight=False)
+        rows = max(10, console.size.height - 8) if console.is_terminal else SCREEN_ROWS
+        if not console.is_terminal:
+            console = Console(markup=False, emoji=False, highlight=False, width=100_000)
         table = Table(title=title, show_lines=False, header_style="bold")
         for column in frame.columns:
             numeric = pd.api.types.is_numeric_dtype(frame[column])
             table.add_column(str(column), justify="right" if numeric else "left", overflow="fold")
-        for row in frame.itertuples(index=False):
+        for row in frame.head(rows).itertuples(index=False):
             table.add_row(*(_cell(v) for v in row))
-        console = Console(markup=False, emoji=False, highlight=False)
-        if not console.is_terminal:
-            console = Console(markup=False, emoji=False, highlight=False, width=100_000)
         console.print(table)
         if frame.empty:
             console.print("(no rows)")
+        elif len(frame) > rows:
+            console.print(
+                f"... {len(frame) - rows:,} more rows: --format csv, json or markdown prints them all"
+            )

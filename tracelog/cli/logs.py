@@ -127,10 +127,16 @@ def runs(obj: Context, tags: tuple[str, ...], fmt: str) -> None:
 
 @cli.command()
 @click.argument("ref", metavar="RUN|bench:ID")
+@click.option("--iterations", is_flag=True, help="Also the run's iteration lines.")
+@click.option("--limit", type=click.IntRange(min=0), help="With --iterations: the first N lines only.")
 @format_option
 @pass_ctx
-def show(obj: Context, ref: str, fmt: str) -> None:
-    """Show one run in full (by id, name or unique name prefix), or one bench as bench:ID.
+def show(obj: Context, ref: str, fmt: str, iterations: bool, limit: int | None) -> None:
+    """Show one run (by id, name or unique name prefix), or one bench as bench:ID.
+
+    A run shows its summary, configuration, the trend of sec/it, loss and TFLOP/s over the run, timers,
+    peak memory per rank and flags, in the same time for a thousand iterations or millions;
+    `--iterations` adds its iteration lines (`--limit N` the first N).
 
     Runs and benches are numbered apart, so a bench is always written with its prefix: `tracelog show
     bench:3` shows bench 3 of `tracelog benches` (its summary, params, devices, rows, events and flags),
@@ -139,11 +145,15 @@ def show(obj: Context, ref: str, fmt: str) -> None:
     \b
     Example:
         tracelog show 176b-tp4          # a run by id, name or unique name prefix
+        tracelog show 176b-tp4 --iterations --limit 20
         tracelog show bench:3 --format markdown
     """
     with user_errors():
         store = obj.store()
-        parts = api.show_bench(store, ref) if is_bench_ref(ref) else api.show_run(store, ref)
+        if is_bench_ref(ref):
+            parts = api.show_bench(store, ref)
+        else:
+            parts = api.show_run(store, ref, iterations=iterations or limit is not None, limit=limit)
     summary = parts.pop("summary")
     render(summary.T.reset_index().set_axis(["field", "value"], axis=1), fmt, title="summary")
     parts.pop("run", None)

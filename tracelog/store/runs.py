@@ -8,6 +8,7 @@ import pandas as pd
 
 from tracelog.errors import TracelogError
 from tracelog.store import Store
+from tracelog.store.flags import flags_sql
 from tracelog.store.tables import MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
 
 RUN_LIST_COLUMNS = [
@@ -89,33 +90,99 @@ def resolve_run(store: Store, ref: str | int) -> int:
     raise TracelogError(f"{text!r} matches {len(found)} runs, name one of them: {listing}")
 
 
-def show_run(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
-    """One run in full: summary, configuration, tags, parameters, iterations, memory and timers."""
+SPARK = "▁▂▃▄▅▆▇█"
+TREND_POINTS = 48
+TREND_SQL = """
+WITH span AS (SELECT min(line_no) AS lo, max(line_no) - min(line_no) + 1 AS width FROM iterations WHERE run_id = $run),
+buckets AS (
+    SELECT (i.line_no - span.lo) * $points // span.width AS b, avg(i.elapsed_s) AS sec_per_it,
+           avg(i.lm_loss) FILTER (isfinite(i.lm_loss)) AS lm_loss, avg(i.tflops_reported) AS tflops,
+           min(i.iteration) AS first_it, max(i.iteration) AS last_it
+    FROM iterations i, span WHERE i.run_id = $run GROUP BY b
+)
+SELECT b, sec_per_it, lm_loss, tflops, first_it, last_it FROM buckets ORDER BY b
+"""
+
+
+def sparkline(values: list[float | None]) -> str:
+    """Values as block characters from lowest to highest; a gap where a value is missing."""
+    known = [v for v in values if v is not None and v == v]
+    if not known:
+        return ""
+    lo, hi = min(known), max(known)
+    scale = (len(SPARK) - 1) / (hi - lo) if hi > lo else 0.0
+    return "".join(" " if v is None or v != v else SPARK[round((v - lo) * scale)] for v in values)
+
+
+def trend(store: Store, run_id: int, points: int = TREND_POINTS) -> pd.DataFrame:
+    """sec/it, loss and TFLOP/s over the run in `points` buckets of its log lines (aggregated in DuckDB,
+    so it costs the same for a thousand iterations or millions): first, last, lowest, highest, sparkline."""
+    buckets = store.query(TREND_SQL.replace("$points", str(int(points))).replace("$run", str(int(run_id))))
+    rows = []
+    for column, label in (("sec_per_it", "sec/it"), ("lm_loss", "lm loss"), ("tflops", "TFLOP/s")):
+        values = [None if pd.isna(v) else float(v) for v in buckets[column]]
+        known = [v for v in values if v is not None]
+        if not known:
+            continue
+        rows.append(
+            {
+                "metric": label,
+                "first": known[0],
+                "last": known[-1],
+                "lowest": min(known),
+                "highest": max(known),
+                "over iterations": sparkline(values),
+                "from": int(buckets["first_it"].min()),
+                "to": int(buckets["last_it"].max()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def show_run(
+    store: Store, ref: str | int, *, iterations: bool = False, limit: int | None = None
+) -> dict[str, pd.DataFrame]:
+    """One run: summary, configuration, tags, parameters, the trend of sec/it, loss and TFLOP/s, timers,
+    peak memory per rank and flags, each aggregated in DuckDB so a run of millions of iterations shows
+    as fast as a short one. With `iterations`, its iteration lines too (the first `limit` when given)."""
     run_id = resolve_run(store, ref)
     one = [run_id]
-    return {
+    parts = {
         "summary": store.query("SELECT * FROM run_summary WHERE run_id = ?", one),
         "run": store.query("SELECT * FROM runs WHERE run_id = ?", one),
         "tags": store.query("SELECT key, value FROM run_tags WHERE run_id = ? ORDER BY key", one),
         "params": store.query(
             "SELECT name, value, line_no FROM run_params WHERE run_id = ? ORDER BY line_no", one
         ),
-        "iterations": store.query(
-            "SELECT iteration, elapsed_s, tflops_reported, samples_per_s, lm_loss, loss_scale, grad_norm, "
-            "skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = ? ORDER BY line_no",
-            one,
-        ),
-        "memory": store.query(
-            "SELECT rank, iteration, allocated_mib, max_allocated_mib, reserved_mib, max_reserved_mib, line_no "
-            "FROM memory WHERE run_id = ? ORDER BY line_no",
-            one,
-        ),
+        "trend": trend(store, run_id),
         "timers": store.query(
             "SELECT name, count(*) AS lines, median(time_ms) AS median_ms, max(time_ms) AS max_ms "
             "FROM timers WHERE run_id = ? GROUP BY name ORDER BY median_ms DESC",
             one,
         ),
+        "memory": store.query(
+            "SELECT rank, count(*) AS reports, max(max_allocated_mib) AS max_allocated_mib, "
+            "max(max_reserved_mib) AS max_reserved_mib, arg_max(iteration, max_reserved_mib) AS at_iteration, "
+            "arg_max(line_no, max_reserved_mib) AS line_no FROM memory WHERE run_id = ? "
+            "GROUP BY rank ORDER BY max_reserved_mib DESC NULLS LAST, rank",
+            one,
+        ),
+        "flags": store.query(
+            flags_sql(
+                "f.subject_kind = 'run' AND f.subject_id = ?",
+                "f.severity, f.rule, f.row_ref, f.measured, f.expected, f.ratio, f.message, f.hint",
+            ),
+            one,
+        ),
     }
+    if iterations:
+        parts["iterations"] = store.query(
+            "SELECT iteration, elapsed_s, tflops_reported, samples_per_s, lm_loss, loss_scale, grad_norm, "
+            "skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = ? ORDER BY line_no"
+            + (f" LIMIT {int(limit)}" if limit is not None else ""),
+            one,
+        )
+    return parts
 
 
 def tag(store: Store, run_id: int, tags: dict[str, str]) -> None:
