@@ -29,7 +29,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, strip_prefix
+from tracelog.parsers.base import (
+    NCCL_WARN_RX,
+    Batch,
+    Emitter,
+    LineSource,
+    as_rounded,
+    drive,
+    guarded,
+    strip_prefix,
+)
 
 FORMAT = "allreduce_bench"
 VERSION = "1"
@@ -178,7 +187,7 @@ class _Parser:
             if bench is not None and bench.rows:
                 self.close()
             bench = self.current(n)
-            bench.size_bytes = round(float(match.group(2)) * 1e9)
+            bench.size_bytes = as_rounded(float(match.group(2)) * 1e9)
             bench.ranks_seen.setdefault(int(match.group(1)), 0)
             return True
         if match := RANK_RX.match(body):
@@ -198,7 +207,7 @@ class _Parser:
             if self.bench is not None and (self.bench.rows or self.bench.summary):
                 self.close()
             bench = self.current(n)
-            bench.size_bytes = round(float(match.group(1)) * 1e9)
+            bench.size_bytes = as_rounded(float(match.group(1)) * 1e9)
             bench.ranks_declared = int(match.group(3))
             self.param("trials", match.group(2), n)
             return True
@@ -290,5 +299,6 @@ class _Parser:
         )
 
 
+@guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     return drive(_Parser(), source)

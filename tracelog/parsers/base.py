@@ -9,11 +9,13 @@ batches so nothing is silently dropped.
 
 from __future__ import annotations
 
+import functools
 import io
+import math
 import queue
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TypeVar
 
@@ -23,6 +25,10 @@ import regex
 ANSI_ESCAPE = regex.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 BLOCK_BYTES = 16 << 20
 FLUSH_ROWS = 5000  # rows a line parser gathers before it hands them out as batches
+# The longest line read as such: bytes past it are skipped while streaming (never held in memory), the
+# kept head goes to `unparsed` and an event says how long the line was. The longest line of the sample
+# and corpus logs is an arguments dump of a few KiB, so no real line comes close.
+MAX_LINE_BYTES = 1 << 20
 
 Rows = list[dict[str, Any]] | pl.DataFrame
 T = TypeVar("T")
@@ -45,6 +51,9 @@ class Block:
 
     first_line: int
     data: bytes
+    # (line number, the line's length in bytes before it was cut, its kept head) per line cut to
+    # MAX_LINE_BYTES; the line itself is handed to the parser empty.
+    cut: list[tuple[int, int, bytes]] = field(default_factory=list)
     _lines: list[str] | None = field(default=None, repr=False)
     _line_count: int | None = field(default=None, repr=False)
 
@@ -97,19 +106,26 @@ class LineSource:
     """Streams a binary file as blocks of whole lines; memory stays at about one block.
 
     `on_bytes` callbacks see every raw chunk (the store hashes the file this way in the same pass).
-    A last line without a newline (a log still being written) is handed out like any other.
+    A last line without a newline (a log still being written) is handed out like any other, unless
+    `hold_partial`: then it is held back (`pending_bytes` long) until a later read finds its newline.
     """
 
-    def __init__(self, stream: BinaryIO, name: str, block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(
+        self, stream: BinaryIO, name: str, block_bytes: int = BLOCK_BYTES, hold_partial: bool = False
+    ) -> None:
         self.stream = stream
         self.name = name
         self.block_bytes = block_bytes
+        self.hold_partial = hold_partial
         self.lines_total = 0
         self.bytes_read = 0
+        self.pending_bytes = 0
         self.on_bytes: list[Any] = []
+        self.cut: list[tuple[int, int, bytes]] = []  # lines cut to MAX_LINE_BYTES, for `guarded` to report
 
     def blocks(self) -> Iterator[Block]:
         rest = b""
+        dropped = 0  # bytes of the unfinished line skipped past MAX_LINE_BYTES
         next_line = 1
         while True:
             chunk = self.stream.read(self.block_bytes)
@@ -119,24 +135,55 @@ class LineSource:
                     callback(chunk)
             if not chunk:
                 if rest:
-                    block = Block(next_line, rest)
+                    block = self._cut_long_lines(Block(next_line, rest), dropped)
+                    self.cut.extend(block.cut)
                     yield block
                     self.lines_total += block.line_count
                 return
             cut = chunk.rfind(b"\n") + 1
             if cut == 0:
-                rest += chunk
+                # No line ends in this chunk: keep at most MAX_LINE_BYTES of the line, count the rest.
+                room = max(0, MAX_LINE_BYTES + 1 - len(rest))
+                if room:
+                    rest += chunk[:room]
+                dropped += len(chunk) - min(room, len(chunk))
                 continue
             # One copy of the block's bytes (the unfinished line before it, the whole lines of the chunk).
             data = b"".join((rest, memoryview(chunk)[:cut])) if rest or cut < len(chunk) else chunk
             rest = chunk[cut:]
-            block = Block(next_line, data)
+            block = self._cut_long_lines(Block(next_line, data), dropped)
+            self.cut.extend(block.cut)
+            dropped = 0
+            if len(rest) > MAX_LINE_BYTES:
+                dropped, rest = len(rest) - MAX_LINE_BYTES - 1, rest[: MAX_LINE_BYTES + 1]
             del chunk, data
             yield block
             # Counted after the parser had the block: its frame knows the count for free.
             count = block.line_count
             next_line += count
             self.lines_total += count
+
+    @staticmethod
+    def _cut_long_lines(block: Block, dropped: int) -> Block:
+        """`block` with every line longer than MAX_LINE_BYTES emptied and noted in `block.cut`.
+
+        A line that long spans a whole window of MAX_LINE_BYTES/2 without a newline: a handful of `find`s
+        per block rule that out, so the common block is returned untouched. `dropped` counts bytes of the
+        first line already skipped while streaming.
+        """
+        data, half = block.data, MAX_LINE_BYTES // 2
+        if not dropped and all(
+            data.find(b"\n", at, at + half) >= 0 for at in range(0, len(data) - half, half)
+        ):
+            return block
+        lines = data.split(b"\n")
+        cut: list[tuple[int, int, bytes]] = []
+        for k, line in enumerate(lines):
+            length = len(line) + (dropped if k == 0 else 0)
+            if length > MAX_LINE_BYTES:
+                cut.append((block.first_line + k, length, line[:MAX_LINE_BYTES]))
+                lines[k] = b""
+        return Block(block.first_line, b"\n".join(lines), cut) if cut else block
 
     def frames(self, ahead: int = 1) -> Iterator[tuple[Block, pl.DataFrame]]:
         """Each block with its frame, read, hashed and split into lines on a worker thread `ahead` blocks
@@ -249,7 +296,11 @@ class Emitter:
     def flush(self) -> Iterator[Batch]:
         for table, rows in self.tables.items():
             if rows:
-                yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
+                try:
+                    frame = pl.DataFrame(rows, infer_schema_length=None)
+                except OverflowError:  # an integer past 128 bits: `checked` reports it as out of range
+                    frame = pl.DataFrame([_huge_as_float(row) for row in rows], infer_schema_length=None)
+                yield Batch(table, frame)
         self.tables = {}
         self.count = 0
 
@@ -273,3 +324,238 @@ def drive(parser: LineParser, source: LineSource) -> Iterator[Batch]:
             yield from parser.out.flush()
     parser.finish()
     yield from parser.out.flush()
+
+
+def _huge_as_float(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key, value in row.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 63:
+            out[key] = math.inf if abs(value).bit_length() > 1000 else float(value)
+    return out
+
+
+def as_rounded(value: float) -> int | float:
+    """`value` rounded to an int when it is finite; NaN and inf stay floats (see `as_int`)."""
+    return round(value) if math.isfinite(value) else value
+
+
+def as_int(value: float) -> int | float:
+    """`value` as an int when it is a finite number; NaN and inf stay floats for `checked` to report
+    (`int()` of them raises)."""
+    return int(value) if math.isfinite(value) else value
+
+
+# Range checks of every numeric value a parser hands out (`checked`). Column types follow
+# schemas/001_init.sql: these columns are INTEGER (32-bit), every other integer column BIGINT; a test holds
+# the list against the schema.
+INT32_COLUMNS = frozenset(
+    [
+        "rank",
+        "device",
+        "pid",
+        "src",
+        "dst",
+        "root",
+        "nodes",
+        "gpus",
+        "gpus_per_node",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "vp",
+        "mbs",
+        "gbs",
+        "seq_len",
+        "layers",
+        "hidden",
+        "heads",
+        "query_groups",
+        "ffn_hidden",
+        "vocab",
+        "zero_stage",
+        "ranks",
+        "link_count",
+        "run_key",
+        "bench_key",
+    ]
+)
+INT_LIMITS = {True: (1 << 31) - 1, False: (1 << 63) - 1}
+# Floats whose NaN or inf is what the log said (a diverged loss, an overflowed gradient norm): kept.
+NAN_MEANINGFUL = frozenset({"lm_loss", "grad_norm", "num_zeros", "value@iteration_metrics", "loss_scale"})
+# Floats that may be negative (a metric of the user's own); every other number a parser reads is a size,
+# count, duration, rate or index, where a negative value is a misprint.
+SIGNED = frozenset({"value@iteration_metrics", "lm_loss", "loss_scale"})  # -1: Megatron-DeepSpeed under bf16
+# Columns without which a row is no row: a bad value there drops the row (the event keeps its text).
+KEYS = frozenset({"iteration", "size_bytes", "src", "dst", "line_no", "run_key", "bench_key"})
+# No link moves a petabyte per second: 1e6 GB/s is over 500x NVLink 5's 1.8 TB/s per GPU (NVIDIA
+# Blackwell datasheet), the fastest link in hardware.toml. Bandwidths above it are misprints.
+MAX_BANDWIDTH_GBPS = 1e6
+BANDWIDTH = frozenset({"algbw_gbps", "busbw_gbps", "avg_busbw_gbps", "value@p2p"})
+
+
+def _problem(table: str, column: str, value: Any) -> str | None:
+    """What is wrong with `value` in `column` of `table`, or None."""
+    if value is None or isinstance(value, (bool, str)):
+        return None
+    named = f"{column}@{table}"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            if column in NAN_MEANINGFUL or named in NAN_MEANINGFUL:
+                return None
+            return "not a finite number"
+        if value < 0 and column not in SIGNED and named not in SIGNED:
+            return "negative"
+        if (column in BANDWIDTH or named in BANDWIDTH) and value > MAX_BANDWIDTH_GBPS:
+            return f"above {MAX_BANDWIDTH_GBPS:g} GB/s, no link is that fast"
+        return None
+    if isinstance(value, int):
+        if value < 0:
+            return "negative"
+        limit = INT_LIMITS[column in INT32_COLUMNS]
+        if value > limit:
+            return f"larger than its column holds ({limit})"
+    return None
+
+
+def _event(
+    table: str, row: dict[str, Any], column: str, value: Any, why: str, dropped: bool
+) -> dict[str, Any]:
+    line_no = row.get("line_no") or row.get("line_start") or 0
+    what = "row dropped" if dropped else "stored as NULL"
+    event = {"line_no": line_no if isinstance(line_no, int) and 0 <= line_no < 1 << 63 else 0}
+    event["kind"] = "bad_value"
+    event["text"] = f"{table}.{column} = {value!r}: {why}; {what}"
+    for key in ("run_key", "bench_key"):
+        if isinstance(row.get(key), int) and key != column:
+            event[key] = row[key]
+    return event
+
+
+def _checked_dicts(
+    table: str, rows: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        clean, keep = dict(row), True
+        for column, value in row.items():
+            if column == "run_params" and isinstance(value, list):
+                clean[column] = _checked_dicts("run_params", value, events)
+                continue
+            why = _problem(table, column, value)
+            if why is None:
+                continue
+            dropped = column in KEYS
+            events.append(_event(table, row, column, value, why, dropped))
+            keep = keep and not dropped
+            clean[column] = None
+        if keep:
+            out.append(clean)
+    return out
+
+
+def _bad_mask(table: str, column: str, dtype: pl.DataType) -> pl.Expr | None:
+    """True where a value of a numeric column is out of range (see `_problem`), or None for no check."""
+    col, named = pl.col(column), f"{column}@{table}"
+    if dtype.is_integer():
+        limit = INT_LIMITS[column in INT32_COLUMNS]
+        target = pl.Int32 if column in INT32_COLUMNS else pl.Int64
+        overflow = col.is_not_null() & col.cast(target, strict=False).is_null()
+        if dtype.is_unsigned_integer():
+            return overflow | (col.cast(pl.Float64) > limit)
+        return overflow | (col < 0)
+    if dtype.is_float():
+        checks = []
+        if column not in NAN_MEANINGFUL and named not in NAN_MEANINGFUL:
+            checks.append(col.is_nan() | col.is_infinite())
+        if column not in SIGNED and named not in SIGNED:
+            checks.append(col < 0)
+        if column in BANDWIDTH or named in BANDWIDTH:
+            checks.append(col > MAX_BANDWIDTH_GBPS)
+        return pl.any_horizontal(checks).fill_null(False) if checks else None
+    return None
+
+
+def _checked_frame(table: str, frame: pl.DataFrame, events: list[dict[str, Any]]) -> pl.DataFrame:
+    masks = {}
+    for column, dtype in frame.schema.items():
+        mask = _bad_mask(table, column, dtype)
+        if mask is not None:
+            masks[column] = mask.fill_null(False)
+    if not masks:
+        return frame
+    flags = frame.select(**{f"_bad_{c}": m for c, m in masks.items()})
+    bad_columns = [c for c in masks if flags[f"_bad_{c}"].any()]
+    if not bad_columns:
+        return frame
+    for column in bad_columns:
+        bad_rows = frame.filter(flags[f"_bad_{column}"])
+        for row in bad_rows.to_dicts():
+            value = row[column]
+            why = (
+                _problem(table, column, value)
+                or f"larger than its column holds ({INT_LIMITS[column in INT32_COLUMNS]})"
+            )
+            events.append(_event(table, row, column, value, why, column in KEYS))
+    drop = pl.any_horizontal([flags[f"_bad_{c}"] for c in bad_columns if c in KEYS] or [pl.lit(False)])
+    frame = frame.with_columns(
+        pl.when(flags[f"_bad_{c}"]).then(None).otherwise(pl.col(c)).alias(c) for c in bad_columns
+    )
+    frame = frame.filter(~frame.select(drop.alias("_d")).to_series())
+    return frame.with_columns(
+        pl.col(c).cast(pl.Int32 if c in INT32_COLUMNS else pl.Int64, strict=False)
+        for c, dtype in frame.schema.items()
+        if dtype in (pl.Int128, pl.UInt64) or (c in bad_columns and dtype.is_integer())
+    )
+
+
+def checked(batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
+    """`batch` with every out-of-range number made NULL (its row dropped when the number is a key), and
+    one `bad_value` event row per such number: NaN and inf where they are not the log's own signal,
+    negatives where only sizes, counts and durations make sense, integers past their column's type,
+    bandwidths no link reaches."""
+    events: list[dict[str, Any]] = []
+    if batch.table in ("unparsed", "events"):
+        return batch, events
+    if isinstance(batch.rows, pl.DataFrame):
+        return Batch(batch.table, _checked_frame(batch.table, batch.rows, events)), events
+    return Batch(batch.table, _checked_dicts(batch.table, list(batch.rows), events)), events
+
+
+def _cut_batches(source: LineSource) -> Iterator[Batch]:
+    if not source.cut:
+        return
+    cut, source.cut = source.cut, []
+    yield Batch(
+        "unparsed",
+        [{"line_no": n, "text": head.decode("utf-8", errors="replace")} for n, _, head in cut],
+    )
+    yield Batch(
+        "events",
+        [
+            {
+                "line_no": n,
+                "kind": "line_truncated",
+                "text": f"line of {length} bytes cut to its first {MAX_LINE_BYTES} (the longest line "
+                "tracelog reads); the rest was skipped",
+            }
+            for n, length, _ in cut
+        ],
+    )
+
+
+def guarded(parse: Callable[..., Iterator[Batch]]) -> Callable[..., Iterator[Batch]]:
+    """A parser's `parse` whose batches are range-checked (`checked`), with the lines cut to
+    MAX_LINE_BYTES handed out as unparsed lines and `line_truncated` events."""
+
+    @functools.wraps(parse)
+    def wrapper(source: LineSource, *args: Any, **kwargs: Any) -> Iterator[Batch]:
+        for batch in parse(source, *args, **kwargs):
+            clean, events = checked(batch)
+            yield clean
+            if events:
+                yield Batch("events", events)
+            yield from _cut_batches(source)
+        yield from _cut_batches(source)
+
+    return wrapper

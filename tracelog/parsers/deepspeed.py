@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 
 from tracelog.parsers import megatron
-from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.base import Batch, LineSource, guarded
 from tracelog.parsers.deepspeed_config import RunState, flatten
 
 FORMAT = "deepspeed"
@@ -580,6 +580,7 @@ def _memory_row(
     }
 
 
+@guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     parser = _Parser()
     for line_no, line in source.lines():

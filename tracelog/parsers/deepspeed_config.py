@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracelog.parsers.base import as_int
+
 
 @dataclass
 class RunState:
@@ -71,7 +73,7 @@ def config_columns(config: dict[str, str]) -> dict[str, Any]:
     def integer(*names: str) -> int | None:
         raw = first(*names)
         try:
-            return int(float(raw)) if raw is not None else None
+            return as_int(float(raw)) if raw is not None else None  # type: ignore[return-value]
         except ValueError:
             return None
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.base import Batch, LineSource, as_int, guarded
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
     IterationLayout,
@@ -87,6 +87,7 @@ class _Carry:
     timer_layouts: list[TimerLayout] = field(default_factory=list)
 
 
+@guarded
 def parse(source: LineSource, fast: bool = True) -> Iterator[Batch]:
     """Batches of every table for a Megatron log; `fast=False` reads every line with the regexes only."""
     carry = _Carry()
@@ -411,7 +412,7 @@ def _stateful(
                 }
             )
             if match.group(2):
-                run.params_printed = int(float(match.group(2)) * 1e9)
+                run.params_printed = as_int(float(match.group(2)) * 1e9)  # type: ignore[assignment]
             run.effective_tflops = True
             continue
         if match := THEORY_RX.search(line):
@@ -421,7 +422,7 @@ def _stateful(
             run.columns["vocab"] = int(match.group(3))
             continue
         if match := ESTIMATED_RX.search(line):
-            run.params_printed = int(float(match.group(1)) * 1e9)
+            run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
             continue
         if line.strip():
             unparsed.append({"line_no": line_no, "text": raw_line})

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracelog.parsers.base import as_int
+
 # run column -> argument names that hold it, newest spelling first
 ARG_COLUMNS: dict[str, tuple[str, ...]] = {
     "tp": ("tensor_model_parallel_size", "model_parallel_size"),
@@ -33,9 +35,10 @@ INT_COLUMNS = set(ARG_COLUMNS)
 NONE_WORDS = {"none", "null", ""}
 
 
-def _int(value: str) -> int | None:
+def _int(value: str) -> int | float | None:
+    """An integer argument; NaN and inf stay floats, reported as bad values when the run row goes out."""
     try:
-        return int(float(value))
+        return as_int(float(value))
     except ValueError:
         return None
 

@@ -268,15 +268,20 @@ def iterations_by_layout(
             break
         rows, left = layout.read(left)
         done.append(rows)
+    # Each pass either reads at least one line (`left` shrinks) or moves `skipped` on, so the loop ends
+    # after at most `left.height + LEARN_TRIES` passes. A layout learned from a line it then does not read
+    # in the block (a value only one line prints differently, e.g. `nan iterations: x`) reads nothing and
+    # is not kept: its line is skipped and goes to the regexes.
     skipped = 0
     while left.height > skipped and skipped < LEARN_TRIES:
         learned = learn_iteration_layout(left["line"][skipped])
-        if learned is None:
+        rows, rest = learned.read(left) if learned is not None else (None, left)
+        if learned is None or rows is None or rows.is_empty():
             skipped += 1
             continue
         layouts.insert(0, learned)
         del layouts[LAYOUTS_KEPT:]
-        rows, left = learned.read(left)
+        left = rest
         done.append(rows)
     done = [rows for rows in done if not rows.is_empty()]
     if not done:
@@ -353,14 +358,16 @@ def timers_by_layout(
             return out
         fitted, left = layout.read(left)
         out.append((layout, fitted))
+    # As in `iterations_by_layout`: every pass reads a line or moves `skipped` on.
     skipped = 0
     while left.height > skipped and skipped < LEARN_TRIES:
         learned = learn_timer_layout(left["line"][skipped])
-        if learned is None:
+        fitted, rest = learned.read(left) if learned is not None else (None, left)
+        if learned is None or fitted is None or fitted.is_empty():
             skipped += 1
             continue
         layouts.insert(0, learned)
         del layouts[LAYOUTS_KEPT:]
-        fitted, left = learned.read(left)
+        left = rest
         out.append((learned, fitted))
     return out

@@ -35,13 +35,14 @@ first and then without its prefix. NCCL INFO lines and anything else not listed 
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, strip_prefix
+from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "nccl_tests"
 VERSION = "1"
@@ -475,6 +476,15 @@ class _Parser:
             wrong = None
             if "wrong" in g and g["wrong"].upper() != "N/A":
                 wrong_value = _number(g["wrong"])
+                if wrong_value is not None and (
+                    not math.isfinite(wrong_value) or wrong_value < 0 or wrong_value >= 2**63
+                ):
+                    # Not a count: the tool printed something it calls wrong values, but no number to
+                    # add up; the row keeps NULL and the event says what was printed.
+                    self.event(
+                        "bad_value", f"#wrong = {g['wrong']!r} is not a count; stored as NULL", n, bench
+                    )
+                    wrong_value = None
                 wrong = int(wrong_value) if wrong_value is not None else None
             if wrong is not None:
                 bench.wrong_total = (bench.wrong_total or 0) + wrong
@@ -505,5 +515,6 @@ class _Parser:
         return True
 
 
+@guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     return drive(_Parser(), source)

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, strip_prefix
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "p2p"
 VERSION = "1"
@@ -307,5 +307,6 @@ class _Parser:
         )
 
 
+@guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     return drive(_Parser(), source)

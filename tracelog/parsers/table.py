@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelog.parsers.base import Batch, LineSource
+from tracelog.parsers.base import Batch, LineSource, guarded
 from tracelog.parsers.table_headers import (
     CONFIG_ALIASES,
     PRECISIONS,
@@ -419,6 +419,7 @@ def _squeeze(lines: list[str]) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(line.rstrip() for line in lines)).strip()
 
 
+@guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     parser = _Parser(source.name)
     for line_no, line in source.lines():

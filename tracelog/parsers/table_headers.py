@@ -9,6 +9,7 @@ Context lines above a table (`NHIDDEN=14336 / NLAYERS=72`) use the same field na
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -181,7 +182,8 @@ def parse_count(text: str, unit: str | None = None) -> int | None:
     suffix = suffix or (unit or "")
     if suffix not in COUNT_SUFFIX:
         return None
-    return int(round(value * COUNT_SUFFIX[suffix]))
+    scaled = value * COUNT_SUFFIX[suffix]
+    return round(scaled) if math.isfinite(scaled) else None
 
 
 def parse_int(text: str) -> int | None:
@@ -189,7 +191,7 @@ def parse_int(text: str) -> int | None:
     if parsed is None or parsed[1] not in ("", "k"):
         return None
     value = parsed[0] * (1000 if parsed[1] == "k" else 1)
-    return int(value) if value == int(value) else None
+    return int(value) if math.isfinite(value) and value == int(value) else None
 
 
 def parse_config(field: str, text: str, unit: str | None = None) -> object:
@@ -289,7 +291,8 @@ def csv_cells(line: str) -> list[str] | None:
     delimiter = max(counts, key=lambda d: counts[d])
     if counts[delimiter] < 2:
         return None
-    return [c.strip() for c in next(csv.reader([line], delimiter=delimiter))]
+    # A bare CR inside a line (a file with mixed line ends) is a space to the csv module, not an error.
+    return [c.strip() for c in next(csv.reader([line.replace("\r", " ")], delimiter=delimiter))]
 
 
 def row_values(

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, strip_prefix
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "topo"
 VERSION = "1"
@@ -174,5 +174,6 @@ class _Parser:
         self.out.add("bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": n})
 
 
+@guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     return drive(_Parser(), source)
