@@ -6,14 +6,17 @@ only a name that exists nowhere is expanded as a glob.
 
 from __future__ import annotations
 
+import errno
 import glob
 import gzip
 import hashlib
 import os
 import queue
+import stat
 import sys
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -21,12 +24,26 @@ from tracelog.errors import TracelogError
 from tracelog.parsers import HEAD_BYTES
 
 
+@dataclass
+class Expanded:
+    """The files to ingest, each with whether it was found by walking a folder, and what a folder walk
+    left out and why (FIFOs and devices are never opened: reading one would block)."""
+
+    files: list[tuple[str, bool]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
 def expand_paths(paths: Iterable[str]) -> list[str]:
     """Files as given, folders recursively (hidden files skipped), globs expanded, '-' for stdin."""
-    out: list[str] = []
+    return [path for path, _ in expand(paths).files]
+
+
+def expand(paths: Iterable[str]) -> Expanded:
+    """`expand_paths`, keeping which files came from a folder and which a folder walk skipped."""
+    out = Expanded()
     for raw in paths:
         if raw == "-":
-            out.append(raw)
+            out.files.append((raw, False))
             continue
         literal = os.path.lexists(raw)
         matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) and not literal else [raw]
@@ -35,19 +52,63 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
         for match in matches:
             path = Path(match)
             if path.is_dir():
-                found = sorted(
-                    str(p)
-                    for p in path.rglob("*")
-                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-                )
-                if not found:
+                before = len(out.files) + len(out.skipped)
+                _walk(path, out)
+                if len(out.files) + len(out.skipped) == before:
                     raise TracelogError("folder holds no files to ingest", match)
-                out.extend(found)
             elif path.exists():
-                out.append(match)
+                out.files.append((match, False))
             else:
                 raise TracelogError("no such file", match)
     return out
+
+
+def _walk(folder: Path, out: Expanded) -> None:
+    """Regular files under `folder`, sorted, hidden ones left out; links followed to files only."""
+    found: list[tuple[str, str | None]] = []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in dirs:
+            if os.path.islink(os.path.join(root, name)):
+                found.append((os.path.join(root, name), "a link to a folder, not followed"))
+        for name in names:
+            if not name.startswith("."):
+                full = os.path.join(root, name)
+                found.append((full, _why_not_a_file(full)))
+    for full, reason in sorted(found):
+        if reason is None:
+            out.files.append((full, True))
+        else:
+            out.skipped.append((full, reason))
+
+
+def _why_not_a_file(path: str) -> str | None:
+    """None for a regular file (or a link to one), else why it is not read."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a link loop"
+        if exc.errno == errno.ENOENT:
+            return "a dangling link"
+        return f"cannot read: {exc.strerror}"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not opened"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not opened"
+    return "a device, not opened"
+
+
+def has_newline(path: str, offset: int) -> bool:
+    """Whether the file holds a newline after `offset` (read in blocks until one is found)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while chunk := f.read(1 << 20):
+            if b"\n" in chunk:
+                return True
+    return False
 
 
 def open_binary(path: str) -> BinaryIO:

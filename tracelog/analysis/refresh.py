@@ -3,6 +3,10 @@
 `refresh` recomputes them for the runs and benches in scope (all by default) in one transaction, so any
 DuckDB client sees numbers that match the data. Ingest refreshes the subjects of the file it ingested;
 `tracelog flags --refresh` and a changed `--gpu` or tag refresh again.
+
+A file's rows land with `sources.refresh_pending` set; the refresh of its subjects clears it in its own
+transaction. One that fails is recorded on the source (`refresh_error`) and left pending, and
+`refresh_pending` redoes every pending one: the next command that opens the store for writing calls it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import bandwidth, health, model_rules
 from tracelog.analysis.scope import Scope
+from tracelog.errors import TracelogError
 from tracelog.store import Store
 from tracelog.store.tables import BENCH_SUBJECT_KINDS, MODEL_OUTPUT_TABLES
 from tracelog.thresholds import DEFAULT, Thresholds
@@ -61,6 +66,7 @@ def refresh(
     run_ids: list[int] | None = None,
     bench_ids: list[int] | None = None,
     thresholds: Thresholds = DEFAULT,
+    sources: list[int] | None = None,
 ) -> int:
     """Recompute predictions, comparisons and flags for the subjects in scope; returns the flag count.
 
@@ -70,13 +76,21 @@ def refresh(
     scope = Scope.of(run_ids, bench_ids)
     try:
         with store.memory_limit(REFRESH_MEMORY_LIMIT):
-            return _refresh(store, scope, thresholds)
+            return _refresh(store, scope, thresholds, sources)
     except duckdb.OutOfMemoryException:
-        return _refresh(store, scope, thresholds)
+        return _refresh(store, scope, thresholds, sources)
 
 
-def _refresh(store: Store, scope: Scope, thresholds: Thresholds) -> int:
+def _refresh(store: Store, scope: Scope, thresholds: Thresholds, sources: list[int] | None = None) -> int:
+    """`sources`: those whose pending refresh this is (None with an unscoped refresh: all of them)."""
     with store.transaction():
+        if sources is None and scope.runs == scope.benches == "TRUE":
+            store.con.execute("UPDATE sources SET refresh_pending = false, refresh_error = NULL")
+        elif sources:
+            store.con.execute(
+                "UPDATE sources SET refresh_pending = false, refresh_error = NULL "
+                f"WHERE source_id IN ({', '.join(str(int(s)) for s in sources)})"
+            )
         where = _subject_predicate(scope)
         for table in MODEL_OUTPUT_TABLES:
             store.con.execute(f"DELETE FROM {table} WHERE {where}")
@@ -106,7 +120,52 @@ def refresh_source(store: Store, source_id: int) -> int:
         b[0]
         for b in store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
     ]
-    return refresh(store, run_ids, bench_ids)
+    return refresh(store, run_ids, bench_ids, sources=[source_id])
+
+
+class RefreshInterrupted(TracelogError):
+    """Ctrl-C during a refresh: rolled back, still pending, redone by the next command."""
+
+
+def try_refresh_source(store: Store, source_id: int) -> str | None:
+    """`refresh_source`, a failure recorded on the source and returned as a sentence instead of raised.
+
+    Ctrl-C raises `RefreshInterrupted` (the refresh rolled back and stays pending)."""
+    try:
+        refresh_source(store, source_id)
+    except (KeyboardInterrupt, duckdb.InterruptException):
+        raise RefreshInterrupted(
+            "interrupted during the refresh of predictions and flags; the file's rows are stored and the "
+            "next tracelog command redoes its refresh"
+        ) from None
+    except Exception as exc:  # any failure of a rule or of the model must not undo a landed file
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        message = f"predictions and flags not refreshed ({type(exc).__name__}: {text})"
+        store.con.execute(
+            "UPDATE sources SET refresh_pending = true, refresh_error = ? WHERE source_id = ?",
+            [message, source_id],
+        )
+        return message
+    return None
+
+
+def refresh_pending(store: Store) -> dict[int, str]:
+    """Redo the refresh of every source whose refresh failed or never ran (a kill during it); returns
+    the sources whose refresh failed again, with what failed. A read-only store is left as it is."""
+    if (
+        "refresh_pending" not in store.columns("sources")
+        or store.scalar("SELECT current_setting('access_mode')") == "read_only"
+    ):
+        return {}
+    pending = store.con.execute(
+        "SELECT source_id FROM sources WHERE refresh_pending ORDER BY source_id"
+    ).fetchall()
+    failed = {}
+    for (source_id,) in pending:
+        message = try_refresh_source(store, source_id)
+        if message is not None:
+            failed[source_id] = message
+    return failed
 
 
 def calibrate(store: Store, runs_where: str = "TRUE", benches_where: str = "TRUE") -> list[calibration.Fit]:
