@@ -5,6 +5,7 @@ corpus and generated runs. The old SQL is copied here as the reference."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -100,8 +101,9 @@ SELECT run_id, count(*), max(elapsed_s), any_value(typical)
 FROM steady WHERE elapsed_s > ? * typical GROUP BY run_id
 """
 
-# every threshold low enough that each rule reports every run it has figures for
-LOW = Thresholds().with_overrides({"sec_it_drift": -1e300, "straggler": 0.5})
+# every threshold low enough that each rule reports every run it has figures for (below the ranges an
+# override may take, hence `replace`)
+LOW = replace(Thresholds(), sec_it_drift=-1e300, straggler=0.5)
 
 
 def same(a: object, b: object) -> bool:

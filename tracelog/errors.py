@@ -6,6 +6,9 @@ line so the CLI can print one clear sentence and exit 1; anything else is a bug 
 
 from __future__ import annotations
 
+# Where a bug (anything that is not a TracelogError) is reported; the CLI prints it under the traceback.
+BUG_REPORT = "the tracelog issue tracker"
+
 
 class TracelogError(Exception):
     """A user-facing failure tied, where possible, to a file and a line."""

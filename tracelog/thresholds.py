@@ -2,10 +2,13 @@
 
 Override from the CLI with `--threshold NAME=VALUE` (repeatable) or from Python by passing
 `Thresholds(name=value)`. The defaults are deliberately conservative: a flag should be worth reading.
+An override is a finite number inside the threshold's range (`RANGES`): a share of a spec or of a plateau
+lies in (0, 1], a multiple of a median is at least 1, a relative difference is not negative.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
@@ -43,11 +46,63 @@ class Thresholds:
     straggler: float = 1.25
 
     def with_overrides(self, overrides: Mapping[str, str | float]) -> Thresholds:
+        """A copy with these thresholds changed; an unknown name, a value that is not a finite number or
+        one outside the threshold's range is refused with the range."""
         names = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - names)
         if unknown:
             raise TracelogError(f"unknown threshold {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        return replace(self, **{k: float(v) for k, v in overrides.items()})
+        changed = replace(self, **{k: checked(k, v) for k, v in overrides.items()})
+        for low, high in (("oom_warning", "oom_critical"), ("duplex_band_low", "duplex_band_high")):
+            if getattr(changed, low) > getattr(changed, high):
+                raise TracelogError(
+                    f"threshold {low} ({getattr(changed, low):g}) must not exceed {high} "
+                    f"({getattr(changed, high):g})"
+                )
+        return changed
+
+
+# (lowest, highest, lowest excluded): where each threshold means something.
+SHARE = (0.0, 1.0, True)  # a share of a spec, a plateau, a prediction or of device memory: (0, 1]
+MULTIPLE = (1.0, math.inf, False)  # a multiple of a median or of a first stretch: [1, inf)
+RELATIVE = (0.0, math.inf, False)  # a relative difference or a fraction of time: [0, inf)
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "oom_warning": SHARE,
+    "oom_critical": SHARE,
+    "efficiency_gap": SHARE,
+    "tflops_formula_mismatch": RELATIVE,
+    "low_bandwidth": SHARE,
+    "duplex_band_low": SHARE,
+    "duplex_band_high": SHARE,
+    "latency_bound": SHARE,
+    "p2p_outlier": SHARE,
+    "pipeline_bubble": (0.0, 1.0, False),  # (p-1)/m of the step: [0, 1]
+    "wave_efficiency": SHARE,
+    "loss_spike": MULTIPLE,
+    "sec_it_drift": MULTIPLE,
+    "straggler": MULTIPLE,
+}
+
+
+def describe_range(name: str) -> str:
+    low, high, open_low = RANGES[name]
+    upper = "inf)" if math.isinf(high) else f"{high:g}]"
+    return f"{'(' if open_low else '['}{low:g}, {upper}"
+
+
+def checked(name: str, value: str | float) -> float:
+    """The override as a float, or the project's error naming the threshold and its range."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    low, high, open_low = RANGES[name]
+    inside = math.isfinite(number) and (number > low if open_low else number >= low) and number <= high
+    if not inside:
+        raise TracelogError(
+            f"threshold {name}={value!s} is not a number in {describe_range(name)} (default {getattr(DEFAULT, name):g})"
+        )
+    return number
 
 
 DEFAULT = Thresholds()

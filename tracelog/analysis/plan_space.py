@@ -4,7 +4,7 @@ Legality is arithmetic, not prediction: TP stays within a node and divides the h
 layers, DP·TP·PP uses every GPU, GBS divides into DP·MBS micro-batches, and Megatron's fused softmax
 kernel needs (MBS·heads/TP) divisible by 4 (Megatron-LM `FusedScaleMaskSoftmax.is_kernel_available`:
 `attn_batches % 4 == 0` with attn_batches = b·np). User constraints are small Python expressions over
-the layout's names, checked without `eval`.
+the layout's names, checked without `eval` and bounded in size (no power operator, small literals).
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ def layouts(
                 yield Layout(dp, tp, pp, mbs, gbs, gpus, gpus_per_node), broken
 
 
+# Arithmetic and comparisons only: no power (`9**9**9` is a number of 370 million digits that takes
+# hours to build), no shifts, no calls or attributes.
 _OPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -91,7 +93,6 @@ _OPS = {
     ast.FloorDiv: operator.floordiv,
     ast.Div: operator.truediv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -99,40 +100,70 @@ _OPS = {
     ast.Gt: operator.gt,
     ast.GtE: operator.ge,
 }
+_ALLOWED = (
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.BinOp,
+    ast.Compare,
+    ast.Name,
+    ast.Constant,
+    ast.Load,
+    *_OPS,
+)
+MAX_CONSTRAINT_CHARS = 500  # a constraint is a line a person types, not a program
+MAX_LITERAL = 10**9  # more than any GPU count, layer count or batch size
+MAX_VALUE = 2**63  # intermediate results stay within a 64-bit integer, so each step is cheap
 
 
 class Constraint:
-    """A user constraint such as `dp % 4 == 0 and pp <= 12`, parsed once, checked per layout."""
+    """A user constraint such as `dp % 4 == 0 and pp <= 12`, parsed once, checked per layout.
+
+    Evaluated by walking a whitelisted syntax tree (never `eval`): names of the layout, number literals
+    up to `MAX_LITERAL`, arithmetic other than power, comparisons and `and`/`or`/`not`; every intermediate
+    value is bounded by `MAX_VALUE`, so no constraint can take long or use much memory.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
+        if len(text) > MAX_CONSTRAINT_CHARS:
+            raise TracelogError(f"constraint of {len(text)} characters; at most {MAX_CONSTRAINT_CHARS}")
         try:
             self.tree = ast.parse(text, mode="eval").body
-        except SyntaxError as exc:
-            raise TracelogError(f"constraint {text!r} is not an expression: {exc.msg}") from None
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            reason = exc.msg if isinstance(exc, SyntaxError) else "too deeply nested or too long"
+            raise TracelogError(f"constraint {text!r} is not an expression: {reason}") from None
         self._check(self.tree)
 
     def _check(self, node: ast.AST) -> None:
-        allowed = (
-            ast.BoolOp,
-            ast.And,
-            ast.Or,
-            ast.UnaryOp,
-            ast.Not,
-            ast.USub,
-            ast.BinOp,
-            ast.Compare,
-            ast.Name,
-            ast.Constant,
-            ast.Load,
-            *_OPS,
-        )
         for child in ast.walk(node):
-            if not isinstance(child, allowed):
+            if not isinstance(child, _ALLOWED):
                 raise TracelogError(f"constraint {self.text!r}: {type(child).__name__} is not allowed")
+            if isinstance(child, ast.Constant):
+                value = child.value
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise TracelogError(f"constraint {self.text!r}: {value!r} is not a number")
+                if not abs(value) <= MAX_LITERAL:  # also refuses nan and inf
+                    raise TracelogError(
+                        f"constraint {self.text!r}: the number {value!r} is outside ±{MAX_LITERAL:g}"
+                    )
 
     def __call__(self, names: dict[str, int]) -> bool:
-        return bool(self._eval(self.tree, names))
+        try:
+            return bool(self._eval(self.tree, names))
+        except ZeroDivisionError as exc:
+            raise TracelogError(f"constraint {self.text!r}: {exc}") from None
+        except RecursionError:
+            raise TracelogError(f"constraint {self.text!r}: too deeply nested") from None
+
+    def _bounded(self, value: object) -> object:
+        if isinstance(value, int | float) and not abs(value) <= MAX_VALUE:
+            raise TracelogError(f"constraint {self.text!r}: an intermediate value is beyond ±2**63")
+        return value
 
     def _eval(self, node: ast.AST, names: dict[str, int]) -> object:
         if isinstance(node, ast.Constant):
@@ -148,9 +179,12 @@ class Constraint:
             return all(values) if isinstance(node.op, ast.And) else any(values)
         if isinstance(node, ast.UnaryOp):
             value = self._eval(node.operand, names)
-            return (not value) if isinstance(node.op, ast.Not) else -value  # type: ignore[operator]
+            if isinstance(node.op, ast.Not):
+                return not value
+            return -value if isinstance(node.op, ast.USub) else +value  # type: ignore[operator]
         if isinstance(node, ast.BinOp):
-            return _OPS[type(node.op)](self._eval(node.left, names), self._eval(node.right, names))
+            left, right = self._eval(node.left, names), self._eval(node.right, names)
+            return self._bounded(_OPS[type(node.op)](left, right))
         if isinstance(node, ast.Compare):
             left = self._eval(node.left, names)
             for op, comparator in zip(node.ops, node.comparators, strict=True):

@@ -1,19 +1,28 @@
 """The `tracelog` command group and what every command shares: the database it opens, the output
-format, key=value options, and user errors turned into a message and exit code 1."""
+format, key=value options, and failures turned into words.
+
+Errors for people: a known failure (the project's error, a failed write, an unreadable file) prints one
+line and exits 1; Ctrl-C prints "interrupted" and exits 130 (128 + SIGINT, the shell's convention); only
+a bug prints a traceback, under a line saying it is one and where to report it.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
+import duckdb
 
-from tracelog import api
-from tracelog.errors import TracelogError
+from tracelog.errors import BUG_REPORT, TracelogError
 from tracelog.render import FORMATS
-from tracelog.store import DB_ENVVAR, DEFAULT_DB
+from tracelog.store import DB_ENVVAR, DEFAULT_DB, Store, write_error
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (2): what a shell reports for a command stopped by Ctrl-C
 
 
 class Context:
@@ -21,9 +30,14 @@ class Context:
         self.db = db
         self._store: Any = None
 
-    def store(self, read_only: bool = False) -> Any:
+    def store(self, read_only: bool = False, create: bool = False) -> Any:
+        """The database of --db. Only a writing command (`ingest`) passes `create`: for the others a
+        path with no database is a mistyped --db, not a new empty file."""
         if self._store is None:
-            self._store = api.connect(self.db, read_only=read_only and os.path.exists(self.db))
+            exists = os.path.exists(self.db)
+            if not exists and not create:
+                raise TracelogError("no database at this path; ingest first or check --db", self.db)
+            self._store = Store(self.db, read_only=read_only and exists, create=create)
         return self._store
 
     def close(self) -> None:
@@ -55,6 +69,17 @@ def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     return tags
 
 
+def known_failure(exc: BaseException, db: str | None) -> TracelogError | None:
+    """The project's error for a failure a user can act on, or None for a bug."""
+    if isinstance(exc, TracelogError):
+        return exc
+    if isinstance(exc, duckdb.Error) and db is not None:
+        return write_error(exc, db)
+    if isinstance(exc, OSError) and exc.strerror:
+        return TracelogError(exc.strerror, exc.filename)
+    return None
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     try:
@@ -63,7 +88,32 @@ def user_errors() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Group(click.Group):
+    """The command group, with the last word on every failure a command lets through."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except (KeyboardInterrupt, duckdb.InterruptException):
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            db = ctx.obj.db if isinstance(ctx.obj, Context) else None
+            error = known_failure(exc, db)
+            if error is not None:
+                raise click.ClickException(str(error)) from None
+            traceback.print_exc(file=sys.stderr)
+            click.echo(
+                f"Error: this is a bug in tracelog, not in your input; please report it at {BUG_REPORT} "
+                "with the traceback above and the command you ran.",
+                err=True,
+            )
+            ctx.exit(1)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     envvar=DB_ENVVAR,

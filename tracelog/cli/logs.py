@@ -69,7 +69,7 @@ def ingest(
     err = Console(stderr=True, markup=False, highlight=False)
     with user_errors():
         results = api.ingest(
-            obj.store(),
+            obj.store(create=True),
             paths,
             parser=parser_id or old_format_id,
             name=name,

@@ -1,7 +1,13 @@
 """The DuckDB database: connection, versioned migrations and batch inserts.
 
 The store knows tables, not formats. Schema changes are numbered `.sql` files in `schemas/`, applied in
-order and recorded in `schema_version`, so an old database upgrades in place when it is opened.
+order and recorded in `schema_version`, so an old database upgrades in place when it is opened; a database
+written by a newer tracelog (a version this code has no file for) is refused before anything is written.
+
+Only DuckDB files are opened: the header is read first (DuckDB's storage format: a uint64 checksum, then
+the magic bytes `DUCK` at offset 8; duckdb/duckdb `src/storage/magic_bytes.cpp`), because DuckDB itself
+answers a SQLite file by loading its sqlite extension, from the network if need be. Extension auto-install
+and auto-load are off for the same reason: no command reaches the network.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +30,15 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = "tracelog.duckdb"
 DB_ENVVAR = "TRACELOG_DB"
+UPGRADE_COMMAND = "pip install -U tracelog"
+# DuckDB's main header: checksum (uint64), then MAGIC_BYTES "DUCK" (MainHeader::MAGIC_BYTE_OFFSET = 8).
+MAGIC_OFFSET, MAGIC = 8, b"DUCK"
+# No extension is fetched or loaded behind the user's back (DuckDB configuration options of these names).
+CONNECT_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+IN_MEMORY = ":memory:"
 
 
 def default_db_path() -> str:
@@ -40,14 +55,84 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-class Store:
-    """One open database. Use as a context manager, or call `close()`."""
+def latest_version() -> int:
+    """The newest schema version this code knows how to build."""
+    return max(version for version, _, _ in migrations())
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, read_only: bool = False) -> None:
+
+def check_database_file(path: str, create: bool) -> None:
+    """Refuse a missing file (unless `create`), a folder, and any file that is not a DuckDB database."""
+    if path == IN_MEMORY:
+        return
+    if not os.path.exists(path):
+        if create:
+            return
+        raise TracelogError("no database at this path; ingest first or check --db", path)
+    if os.path.isdir(path):
+        raise TracelogError("is a folder, not a database file; check --db", path)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)  # enough for SQLite's "SQLite format 3\0" as well
+    except OSError as exc:
+        raise TracelogError(f"cannot read the database: {exc.strerror}", path) from None
+    if head[MAGIC_OFFSET : MAGIC_OFFSET + len(MAGIC)] != MAGIC:
+        kind = "a SQLite file" if head.startswith(b"SQLite format 3") else "a file of another kind"
+        raise TracelogError(f"not a DuckDB database ({kind}); check --db", path)
+
+
+def write_error(exc: duckdb.Error, path: str) -> TracelogError | None:
+    """The user's reading of a failed write (disk full, a failed commit), or None for anything else.
+
+    A full disk shows in DuckDB as an `IOException` ("No space left on device") while writing, and as a
+    `TransactionException` ("Failed to commit") when the commit cannot be written; both leave the
+    database as it was before the transaction.
+    """
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "No space left" in text or "disk is full" in text.lower():
+        return TracelogError(
+            "the disk is full: the database could not be written and is left as it was before this "
+            "command; free some space (or use --db on another disk) and run it again",
+            path,
+        )
+    if isinstance(exc, duckdb.TransactionException) and "Failed to commit" in text:
+        return TracelogError(
+            f"could not write the database ({first}); the disk may be full or the file unwritable. "
+            "It is left as it was before this command",
+            path,
+        )
+    if isinstance(exc, duckdb.IOException):
+        return TracelogError(f"could not read or write the database ({first})", path)
+    return None
+
+
+@contextmanager
+def write_errors(path: str) -> Iterator[None]:
+    """DuckDB's write failures (disk full, failed commit) as the project's error naming the database."""
+    try:
+        yield
+    except (duckdb.IOException, duckdb.TransactionException) as exc:
+        error = write_error(exc, path)
+        if error is None:
+            raise
+        raise error from None
+
+
+class Store:
+    """One open database. Use as a context manager, or call `close()`.
+
+    `create=False` refuses a path where no database exists yet (the reading commands: a mistyped --db
+    is an error, not a new empty file).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, read_only: bool = False, create: bool = True
+    ) -> None:
         self.path = str(path) if path is not None else default_db_path()
         self._columns: dict[str, list[str]] = {}
+        check_database_file(self.path, create)
         try:
-            self.con = duckdb.connect(self.path, read_only=read_only)
+            self.con = duckdb.connect(self.path, read_only=read_only, config=CONNECT_CONFIG)
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower():
@@ -58,8 +143,14 @@ class Store:
             raise TracelogError(f"cannot open the database: {text.splitlines()[0]}", self.path) from None
         except duckdb.Error as exc:
             raise TracelogError(f"not a DuckDB database ({str(exc).splitlines()[0]})", self.path) from None
-        if not read_only:
-            self.migrate()
+        try:
+            self._refuse_newer()
+            if not read_only:
+                with write_errors(self.path):
+                    self.migrate()
+        except BaseException:
+            self.con.close()
+            raise
 
     def __enter__(self) -> Store:
         return self
@@ -69,6 +160,23 @@ class Store:
 
     def close(self) -> None:
         self.con.close()
+
+    def _refuse_newer(self) -> None:
+        """A database from a newer tracelog has tables this code would misread or silently drop columns
+        of; nothing runs against it (and nothing is written: this is the first query)."""
+        known = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+        ).fetchone()
+        if not known or not known[0]:
+            return
+        have, latest = self.schema_version, latest_version()
+        if have > latest:
+            raise TracelogError(
+                f"this database has schema version {have}, written by a newer tracelog; this one knows "
+                f"versions up to {latest}. Upgrade tracelog ({UPGRADE_COMMAND}, or install from a newer "
+                "checkout) to open it",
+                self.path,
+            )
 
     def migrate(self) -> list[int]:
         """Apply the schema files this database has not seen yet; returns the versions applied."""
@@ -96,13 +204,16 @@ class Store:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """All or nothing: an exception (or Ctrl-C) rolls back everything done inside."""
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
+        with write_errors(self.path):
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                # a failed write may have ended the transaction already; the first error is the one to show
+                with suppress(duckdb.Error):
+                    self.con.execute("ROLLBACK")
+                raise
+            self.con.execute("COMMIT")
 
     @contextmanager
     def memory_limit(self, limit: str) -> Iterator[None]:
