@@ -134,6 +134,10 @@ class LineSource:
                 for callback in self.on_bytes:
                     callback(chunk)
             if not chunk:
+                if rest and self.hold_partial:
+                    # A line still being written: not consumed until its newline arrives.
+                    self.pending_bytes = len(rest) + dropped
+                    return
                 if rest:
                     block = self._cut_long_lines(Block(next_line, rest), dropped)
                     self.cut.extend(block.cut)
@@ -183,7 +187,11 @@ class LineSource:
             if length > MAX_LINE_BYTES:
                 cut.append((block.first_line + k, length, line[:MAX_LINE_BYTES]))
                 lines[k] = b""
-        return Block(block.first_line, b"\n".join(lines), cut) if cut else block
+        if not cut:
+            return block
+        # An emptied last line without its newline gets one, so that it still counts as a line.
+        ending = b"\n" if lines[-1] == b"" and cut[-1][0] == block.first_line + len(lines) - 1 else b""
+        return Block(block.first_line, b"\n".join(lines) + ending, cut)
 
     def frames(self, ahead: int = 1) -> Iterator[tuple[Block, pl.DataFrame]]:
         """Each block with its frame, read, hashed and split into lines on a worker thread `ahead` blocks

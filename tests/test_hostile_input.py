@@ -1,0 +1,189 @@
+"""Hostile input: the parsers never hang, never crash, and never pass an impossible number as data.
+
+One test per defect found by mutating the sample logs: the Megatron fast path's layout loop, numbers no
+column can hold, NaN/inf/negative/absurd bandwidths, a `#wrong` that is not a count, a bare CR in a table,
+and lines (or a decompression bomb) too long to hold in memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, source_of
+from tracelog.parsers import megatron, nccl_tests, table
+from tracelog.parsers.base import INT32_COLUMNS, MAX_LINE_BYTES
+from tracelog.store import Store
+
+LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
+NCCL = SAMPLES / "nccl_all_reduce_8xa100.txt"
+
+
+def rows_of(parse, text: str, **kwargs) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in parse(source_of(text), **kwargs):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def comparable(rows: list[dict]) -> list[str]:
+    def plain(v):
+        return "NaN" if isinstance(v, float) and math.isnan(v) else v
+
+    return sorted(repr(sorted((k, plain(v)) for k, v in row.items())) for row in rows)
+
+
+def llama_with_two_fields_broken() -> str:
+    """The mutation of the issue: `nan iterations:   x |` on one line, `samples:   x    64000` on another."""
+    lines = LLAMA.read_text().split("\n")
+    at = [k for k, line in enumerate(lines) if "nan iterations:   0 |" in line]
+    assert len(at) > 6
+    lines[at[3]] = lines[at[3]].replace("nan iterations:   0 |", "nan iterations:   x |")
+    lines[at[5]] = lines[at[5]].replace("samples:        ", "samples:   x    ", 1)
+    return "\n".join(lines)
+
+
+def test_megatron_fast_path_ends_on_a_layout_that_reads_nothing() -> None:
+    text = llama_with_two_fields_broken()
+    started = time.perf_counter()
+    fast = rows_of(megatron.parse, text, fast=True)
+    elapsed = time.perf_counter() - started
+    slow = rows_of(megatron.parse, text, fast=False)
+    assert elapsed < 1.0
+    assert fast.keys() == slow.keys()
+    for name in fast:
+        assert comparable(fast[name]) == comparable(slow[name]), name
+    # The broken lines are still read by the regexes, not lost.
+    assert len(fast["iterations"]) == len(rows_of(megatron.parse, LLAMA.read_text())["iterations"])
+
+
+def nccl_with_row(out_of_place: str) -> str:
+    """The all-reduce sample with the out-of-place columns of its 1 KiB row replaced by `out_of_place`."""
+    lines = NCCL.read_text().split("\n")
+    at = next(k for k, line in enumerate(lines) if line.split()[:1] == ["1024"])
+    head = lines[at].split()
+    lines[at] = "  ".join([*head[:5], out_of_place, *head[9:]])
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("busbw", "why"),
+    [("nan", "not a finite number"), ("inf", "not a finite number"), ("-3.5", "negative"), ("1e308", "GB/s")],
+)
+def test_bench_bandwidth_that_no_link_reaches_is_null_with_an_event(busbw: str, why: str) -> None:
+    rows = rows_of(nccl_tests.parse, nccl_with_row(f"23.47  0.04  {busbw}  0"))
+    row = next(r for r in rows["collectives"] if r["size_bytes"] == 1024 and r["placement"] == "out-of-place")
+    assert row["busbw_gbps"] is None
+    assert row["algbw_gbps"] == pytest.approx(0.04)
+    bad = [e for e in rows["events"] if e["kind"] == "bad_value"]
+    assert len(bad) == 1 and "busbw_gbps" in bad[0]["text"] and why in bad[0]["text"]
+    assert bad[0]["line_no"] == row["line_no"]
+    peaks = [r["busbw_gbps"] for r in rows["collectives"] if r["busbw_gbps"] is not None]
+    assert all(math.isfinite(p) and 0 <= p < 1e6 for p in peaks)
+
+
+@pytest.mark.parametrize("wrong", [str(2**63), "nan", "inf"])
+def test_wrong_count_that_is_not_a_count_is_an_event(wrong: str) -> None:
+    rows = rows_of(nccl_tests.parse, nccl_with_row(f"23.47  0.04  0.08  {wrong}"))
+    row = next(r for r in rows["collectives"] if r["size_bytes"] == 1024 and r["placement"] == "out-of-place")
+    assert row["wrong"] is None
+    assert any(e["kind"] == "bad_value" and wrong in e["text"] for e in rows["events"])
+
+
+def test_integer_past_its_column_type_is_null_with_an_event() -> None:
+    """A `size` of 2^70 and a count of 2^200 (past polars' 128-bit integers) in one nccl-tests table."""
+    text = nccl_with_row("23.47  0.04  0.08  0")
+    text = text.replace("        1024           256 ", f"  {2**70}  {2**200} ", 1)
+    rows = rows_of(nccl_tests.parse, text)
+    assert all(r["size_bytes"] < 2**63 for r in rows["collectives"])
+    assert all(r["count"] is None or r["count"] < 2**63 for r in rows["collectives"])
+
+
+def test_bad_values_never_reach_the_store_as_a_crash(store: Store, tmp_path: Path) -> None:
+    from tracelog.ingest import ingest_file
+
+    path = tmp_path / "bad.txt"
+    text = nccl_with_row(f"23.47  nan  -1  {2**63}").replace(
+        "        2048           512 ", f"  {2**70}  512 ", 1
+    )
+    path.write_text(text)
+    assert ingest_file(store, str(path)).status == "ingested"
+    assert store.scalar("SELECT count(*) FROM events WHERE kind = 'bad_value'") >= 3
+    assert store.scalar("SELECT count(*) FROM collectives WHERE isnan(algbw_gbps) OR busbw_gbps < 0") == 0
+
+
+def test_bare_carriage_return_in_a_table_row_is_not_a_csv_error() -> None:
+    text = "gbs,mbs,tp,pp,TFLOPs\n512,1,8,1,158.2\n1024,1\r,8,1,160.4\n"
+    rows = rows_of(table.parse, text)
+    assert rows  # parsed without `_csv.Error: new-line character seen in unquoted field`
+
+
+def test_int32_columns_match_the_schema(store: Store) -> None:
+    """`checked` bounds these columns at 32 bits: every INTEGER column the parsers fill, and no other."""
+    types = store.con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name IN "
+        "('runs', 'iterations', 'memory', 'timers', 'benches', 'bench_devices', 'collectives', 'p2p', 'links')"
+    ).fetchall()
+    integer = {name for name, kind in types if kind == "INTEGER"} - {"run_id", "bench_id", "source_id"}
+    assert integer == INT32_COLUMNS - {"run_key", "bench_key"} | ({"run_key", "bench_key"} & integer)
+
+
+def peak_rss_mib(script: str) -> tuple[float, subprocess.CompletedProcess]:
+    """Run `script` in a child and return its peak resident set (MiB) once it exited."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300
+    )
+    import resource
+
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return peak_kib / 1024, done
+
+
+def test_sixty_megabyte_line_is_one_truncated_unparsed_line(tmp_path: Path) -> None:
+    path = tmp_path / "long.log"
+    with path.open("wb") as f:
+        f.write(b"x" * (60 << 20) + b"\n")
+    peak, done = peak_rss_mib(
+        f"""
+        from tracelog.ingest import ingest_file
+        from tracelog.store import Store
+        with Store({str(tmp_path / "db.duckdb")!r}) as store:
+            result = ingest_file(store, {str(path)!r}, format_id="megatron")
+            print(result.lines_total, result.lines_unparsed)
+            print(store.scalar("SELECT max(length(text)) FROM unparsed"))
+            print(store.scalar("SELECT count(*) FROM events WHERE kind = 'line_truncated'"))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", str(MAX_LINE_BYTES), "1"]
+    assert peak < 1024
+
+
+def test_gzip_bomb_without_newline_stays_under_a_gigabyte(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.log.gz"
+    block = b"a" * (8 << 20)
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        for _ in range(128):  # 1 GiB decompressed, a few MB on disk
+            f.write(block)
+    assert path.stat().st_size < 8 << 20
+    peak, done = peak_rss_mib(
+        f"""
+        from tracelog.ingest import ingest_file
+        from tracelog.store import Store
+        with Store({str(tmp_path / "db.duckdb")!r}) as store:
+            result = ingest_file(store, {str(path)!r}, format_id="megatron")
+            print(result.lines_total, result.lines_unparsed)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
+    assert peak < 1024
