@@ -234,14 +234,17 @@ class SourceWriter:
             )
 
 
-RUN_USER_COLUMNS = ("name", "notes", "gpu_model", "fabric", "nodes", "gpus_per_node")
-BENCH_USER_COLUMNS = ("gpu_model", "fabric", "nodes", "gpus_per_node")
+# What only a user sets. Hardware a user set after the ingest (`set_hardware`) cannot be told from what
+# the prefix's parse derived, so it is not kept: `--gpu` and friends are given again with the grown file.
+RUN_USER_COLUMNS = ("name", "notes")
+BENCH_USER_COLUMNS: tuple[str, ...] = ()
 
 
 @dataclass
 class Kept:
     """What a grown source keeps while its rows are parsed again: run and bench ids by key (tags and
-    links to them stay valid) and the values a user may have set on them (name, notes, hardware)."""
+    links to them stay valid) and the values a user may have set on them (a name, notes), which fill
+    what the log itself does not say (what it says wins: the prefix's parse could have said otherwise)."""
 
     run_ids: dict[int, int] = field(default_factory=dict)
     bench_ids: dict[int, int] = field(default_factory=dict)
@@ -256,7 +259,7 @@ class Kept:
             for key, entity in ids.items():
                 known = {k: v for k, v in values.get(key, {}).items() if v is not None}
                 if known:
-                    sets = ", ".join(f'"{k}" = ?' for k in known)
+                    sets = ", ".join(f'"{k}" = coalesce("{k}", ?)' for k in known)
                     store.con.execute(
                         f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*known.values(), entity]
                     )
@@ -268,15 +271,18 @@ def clear_for_reparse(store: Store, source_id: int) -> Kept:
     """Delete a source's rows but its `sources` row and run tags, keeping what `Kept` keeps."""
     kept = Kept()
     con = store.con
+    default_name = default_run_name(store, source_id)
     run_cols = ", ".join(RUN_USER_COLUMNS)
     for key, run_id, *values in con.execute(
         f"SELECT run_key, run_id, {run_cols} FROM runs WHERE source_id = ?", [source_id]
     ).fetchall():
         kept.run_ids[key] = run_id
         kept.run_values[key] = dict(zip(RUN_USER_COLUMNS, values, strict=True))
-    bench_cols = ", ".join(BENCH_USER_COLUMNS)
+        if kept.run_values[key].get("name") == default_name:  # not the user's: named again from the log
+            del kept.run_values[key]["name"]
+    bench_cols = "".join(f", {c}" for c in BENCH_USER_COLUMNS)
     for key, bench_id, *values in con.execute(
-        f"SELECT bench_key, bench_id, {bench_cols} FROM benches WHERE source_id = ?", [source_id]
+        f"SELECT bench_key, bench_id{bench_cols} FROM benches WHERE source_id = ?", [source_id]
     ).fetchall():
         kept.bench_ids[key] = bench_id
         kept.bench_values[key] = dict(zip(BENCH_USER_COLUMNS, values, strict=True))
