@@ -187,3 +187,46 @@ def test_gzip_bomb_without_newline_stays_under_a_gigabyte(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "1"]
     assert peak < 1024
+
+
+def llama_lines() -> list[str]:
+    return LLAMA.read_text().split("\n")
+
+
+def iteration_indexes(lines: list[str]) -> list[int]:
+    return [k for k, line in enumerate(lines) if "] iteration " in line and "lm loss" in line]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_duplicated_iteration_line_counts_once(fast: bool) -> None:
+    lines = llama_lines()
+    at = iteration_indexes(lines)[4]
+    plain = rows_of(megatron.parse, "\n".join(lines), fast=fast)
+    lines.insert(at + 1, lines[at])
+    doubled = rows_of(megatron.parse, "\n".join(lines), fast=fast)
+    assert len(doubled["iterations"]) == len(plain["iterations"])
+    assert [r["iteration"] for r in doubled["iterations"]] == [r["iteration"] for r in plain["iterations"]]
+    duplicates = [e for e in doubled["events"] if e["kind"] == "duplicate_line"]
+    assert [e["line_no"] for e in duplicates] == [at + 2]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_iterations_going_back_without_arguments_start_a_new_run(fast: bool) -> None:
+    """A restart from a checkpoint appended without its arguments block: the first run's iterations and
+    medians stay its own, the second run has the same configuration."""
+    lines = llama_lines()
+    first_run = [k for k in iteration_indexes(lines) if k < 104]  # the sample's first run ends at line 105
+    replay = [lines[k] for k in first_run[2:5]]
+    after = first_run[-1] + 1
+    text = "\n".join([*lines[:after], *replay])
+    rows = rows_of(megatron.parse, text, fast=fast)
+    by_run: dict[int, list[int]] = {}
+    for r in rows["iterations"]:
+        by_run.setdefault(r["run_key"], []).append(r["iteration"])
+    assert len(by_run) == 2
+    first, second = by_run.values()
+    assert first == sorted(first) and second == sorted(second)
+    assert second == [int(line.split("iteration")[1].split("/")[0]) for line in replay]
+    runs = {r["run_key"]: r for r in rows["runs"]}
+    assert runs[1]["gbs"] == runs[0]["gbs"] is not None and runs[1]["tp"] == runs[0]["tp"]
+    assert [e["kind"] for e in rows["events"] if e["kind"] == "restart"] == ["restart"]

@@ -83,6 +83,9 @@ class _Carry:
     inside_args: int = 0
     timer_block: bool = False
     last_iteration: dict[int, int] = field(default_factory=dict)
+    # The last iteration line seen (number, line number, text), for restarts and duplicates across blocks.
+    previous: tuple[int | None, int, str] | None = None
+    restarted: list[int] = field(default_factory=list)  # runs that restart the one before them
     iteration_layouts: list[IterationLayout] = field(default_factory=list)
     timer_layouts: list[TimerLayout] = field(default_factory=list)
 
@@ -94,6 +97,9 @@ def parse(source: LineSource, fast: bool = True) -> Iterator[Batch]:
     runs: dict[int, RunInfo] = {}
     for _block, frame in source.frames():
         yield from _parse_block(frame, carry, runs, fast)
+    for key in carry.restarted:  # in order, so a restart of a restart inherits through it
+        if key in runs and key - 1 in runs:
+            runs[key].inherit(runs[key - 1])
     for run in runs.values():
         yield Batch("runs", [run.record()])
 
@@ -127,6 +133,58 @@ def _run_starts(markers: list[int], iteration_lines: list[int], carry: _Carry) -
     if position < len(iteration_lines):
         carry.iterations_since_start = True
     return starts
+
+
+def _iteration_order(
+    candidates: pl.DataFrame,
+    fitted: pl.DataFrame | None,
+    slow_iters: pl.DataFrame,
+    markers: list[int],
+    carry: _Carry,
+) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    """Iteration lines that repeat the one before them word for word (line -> the line they copy), and
+    lines where the iteration counter goes back with no arguments block since the line before
+    (line -> (its iteration, the one before)).
+
+    Megatron restarting from a checkpoint prints iterations from the checkpoint's number again; a log that
+    does so without re-printing its arguments (output appended by a wrapper script, a resumed job) would
+    otherwise put two passes over the same iterations into one run and shift its medians. A line printed
+    twice (a duplicated line, `tee` of the same stream) is dropped so that it counts once. Ranks print the
+    same iteration in turn, never a lower one after a higher, so a drop is a restart.
+    """
+    parts = []
+    if fitted is not None and not fitted.is_empty():
+        parts.append(fitted.select("line_no", "iteration"))
+    if not slow_iters.is_empty():
+        number = pl.col("line").str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)
+        parts.append(slow_iters.select("line_no", number.alias("iteration")))
+    if not parts:
+        return {}, {}
+    seq = (
+        pl.concat(parts).join(candidates.select("line_no", "line"), on="line_no", how="left").sort("line_no")
+    )
+    before_it, before_no, before_line = carry.previous or (None, 0, None)
+    seq = seq.with_columns(
+        pl.col("iteration").shift(1, fill_value=before_it).forward_fill().alias("_prev_it"),
+        pl.col("line_no").shift(1, fill_value=before_no).alias("_prev_no"),
+        pl.col("line").shift(1, fill_value=before_line).alias("_prev_line"),
+    )
+    last = seq.row(-1, named=True)
+    last_it = seq["iteration"].drop_nulls()
+    carry.previous = (last_it[-1] if len(last_it) else before_it, last["line_no"], last["line"])
+    repeat = (pl.col("line") == pl.col("_prev_line")).fill_null(False)
+    back = (~repeat & (pl.col("iteration") < pl.col("_prev_it"))).fill_null(False)
+    flagged = seq.filter(repeat | back)
+    if flagged.is_empty():
+        return {}, {}
+    repeats: dict[int, int] = {}
+    restarts: dict[int, tuple[int, int]] = {}
+    for row in flagged.iter_rows(named=True):
+        if row["line"] == row["_prev_line"]:
+            repeats[row["line_no"]] = row["_prev_no"]
+        elif not any(row["_prev_no"] < m <= row["line_no"] for m in markers):
+            restarts[row["line_no"]] = (row["iteration"], row["_prev_it"])
+    return repeats, restarts
 
 
 def _count_at_or_before(points: list[int], line_no: pl.Series, side: Any = "right") -> pl.Series:
@@ -174,6 +232,22 @@ def _parse_block(
     not_iters = unfitted.filter(~is_iter)
 
     markers = special.filter(pl.col("start") | pl.col("world"))["line_no"].to_list()
+    repeats, restarts = _iteration_order(candidates, fitted, slow_iters, markers, carry)
+    if repeats:
+        dropped = pl.Series(list(repeats), dtype=pl.Int64).implode()
+        fitted = fitted.filter(~pl.col("line_no").is_in(dropped)) if fitted is not None else None
+        slow_iters = slow_iters.filter(~pl.col("line_no").is_in(dropped))
+        yield Batch(
+            "events",
+            [
+                {
+                    "line_no": n,
+                    "kind": "duplicate_line",
+                    "text": f"exact copy of iteration line {before}; dropped",
+                }
+                for n, before in repeats.items()
+            ],
+        )
     has_iterations = fitted is not None and not fitted.is_empty() or not slow_iters.is_empty()
     if markers:
         iteration_lines = sorted(
@@ -184,6 +258,20 @@ def _parse_block(
         starts = []
         if has_iterations:
             carry.iterations_since_start = True
+    if restarts:
+        starts = sorted({*starts, *restarts})
+        yield Batch(
+            "events",
+            [
+                {
+                    "line_no": n,
+                    "kind": "restart",
+                    "text": f"iteration {now} after {then} without a new arguments block: a new run starts "
+                    "here (a restart from a checkpoint), with the previous run's configuration",
+                }
+                for n, (now, then) in restarts.items()
+            ],
+        )
     base_key = carry.run_key
     run_key = (
         pl.lit(base_key, dtype=pl.Int32)
@@ -203,6 +291,8 @@ def _parse_block(
         if start > low:
             _extend_run(runs, key, low, start - 1)
         key, low = key + 1, start
+        if start in restarts:
+            carry.restarted.append(key)
     _extend_run(runs, key, low, last_line)
 
     rest = frame.filter(~pl.col("_iter")).select("line_no", "line", "_timer")

@@ -60,6 +60,14 @@ class RunInfo:
     tflops_seen: bool = False
     effective_tflops: bool = False
 
+    def inherit(self, previous: RunInfo) -> None:
+        """The configuration of the run this one restarts (no arguments block of its own was printed)."""
+        self.args = {**previous.args, **self.args}
+        self.columns = {**previous.columns, **self.columns}
+        self.params = [*previous.params, *self.params]
+        self.rank_params = {**previous.rank_params, **self.rank_params}
+        self.params_printed = self.params_printed or previous.params_printed
+
     def set_arg(self, name: str, value: str, line_no: int) -> None:
         self.args[name] = value
         self.params.append({"name": name, "value": value, "line_no": line_no})
