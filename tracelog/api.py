@@ -27,7 +27,7 @@ from tracelog.analysis import refresh as refresher
 from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.errors import TracelogError
-from tracelog.ingest import IngestResult, Progress, RunOptions, ingest_file
+from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
 from tracelog.store import Store
 from tracelog.store import benches as bench_lookup
 from tracelog.store import flags as flag_list
@@ -76,8 +76,14 @@ __all__ = [
 
 
 def connect(db: Db = None, *, read_only: bool = False) -> Store:
-    """An open store: pass a path, an already open `Store`, or nothing for `TRACELOG_DB` / the default."""
-    return db if isinstance(db, Store) else Store(db, read_only=read_only)
+    """An open store: pass a path, an already open `Store`, or nothing for `TRACELOG_DB` / the default.
+
+    A writable store first redoes the refresh of any file whose predictions and flags are still owed (a
+    refresh that failed, or was killed, after the file landed); one that fails again stays recorded."""
+    store = db if isinstance(db, Store) else Store(db, read_only=read_only)
+    if not read_only:
+        refresher.refresh_pending(store)
+    return store
 
 
 @dataclass
@@ -123,16 +129,38 @@ def ingest(
         gpus_per_node=gpus_per_node,
     )
     results: list[IngestResult | IngestFailure] = []
-    for path in files.expand_paths(paths):
+    expanded = files.expand(paths)
+    results.extend(IngestResult(path, "skipped", warning=why) for path, why in expanded.skipped)
+    for path, from_folder in expanded.files:
         with progress(path) if progress is not None else nullcontext() as advance:
             try:
                 result = ingest_file(store, path, parser, options, force, advance)
+            except Unrecognised as exc:
+                # A folder's README or job script is not a failure; a file named on its own is.
+                results.append(
+                    IngestResult(path, "skipped", warning=exc.message)
+                    if from_folder
+                    else IngestFailure(path, exc)
+                )
+                continue
             except TracelogError as exc:
                 results.append(IngestFailure(path, exc))
                 continue
         results.append(result)
-        if result.status != "already ingested" and result.source_id is not None:
-            refresher.refresh_source(store, result.source_id)
+        if result.source_id is None or result.status == "skipped":
+            continue
+        if result.status == "already ingested":
+            if not store.scalar(
+                "SELECT refresh_pending FROM sources WHERE source_id = ?", [result.source_id]
+            ):
+                continue
+        try:
+            result.warning = refresher.try_refresh_source(store, result.source_id)
+        except refresher.RefreshInterrupted as exc:
+            results.append(IngestFailure(path, exc))
+            break  # Ctrl-C: the files after this one are not read
+        if result.status == "already ingested" and result.warning is None:
+            result.status = "refreshed"
     return results
 
 

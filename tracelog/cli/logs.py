@@ -62,6 +62,9 @@ def ingest(
         tracelog ingest run.log 'jobs/*.out' logs/
         tracelog ingest nccl.txt --gpu a100-sxm4-80gb --nodes 2 --gpus-per-node 8 --fabric ib-hdr-x8
         tail -f run.log | tracelog ingest -
+
+    A folder's files that no parser recognises or that cannot be read (a README, a job script, a FIFO,
+    a dangling link) are listed as skipped and do not fail the command; a file named on its own does.
     """
     if old_format_id is not None:
         click.echo("Warning: ingest --format is now --parser (--format is the output format)", err=True)
@@ -88,6 +91,8 @@ def ingest(
             click.echo(f"Error: {result.error}", err=True)
         else:
             click.echo(result.summary())
+            if result.warning and result.status != "skipped":
+                click.echo(f"Warning: {result.path}: {result.warning}; the next command retries it", err=True)
     if failures:
         sys.exit(1)
 

@@ -237,4 +237,10 @@ def remove(store: Store, run_id: int) -> None:
         for table in MODEL_OUTPUT_TABLES:
             store.con.execute(f"DELETE FROM {table} WHERE subject_kind = 'run' AND subject_id = ?", [run_id])
         store.con.execute("UPDATE events SET run_id = NULL WHERE run_id = ?", [run_id])
+        source_id = store.scalar("SELECT source_id FROM runs WHERE run_id = ?", [run_id])
         store.con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+        # A source left with no run and no bench goes too (its unparsed lines and events with it), so the
+        # file can be ingested again without --force.
+        orphan = "NOT EXISTS (SELECT 1 FROM runs WHERE source_id = $s) AND NOT EXISTS (SELECT 1 FROM benches WHERE source_id = $s)"
+        for table in ("unparsed", "events", "sources"):
+            store.con.execute(f"DELETE FROM {table} WHERE source_id = $s AND {orphan}", {"s": source_id})
