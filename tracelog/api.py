@@ -149,11 +149,9 @@ def ingest(
         results.append(result)
         if result.source_id is None or result.status == "skipped":
             continue
-        if result.status == "already ingested":
-            if not store.scalar(
-                "SELECT refresh_pending FROM sources WHERE source_id = ?", [result.source_id]
-            ):
-                continue
+        pending = "SELECT refresh_pending FROM sources WHERE source_id = ?"
+        if result.status == "already ingested" and not store.scalar(pending, [result.source_id]):
+            continue
         try:
             result.warning = refresher.try_refresh_source(store, result.source_id)
         except refresher.RefreshInterrupted as exc:
