@@ -490,7 +490,7 @@ def _checked_frame(table: str, frame: pl.DataFrame, events: list[dict[str, Any]]
         mask = _bad_mask(table, column, dtype)
         if mask is not None:
             masks[column] = mask.fill_null(False)
-    if not masks:
+    if not masks or not frame.select(pl.any_horizontal(list(masks.values())).any()).item():
         return frame
     flags = frame.select(**{f"_bad_{c}": m for c, m in masks.items()})
     bad_columns = [c for c in masks if flags[f"_bad_{c}"].any()]

@@ -160,9 +160,15 @@ def _iteration_order(
         parts.append(slow_iters.select("line_no", number.alias("iteration")))
     if not parts:
         return {}, {}
-    seq = (
-        pl.concat(parts).join(candidates.select("line_no", "line"), on="line_no", how="left").sort("line_no")
-    )
+    if len(parts) == 1 and fitted is not None and fitted.height == candidates.height:
+        # The common block: every candidate line fitted a layout, both frames in line order.
+        seq = candidates.select("line_no", "line").with_columns(fitted["iteration"])
+    else:
+        seq = (
+            pl.concat(parts)
+            .join(candidates.select("line_no", "line"), on="line_no", how="left")
+            .sort("line_no")
+        )
     before_it, before_no, before_line = carry.previous or (None, 0, None)
     seq = seq.with_columns(
         pl.col("iteration").shift(1, fill_value=before_it).forward_fill().alias("_prev_it"),
