@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from tests.conftest import SAMPLES
 from tracelog import api
-from tracelog.analysis.rules import health
+from tracelog.analysis.rules import bandwidth, health
+from tracelog.analysis.scope import Scope
 from tracelog.cli import cli
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, ingest_file
@@ -319,6 +320,31 @@ def test_already_ingested_with_a_pending_refresh_runs_it(store: Store) -> None:
     assert not store.scalar("SELECT refresh_pending FROM sources")
 
 
+def test_flags_refresh_refreshes_every_file_but_the_one_that_fails(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(db_path) as store:
+        api.ingest(store, [str(LLAMA), str(NCCL)])
+        run_predictions = store.scalar("SELECT count(*) FROM predictions WHERE subject_kind = 'run'")
+        store.con.execute("DELETE FROM predictions")
+    real = bandwidth.evaluate
+
+    def benches_broken(store: Store, thresholds: object, scope: Scope) -> list[dict[str, object]]:
+        if scope.benches != "FALSE":
+            raise RuntimeError("bench rule broke")
+        return real(store, thresholds, scope)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bandwidth, "evaluate", benches_broken)
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "flags", "--refresh", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert "Warning:" in result.output and "bench rule broke" in result.output and NCCL.name in result.output
+    with Store(db_path) as store:
+        assert run_predictions > 0
+        assert store.scalar("SELECT count(*) FROM predictions WHERE subject_kind = 'run'") == run_predictions
+        pending = store.con.execute("SELECT path FROM sources WHERE refresh_pending").fetchall()
+        assert pending == [(str(NCCL),)]
+
+
 def test_cli_reports_a_failed_refresh_as_a_warning_with_exit_0(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -372,7 +398,8 @@ def test_removing_a_sources_last_run_lets_the_file_be_ingested_again(store: Stor
 SLOW_REFRESH = """
 import sys, time
 from pathlib import Path
-from tracelog.analysis.rules import health
+from tracelog.analysis.rules import bandwidth, health
+from tracelog.analysis.scope import Scope
 real = health.evaluate
 marker = Path(sys.argv[1])
 def slow(*args, **kwargs):

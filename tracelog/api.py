@@ -58,6 +58,7 @@ __all__ = [
     "plan",
     "predict",
     "refresh",
+    "refresh_errors",
     "remove_run",
     "rename_run",
     "report",
@@ -262,7 +263,13 @@ def remove_run(db: Db, ref: str | int) -> int:
 
 def refresh(db: Db = None, *, thresholds: dict[str, str] | None = None) -> int:
     """Recompute every prediction, comparison and flag; returns the number of flags."""
-    return refresher.refresh(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
+    return refresher.refresh_all(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
+
+
+def refresh_errors(db: Db = None) -> list[tuple[str, str]]:
+    """(path, what failed) of each file whose predictions and flags could not be refreshed; every
+    command that opens the store for writing tries them again."""
+    return refresher.refresh_errors(connect(db))
 
 
 def predict(

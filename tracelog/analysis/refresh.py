@@ -111,7 +111,7 @@ def _refresh(store: Store, scope: Scope, thresholds: Thresholds, sources: list[i
     return len(flags)
 
 
-def refresh_source(store: Store, source_id: int) -> int:
+def refresh_source(store: Store, source_id: int, thresholds: Thresholds = DEFAULT) -> int:
     """Recompute the model's predictions and the flags for one source's runs and benches."""
     run_ids = [
         r[0] for r in store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
@@ -120,19 +120,42 @@ def refresh_source(store: Store, source_id: int) -> int:
         b[0]
         for b in store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
     ]
-    return refresh(store, run_ids, bench_ids, sources=[source_id])
+    return refresh(store, run_ids, bench_ids, thresholds, sources=[source_id])
 
 
 class RefreshInterrupted(TracelogError):
     """Ctrl-C during a refresh: rolled back, still pending, redone by the next command."""
 
 
-def try_refresh_source(store: Store, source_id: int) -> str | None:
+def refresh_all(store: Store, thresholds: Thresholds = DEFAULT) -> int:
+    """Every prediction, comparison and flag; when that fails, source by source, so that one file whose
+    refresh fails (recorded on it, see `try_refresh_source`) does not leave the others unrefreshed."""
+    try:
+        return refresh(store, thresholds=thresholds)
+    except (KeyboardInterrupt, duckdb.InterruptException):
+        raise RefreshInterrupted("interrupted during the refresh of predictions and flags") from None
+    except Exception:  # one subject broke the whole: redo it per source and record which failed
+        sources = [s for (s,) in store.con.execute("SELECT source_id FROM sources ORDER BY 1").fetchall()]
+        for source_id in sources:
+            try_refresh_source(store, source_id, thresholds)
+        return int(store.scalar("SELECT count(*) FROM flags"))
+
+
+def refresh_errors(store: Store) -> list[tuple[str, str]]:
+    """(path, what failed) of every file whose predictions and flags could not be refreshed."""
+    if "refresh_error" not in store.columns("sources"):
+        return []
+    return store.con.execute(
+        "SELECT path, refresh_error FROM sources WHERE refresh_error IS NOT NULL ORDER BY source_id"
+    ).fetchall()
+
+
+def try_refresh_source(store: Store, source_id: int, thresholds: Thresholds = DEFAULT) -> str | None:
     """`refresh_source`, a failure recorded on the source and returned as a sentence instead of raised.
 
     Ctrl-C raises `RefreshInterrupted` (the refresh rolled back and stays pending)."""
     try:
-        refresh_source(store, source_id)
+        refresh_source(store, source_id, thresholds)
     except (KeyboardInterrupt, duckdb.InterruptException):
         raise RefreshInterrupted(
             "interrupted during the refresh of predictions and flags; the file's rows are stored and the "

@@ -357,6 +357,8 @@ def flags(
         if refresh or thresholds:
             api.refresh(store, thresholds=parse_tags(thresholds))
         frame = api.flags(store, severity=severity, rule=rule, runs=list(runs) or None, tags=parse_tags(tags))
+        for path, error in api.refresh_errors(store):
+            click.echo(f"Warning: {path}: {error}; its flags are missing", err=True)
     render(frame, fmt)
 
 
