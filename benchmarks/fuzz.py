@@ -325,6 +325,36 @@ def consistency_problems(con: Any, failed: bool) -> list[str]:
     return problems
 
 
+IGNORED_COLUMNS = {"ingested_at", "computed_at", "sha256", "path", "flag_id"}
+
+
+def database_contents(con: Any) -> dict[str, list[str]]:
+    """Every table's rows as sorted text, with ids, paths and timestamps left out (they depend on the
+    history of the database, not on what it holds): two databases that hold the same are equal."""
+    tables = [
+        name
+        for (name,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_type = 'BASE TABLE' AND table_name <> 'schema_version' ORDER BY 1"
+        ).fetchall()
+    ]
+    contents = {}
+    for table in tables:
+        columns = [
+            name
+            for (name,) in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                "AND table_name = ? ORDER BY ordinal_position",
+                [table],
+            ).fetchall()
+            if name not in IGNORED_COLUMNS and not name.endswith("_id")
+        ]
+        if columns:
+            rows = con.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+            contents[table] = sorted(repr(row) for row in rows)
+    return contents
+
+
 # --- running one case in a forked child ----------------------------------------------------------
 
 

@@ -158,7 +158,6 @@ def test_consistency_check_finds_an_orphan_and_a_miscount(empty_db: Path, tmp_pa
 
 # --- growth: a prefix, then the whole file, is the database of the whole file -------------------
 
-IGNORED_COLUMNS = {"ingested_at", "computed_at", "sha256", "path", "bytes", "flag_id"}
 GROWTH_SAMPLES = (
     "megatron_lm_llama3_8b_h100.log",
     "megatron_deepspeed_bloom_ugly.log",
@@ -166,32 +165,6 @@ GROWTH_SAMPLES = (
     "nccl_all_reduce_8xa100.txt",
     "p2p_8xh100_p2p_read.txt",
 )
-
-
-def table_contents(store: Store) -> dict[str, list[str]]:
-    """Every table's rows as sorted text, ids and timestamps left out (they differ by history)."""
-    tables = [
-        row[0]
-        for row in store.con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-            "AND table_type = 'BASE TABLE' AND table_name NOT IN ('schema_version') ORDER BY 1"
-        ).fetchall()
-    ]
-    contents = {}
-    for table in tables:
-        columns = [
-            name
-            for (name,) in store.con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-                [table],
-            ).fetchall()
-            if name not in IGNORED_COLUMNS and not name.endswith("_id")
-        ]
-        if not columns:
-            continue
-        rows = store.con.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-        contents[table] = sorted(repr(row) for row in rows)
-    return contents
 
 
 @settings(
@@ -218,7 +191,7 @@ def test_a_log_ingested_while_it_grows_ends_as_a_direct_ingest(
     shutil.copyfile(empty_db, direct_db)
     with hang_guard(HANG_S), Store(direct_db) as store:
         assert isinstance(api.ingest(store, [str(direct_log)])[0], api.IngestResult)
-        expected = table_contents(store)
+        expected = fuzz.database_contents(store.con)
     grown_log.write_bytes(data[:cut])
     with hang_guard(HANG_S), Store(grown_db) as store:
         api.ingest(store, [str(grown_log)])  # a prefix may be no log yet: an error is allowed here
@@ -226,7 +199,7 @@ def test_a_log_ingested_while_it_grows_ends_as_a_direct_ingest(
         result = api.ingest(store, [str(grown_log)])[0]
         assert isinstance(result, api.IngestResult), result
         assert fuzz.consistency_problems(store.con, failed=False) == []
-        got = table_contents(store)
+        got = fuzz.database_contents(store.con)
     differing = {
         t: (len(expected.get(t, [])), len(got.get(t, []))) for t in expected if expected[t] != got.get(t)
     }
