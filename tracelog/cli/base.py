@@ -100,6 +100,10 @@ class Group(click.Group):
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
         except Exception as exc:
+            if isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted"):
+                # DuckDB's word for a query stopped by Ctrl-C, from the paths that do not raise its type
+                click.echo("interrupted", err=True)
+                ctx.exit(EXIT_INTERRUPTED)
             db = ctx.obj.db if isinstance(ctx.obj, Context) else None
             error = known_failure(exc, db)
             if error is not None:
