@@ -392,7 +392,9 @@ def classify(code: int, stderr: str) -> str:
 
 def crash_kind(stderr: str) -> str:
     """The last line of a traceback: the exception type and the start of its message."""
-    lines = [line for line in stderr.splitlines() if EXCEPTION_LINE.match(line)]
+    lines = [
+        line for line in stderr.splitlines() if EXCEPTION_LINE.match(line) and not line.startswith("Error: ")
+    ]
     last = lines[-1] if lines else (stderr.strip().splitlines() or ["(no output)"])[-1]
     return re.sub(r"\d+", "N", last)[:120]
 
