@@ -396,7 +396,8 @@ def test_removing_a_sources_last_run_lets_the_file_be_ingested_again(store: Stor
 
 
 SLOW_REFRESH = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal gives it (not inherited ignored)
 from pathlib import Path
 from tracelog.analysis.rules import bandwidth, health
 from tracelog.analysis.scope import Scope
