@@ -234,3 +234,9 @@ def test_iterations_going_back_without_arguments_start_a_new_run(fast: bool) -> 
     runs = {r["run_key"]: r for r in rows["runs"]}
     assert runs[1]["gbs"] == runs[0]["gbs"] is not None and runs[1]["tp"] == runs[0]["tp"]
     assert [e["kind"] for e in rows["events"] if e["kind"] == "restart"] == ["restart"]
+
+
+def test_table_cell_past_the_csv_field_limit_is_not_an_error() -> None:
+    text = 'gbs,mbs,tp,pp,TFLOPs\n512,1,8,1,158.2\n1024,"' + "x" * 200_000 + '",8,1,160.4\n'
+    rows = rows_of(table.parse, text)
+    assert rows  # no `_csv.Error: field larger than field limit (131072)`

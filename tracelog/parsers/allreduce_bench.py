@@ -84,7 +84,7 @@ class _Bench:
     key: int
     line_start: int
     line_end: int
-    size_bytes: int | None = None
+    size_bytes: int | float | None = None  # a float only when not finite (reported as a bad value)
     ranks_seen: Counter[int] = field(default_factory=Counter)  # rank -> result blocks started
     ranks_declared: int | None = None
     hosts: dict[str, None] = field(default_factory=dict)
@@ -270,7 +270,7 @@ class _Parser:
     def row(
         self,
         bench: _Bench,
-        size: int | None,
+        size: int | float | None,
         time_us: float | None,
         algbw: float | None,
         busbw: float,

@@ -306,8 +306,10 @@ class Emitter:
             if rows:
                 try:
                     frame = pl.DataFrame(rows, infer_schema_length=None)
-                except OverflowError:  # an integer past 128 bits: `checked` reports it as out of range
-                    frame = pl.DataFrame([_huge_as_float(row) for row in rows], infer_schema_length=None)
+                except OverflowError:  # an integer past polars' 128 bits: NULL (or no row) and an event
+                    events: list[dict[str, Any]] = []
+                    frame = pl.DataFrame(_checked_dicts(table, rows, events), infer_schema_length=None)
+                    yield Batch("events", events)
                 yield Batch(table, frame)
         self.tables = {}
         self.count = 0
@@ -332,14 +334,6 @@ def drive(parser: LineParser, source: LineSource) -> Iterator[Batch]:
             yield from parser.out.flush()
     parser.finish()
     yield from parser.out.flush()
-
-
-def _huge_as_float(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    for key, value in row.items():
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 63:
-            out[key] = math.inf if abs(value).bit_length() > 1000 else float(value)
-    return out
 
 
 def as_rounded(value: float) -> int | float:
@@ -431,7 +425,7 @@ def _event(
 ) -> dict[str, Any]:
     line_no = row.get("line_no") or row.get("line_start") or 0
     what = "row dropped" if dropped else "stored as NULL"
-    event = {"line_no": line_no if isinstance(line_no, int) and 0 <= line_no < 1 << 63 else 0}
+    event: dict[str, Any] = {"line_no": line_no if isinstance(line_no, int) and 0 <= line_no < 1 << 63 else 0}
     event["kind"] = "bad_value"
     event["text"] = f"{table}.{column} = {value!r}: {why}; {what}"
     for key in ("run_key", "bench_key"):
@@ -474,6 +468,8 @@ def _bad_mask(table: str, column: str, dtype: pl.DataType) -> pl.Expr | None:
         return overflow | (col < 0)
     if dtype.is_float():
         checks = []
+        if column in INT32_COLUMNS:  # an integer column read as floats (NaN kept by `as_int`)
+            checks.append(col.abs() > INT_LIMITS[True])
         if column not in NAN_MEANINGFUL and named not in NAN_MEANINGFUL:
             checks.append(col.is_nan() | col.is_infinite())
         if column not in SIGNED and named not in SIGNED:

@@ -275,8 +275,8 @@ def iterations_by_layout(
     skipped = 0
     while left.height > skipped and skipped < LEARN_TRIES:
         learned = learn_iteration_layout(left["line"][skipped])
-        rows, rest = learned.read(left) if learned is not None else (None, left)
-        if learned is None or rows is None or rows.is_empty():
+        rows, rest = learned.read(left) if learned is not None else (left.head(0), left)
+        if learned is None or rows.is_empty():
             skipped += 1
             continue
         layouts.insert(0, learned)
@@ -362,8 +362,8 @@ def timers_by_layout(
     skipped = 0
     while left.height > skipped and skipped < LEARN_TRIES:
         learned = learn_timer_layout(left["line"][skipped])
-        fitted, rest = learned.read(left) if learned is not None else (None, left)
-        if learned is None or fitted is None or fitted.is_empty():
+        fitted, rest = learned.read(left) if learned is not None else (left.head(0), left)
+        if learned is None or fitted.is_empty():
             skipped += 1
             continue
         layouts.insert(0, learned)

@@ -292,7 +292,10 @@ def csv_cells(line: str) -> list[str] | None:
     if counts[delimiter] < 2:
         return None
     # A bare CR inside a line (a file with mixed line ends) is a space to the csv module, not an error.
-    return [c.strip() for c in next(csv.reader([line.replace("\r", " ")], delimiter=delimiter))]
+    try:
+        return [c.strip() for c in next(csv.reader([line.replace("\r", " ")], delimiter=delimiter))]
+    except csv.Error:  # a quoted field past the csv module's field limit (128 KiB): not a table row
+        return None
 
 
 def row_values(
