@@ -109,12 +109,6 @@ def ingest_case(folder: Path, template: Path, name: str, data: bytes, gzipped: b
     return db
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defects the fuzzer found: a p2p value of thousands of digits (int() ValueError), integers "
-    "past int64 in a lab-notes table (polars OverflowError), and deepspeed.EXCEPTION_RX backtracking "
-    "quadratically on a 64 KiB line of word characters (an 87 KB log ingests for minutes)",
-)
 @FUZZ
 @given(name=st.sampled_from(sorted(SEED_BYTES)), seed=st.integers(0, 2**32 - 1))
 def test_mutated_logs_land_whole_or_fail_with_the_projects_error(
