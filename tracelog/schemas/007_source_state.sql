@@ -3,6 +3,7 @@
 -- refresh that failed or was killed is found and redone by the next command; `refresh_error` says why the
 -- last one failed. `bytes` is now the offset after the last complete line, and `bytes_pending` the length
 -- of a last line still without its newline (held back, not parsed, until the newline arrives).
-ALTER TABLE sources ADD COLUMN refresh_pending BOOLEAN DEFAULT false;
-ALTER TABLE sources ADD COLUMN refresh_error VARCHAR;
-ALTER TABLE sources ADD COLUMN bytes_pending BIGINT DEFAULT 0;
+-- IF NOT EXISTS: applying it twice (a version row lost) changes nothing.
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS refresh_pending BOOLEAN DEFAULT false;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS refresh_error VARCHAR;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS bytes_pending BIGINT DEFAULT 0;
