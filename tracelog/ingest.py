@@ -423,11 +423,15 @@ class _CommittedDigest:
     """sha256 of the bytes up to the last complete line: the chunk last seen is hashed only once the
     next one comes, so the held-back end of the last can be left out."""
 
-    def __init__(self) -> None:
+    def __init__(self, lag: bool = True) -> None:
         self.digest = BackgroundDigest()
+        self.lag = lag  # False where nothing is held back (stdin, gzip): no chunk kept in memory
         self.last: bytes | None = None
 
     def update(self, chunk: bytes) -> None:
+        if not self.lag:
+            self.digest.update(chunk)
+            return
         if self.last is not None:
             self.digest.update(self.last)
         self.last = chunk
@@ -454,10 +458,11 @@ def _ingest_stream(
     progress: Progress | None,
     force: bool = False,
 ) -> IngestResult:
-    digest = _CommittedDigest()
     # A plain file may still be written to: its last line waits for its newline. Standard input and
     # gzip end when they end.
-    source = LineSource(stream, path, hold_partial=path != "-" and not path.endswith(".gz"))  # type: ignore[arg-type]
+    hold = path != "-" and not path.endswith(".gz")
+    digest = _CommittedDigest(lag=hold)
+    source = LineSource(stream, path, hold_partial=hold)  # type: ignore[arg-type]
     source.on_bytes.append(digest.update)
     if progress is not None:
         source.on_bytes.append(lambda chunk: progress(len(chunk)))
