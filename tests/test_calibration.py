@@ -275,6 +275,7 @@ def test_cli_predict_uncalibrated_shows_the_textbook_model(bloom) -> None:
 
 
 def test_nothing_to_calibrate_is_a_user_error(tmp_path: Path) -> None:
+    api.connect(tmp_path / "empty.duckdb").close()  # a database with nothing in it
     result = run_cli(tmp_path / "empty.duckdb", "calibrate")
     assert result.exit_code == 1
     assert "nothing to calibrate" in result.output

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from tests.conftest import SAMPLES
 from tracelog.cli import cli
+from tracelog.store import Store
 
 BLOOM = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
 LLAMA = str(SAMPLES / "megatron_lm_llama3_8b_h100.log")
@@ -68,6 +69,7 @@ def test_sql_formats(db_path: Path) -> None:
 
 
 def test_table_output_does_not_interpret_markup(db_path: Path) -> None:
+    Store(db_path).close()
     result = run(db_path, "sql", "SELECT '[bold red]x[/bold red]' AS t")
     assert "[bold red]x[/bold red]" in result.output
 
@@ -103,6 +105,7 @@ def test_db_from_environment(tmp_path: Path) -> None:
 
 
 def test_markdown_leaves_missing_values_blank(db_path: Path) -> None:
+    Store(db_path).close()
     md = run(
         db_path,
         "sql",
