@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,8 @@ import polars as pl
 import pytest
 
 from tests.conftest import SAMPLES, source_of
+from tracelog import api
+from tracelog.errors import TracelogError
 from tracelog.parsers import megatron, nccl_tests, table
 from tracelog.parsers.base import INT32_COLUMNS, MAX_LINE_BYTES
 from tracelog.store import Store
@@ -240,3 +243,36 @@ def test_table_cell_past_the_csv_field_limit_is_not_an_error() -> None:
     text = 'gbs,mbs,tp,pp,TFLOPs\n512,1,8,1,158.2\n1024,"' + "x" * 200_000 + '",8,1,160.4\n'
     rows = rows_of(table.parse, text)
     assert rows  # no `_csv.Error: field larger than field limit (131072)`
+
+
+def test_a_long_word_in_a_deepspeed_log_is_read_in_linear_time(tmp_path: Path) -> None:
+    """`\\w*error` searched by Python's backtracking regex took minutes on one 64 KiB word."""
+    log = tmp_path / "ds.log"
+    head = (SAMPLES / "deepspeed_zero2_gpt2_1b3.log").read_text(encoding="utf-8", errors="replace")
+    log.write_text(head + "ab1" * 21_000 + "\n", encoding="utf-8")
+    started = time.perf_counter()
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(log)])
+    assert result.status == "ingested" and time.perf_counter() - started < 10
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "nccl_all_reduce_8xa100.txt",
+        "p2p_4xa100_pcie_two_sockets.txt",
+        "topo_8xh100_nics.txt",
+        "deepspeed_zero2_gpt2_1b3.log",
+        "megatron_lm_llama3_8b_h100.log",
+    ],
+)
+def test_a_number_of_five_thousand_digits_is_a_bad_value_not_a_crash(sample: str, tmp_path: Path) -> None:
+    """Python refuses to read an int of more than 4,300 digits from text; every line parser turns that
+    line into an unparsed line with a bad_value event and goes on."""
+    text = (SAMPLES / sample).read_text(encoding="utf-8", errors="replace")
+    for number in list(re.finditer(r"\d+", text))[:300:37]:
+        mutated = text[: number.start()] + "9" * 5000 + text[number.end() :]
+        log = tmp_path / sample
+        log.write_text(mutated, encoding="utf-8")
+        # a file that fails comes back as an IngestFailure (the project's error); anything else raises
+        results = api.ingest(tmp_path / f"{number.start()}.duckdb", [str(log)])
+        assert all(isinstance(r.error, TracelogError) for r in results if isinstance(r, api.IngestFailure))

@@ -16,6 +16,7 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TypeVar
 
@@ -326,10 +327,25 @@ class LineParser(Protocol):
     def finish(self) -> None: ...
 
 
+@contextmanager
+def numbers_guarded(line_no: int, text: str, add: Callable[[str, dict[str, Any]], Any]) -> Iterator[None]:
+    """Read one line; a number in it that no Python int can take from text (more digits than
+    `sys.get_int_max_str_digits()`, the interpreter's guard against quadratic parsing) or no float can
+    hold makes the line unparsed with a `bad_value` event through `add(table, row)`, never a crash.
+    Rows the line added before the failure stand."""
+    try:
+        yield
+    except (ValueError, OverflowError) as exc:
+        add("unparsed", {"line_no": line_no, "text": text})
+        add("events", {"line_no": line_no, "kind": "bad_value", "text": str(exc)[:200]})
+
+
 def drive(parser: LineParser, source: LineSource) -> Iterator[Batch]:
-    """Feed every line of `source` to `parser`, handing out its rows every `FLUSH_ROWS`."""
+    """Feed every line of `source` to `parser` (`numbers_guarded`), handing out its rows every
+    `FLUSH_ROWS`."""
     for line_no, text in source.lines():
-        parser.line(line_no, text)
+        with numbers_guarded(line_no, text, parser.out.add):
+            parser.line(line_no, text)
         if parser.out.due():
             yield from parser.out.flush()
     parser.finish()

@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 
 from tracelog.parsers import megatron
-from tracelog.parsers.base import Batch, LineSource, guarded
+from tracelog.parsers.base import Batch, LineSource, guarded, numbers_guarded
 from tracelog.parsers.deepspeed_config import RunState, flatten
 
 FORMAT = "deepspeed"
@@ -92,7 +92,10 @@ INFO_PARAMS = (
 )
 RESTART_MARKS = ("DeepSpeedEngine configuration:", "DeepSpeed info: version=", "WORLD INFO DICT")
 EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")
-EVENT_WORDS_RX = re.compile(megatron.WARNING_RX)
+# The same words without the leading `\w*` the Megatron parser's (linear, Rust) regex carries: Python's
+# backtracking `search` retries that prefix at every position, quadratic in a long word (minutes for
+# one 64 KiB line); for "does the line name one" the prefix changes nothing.
+EVENT_WORDS_RX = re.compile(megatron.WARNING_RX.replace(r"\w*", ""))
 NUM_RX = re.compile(NUM)
 NUMBER_RX = re.compile(r"^\s*" + NUM + r"\s*$")
 SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}  # B: params, billions
@@ -584,7 +587,8 @@ def _memory_row(
 def parse(source: LineSource) -> Iterator[Batch]:
     parser = _Parser()
     for line_no, line in source.lines():
-        parser.feed(line_no, line)
+        with numbers_guarded(line_no, line, parser.emit):
+            parser.feed(line_no, line)
         if parser.pending >= FLUSH_ROWS:
             yield from parser.batches()
     yield from parser.finish()

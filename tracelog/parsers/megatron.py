@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelog.parsers.base import Batch, LineSource, as_int, guarded
+from tracelog.parsers.base import Batch, LineSource, as_int, guarded, numbers_guarded
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
     IterationLayout,
@@ -469,62 +469,70 @@ def _stateful(
     timers: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
     unparsed: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+
+    def add(table: str, row: dict[str, Any]) -> None:
+        (unparsed if table == "unparsed" else events).append(row)
+
     for line_no, raw_line, run_key in stateful.select("line_no", "line", "run_key").iter_rows():
-        run = _ensure_run(runs, run_key, line_no)
-        line = RANK_PREFIX_RX.sub("", raw_line, count=1)
-        if ARGS_START.search(line) or ARGS_END in line:
-            continue
-        if "time across ranks" in line:
-            carry.timer_block = True
-            continue
-        if match := TIMER_BLOCK_LINE_RX.match(line):
-            timers.append(
-                {
-                    "run_key": run_key,
-                    "line_no": line_no,
-                    "name": match.group(1),
-                    "time_min_ms": float(match.group(2)),
-                    "time_ms": float(match.group(3)),
-                }
-            )
-            continue
-        if match := ARG_LINE_RX.match(line):
-            run.set_arg(match.group(1), match.group(2), line_no)
-            continue
-        if match := WORLD_RX.search(line):
-            run.set_world(int(match.group(1)), dict(WORLD_PART_RX.findall(match.group(2))), line_no)
-            continue
-        if match := PARAMS_RX.search(line):
-            run.add_rank_params(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-            continue
-        if match := EFFECTIVE_RX.search(line):
-            metrics.append(
-                {
-                    "run_key": run_key,
-                    "key": "effective tera flops per gpu",
-                    "value": float(match.group(1)),
-                    "text": line.strip(),
-                    "line_no": line_no,
-                }
-            )
-            if match.group(2):
-                run.params_printed = as_int(float(match.group(2)) * 1e9)  # type: ignore[assignment]
-            run.effective_tflops = True
-            continue
-        if match := THEORY_RX.search(line):
-            run.theoretical_memory(match, line_no)
-            continue
-        if match := PADDED_RX.search(line):
-            run.columns["vocab"] = int(match.group(3))
-            continue
-        if match := ESTIMATED_RX.search(line):
-            run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
-            continue
-        if line.strip():
-            unparsed.append({"line_no": line_no, "text": raw_line})
+        with numbers_guarded(line_no, raw_line, add):
+            run = _ensure_run(runs, run_key, line_no)
+            line = RANK_PREFIX_RX.sub("", raw_line, count=1)
+            if ARGS_START.search(line) or ARGS_END in line:
+                continue
+            if "time across ranks" in line:
+                carry.timer_block = True
+                continue
+            if match := TIMER_BLOCK_LINE_RX.match(line):
+                timers.append(
+                    {
+                        "run_key": run_key,
+                        "line_no": line_no,
+                        "name": match.group(1),
+                        "time_min_ms": float(match.group(2)),
+                        "time_ms": float(match.group(3)),
+                    }
+                )
+                continue
+            if match := ARG_LINE_RX.match(line):
+                run.set_arg(match.group(1), match.group(2), line_no)
+                continue
+            if match := WORLD_RX.search(line):
+                run.set_world(int(match.group(1)), dict(WORLD_PART_RX.findall(match.group(2))), line_no)
+                continue
+            if match := PARAMS_RX.search(line):
+                run.add_rank_params(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+                continue
+            if match := EFFECTIVE_RX.search(line):
+                metrics.append(
+                    {
+                        "run_key": run_key,
+                        "key": "effective tera flops per gpu",
+                        "value": float(match.group(1)),
+                        "text": line.strip(),
+                        "line_no": line_no,
+                    }
+                )
+                if match.group(2):
+                    run.params_printed = as_int(float(match.group(2)) * 1e9)  # type: ignore[assignment]
+                run.effective_tflops = True
+                continue
+            if match := THEORY_RX.search(line):
+                run.theoretical_memory(match, line_no)
+                continue
+            if match := PADDED_RX.search(line):
+                run.columns["vocab"] = int(match.group(3))
+                continue
+            if match := ESTIMATED_RX.search(line):
+                run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
+                continue
+            if line.strip():
+                unparsed.append({"line_no": line_no, "text": raw_line})
     if timers:
         yield Batch("timers", attach_iteration(pl.DataFrame(timers), anchors))
     if metrics:
         yield Batch("iteration_metrics", attach_iteration(pl.DataFrame(metrics), anchors))
     if unparsed:
         yield Batch("unparsed", unparsed)
+    if events:
+        yield Batch("events", events)
