@@ -276,3 +276,19 @@ def test_a_number_of_five_thousand_digits_is_a_bad_value_not_a_crash(sample: str
         # a file that fails comes back as an IngestFailure (the project's error); anything else raises
         results = api.ingest(tmp_path / f"{number.start()}.duckdb", [str(log)])
         assert all(isinstance(r.error, TracelogError) for r in results if isinstance(r, api.IngestFailure))
+
+
+def test_a_table_cell_past_int64_reads_as_no_value(tmp_path: Path) -> None:
+    """`1e308` nodes or a GBS of 10^40 in a lab note: no BIGINT holds them, so the cell is not read."""
+    notes = tmp_path / "notes.md"
+    notes.write_text(
+        "| Nodes | Size | DP | TP | PP | MBS | GBS | Mem | Sec/it | TFLOPs | Notes |\n"
+        "| ----: | ---: | -: | -: | -: | --: | --: | --: | -----: | -----: | ----- |\n"
+        "| 1e308 | 176B | 8 | 4 | 12 | 2 | 10000000000000000000000000000000000000000 | 59GB | 104.50 | 150.05 | x |\n"
+        "| 48 | 176B | 8 | 4 | 12 | 2 | 2048 | 59GB | 104.50 | 150.05 | y |\n",
+        encoding="utf-8",
+    )
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(notes)])
+    assert result.status == "ingested"
+    rows = api.sql(tmp_path / "t.duckdb", "SELECT nodes, gbs FROM runs ORDER BY run_id")
+    assert rows.isna().iloc[0].all() and list(rows.iloc[1]) == [48, 2048]

@@ -183,7 +183,7 @@ def parse_count(text: str, unit: str | None = None) -> int | None:
     if suffix not in COUNT_SUFFIX:
         return None
     scaled = value * COUNT_SUFFIX[suffix]
-    return round(scaled) if math.isfinite(scaled) else None
+    return round(scaled) if _fits_int64(scaled) else None
 
 
 def parse_int(text: str) -> int | None:
@@ -191,7 +191,12 @@ def parse_int(text: str) -> int | None:
     if parsed is None or parsed[1] not in ("", "k"):
         return None
     value = parsed[0] * (1000 if parsed[1] == "k" else 1)
-    return int(value) if math.isfinite(value) and value == int(value) else None
+    return int(value) if _fits_int64(value) and value == int(value) else None
+
+
+def _fits_int64(value: float) -> bool:
+    """A count or integer cell the store's BIGINT columns can hold; 1e308 or inf reads as no value."""
+    return math.isfinite(value) and abs(value) < 2**63
 
 
 def parse_config(field: str, text: str, unit: str | None = None) -> object:
