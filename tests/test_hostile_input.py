@@ -292,3 +292,16 @@ def test_a_table_cell_past_int64_reads_as_no_value(tmp_path: Path) -> None:
     assert result.status == "ingested"
     rows = api.sql(tmp_path / "t.duckdb", "SELECT nodes, gbs FROM runs ORDER BY run_id")
     assert rows.isna().iloc[0].all() and list(rows.iloc[1]) == [48, 2048]
+
+
+def test_a_deepspeed_step_past_polars_integers_is_a_bad_value(tmp_path: Path) -> None:
+    """A 400-digit step counter used to fail building the batch; it is now dropped with an event."""
+    text = (SAMPLES / "deepspeed_zero2_gpt2_1b3.log").read_text(encoding="utf-8", errors="replace")
+    step = re.search(r"step=(\d+)", text)
+    assert step is not None
+    log = tmp_path / "ds.log"
+    log.write_text(text[: step.start(1)] + "9" * 400 + text[step.end(1) :], encoding="utf-8")
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(log)])
+    assert result.status == "ingested"
+    events = api.sql(tmp_path / "t.duckdb", "SELECT count(*) AS n FROM events WHERE kind = 'bad_value'")
+    assert int(events["n"].iloc[0]) >= 1

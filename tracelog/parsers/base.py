@@ -305,15 +305,21 @@ class Emitter:
     def flush(self) -> Iterator[Batch]:
         for table, rows in self.tables.items():
             if rows:
-                try:
-                    frame = pl.DataFrame(rows, infer_schema_length=None)
-                except OverflowError:  # an integer past polars' 128 bits: NULL (or no row) and an event
-                    events: list[dict[str, Any]] = []
-                    frame = pl.DataFrame(_checked_dicts(table, rows, events), infer_schema_length=None)
-                    yield Batch("events", events)
-                yield Batch(table, frame)
+                yield from batches_of(table, rows)
         self.tables = {}
         self.count = 0
+
+
+def batches_of(table: str, rows: list[dict[str, Any]]) -> Iterator[Batch]:
+    """Rows as a frame; an integer past what polars holds (128 bits) becomes NULL, or drops its row
+    when it is a key, with a `bad_value` event, instead of failing the frame."""
+    try:
+        frame = pl.DataFrame(rows, infer_schema_length=None)
+    except OverflowError:
+        events: list[dict[str, Any]] = []
+        frame = pl.DataFrame(_checked_dicts(table, rows, events), infer_schema_length=None)
+        yield Batch("events", events)
+    yield Batch(table, frame)
 
 
 class LineParser(Protocol):

@@ -31,10 +31,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import polars as pl
-
 from tracelog.parsers import megatron
-from tracelog.parsers.base import Batch, LineSource, guarded, numbers_guarded
+from tracelog.parsers.base import Batch, LineSource, batches_of, guarded, numbers_guarded
 from tracelog.parsers.deepspeed_config import RunState, flatten
 
 FORMAT = "deepspeed"
@@ -148,7 +146,7 @@ class _Parser:
         for table in ("iterations", "iteration_metrics", "memory", "timers", "events", "unparsed"):
             rows = self.out.pop(table, None)
             if rows:
-                yield Batch(table, pl.DataFrame(rows, infer_schema_length=None))
+                yield from batches_of(table, rows)
         self.pending = 0
 
     def run(self, line_no: int) -> RunState:

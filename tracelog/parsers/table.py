@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
-from tracelog.parsers.base import Batch, LineSource, guarded
+from tracelog.parsers.base import Batch, LineSource, batches_of, guarded
 from tracelog.parsers.table_headers import (
     CONFIG_ALIASES,
     PRECISIONS,
@@ -126,7 +124,10 @@ class _Parser:
         for table in ("runs", "iterations", "memory", "iteration_metrics", "unparsed"):
             rows = self.out.pop(table, None)
             if rows:
-                yield Batch(table, rows if table == "runs" else pl.DataFrame(rows, infer_schema_length=None))
+                if table == "runs":
+                    yield Batch(table, rows)
+                else:
+                    yield from batches_of(table, rows)
 
     def pending_rows(self) -> int:
         return sum(len(rows) for rows in self.out.values())
