@@ -412,9 +412,8 @@ def report(
     """Write the self-contained HTML report (default `reports/tracelog-report.html`); narrowed to runs,
     tags or benches when given; `png_dir` also writes each chart as a PNG. Returns a `ReportResult`.
     The database is opened read-only."""
-    from tracelog.report import (
-        write_report,  # lazy on purpose: see LAZY_IMPORTS in tests/test_architecture.py
-    )
+    # Lazy on purpose (Altair at every start-up otherwise): LAZY_IMPORTS in tests/test_architecture.py.
+    from tracelog.report import write_report
 
     return write_report(db, output, runs, tags, benches, png_dir)
 

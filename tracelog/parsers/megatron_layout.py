@@ -8,8 +8,9 @@ regexes: a layout changes how fast a result is found, never the result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -257,6 +258,34 @@ def learn_iteration_layout(line: str) -> IterationLayout | None:
     return layout if fast.fill_nan(None).equals(slow.fill_nan(None)) else None
 
 
+L = TypeVar("L", IterationLayout, "TimerLayout")
+
+
+def learn_layouts(
+    left: pl.DataFrame, layouts: list[L], learn: Callable[[str], L | None]
+) -> tuple[list[tuple[L, pl.DataFrame]], pl.DataFrame]:
+    """Layouts learned from the lines no kept layout fits, newest first in `layouts` (at most
+    LAYOUTS_KEPT), each with the rows it read; and the lines still left for the regexes.
+
+    Each pass either reads at least one line (`left` shrinks) or moves `skipped` on, so the loop ends
+    after at most `left.height + LEARN_TRIES` passes. A layout learned from a line it then does not read
+    in the block (a value only one line prints differently, e.g. `nan iterations: x`) reads nothing and
+    is not kept: its line is skipped and goes to the regexes."""
+    found: list[tuple[L, pl.DataFrame]] = []
+    skipped = 0
+    while left.height > skipped and skipped < LEARN_TRIES:
+        learned = learn(left["line"][skipped])
+        rows, rest = learned.read(left) if learned is not None else (left.head(0), left)
+        if learned is None or rows.is_empty():
+            skipped += 1
+            continue
+        layouts.insert(0, learned)
+        del layouts[LAYOUTS_KEPT:]
+        left = rest
+        found.append((learned, rows))
+    return found, left
+
+
 def iterations_by_layout(
     candidates: pl.DataFrame, layouts: list[IterationLayout]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -268,21 +297,8 @@ def iterations_by_layout(
             break
         rows, left = layout.read(left)
         done.append(rows)
-    # Each pass either reads at least one line (`left` shrinks) or moves `skipped` on, so the loop ends
-    # after at most `left.height + LEARN_TRIES` passes. A layout learned from a line it then does not read
-    # in the block (a value only one line prints differently, e.g. `nan iterations: x`) reads nothing and
-    # is not kept: its line is skipped and goes to the regexes.
-    skipped = 0
-    while left.height > skipped and skipped < LEARN_TRIES:
-        learned = learn_iteration_layout(left["line"][skipped])
-        rows, rest = learned.read(left) if learned is not None else (left.head(0), left)
-        if learned is None or rows.is_empty():
-            skipped += 1
-            continue
-        layouts.insert(0, learned)
-        del layouts[LAYOUTS_KEPT:]
-        left = rest
-        done.append(rows)
+    learned, left = learn_layouts(left, layouts, learn_iteration_layout)
+    done += [rows for _, rows in learned]
     done = [rows for rows in done if not rows.is_empty()]
     if not done:
         return candidates.head(0).select("line_no"), left
@@ -358,16 +374,5 @@ def timers_by_layout(
             return out
         fitted, left = layout.read(left)
         out.append((layout, fitted))
-    # As in `iterations_by_layout`: every pass reads a line or moves `skipped` on.
-    skipped = 0
-    while left.height > skipped and skipped < LEARN_TRIES:
-        learned = learn_timer_layout(left["line"][skipped])
-        fitted, rest = learned.read(left) if learned is not None else (left.head(0), left)
-        if learned is None or fitted.is_empty():
-            skipped += 1
-            continue
-        layouts.insert(0, learned)
-        del layouts[LAYOUTS_KEPT:]
-        left = rest
-        out.append((learned, fitted))
-    return out
+    learned, _ = learn_layouts(left, layouts, learn_timer_layout)
+    return out + learned
