@@ -18,7 +18,7 @@ LAYERS = [
     ("errors", "thresholds", "hardware"),
     ("store",),
     ("parsers",),
-    ("files", "ingest"),
+    ("files", "fingerprint", "ingest"),
     ("model",),
     ("analysis",),
     ("report",),

@@ -20,7 +20,7 @@ from tracelog.ingest import Unrecognised, ingest_file
 from tracelog.store import Store
 
 LOGS = sorted(p for p in SAMPLES.iterdir() if p.is_file())
-SOURCE_COLUMNS = "path, sha256, bytes, bytes_pending, format, lines_total, lines_parsed, lines_unparsed"
+SOURCE_COLUMNS = "path, fingerprint, bytes, bytes_pending, format, lines_total, lines_parsed, lines_unparsed"
 RUN_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params")
 BENCH_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices")
 # Places where a parser carries state across lines: a cut just before and a few bytes into each.
@@ -147,3 +147,74 @@ def test_growth_keeps_run_ids_tags_and_names(store: Store, tmp_path: Path) -> No
         "kept",
     )
     assert store.scalar("SELECT value FROM run_tags WHERE run_id = ?", [run_id]) == "x"
+
+
+def halves(tmp_path: Path) -> tuple[Path, bytes, int]:
+    data = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    log = tmp_path / "live.log"
+    log.write_bytes(data[:cut])
+    return log, data, cut
+
+
+def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path: Path) -> None:
+    """Only the new lines are parsed: the rows written are the new ones, and what a user set on the run
+    since (hardware included) stays."""
+    log, data, cut = halves(tmp_path)
+    ingest_file(store, str(log))
+    assert store.scalar("SELECT resume_version FROM sources") == "1"
+    store.con.execute("UPDATE runs SET gpu_model = 'h100-sxm5-80gb'")
+    iterations_before = store.scalar("SELECT count(*) FROM iterations")
+    log.write_bytes(data)
+    grown = ingest_file(store, str(log))
+    assert grown.status == "appended" and grown.lines_total == data.count(b"\n")
+    new_iterations = store.scalar("SELECT count(*) FROM iterations") - iterations_before
+    assert new_iterations == data[cut:].count(b"] iteration ")
+    assert 0 < grown.rows < grown.lines_total - grown.lines_unparsed
+    assert store.scalar("SELECT count(DISTINCT gpu_model) FROM runs") == 1
+    assert store.scalar("SELECT min(gpu_model) FROM runs") == "h100-sxm5-80gb"
+    with Store(tmp_path / "direct.duckdb") as direct:
+        ingest_file(direct, str(log))
+        expected = snapshot(direct)
+    store.con.execute("UPDATE runs SET gpu_model = NULL")
+    assert snapshot(store) == expected
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE sources SET resume_state = '{\"carry\": {}}'",
+        "UPDATE sources SET resume_state = 'not json'",
+        "UPDATE sources SET resume_version = '0'",
+    ],
+    ids=["state without its fields", "state not JSON", "state of another parser version"],
+)
+def test_a_resume_state_it_cannot_use_parses_the_file_again(
+    store: Store, tmp_path: Path, damage: str
+) -> None:
+    log, data, _ = halves(tmp_path)
+    ingest_file(store, str(log))
+    store.con.execute(damage)
+    log.write_bytes(data)
+    grown = ingest_file(store, str(log))
+    assert grown.status == "appended"
+    assert grown.lines_total == data.count(b"\n")
+    assert grown.rows == store.scalar(
+        "SELECT (SELECT count(*) FROM iterations) + (SELECT count(*) FROM timers) + "
+        "(SELECT count(*) FROM memory) + (SELECT count(*) FROM iteration_metrics) + "
+        "(SELECT count(*) FROM run_params)"
+    )
+    with Store(tmp_path / "direct.duckdb") as direct:
+        ingest_file(direct, str(log))
+        assert snapshot(store) == snapshot(direct)
+
+
+def test_a_prefix_changed_in_a_sampled_mib_is_not_taken_for_growth(store: Store, tmp_path: Path) -> None:
+    log, data, cut = halves(tmp_path)
+    ingest_file(store, str(log))
+    changed = bytearray(data)
+    changed[10] ^= 0x20  # the first MiB is always re-hashed
+    log.write_bytes(bytes(changed))
+    result = ingest_file(store, str(log))
+    assert result.status == "ingested"
+    assert store.scalar("SELECT count(*) FROM sources") == 2

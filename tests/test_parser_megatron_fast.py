@@ -8,7 +8,6 @@ corpus and lines built to break the layout, in one block and across blocks.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 
@@ -18,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES, corpus_files, source_of
-from tracelog.files import BackgroundDigest
 from tracelog.parsers import megatron, megatron_layout
 from tracelog.parsers.base import Block, prefetched
 
@@ -235,11 +233,3 @@ def test_prefetched_stops_its_worker_when_the_caller_stops() -> None:
     stream.close()
     assert len(produced) < 10
     assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
-
-
-def test_background_digest_is_sha256() -> None:
-    chunks = [bytes([i]) * (1 << 16) for i in range(20)]
-    digest = BackgroundDigest()
-    for chunk in chunks:
-        digest.update(chunk)
-    assert digest.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()

@@ -110,6 +110,7 @@ def ingest(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     force: bool = False,
+    verify: bool = False,
     progress: ProgressFor | None = None,
 ) -> list[IngestResult | IngestFailure]:
     """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
@@ -117,6 +118,7 @@ def ingest(
     Paths are expanded once, here. `gpu` is a catalog id or the name a tool prints (`NVIDIA
     A100-SXM4-80GB`), `fabric` a catalog link id; both are checked before anything is read. `parser`
     skips detection. A file that fails is reported and skipped; the files before and after it still land.
+    `verify` checks every MiB of a grown file's old bytes, not a sample (`fingerprint.verify_prefix`).
     """
     gpu_model = catalog.resolve_gpu_id(gpu) if gpu else None
     fabric_id = catalog.link(fabric).id if fabric else None
@@ -135,7 +137,7 @@ def ingest(
     for path, from_folder in expanded.files:
         with progress(path) if progress is not None else nullcontext() as advance:
             try:
-                result = ingest_file(store, path, parser, options, force, advance)
+                result = ingest_file(store, path, parser, options, force, advance, verify=verify)
             except Unrecognised as exc:
                 # A folder's README or job script is not a failure; a file named on its own is.
                 results.append(

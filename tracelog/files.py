@@ -11,10 +11,8 @@ import glob
 import gzip
 import hashlib
 import os
-import queue
 import stat
 import sys
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,34 +161,3 @@ def read_head(stream: BinaryIO, path: str) -> bytes:
         line = head[: head.index(b"\x00")].count(b"\n") + 1
         raise TracelogError("binary file (NUL bytes), not a text log", path, line)
     return head
-
-
-class BackgroundDigest:
-    """sha256 of the chunks handed to `update`, computed on a thread of its own.
-
-    hashlib releases the GIL on large buffers, so the digest of a 1 GB file (about half a second of CPU)
-    overlaps reading and parsing instead of adding to them. Chunks are bytes, never changed after reading.
-    """
-
-    def __init__(self, depth: int = 2) -> None:
-        self._digest = hashlib.sha256()
-        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
-        self._worker = threading.Thread(target=self._run, name="tracelog-sha256", daemon=True)
-        self._worker.start()
-
-    def _run(self) -> None:
-        while (chunk := self._chunks.get()) is not None:
-            self._digest.update(chunk)
-
-    def update(self, chunk: bytes) -> None:
-        self._chunks.put(chunk)
-
-    def hexdigest(self) -> str:
-        self._chunks.put(None)
-        self._worker.join()
-        return self._digest.hexdigest()
-
-    def close(self) -> None:
-        """Stop the worker without a digest (the ingest failed)."""
-        if self._worker.is_alive():
-            self._chunks.put(None)

@@ -14,7 +14,9 @@ ahead on a worker thread while the store inserts on the calling thread (see `pre
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -27,8 +29,9 @@ import polars as pl
 
 from tracelog import parsers
 from tracelog.errors import TracelogError
-from tracelog.files import BackgroundDigest, PeekStream, file_sha256, has_newline, open_binary, read_head
-from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
+from tracelog.files import PeekStream, file_sha256, has_newline, open_binary, read_head
+from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
+from tracelog.parsers.base import RESUME_TABLE, Batch, LineSource, head_text, prefetched
 from tracelog.store import Store
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
@@ -116,6 +119,25 @@ class SourceWriter:
         self.bench_ids: dict[int, int] = {}
         self.rows = 0
         self.unparsed = 0
+        self.resume_state: str | None = None
+
+    def adopt(self, finish_tables: tuple[str, ...]) -> None:
+        """Go on writing a source that resumes: its runs and benches keep their ids, and the rows its
+        parser writes whole again at the end of every parse (`FINISH_TABLES`) are cleared for that."""
+        con = self.store.con
+        self.run_ids = dict(
+            con.execute("SELECT run_key, run_id FROM runs WHERE source_id = ?", [self.source_id]).fetchall()
+        )
+        self.bench_ids = dict(
+            con.execute(
+                "SELECT bench_key, bench_id FROM benches WHERE source_id = ?", [self.source_id]
+            ).fetchall()
+        )
+        for table in finish_tables:
+            con.execute(
+                f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM runs WHERE source_id = ?)",
+                [self.source_id],
+            )
 
     def run_id(self, key: int) -> int:
         if key not in self.run_ids:
@@ -140,6 +162,9 @@ class SourceWriter:
         return self.bench_ids[key]
 
     def write(self, batch: Batch) -> None:
+        if batch.table == RESUME_TABLE:
+            self.resume_state = next(iter(batch.rows))["state"]
+            return
         if batch.table == "runs":
             self._update_entities("runs", "run_id", self.run_id, batch.rows)
             return
@@ -316,6 +341,21 @@ def delete_source(store: Store, source_id: int, keep: tuple[str, ...] = ()) -> N
             con.execute(f"DELETE FROM {table} WHERE source_id = $s", {"s": source_id})
 
 
+@dataclass
+class Resume:
+    """Where a grown file's last ingest stopped: its committed bytes and lines, the parser's state there,
+    and the digests of its whole MiBs with the bytes of the partial one (to continue the fingerprint)."""
+
+    source_id: int
+    parser: ModuleType
+    committed: int
+    lines_total: int
+    lines_unparsed: int
+    state: dict[str, Any]
+    digests: bytes
+    tail: bytes
+
+
 def ingest_file(
     store: Store,
     path: str,
@@ -323,36 +363,47 @@ def ingest_file(
     options: RunOptions | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    verify: bool = False,
 ) -> IngestResult:
-    """Ingest one file in one transaction: all of it, all of it again once it grew, or nothing.
+    """Ingest one file in one transaction: all of it, the rest of it once it grew, or nothing.
 
-    Raises `Unrecognised` for a file no parser takes or that cannot be read at all, `TracelogError` for
-    one that fails while it streams (nothing of it lands then)."""
+    A grown file resumes after its last complete line where its parser can (`parse(..., state=)`), and is
+    parsed again from its start otherwise. `verify` re-hashes every MiB of a grown file's old bytes instead
+    of a sample. Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
+    `TracelogError` for one that fails while it streams (nothing of it lands then)."""
     options = options or RunOptions()
     plain_file = path != "-" and not path.endswith(".gz")
     size = os.path.getsize(path) if plain_file else None
     previous: int | None = None  # the source this file is a grown copy of
+    resume: Resume | None = None  # where to go on from, when its parser can
     replace: int | None = None  # with --force, the source these same bytes were ingested as
 
     if plain_file and size is not None:
         same_size = store.con.execute(
-            "SELECT source_id, sha256 FROM sources WHERE bytes = ? AND coalesce(bytes_pending, 0) = 0",
+            "SELECT source_id, fingerprint, chunk_digests IS NULL FROM sources "
+            "WHERE bytes = ? AND coalesce(bytes_pending, 0) = 0",
             [size],
         ).fetchall()
         if same_size:
-            digest = file_sha256(path)
-            for source_id, sha in same_size:
-                if sha == digest:
+            current = file_fingerprint(path)[0] if any(not legacy for *_, legacy in same_size) else None
+            plain = file_sha256(path) if any(legacy for *_, legacy in same_size) else None
+            for source_id, fingerprint, legacy in same_size:
+                if fingerprint == (plain if legacy else current):
                     if not force:
                         return _already(store, path, source_id)
                     replace = source_id
         grown = store.con.execute(
-            "SELECT source_id, bytes, coalesce(bytes_pending, 0), sha256 FROM sources "
+            "SELECT source_id, bytes, coalesce(bytes_pending, 0), fingerprint, chunk_digests, format, "
+            "resume_state, resume_version, lines_total, lines_unparsed FROM sources "
             "WHERE path = ? AND (bytes < ? OR (bytes = ? AND bytes_pending > 0)) ORDER BY bytes DESC",
             [path, size, size],
         ).fetchall()
-        for source_id, nbytes, pending, sha in grown:
-            if file_sha256(path, nbytes) != sha:
+        for source_id, nbytes, pending, fingerprint, digests, fmt, state, version, lines, unparsed in grown:
+            if digests is None:  # ingested before fingerprints: its plain sha256, and no resume state
+                if file_sha256(path, nbytes) != fingerprint:
+                    continue
+                tail = None
+            elif (tail := verify_prefix(path, nbytes, digests, full=verify)) is None:
                 continue
             if force:
                 replace = source_id
@@ -364,8 +415,32 @@ def ingest_file(
                 return _already(store, path, source_id)
             else:
                 previous = source_id
+                known = parsers.by_format(fmt) if fmt in parsers.formats() else None
+                if (
+                    tail is not None
+                    and state is not None
+                    and known is not None
+                    and version == known.VERSION
+                    and format_id in (None, fmt)
+                ):
+                    with contextlib.suppress(ValueError):
+                        resume = Resume(
+                            source_id,
+                            known,
+                            nbytes,
+                            lines,
+                            unparsed,
+                            json.loads(state),
+                            digests[:-DIGEST],
+                            tail,
+                        )
             break
 
+    if resume is not None:
+        try:
+            return _resume_file(store, path, options, resume, progress)
+        except (KeyError, TypeError, ValueError, IndexError):
+            pass  # a resume state this code cannot read (edited, or of a damaged file): parse it all again
     try:
         stream = open_binary(path)
     except TracelogError as exc:
@@ -388,6 +463,32 @@ def ingest_file(
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+
+
+def _resume_file(
+    store: Store,
+    path: str,
+    options: RunOptions,
+    resume: Resume,
+    progress: Progress | None,
+) -> IngestResult:
+    try:
+        stream = open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise TracelogError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        stream.seek(resume.committed)
+        if progress is not None:
+            progress(resume.committed)
+        try:
+            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction():
+                return _ingest_stream(
+                    store, path, stream, resume.parser, options, resume.source_id, progress, resume=resume
+                )
+        except AlreadyIngested as dup:
+            return _already(store, path, dup.source_id)
+    finally:
+        stream.close()
 
 
 def _already(store: Store, path: str, source_id: int) -> IngestResult:
@@ -419,72 +520,56 @@ def _parser_for(stream: BinaryIO, path: str, head: list[bytes], format_id: str |
         raise Unrecognised(exc.message, exc.path, exc.line) from None
 
 
-class _CommittedDigest:
-    """sha256 of the bytes up to the last complete line: the chunk last seen is hashed only once the
-    next one comes, so the held-back end of the last can be left out."""
-
-    def __init__(self, lag: bool = True) -> None:
-        self.digest = BackgroundDigest()
-        self.lag = lag  # False where nothing is held back (stdin, gzip): no chunk kept in memory
-        self.last: bytes | None = None
-
-    def update(self, chunk: bytes) -> None:
-        if not self.lag:
-            self.digest.update(chunk)
-            return
-        if self.last is not None:
-            self.digest.update(self.last)
-        self.last = chunk
-
-    def hexdigest(self, pending: int, path: str, committed: int) -> str:
-        last = self.last or b""
-        if pending > len(last):  # a held-back line longer than a chunk: hash the prefix again
-            self.digest.close()
-            return file_sha256(path, committed)
-        self.digest.update(last[: len(last) - pending])
-        return self.digest.hexdigest()
-
-    def close(self) -> None:
-        self.digest.close()
-
-
 def _ingest_stream(
     store: Store,
     path: str,
-    stream: PeekStream,
+    stream: Any,
     parser: ModuleType,
     options: RunOptions,
     previous: int | None,
     progress: Progress | None,
     force: bool = False,
+    resume: Resume | None = None,
 ) -> IngestResult:
     # A plain file may still be written to: its last line waits for its newline. Standard input and
     # gzip end when they end.
     hold = path != "-" and not path.endswith(".gz")
-    digest = _CommittedDigest(lag=hold)
-    source = LineSource(stream, path, hold_partial=hold)  # type: ignore[arg-type]
+    if resume is not None:
+        digest = ChunkedDigest(resume.digests, resume.tail)
+        source = LineSource(stream, path, hold_partial=True, first_line=resume.lines_total + 1)
+    else:
+        digest = ChunkedDigest()
+        source = LineSource(stream, path, hold_partial=hold)
     source.on_bytes.append(digest.update)
     if progress is not None:
         source.on_bytes.append(lambda chunk: progress(len(chunk)))
-    if previous is not None:
-        source_id = previous
-        kept = clear_for_reparse(store, source_id)
+    if resume is not None:
+        source_id = resume.source_id
+        writer = SourceWriter(store, source_id, options)
+        writer.adopt(getattr(parser, "FINISH_TABLES", ()))
+        batches = parser.parse(source, state=resume.state)
     else:
-        row = store.con.execute(
-            "INSERT INTO sources (path, sha256, bytes, format, parser_version, lines_total, lines_parsed, "
-            "lines_unparsed) VALUES (?, '', 0, ?, ?, 0, 0, 0) RETURNING source_id",
-            [path, parser.FORMAT, parser.VERSION],
-        ).fetchone()
-        assert row is not None
-        source_id = int(row[0])
-        kept = Kept()
-    writer = SourceWriter(store, source_id, options, kept)
+        if previous is not None:
+            source_id = previous
+            kept = clear_for_reparse(store, source_id)
+        else:
+            row = store.con.execute(
+                "INSERT INTO sources (path, fingerprint, bytes, format, parser_version, lines_total, "
+                "lines_parsed, lines_unparsed) VALUES (?, '', 0, ?, ?, 0, 0, 0) RETURNING source_id",
+                [path, parser.FORMAT, parser.VERSION],
+            ).fetchone()
+            assert row is not None
+            source_id = int(row[0])
+            kept = Kept()
+        writer = SourceWriter(store, source_id, options, kept)
+        batches = parser.parse(source)
+    start = resume.committed if resume is not None else 0
     try:
         # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays here.
-        for batch in prefetched(parser.parse(source), PREFETCH_BATCHES):
+        for batch in prefetched(batches, PREFETCH_BATCHES):
             writer.write(batch)
-        committed = source.bytes_read - source.pending_bytes
-        sha = digest.hexdigest(source.pending_bytes, path, committed)
+        committed = start + source.bytes_read - source.pending_bytes
+        fingerprint, digests = digest.result(committed, path if hold else None)
     except TracelogError as exc:
         if exc.path is None:
             exc.path = path
@@ -494,20 +579,23 @@ def _ingest_stream(
     finally:
         digest.close()
     duplicate = store.scalar(
-        "SELECT source_id FROM sources WHERE sha256 = ? AND source_id <> ?", [sha, source_id]
+        "SELECT source_id FROM sources WHERE fingerprint = ? AND source_id <> ?", [fingerprint, source_id]
     )
     if duplicate is not None:
         if not force:
             raise AlreadyIngested(int(duplicate))
         delete_source(store, int(duplicate))
     writer.apply_options()
-    unparsed = writer.unparsed
+    before_unparsed = resume.lines_unparsed if resume is not None else 0
+    unparsed = before_unparsed + writer.unparsed
     store.con.execute(
-        "UPDATE sources SET sha256 = ?, bytes = ?, bytes_pending = ?, lines_total = ?, lines_parsed = ?, "
-        "lines_unparsed = ?, ingested_at = current_timestamp, format = ?, parser_version = ?, "
-        "refresh_pending = true, refresh_error = NULL WHERE source_id = ?",
+        "UPDATE sources SET fingerprint = ?, chunk_digests = ?, bytes = ?, bytes_pending = ?, "
+        "lines_total = ?, lines_parsed = ?, lines_unparsed = ?, ingested_at = current_timestamp, "
+        "format = ?, parser_version = ?, resume_state = ?, resume_version = ?, refresh_pending = true, "
+        "refresh_error = NULL WHERE source_id = ?",
         [
-            sha,
+            fingerprint,
+            digests,
             committed,
             source.pending_bytes,
             source.lines_total,
@@ -515,6 +603,8 @@ def _ingest_stream(
             unparsed,
             parser.FORMAT,
             parser.VERSION,
+            writer.resume_state if hold else None,
+            parser.VERSION if hold and writer.resume_state is not None else None,
             source_id,
         ],
     )

@@ -41,6 +41,11 @@ PROGRESS_MIN_BYTES = 4 << 20
 @click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes of the run.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node of the run.")
 @click.option("--force", is_flag=True, help="Ingest again files already ingested.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Re-hash every MiB of a grown log's old bytes (by default a sample of them) before resuming it.",
+)
 @pass_ctx
 def ingest(
     obj: Context,
@@ -54,6 +59,7 @@ def ingest(
     nodes: int | None,
     gpus_per_node: int | None,
     force: bool,
+    verify: bool,
 ) -> None:
     """Ingest log files, folders (recursively), globs, .gz files or '-' for standard input.
 
@@ -82,6 +88,7 @@ def ingest(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
             force=force,
+            verify=verify,
             progress=lambda path: _progress(path, err),
         )
     failures = 0

@@ -35,6 +35,9 @@ Rows = list[dict[str, Any]] | pl.DataFrame
 T = TypeVar("T")
 
 
+RESUME_TABLE = "_resume"  # a Batch of it carries a parser's state after the last complete line (one dict)
+
+
 @dataclass
 class Batch:
     """Rows for one table; `rows` is a list of dicts for small output or a polars frame for bulk."""
@@ -112,13 +115,19 @@ class LineSource:
     """
 
     def __init__(
-        self, stream: BinaryIO, name: str, block_bytes: int = BLOCK_BYTES, hold_partial: bool = False
+        self,
+        stream: BinaryIO,
+        name: str,
+        block_bytes: int = BLOCK_BYTES,
+        hold_partial: bool = False,
+        first_line: int = 1,
     ) -> None:
         self.stream = stream
         self.name = name
         self.block_bytes = block_bytes
         self.hold_partial = hold_partial
-        self.lines_total = 0
+        self.first_line = first_line  # > 1 where an ingest resumes after the lines committed before
+        self.lines_total = first_line - 1
         self.bytes_read = 0
         self.pending_bytes = 0
         self.on_bytes: list[Any] = []
@@ -127,7 +136,7 @@ class LineSource:
     def blocks(self) -> Iterator[Block]:
         rest = b""
         dropped = 0  # bytes of the unfinished line skipped past MAX_LINE_BYTES
-        next_line = 1
+        next_line = self.first_line
         while True:
             chunk = self.stream.read(self.block_bytes)
             if chunk:
@@ -541,7 +550,7 @@ def checked(batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
     negatives where only sizes, counts and durations make sense, integers past their column's type,
     bandwidths no link reaches."""
     events: list[dict[str, Any]] = []
-    if batch.table in ("unparsed", "events"):
+    if batch.table in ("unparsed", "events", RESUME_TABLE):
         return batch, events
     if isinstance(batch.rows, pl.DataFrame):
         return Batch(batch.table, _checked_frame(batch.table, batch.rows, events)), events

@@ -8,13 +8,14 @@ go through a small Python state machine. A new arguments block starts a new run 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from tracelog.parsers.base import Batch, LineSource, as_int, guarded, numbers_guarded
+from tracelog.parsers.base import RESUME_TABLE, Batch, LineSource, as_int, guarded, numbers_guarded
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
     IterationLayout,
@@ -56,6 +57,9 @@ from tracelog.parsers.megatron_lines import (
 
 FORMAT = "megatron"
 VERSION = "1"
+# A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
+# the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
+FINISH_TABLES = ("run_params",)
 
 
 def detect(head: str) -> int:
@@ -89,14 +93,44 @@ class _Carry:
     iteration_layouts: list[IterationLayout] = field(default_factory=list)
     timer_layouts: list[TimerLayout] = field(default_factory=list)
 
+    def state(self) -> dict[str, Any]:
+        """As JSON, without the layouts: they are learned again from the next lines."""
+        return {
+            "run_key": self.run_key,
+            "iterations_since_start": self.iterations_since_start,
+            "inside_args": self.inside_args,
+            "timer_block": self.timer_block,
+            "last_iteration": sorted([k, v] for k, v in self.last_iteration.items()),
+            "previous": list(self.previous) if self.previous is not None else None,
+            "restarted": self.restarted,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _Carry:
+        previous = state["previous"]
+        return cls(
+            run_key=int(state["run_key"]),
+            iterations_since_start=bool(state["iterations_since_start"]),
+            inside_args=int(state["inside_args"]),
+            timer_block=bool(state["timer_block"]),
+            last_iteration={int(k): int(v) for k, v in state["last_iteration"]},
+            previous=(previous[0], int(previous[1]), str(previous[2])) if previous is not None else None,
+            restarted=[int(k) for k in state["restarted"]],
+        )
+
 
 @guarded
-def parse(source: LineSource, fast: bool = True) -> Iterator[Batch]:
-    """Batches of every table for a Megatron log; `fast=False` reads every line with the regexes only."""
-    carry = _Carry()
-    runs: dict[int, RunInfo] = {}
+def parse(source: LineSource, fast: bool = True, state: dict[str, Any] | None = None) -> Iterator[Batch]:
+    """Batches of every table for a Megatron log; `fast=False` reads every line with the regexes only.
+
+    `state` is what an earlier parse of the same file handed out after its last complete line: the
+    parse goes on from there (`source` starts at the next line), as if it had never stopped."""
+    carry = _Carry.from_state(state["carry"]) if state else _Carry()
+    runs = {run.run_key: run for run in map(RunInfo.from_state, state["runs"])} if state else {}
     for _block, frame in source.frames():
         yield from _parse_block(frame, carry, runs, fast)
+    resume = {"carry": carry.state(), "runs": [runs[key].state() for key in sorted(runs)]}
+    yield Batch(RESUME_TABLE, [{"state": json.dumps(resume, sort_keys=True)}])
     for key in carry.restarted:  # in order, so a restart of a restart inherits through it
         if key in runs and key - 1 in runs:
             runs[key].inherit(runs[key - 1])
@@ -389,11 +423,16 @@ def _iteration_rows(
         return None
     rows = frames[0] if len(frames) == 1 else pl.concat(frames).sort("line_no", maintain_order=True)
     rows = rows.rechunk()
-    # One division for both paths: polars divides a column by a scalar through its reciprocal.
-    elapsed_s = (
-        pl.when(pl.col("_ms")).then(pl.col("elapsed_raw") / 1000.0).otherwise(pl.col("elapsed_raw"))
-    ).alias("elapsed_s")
+    # One division for both paths, in numpy: polars divides a column of two or more rows by a scalar
+    # through its reciprocal (5512.3 ms -> 5.512300000000001 s) but one row exactly (5.5123 s), so a
+    # value would depend on how many iteration lines shared its block.
+    seconds = pl.col("elapsed_raw").map_batches(_per_thousand, pl.Float64)
+    elapsed_s = pl.when(pl.col("_ms")).then(seconds).otherwise(pl.col("elapsed_raw")).alias("elapsed_s")
     return rows.select("line_no", run_key, *ITERATION_COLUMNS[1:-3], elapsed_s, "_extra")
+
+
+def _per_thousand(values: pl.Series) -> pl.Series:
+    return pl.Series(values.to_numpy() / 1000.0).zip_with(values.is_not_null(), values)
 
 
 def _generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, Any]]:

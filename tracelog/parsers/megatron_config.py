@@ -60,6 +60,19 @@ class RunInfo:
     tflops_seen: bool = False
     effective_tflops: bool = False
 
+    def state(self) -> dict[str, Any]:
+        """Everything this run knows, as JSON, for an ingest that resumes after the last complete line."""
+        return {
+            **{k: getattr(self, k) for k in _STATE_FIELDS},
+            "rank_params": [[tp, pp, n] for (tp, pp), n in self.rank_params.items()],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RunInfo:
+        run = cls(**{k: state[k] for k in _STATE_FIELDS})
+        run.rank_params = {(int(tp), int(pp)): int(n) for tp, pp, n in state["rank_params"]}
+        return run
+
     def inherit(self, previous: RunInfo) -> None:
         """The configuration of the run this one restarts (no arguments block of its own was printed)."""
         self.args = {**previous.args, **self.args}
@@ -179,3 +192,16 @@ class RunInfo:
             **columns,
             "run_params": params,
         }
+
+
+_STATE_FIELDS = (
+    "run_key",
+    "line_start",
+    "line_end",
+    "args",
+    "params",
+    "columns",
+    "params_printed",
+    "tflops_seen",
+    "effective_tflops",
+)
