@@ -10,7 +10,11 @@ report, for the fastest run:
 - MB/s: file size (10^6 bytes) / wall time of the whole process, start-up and flag refresh included.
 - peak RSS: the child's own ru_maxrss, read with os.wait4 for that child alone (RUSAGE_CHILDREN would add
   up every child measured so far).
-- CPU: user + system seconds of the child, all its threads.
+- CPU: user + system seconds of the child, all its threads, and per GB of log.
+- baseline: the same log through `baseline_ingest.py`, the `re` + pandas script a user would write
+  (iterations only), in the same run; `speed-up` is its wall time over tracelog's.
+- growth: the log's first 95% ingested, the last 5% appended, and the second ingest timed (start-up,
+  resume and refresh included); `growth/fresh` is its wall time over the fresh ingest's.
 
 Warm also means compiled bytecode, as after `pip install`: the children write and reuse .pyc files under
 benchmarks/out/pycache even where PYTHONDONTWRITEBYTECODE is set. Logs over 1000 MB are deleted after
@@ -53,10 +57,41 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def ingest_once(log: Path, db: Path) -> Run:
+def clear(db: Path) -> None:
     for leftover in (db, db.with_name(db.name + ".wal")):
         leftover.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "tracelog", "--db", str(db), "ingest", str(log)]
+
+
+def ingest_once(log: Path, db: Path) -> Run:
+    clear(db)
+    return timed([sys.executable, "-m", "tracelog", "--db", str(db), "ingest", str(log)])
+
+
+def baseline_once(log: Path, db: Path) -> Run:
+    clear(db)
+    return timed([sys.executable, str(Path(__file__).parent / "baseline_ingest.py"), str(log), str(db)])
+
+
+def growth_once(log: Path, db: Path) -> Run:
+    """The second ingest of a log that grew by its last 5% after the first."""
+    clear(db)
+    live = OUT / "growing.log"
+    size = log.stat().st_size
+    with log.open("rb") as src, live.open("wb") as dst:
+        head = src.read(size * 95 // 100)
+        cut = head.rindex(b"\n") + 1
+        dst.write(head[:cut])
+        rest = head[cut:] + src.read()
+    command = [sys.executable, "-m", "tracelog", "--db", str(db), "ingest", str(live)]
+    timed(command)
+    with live.open("ab") as dst:
+        dst.write(rest)
+    run = timed(command)
+    live.unlink()
+    return run
+
+
+def timed(command: list[str]) -> Run:
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=child_env())
     _, status, usage = os.wait4(child.pid, 0)
@@ -93,8 +128,11 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     subprocess.run([sys.executable, "-c", "import tracelog.cli"], check=True, env=child_env())
     print(machine())
-    print("| log | MB/s | seconds | peak RSS | CPU seconds |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| log | MB/s | seconds | peak RSS | CPU s | CPU s/GB | baseline s (CPU s) | speed-up "
+        "| +5% growth s | growth/fresh |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size in args.sizes:
         log = OUT / f"megatron-{size}mb.log"
         if not log.exists():
@@ -103,14 +141,17 @@ def main() -> None:
         db = OUT / f"bench-{size}.duckdb"
         runs = [ingest_once(log, db) for _ in range(args.runs)]
         best = min(runs, key=lambda r: r.seconds)
+        base = min((baseline_once(log, db) for _ in range(args.runs)), key=lambda r: r.seconds)
+        grow = min((growth_once(log, db) for _ in range(args.runs)), key=lambda r: r.seconds)
         megabytes = log.stat().st_size / 1e6
         print(
             f"| {megabytes:,.0f} MB | {megabytes / best.seconds:,.0f} | {best.seconds:.1f} | "
-            f"{best.peak_rss_mb:,.0f} MB | {best.cpu_seconds:.1f} |",
+            f"{best.peak_rss_mb:,.0f} MB | {best.cpu_seconds:.1f} | {best.cpu_seconds / megabytes * 1e3:.1f} | "
+            f"{base.seconds:.1f} ({base.cpu_seconds:.1f}) | {base.seconds / best.seconds:.2f}x | "
+            f"{grow.seconds:.1f} | {grow.seconds / best.seconds:.2f} |",
             flush=True,
         )
-        for leftover in (db, db.with_name(db.name + ".wal")):
-            leftover.unlink(missing_ok=True)
+        clear(db)
         if size > KEEP_UP_TO_MB and not args.keep:
             log.unlink()
 

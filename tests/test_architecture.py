@@ -18,7 +18,7 @@ LAYERS = [
     ("errors", "thresholds", "hardware"),
     ("store",),
     ("parsers",),
-    ("files", "fingerprint", "ingest"),
+    ("files", "fingerprint", "source_writer", "ingest"),
     ("model",),
     ("analysis",),
     ("report",),

@@ -20,42 +20,27 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, BinaryIO
-
-import polars as pl
 
 from tracelog import parsers
 from tracelog.errors import TracelogError
 from tracelog.files import PeekStream, file_sha256, has_newline, open_binary, read_head
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
-from tracelog.parsers.base import RESUME_TABLE, Batch, LineSource, head_text, prefetched
-from tracelog.store import Store
-from tracelog.store.tables import (
-    BENCH_CHILD_TABLES,
-    MODEL_OUTPUT_TABLES,
-    RUN_CHILD_TABLES,
-    SOURCE_CHILD_TABLES,
+from tracelog.parsers.base import LineSource, head_text, prefetched
+from tracelog.source_writer import (
+    Kept,
+    RunOptions,
+    SourceWriter,
+    clear_for_reparse,
+    delete_source,
 )
+from tracelog.store import Store
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
 Progress = Callable[[int], None]
-
-
-@dataclass
-class RunOptions:
-    """What the user says about the runs and benches of the files being ingested (overrides what the log
-    says); the GPU, fabric, nodes and GPUs per node apply to both."""
-
-    name: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    gpu_model: str | None = None
-    fabric: str | None = None
-    nodes: int | None = None
-    gpus_per_node: int | None = None
 
 
 @dataclass
@@ -105,240 +90,6 @@ class Unrecognised(TracelogError):
 class AlreadyIngested(Exception):
     def __init__(self, source_id: int) -> None:
         self.source_id = source_id
-
-
-class SourceWriter:
-    """Writes one source's batches, mapping the parser's run/bench keys to database ids."""
-
-    def __init__(self, store: Store, source_id: int, options: RunOptions, kept: Kept | None = None):
-        self.store = store
-        self.source_id = source_id
-        self.options = options
-        self.kept = kept or Kept()
-        self.run_ids: dict[int, int] = {}
-        self.bench_ids: dict[int, int] = {}
-        self.rows = 0
-        self.unparsed = 0
-        self.resume_state: str | None = None
-
-    def adopt(self, finish_tables: tuple[str, ...]) -> None:
-        """Go on writing a source that resumes: its runs and benches keep their ids, and the rows its
-        parser writes whole again at the end of every parse (`FINISH_TABLES`) are cleared for that."""
-        con = self.store.con
-        self.run_ids = dict(
-            con.execute("SELECT run_key, run_id FROM runs WHERE source_id = ?", [self.source_id]).fetchall()
-        )
-        self.bench_ids = dict(
-            con.execute(
-                "SELECT bench_key, bench_id FROM benches WHERE source_id = ?", [self.source_id]
-            ).fetchall()
-        )
-        for table in finish_tables:
-            con.execute(
-                f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM runs WHERE source_id = ?)",
-                [self.source_id],
-            )
-
-    def run_id(self, key: int) -> int:
-        if key not in self.run_ids:
-            row = self.store.con.execute(
-                "INSERT INTO runs (run_id, source_id, run_key) VALUES (coalesce(?, nextval('run_ids')), ?, ?) "
-                "RETURNING run_id",
-                [self.kept.run_ids.get(key), self.source_id, key],
-            ).fetchone()
-            assert row is not None
-            self.run_ids[key] = int(row[0])
-        return self.run_ids[key]
-
-    def bench_id(self, key: int, tool: str = "unknown") -> int:
-        if key not in self.bench_ids:
-            row = self.store.con.execute(
-                "INSERT INTO benches (bench_id, source_id, bench_key, tool) "
-                "VALUES (coalesce(?, nextval('bench_ids')), ?, ?, ?) RETURNING bench_id",
-                [self.kept.bench_ids.get(key), self.source_id, key, tool],
-            ).fetchone()
-            assert row is not None
-            self.bench_ids[key] = int(row[0])
-        return self.bench_ids[key]
-
-    def write(self, batch: Batch) -> None:
-        if batch.table == RESUME_TABLE:
-            self.resume_state = next(iter(batch.rows))["state"]
-            return
-        if batch.table == "runs":
-            self._update_entities("runs", "run_id", self.run_id, batch.rows)
-            return
-        if batch.table == "benches":
-            self._update_entities("benches", "bench_id", self.bench_id, batch.rows)
-            return
-        frame = batch.rows if isinstance(batch.rows, pl.DataFrame) else pl.DataFrame(batch.rows)
-        if frame.is_empty():
-            return
-        frame = self._map_keys(frame)
-        if batch.table in ("unparsed", "events"):
-            frame = frame.with_columns(pl.lit(self.source_id, dtype=pl.Int32).alias("source_id"))
-        count = self.store.insert(batch.table, frame)
-        if batch.table == "unparsed":
-            self.unparsed += count
-        elif batch.table != "events":
-            self.rows += count
-
-    def _map_keys(self, frame: pl.DataFrame) -> pl.DataFrame:
-        for key, id_col, make in (
-            ("run_key", "run_id", self.run_id),
-            ("bench_key", "bench_id", self.bench_id),
-        ):
-            if key in frame.columns:
-                keys = [k for k in frame[key].unique().to_list() if k is not None]
-                mapping = {k: make(int(k)) for k in keys}
-                frame = frame.with_columns(
-                    pl.col(key).replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(id_col)
-                ).drop(key)
-        return frame
-
-    def _update_entities(self, table: str, id_col: str, make: Callable[..., int], rows: Any) -> None:
-        records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows)
-        key_col = "run_key" if table == "runs" else "bench_key"
-        columns = set(self.store.columns(table)) - {id_col, "source_id", key_col}
-        for record in records:
-            key = int(record[key_col])
-            entity = make(key, record["tool"]) if table == "benches" and "tool" in record else make(key)
-            values = {k: v for k, v in record.items() if k in columns and v is not None and k != "run_params"}
-            if values:
-                sets = ", ".join(f'"{k}" = ?' for k in values)
-                self.store.con.execute(
-                    f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*values.values(), entity]
-                )
-            extra = record.get("run_params")
-            if table == "runs" and extra:
-                self.write(Batch("run_params", [{"run_key": key, **p} for p in extra]))
-
-    def apply_options(self) -> None:
-        """What the user said (on this command line, or earlier about a file that grew since) wins over
-        what the log said."""
-        self.kept.restore(self.store, self.run_ids, self.bench_ids)
-        opts = self.options
-        values = {
-            "gpu_model": opts.gpu_model,
-            "fabric": opts.fabric,
-            "nodes": opts.nodes,
-            "gpus_per_node": opts.gpus_per_node,
-        }
-        for run_key, run_id in self.run_ids.items():
-            sets = {k: v for k, v in values.items() if v is not None}
-            if opts.name:
-                sets["name"] = opts.name if len(self.run_ids) == 1 else f"{opts.name}.{run_key}"
-            if sets:
-                cols = ", ".join(f'"{k}" = ?' for k in sets)
-                self.store.con.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", [*sets.values(), run_id])
-            for key, value in opts.tags.items():
-                self.store.con.execute(
-                    "INSERT OR REPLACE INTO run_tags VALUES (?, ?, ?)", [run_id, key, value]
-                )
-        bench_values = {
-            "gpu_model": opts.gpu_model,
-            "fabric": opts.fabric,
-            "nodes": opts.nodes,
-            "gpus_per_node": opts.gpus_per_node,
-        }
-        bench_sets = {k: v for k, v in bench_values.items() if v is not None}
-        for bench_id in self.bench_ids.values():
-            if bench_sets:
-                cols = ", ".join(f'"{k}" = ?' for k in bench_sets)
-                self.store.con.execute(
-                    f"UPDATE benches SET {cols} WHERE bench_id = ?", [*bench_sets.values(), bench_id]
-                )
-        self.store.con.execute(
-            "UPDATE runs SET name = coalesce(name, ?) WHERE source_id = ?",
-            [default_run_name(self.store, self.source_id), self.source_id],
-        )
-        if opts.nodes is not None or opts.gpus_per_node is not None:
-            self.store.con.execute(
-                "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE source_id = ?",
-                [self.source_id],
-            )
-
-
-# What only a user sets. Hardware a user set after the ingest (`set_hardware`) cannot be told from what
-# the prefix's parse derived, so it is not kept: `--gpu` and friends are given again with the grown file.
-RUN_USER_COLUMNS = ("name", "notes")
-BENCH_USER_COLUMNS: tuple[str, ...] = ()
-
-
-@dataclass
-class Kept:
-    """What a grown source keeps while its rows are parsed again: run and bench ids by key (tags and
-    links to them stay valid) and the values a user may have set on them (a name, notes), which fill
-    what the log itself does not say (what it says wins: the prefix's parse could have said otherwise)."""
-
-    run_ids: dict[int, int] = field(default_factory=dict)
-    bench_ids: dict[int, int] = field(default_factory=dict)
-    run_values: dict[int, dict[str, Any]] = field(default_factory=dict)
-    bench_values: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    def restore(self, store: Store, run_ids: dict[int, int], bench_ids: dict[int, int]) -> None:
-        for table, id_col, ids, values in (
-            ("runs", "run_id", run_ids, self.run_values),
-            ("benches", "bench_id", bench_ids, self.bench_values),
-        ):
-            for key, entity in ids.items():
-                known = {k: v for k, v in values.get(key, {}).items() if v is not None}
-                if known:
-                    sets = ", ".join(f'"{k}" = coalesce("{k}", ?)' for k in known)
-                    store.con.execute(
-                        f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*known.values(), entity]
-                    )
-        # Runs the new parse no longer has (not expected of a file that only grew) lose their tags.
-        store.con.execute("DELETE FROM run_tags WHERE run_id NOT IN (SELECT run_id FROM runs)")
-
-
-def clear_for_reparse(store: Store, source_id: int) -> Kept:
-    """Delete a source's rows but its `sources` row and run tags, keeping what `Kept` keeps."""
-    kept = Kept()
-    con = store.con
-    default_name = default_run_name(store, source_id)
-    run_cols = ", ".join(RUN_USER_COLUMNS)
-    for key, run_id, *values in con.execute(
-        f"SELECT run_key, run_id, {run_cols} FROM runs WHERE source_id = ?", [source_id]
-    ).fetchall():
-        kept.run_ids[key] = run_id
-        kept.run_values[key] = dict(zip(RUN_USER_COLUMNS, values, strict=True))
-        if kept.run_values[key].get("name") == default_name:  # not the user's: named again from the log
-            del kept.run_values[key]["name"]
-    bench_cols = "".join(f", {c}" for c in BENCH_USER_COLUMNS)
-    for key, bench_id, *values in con.execute(
-        f"SELECT bench_key, bench_id{bench_cols} FROM benches WHERE source_id = ?", [source_id]
-    ).fetchall():
-        kept.bench_ids[key] = bench_id
-        kept.bench_values[key] = dict(zip(BENCH_USER_COLUMNS, values, strict=True))
-    delete_source(store, source_id, keep=("sources", "run_tags"))
-    return kept
-
-
-def default_run_name(store: Store, source_id: int) -> str:
-    path = store.scalar("SELECT path FROM sources WHERE source_id = ?", [source_id])
-    return Path(path).name if path and path != "-" else f"stdin-{source_id}"
-
-
-def delete_source(store: Store, source_id: int, keep: tuple[str, ...] = ()) -> None:
-    """Remove a source and every row that came from it (but the tables in `keep`)."""
-    con = store.con
-    run_ids = "SELECT run_id FROM runs WHERE source_id = $s"
-    bench_ids = "SELECT bench_id FROM benches WHERE source_id = $s"
-    for table in RUN_CHILD_TABLES:
-        if table not in keep:
-            con.execute(f"DELETE FROM {table} WHERE run_id IN ({run_ids})", {"s": source_id})
-    for table in BENCH_CHILD_TABLES:
-        con.execute(f"DELETE FROM {table} WHERE bench_id IN ({bench_ids})", {"s": source_id})
-    for kind, ids in (("run", run_ids), ("bench", bench_ids)):
-        for table in MODEL_OUTPUT_TABLES:
-            con.execute(
-                f"DELETE FROM {table} WHERE subject_kind = '{kind}' AND subject_id IN ({ids})",
-                {"s": source_id},
-            )
-    for table in SOURCE_CHILD_TABLES:
-        if table not in keep:
-            con.execute(f"DELETE FROM {table} WHERE source_id = $s", {"s": source_id})
 
 
 @dataclass
