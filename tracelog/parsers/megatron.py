@@ -42,8 +42,12 @@ from tracelog.parsers.megatron_lines import (
     SPECIAL_RX,
     STATEFUL_RX,
     THEORY_RX,
+    TIMER_ALL_HEAD,
     TIMER_BLOCK_LINE_RX,
     TIMER_MARK,
+    TIMER_NAME_RX,
+    TIMER_RANK_LITERAL,
+    TIMER_RANK_RX,
     WARNING_RX,
     WORLD_PART_RX,
     WORLD_RX,
@@ -86,6 +90,9 @@ class _Carry:
     iterations_since_start: bool = False
     inside_args: int = 0
     timer_block: bool = False
+    timer_all: bool = False  # inside a `times across ranks (ms):` block
+    timer_name: str | None = None  # the timer whose `rank N:` lines follow (`--timing-log-option all`)
+    timer_line: int = 0  # the last configuration or timer line read, to tell a name from rank lines' gap
     last_iteration: dict[int, int] = field(default_factory=dict)
     # The last iteration line seen (number, line number, text), for restarts and duplicates across blocks.
     previous: tuple[int | None, int, str] | None = None
@@ -261,6 +268,8 @@ def _parse_block(
         line.str.contains("using world size:", literal=True).alias("world"),
         line.str.contains(STATEFUL_RX).alias("state"),
         line.str.contains(MEMORY_MARK, literal=True).alias("memory"),
+        line.str.contains(TIMER_RANK_LITERAL, literal=True).alias("rank_line"),
+        line.str.contains(TIMER_ALL_HEAD, literal=True).alias("all_head"),
     )
 
     candidates = frame.filter(pl.col("_iter")).select("line_no", "line")
@@ -342,6 +351,14 @@ def _parse_block(
         ).sort("line_no", maintain_order=True)
     rest = rest.with_columns(run_key)
     state_lines = special.filter(pl.col("state"))["line_no"].to_list()
+    rank_lines = special.filter(pl.col("rank_line"))["line_no"].to_list()
+    if rank_lines or carry.timer_all or special["all_head"].any():
+        # The `  name:` line above each run of `rank N:` lines names their timer; a block's last line may be
+        # the name of rank lines in the next block.
+        names = [n - 1 for n in rank_lines]
+        if TIMER_NAME_RX.match(frame["line"][-1]):
+            names.append(last_line)
+        state_lines = sorted({*state_lines, *names})
     memory_lines = special.filter(pl.col("memory"))["line_no"].to_list()
     state = pl.lit(False)
     if inside or arg_starts or arg_ends:
@@ -519,19 +536,38 @@ def _stateful(
             line = RANK_PREFIX_RX.sub("", raw_line, count=1)
             if ARGS_START.search(line) or ARGS_END in line:
                 continue
-            if "time across ranks" in line:
-                carry.timer_block = True
+            if "time across ranks" in line or TIMER_ALL_HEAD in line:
+                carry.timer_block, carry.timer_all, carry.timer_name = True, TIMER_ALL_HEAD in line, None
                 continue
             if match := TIMER_BLOCK_LINE_RX.match(line):
+                low, high = match.group(2), match.group(3)
                 timers.append(
                     {
                         "run_key": run_key,
                         "line_no": line_no,
+                        "rank": None,
                         "name": match.group(1),
-                        "time_min_ms": float(match.group(2)),
-                        "time_ms": float(match.group(3)),
+                        "time_min_ms": float(low) if high is not None else None,
+                        "time_ms": float(high if high is not None else low),
                     }
                 )
+                continue
+            follows = carry.timer_line == line_no - 1  # the rank lines of one timer are consecutive
+            carry.timer_line = line_no
+            if carry.timer_all and (match := TIMER_RANK_RX.match(line)) and carry.timer_name and follows:
+                timers.append(
+                    {
+                        "run_key": run_key,
+                        "line_no": line_no,
+                        "rank": int(match.group(1)),
+                        "name": carry.timer_name,
+                        "time_min_ms": None,
+                        "time_ms": float(match.group(2)),
+                    }
+                )
+                continue
+            if carry.timer_all and (match := TIMER_NAME_RX.match(line)):
+                carry.timer_name = match.group(1)
                 continue
             if match := ARG_LINE_RX.match(line):
                 run.set_arg(match.group(1), match.group(2), line_no)

@@ -82,20 +82,30 @@ EVENT_KINDS = (
 # Lines the Python state machine must see (rare: configuration echoes and multi-line timer blocks).
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
-    r"|time across ranks|\.\.\.: \(|padded vocab|-{3,}\s*arguments|end of arguments|estimated model parameters:"
+    r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
+    r"|estimated model parameters:"
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
 # the regexes need to see (argument blocks, configuration echoes, memory reports).
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
-    r"|time across ranks|\.\.\.: \(|padded vocab|estimated model parameters:|memory \(MB\) \|"
+    r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
 )
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
 ITERATION_PART_RX = regex.compile(r"^\s*iteration\s+\d+")
 ARG_LINE_RX = regex.compile(r"^\s*([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)\s*$")
-TIMER_BLOCK_LINE_RX = regex.compile(r"^\s*(.+?)\s*\.{2,}:\s*\(\s*" + NUM + r"\s*,\s*" + NUM + r"\s*\)\s*$")
+# megatron/core/timers.py, `--timing-log-option`: minmax prints `name ....: (min, max)`, max prints
+# `name ....: max` (group 2 the max, group 3 empty), all prints `times across ranks (ms):`, then per timer
+# `  name:` and `     rank  N: value`.
+TIMER_BLOCK_LINE_RX = regex.compile(
+    r"^\s*(.+?)\s*\.{2,}:\s*\(?\s*" + NUM + r"(?:\s*,\s*" + NUM + r"\s*\))?\s*$"
+)
+TIMER_ALL_HEAD = "times across ranks (ms):"
+TIMER_RANK_LITERAL = "     rank "
+TIMER_NAME_RX = regex.compile(r"^\s{1,4}(\S[^:|]*?):\s*$")
+TIMER_RANK_RX = regex.compile(r"^\s*rank\s+(\d+):\s*" + NUM + r"\s*$")
 WORLD_RX = regex.compile(r"using world size:\s*(\d+)(.*)")
 WORLD_PART_RX = regex.compile(r"([a-z-]+?)[- ]size:\s*(\d+)")
 PARAMS_RX = regex.compile(

@@ -1,0 +1,91 @@
+"""Megatron-LM's newest iteration keys (throughput, energy, power, MoE auxiliary losses, skipped samples,
+sequence-packing bins) and its timer blocks at every `--timing-log-option` (minmax, max, all), read alike
+by the fast layout path and the regex path."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, source_of
+from tests.test_parser_megatron_fast import canonical
+from tracelog.parsers import megatron
+
+SAMPLE = SAMPLES / "megatron_lm_moe_energy_timers.log"
+
+
+def collect(text: str | bytes, fast: bool = True) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in megatron.parse(source_of(text), fast=fast):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_throughput_goes_to_its_column_and_the_rest_to_metrics(fast: bool) -> None:
+    out = collect(SAMPLE.read_bytes(), fast)
+    by_it = {r["iteration"]: r for r in out["iterations"]}
+    assert by_it[10]["tflops_reported"] == pytest.approx(301.2)
+    assert by_it[10]["elapsed_s"] == pytest.approx(9.1204)
+    assert by_it[10]["lm_loss"] == pytest.approx(10.41)
+    metrics = {(m["iteration"], m["key"]): m["value"] for m in out["iteration_metrics"]}
+    assert metrics[(10, "energy per GPU (J/iter/GPU)")] == pytest.approx(5835.5)
+    assert metrics[(10, "power per GPU (W/GPU)")] == pytest.approx(639.8)
+    assert metrics[(10, "load_balancing_loss")] == pytest.approx(1.0312)
+    assert metrics[(30, "z_loss")] == pytest.approx(0.0352)
+    assert metrics[(20, "skipped samples")] == 512
+    assert (10, "skipped samples") not in metrics  # printed only once samples were skipped
+    assert not any("throughput" in key or "TFLOP" in key for _, key in metrics)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_timers_in_every_layout(fast: bool) -> None:
+    timers = collect(SAMPLE.read_bytes(), fast)["timers"]
+    rows = [(t["iteration"], t["rank"], t["name"], t["time_min_ms"], t["time_ms"]) for t in timers]
+    assert rows[0] == (10, None, "forward-backward", 8801.12, 9010.55)  # (min, max)
+    assert (20, None, "optimizer", None, 90.12) in rows  # max only
+    per_rank = [(r[1], r[4]) for r in rows if r[0] == 30 and r[2] == "forward-backward"]
+    assert per_rank == [(0, 8410.55), (1, 8433.10), (2, 8391.02), (3, 8502.77)]  # all ranks
+    assert len(rows) == 4 + 2 + 8
+
+
+def test_the_all_ranks_layout_leaves_nothing_unparsed() -> None:
+    out = collect(SAMPLE.read_bytes())
+    texts = [u["text"] for u in out["unparsed"]]
+    assert texts == ['  File "pretrain_gpt.py", line 310, in <module>']
+
+
+def test_sequence_packing_and_rl_keys_are_metrics() -> None:
+    line = (
+        " [2026-03-02 09:10:00.123456] iteration       10/    1000 | consumed samples:         5120 |"
+        " consumed bins:          640 | elapsed time per iteration (ms): 2210.4 | learning rate: 1.000000E-06 |"
+        " global batch size:   512 | lm loss: 1.234000E+00 | loss scale: 1.0 | grad norm: 0.412 |"
+        " number of skipped iterations:   0 | number of nan iterations:   0 | toks/s: 950123 | toks/s/gpu: 14846 |\n"
+    )
+    for fast in (True, False):
+        out = collect(line, fast)
+        metrics = {m["key"]: m["value"] for m in out["iteration_metrics"]}
+        assert metrics == {"consumed bins": 640, "toks/s": 950123, "toks/s/gpu": 14846}
+        assert out["iterations"][0]["consumed_samples"] == 5120
+
+
+@pytest.mark.parametrize("block_bytes", [1 << 20, 700, 300])
+def test_fast_and_regex_paths_agree_across_blocks(block_bytes: int) -> None:
+    data = SAMPLE.read_bytes()
+    assert canonical(data, block_bytes, fast=True) == canonical(data, block_bytes, fast=False)
+
+
+def test_all_ranks_timers_survive_any_block_boundary() -> None:
+    """A block may end between a timer's `  name:` line and its `rank N:` lines."""
+    data = SAMPLE.read_bytes()
+    start = data.index(b"times across ranks")
+    whole = collect(data)["timers"]
+    for cut in range(start, start + 260, 13):
+        out: dict[str, list[dict]] = {}
+        source = source_of(data, block_bytes=cut)
+        for batch in megatron.parse(source):
+            rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+            out.setdefault(batch.table, []).extend(rows)
+        key = [(t["line_no"], t["rank"], t["name"], t["time_ms"]) for t in out["timers"]]
+        assert sorted(key) == sorted((t["line_no"], t["rank"], t["name"], t["time_ms"]) for t in whole), cut

@@ -1,0 +1,158 @@
+"""The NeMo 2 parser: ProgressPrinter iteration lines, the tqdm bar with carriage returns, Megatron timer
+blocks, the configuration dump as run columns, and what it leaves to Megatron's parser."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.conftest import SAMPLES, source_of
+from tracelog import api, parsers
+from tracelog.parsers import nemo
+from tracelog.store import Store
+
+SAMPLE = SAMPLES / "nemo2_llama3_8b_pretrain.log"
+
+
+def collect(text: str | bytes) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in nemo.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+PRINTER = (
+    "Training epoch 0, iteration 10/99 | lr: 1.5e-05 | global_batch_size: 256 | global_step: 10 | "
+    "reduced_train_loss: 10.47 | train_step_timing in s: 4.06 | consumed_samples: 2816\n"
+)
+
+
+def test_a_printer_line_fills_the_iteration_columns() -> None:
+    (row,) = collect(PRINTER)["iterations"]
+    assert row["iteration"] == 10
+    assert row["train_iters"] == 100  # the printer shows max_steps - 1
+    assert row["learning_rate"] == pytest.approx(1.5e-05)
+    assert row["global_batch_size"] == 256
+    assert row["lm_loss"] == pytest.approx(10.47)
+    assert row["elapsed_s"] == pytest.approx(4.06)
+    assert row["consumed_samples"] == 2816
+
+
+def test_keys_without_a_column_are_metrics_and_global_step_is_the_iteration() -> None:
+    line = "Training epoch 1, iteration 3/99 | global_step: 103 | reduced_train_loss: 2.5 | val_loss: 2.61 | TFLOPS: 1234\n"
+    out = collect(line)
+    assert out["iterations"][0]["iteration"] == 103
+    assert {(m["key"], m["value"]) for m in out["iteration_metrics"]} == {
+        ("val_loss", 2.61),
+        ("TFLOPS", 1234.0),
+    }
+
+
+def test_the_sample_reads_every_step_once() -> None:
+    out = collect(SAMPLE.read_bytes())
+    steps = [r["iteration"] for r in out["iterations"]]
+    # printer steps 9..69 (the last line cut off) and the bar's 50 and 51; its redraw at 49 repeats the printer
+    assert steps == [9, 19, 29, 49, 50, 51, 59, 69]
+    by_step = {r["iteration"]: r for r in out["iterations"]}
+    assert by_step[19]["tflops_reported"] == pytest.approx(398.9)
+    assert by_step[19]["rank"] == 0
+    assert by_step[51]["lm_loss"] == pytest.approx(8.062)
+    assert by_step[51]["consumed_samples"] == 13312
+    assert by_step[49]["line_no"] == 64  # the printer's row, not the bar's redraw of the same step
+
+
+def test_the_configuration_dump_becomes_run_columns() -> None:
+    (run,) = collect(SAMPLE.read_bytes())["runs"]
+    expected = {"nodes": 4, "gpus_per_node": 8, "gpus": 32, "tp": 2, "pp": 1, "cp": 2, "dp": 8, "mbs": 1}
+    assert {k: run[k] for k in expected} == expected
+    assert (run["gbs"], run["seq_len"], run["layers"], run["hidden"], run["heads"]) == (
+        256,
+        8192,
+        32,
+        4096,
+        32,
+    )
+    assert (run["query_groups"], run["ffn_hidden"], run["vocab"], run["train_iters"]) == (
+        8,
+        14336,
+        128256,
+        100,
+    )
+    assert run["precision"] == "bf16"
+    assert run["sequence_parallel"] is True
+    assert run["recompute"] == "none"
+    assert "params" not in run  # Lightning's summary counts one shard
+    names = {p["name"]: p["value"] for p in run["run_params"]}
+    assert names["trainer.strategy.tensor_model_parallel_size"] == "2"
+    assert names["data.tokenizer"] == "meta-llama/Meta-Llama-3-8B"
+    assert names["lightning Total params"] == "2.0 B"
+
+
+def test_timer_blocks_attach_to_the_step_before() -> None:
+    timers = collect(SAMPLE.read_bytes())["timers"]
+    assert [(t["name"], t["iteration"], t["time_min_ms"], t["time_ms"]) for t in timers] == [
+        ("forward-backward", 9, 6601.30, 6652.88),
+        ("optimizer", 9, 41.02, 44.17),
+    ]
+
+
+def test_all_ranks_and_max_only_timer_layouts() -> None:
+    text = (
+        PRINTER + "max time across ranks (ms):\n"
+        "    forward-backward ...............................: 4049.88\n"
+        "times across ranks (ms):\n"
+        "  optimizer:\n"
+        "     rank  0: 41.02\n"
+        "     rank  1: 44.17\n"
+    )
+    timers = collect(text)["timers"]
+    assert [(t["name"], t["rank"], t["time_min_ms"], t["time_ms"]) for t in timers] == [
+        ("forward-backward", None, None, 4049.88),
+        ("optimizer", 0, None, 41.02),
+        ("optimizer", 1, None, 44.17),
+    ]
+
+
+def test_warnings_tracebacks_and_unknown_lines_are_kept() -> None:
+    out = collect(SAMPLE.read_bytes())
+    kinds = {e["line_no"]: e["kind"] for e in out["events"]}
+    assert kinds[1] == "warning"  # torchrun's W0302 line
+    assert kinds[2] == "warning"  # [NeMo W ...]
+    assert "traceback" in kinds.values() and "error" in kinds.values()
+    unparsed = {u["text"] for u in out["unparsed"]}
+    assert any("GPU available" in t for t in unparsed)
+    assert not any("Training epoch" in t or "time across ranks" in t for t in unparsed)
+
+
+def test_a_bar_line_drawn_before_any_metric_is_progress_only() -> None:
+    out = collect(
+        "Epoch 0:   0%|          | 0/100 [00:00<?]\rEpoch 0:   1%|          | 1/100 [00:06<10:53]\n"
+    )
+    assert "iterations" not in out
+    assert "unparsed" not in out
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "megatron_lm_llama3_8b_h100.log",
+        "megatron_lm_moe_energy_timers.log",
+        "megatron_deepspeed_bloom_ugly.log",
+    ],
+)
+def test_megatron_logs_stay_megatrons(name: str) -> None:
+    head = (SAMPLES / name).read_text(errors="replace")[:65536]
+    assert nemo.detect(head) == 0
+    assert parsers.detect(head, name).FORMAT == "megatron"
+
+
+def test_detected_and_ingested_as_one_nemo_run(tmp_path) -> None:
+    assert parsers.detect(SAMPLE.read_text()[:65536], str(SAMPLE)).FORMAT == "nemo"
+    with Store(tmp_path / "t.duckdb") as store:
+        api.ingest(store, [str(SAMPLE)])
+        framework, rows = store.con.execute(
+            "SELECT framework, (SELECT count(*) FROM iterations) FROM runs"
+        ).fetchone()
+    assert framework == "nemo"
+    assert rows == 7  # the cut-off last line waits for its newline

@@ -1,0 +1,386 @@
+"""NeMo 2 (NeMo Run / PyTorch Lightning) training logs.
+
+What NeMo prints and where it lands (sources: NVIDIA/NeMo `nemo/lightning/pytorch/callbacks/`
+`progress_printer.py`, `progress_bar.py`, `flops_callback.py`; NVIDIA/Megatron-LM `megatron/core/timers.py`):
+
+- `ProgressPrinter` lines, `Training epoch E, iteration N/T | lr: 1.5e-05 | global_batch_size: 256 |
+  global_step: 10 | reduced_train_loss: 10.47 | train_step_timing in s: 4.06 | consumed_samples: 2816`:
+  one `iterations` row. The printer formats `prefix + f" epoch {epoch}, iteration {n-1}/{total-1}"`, so
+  the run's step count is T + 1; `global_step` (which keeps counting across epochs and restarts) is the
+  iteration where printed. Values are averages over the log interval except `global_step`.
+  `train_step_timing in s` (TimingCallback) is seconds per step, `TFLOPS_per_GPU` (FLOPsMeasurementCallback)
+  the log's own TFLOP/s per GPU. Every other key (`val_loss`, `TFLOPS`, `epoch`, ...) is an
+  `iteration_metrics` row. `Validation: iteration N/M` lines are progress only.
+- `MegatronProgressBar` (tqdm) lines, `Epoch 0:  10%|█  | 10/100 [00:40<06:00, reduced_train_loss=10.50,
+  global_step=9.000, consumed_samples=2560.0, train_step_timing in s=4.060]`, written over each other with
+  carriage returns: each update in a line is read, and one row kept per step (the last drawn).
+- Megatron timer blocks the printer passes on (`(min, max) time across ranks (ms):`, `max time across
+  ranks (ms):`, `times across ranks (ms):` with one `rank N:` line per rank): `timers` rows.
+- The configuration dump (`Experiment configuration` followed by the YAML of the recipe or Hydra config):
+  every leaf as a `run_params` row named by its dotted path; the leaves the model needs (parallel sizes,
+  batch sizes, sequence length, layers, hidden, heads, precision, nodes, devices, max_steps) map onto run
+  columns by their last name, the first one printed winning.
+- `Padded vocab_size: 128256, original vocab_size: 128256, dummy tokens: 0.`: the run's vocabulary.
+- Lightning's model summary (`2.0 B     Total params`): counts of one model-parallel shard, so kept as
+  `run_params` only, never as the run's parameter count.
+
+NeMo's logger prefix (`[NeMo I 2025-01-01 12:00:00 nemo_logging:393] `) and launcher prefixes are
+stripped first. Warnings and tracebacks are events; anything else goes to `unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from tracelog.parsers.base import Batch, Emitter, LineSource, as_int, drive, guarded, strip_prefix
+from tracelog.parsers.megatron_lines import (
+    EVENT_KINDS,
+    ITER_MARK,
+    TIMER_ALL_HEAD,
+    TIMER_BLOCK_LINE_RX,
+    TIMER_NAME_RX,
+    TIMER_RANK_RX,
+)
+
+FORMAT = "nemo"
+VERSION = "1"
+
+NEMO_PREFIX_RX = re.compile(r"^\s*\[NeMo ([DIWEC]) [^\]]*\]\s?")
+GLOG_RX = re.compile(r"^([WEF])\d{4} \d\d:\d\d:\d\d")  # torchrun's own warnings: W0302 08:00:01.000000
+LEVEL_KINDS = {"W": "warning", "E": "error", "C": "error", "F": "error"}
+RANK_PREFIX_RX = re.compile(r"^\s*(?:\[(?:default|rank)(\d+)\]:|\[[Rr]ank\s*(\d+)\]:?|(\d+):\s)\s?")
+PRINTER_RX = re.compile(r"^\s*Training epoch (\d+), iteration (\d+)/(\d+)\s*(\|.*)?$")
+PROGRESS_ONLY_RX = re.compile(
+    r"^\s*(?:Sanity checking )?(?:Validation|Testing)(?: epoch \d+)?: iteration \d+/\S+"
+)
+BAR_RX = re.compile(r"Epoch (\d+):\s*(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
+CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
+# nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
+PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
+YAML_RX = re.compile(r"^( *)(?:- )?([\w.\-/]+):(?: (.*))?$")
+YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
+# Lightning's ModelSummary: the table (`  | Name | Type | Params | Mode`, its rule and rows) and the totals
+# under it. NeMo's module is one model-parallel shard, so its counts are per rank: kept as run_params only.
+SUMMARY_TOTAL_RX = re.compile(
+    r"^\s*([\d.,]+\s*[KMBT]?)\s+(Trainable params|Non-trainable params|Total params"
+    r"|Total estimated model params size \(MB\)|Modules in (?:train|eval) mode)\s*$"
+)
+SUMMARY_TABLE_RX = re.compile(r"^\s*(?:\d+\s*)?\|\s*[\w.]+\s*\|\s*\w+\s*\|.*\|\s*\w*\s*$|^-{20,}\s*$")
+WARNING_RX = re.compile(
+    r"(?i)traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory"
+    r"|\bkilled\b|segmentation fault"
+)
+ENDS_TIMER_HEAD = ("(min, max) time across ranks (ms):", "max time across ranks (ms):")
+
+# key as printed -> iterations column; the printer's `:` keys and the bar's `=` keys are the same names.
+ITERATION_KEYS: dict[str, str] = {
+    "lr": "learning_rate",
+    "global_batch_size": "global_batch_size",
+    "reduced_train_loss": "lm_loss",
+    "train_step_timing in s": "elapsed_s",
+    "consumed_samples": "consumed_samples",
+    "TFLOPS_per_GPU": "tflops_reported",
+    "grad_norm": "grad_norm",
+    "loss_scale": "loss_scale",
+}
+INT_COLUMNS = {"global_batch_size", "consumed_samples"}
+SKIPPED_KEYS = {"global_step", "v_num"}
+# last YAML name -> run column; NeMo 2 recipes (trainer.strategy.*, model.config.*, data.*) and NeMo 1
+# Hydra configs (model.*, trainer.*) share these leaf names.
+CONFIG_COLUMNS: dict[str, str] = {
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp",
+    "virtual_pipeline_model_parallel_size": "vp",
+    "micro_batch_size": "mbs",
+    "global_batch_size": "gbs",
+    "seq_length": "seq_len",
+    "encoder_seq_length": "seq_len",
+    "num_layers": "layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "heads",
+    "num_query_groups": "query_groups",
+    "ffn_hidden_size": "ffn_hidden",
+    "vocab_size": "vocab",
+    "max_steps": "train_iters",
+    "num_nodes": "nodes",
+    "devices": "gpus_per_node",
+}
+RECOMPUTE_KEYS = ("recompute_granularity", "activations_checkpoint_granularity")
+
+
+def detect(head: str) -> int:
+    """Sure on the printer's or the bar's lines; never on a head that also has Megatron's own iteration
+    lines (a Megatron-LM log that mentions NeMo stays Megatron's)."""
+    if ITER_MARK in head:
+        return 0
+    score = 0
+    if re.search(r"Training epoch \d+, iteration \d+/\d+ \|", head):
+        score += 40
+    if re.search(r"Epoch \d+:.*\d+/\d+ \[[^\]]*(?:reduced_train_loss|global_step)=", head):
+        score += 30
+    if score and "[NeMo " in head:
+        score += 5
+    return score
+
+
+def _number(raw: str) -> float | None:
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def _precision(value: str) -> str | None:
+    """Lightning's precision names (`bf16-mixed`, `16-mixed`, `32`, `bf16`) as the run's precision."""
+    text = value.strip().strip("'\"").lower()
+    if "bf16" in text:
+        return "bf16"
+    if text.startswith("16"):
+        return "fp16"
+    if text.startswith("32"):
+        return "fp32"
+    if "fp8" in text:
+        return "fp8"
+    return None
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.out = Emitter()
+        self.params: list[dict[str, Any]] = []
+        self.columns: dict[str, Any] = {}
+        self.line_start: int | None = None
+        self.line_end: int | None = None
+        self.in_config = False
+        self.config_seen = False  # a key was read since the configuration's title
+        self.path: list[tuple[int, str]] = []  # (indent, name) of the open YAML mappings
+        self.timer_mode: str | None = None  # "minmax" (both layouts) or "all"
+        self.timer_name: str | None = None
+        self.iteration: int | None = None
+
+    def line(self, n: int, text: str) -> None:
+        self.line_start = self.line_start or n
+        self.line_end = n
+        if "\r" in text:
+            self.bar_line(n, text)
+            return
+        body, rank, level = self.stripped(text)
+        if not body.strip():
+            self.in_config = self.in_config and not self.config_seen
+            return
+        if self.handle(n, body, rank):
+            return
+        launcher_free, _host = strip_prefix(body)
+        if launcher_free != body and launcher_free.strip() and self.handle(n, launcher_free, rank):
+            return
+        glog = GLOG_RX.match(body)
+        if level in LEVEL_KINDS or glog or WARNING_RX.search(body):
+            lowered = body.lower()
+            default = LEVEL_KINDS.get(level or (glog.group(1) if glog else "W"), "warning")
+            kind = next((k for k, word in EVENT_KINDS if word in lowered and k != "warning"), default)
+            self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind, "text": text})
+            return
+        self.out.add("unparsed", {"line_no": n, "text": text})
+
+    @staticmethod
+    def stripped(text: str) -> tuple[str, int | None, str | None]:
+        """The line without torchrun's `[default0]:` (or `[rank0]:`) and NeMo's logger prefix; the rank and
+        the log level they named."""
+        rank = None
+        if match := RANK_PREFIX_RX.match(text):
+            rank = int(next(g for g in match.groups() if g is not None))
+            text = text[match.end() :]
+        level = None
+        if match := NEMO_PREFIX_RX.match(text):
+            level = match.group(1)
+            text = text[match.end() :]
+        return text, rank, level
+
+    def handle(self, n: int, body: str, rank: int | None) -> bool:
+        if self.in_config and self.config_line(n, body):
+            return True
+        self.in_config = False
+        if match := PRINTER_RX.match(body):
+            self.printer(n, match, rank)
+            return True
+        if PROGRESS_ONLY_RX.match(body):
+            return True
+        if CONFIG_START_RX.search(body):
+            self.in_config, self.config_seen, self.path = True, False, []
+            return True
+        if self.timer_line(n, body):
+            return True
+        if BAR_RX.search(body):
+            return self.bar(n, body, rank)
+        if match := PADDED_VOCAB_RX.search(body):
+            self.columns["vocab"] = int(match.group(1))
+            return True
+        if match := SUMMARY_TOTAL_RX.match(body):
+            self.params.append({"name": f"lightning {match.group(2)}", "value": match.group(1), "line_no": n})
+            return True
+        return bool(SUMMARY_TABLE_RX.match(body))
+
+    def timer_line(self, n: int, body: str) -> bool:
+        stripped = body.strip()
+        if stripped.endswith(ENDS_TIMER_HEAD):
+            self.timer_mode, self.timer_name = "minmax", None
+            return True
+        if stripped.endswith(TIMER_ALL_HEAD):
+            self.timer_mode, self.timer_name = "all", None
+            return True
+        if self.timer_mode == "minmax" and (match := TIMER_BLOCK_LINE_RX.match(body)):
+            low, high = match.group(2), match.group(3)
+            self.timer(n, None, match.group(1), float(high if high is not None else low), low, high)
+            return True
+        if self.timer_mode == "all":
+            if match := TIMER_RANK_RX.match(body):
+                if self.timer_name is not None:
+                    self.timer(n, int(match.group(1)), self.timer_name, float(match.group(2)), None, None)
+                    return True
+            elif match := TIMER_NAME_RX.match(body):
+                self.timer_name = match.group(1)
+                return True
+        self.timer_mode = None
+        return False
+
+    def timer(
+        self, n: int, rank: int | None, name: str, value: float, low: str | None, high: str | None
+    ) -> None:
+        self.out.add(
+            "timers",
+            {
+                "run_key": 0,
+                "rank": rank,
+                "iteration": self.iteration,
+                "name": name,
+                "time_ms": value,
+                "time_min_ms": float(low) if low is not None and high is not None else None,
+                "line_no": n,
+            },
+        )
+
+    def config_line(self, n: int, body: str) -> bool:
+        self.config_seen = True
+        match = YAML_RX.match(body)
+        if not match:
+            item = YAML_ITEM_RX.match(body)
+            if item and self.path:
+                self.param(n, ".".join(name for _, name in self.path), item.group(2))
+                return True
+            return False
+        indent, name, value = len(match.group(1)), match.group(2), match.group(3)
+        while self.path and self.path[-1][0] >= indent:
+            self.path.pop()
+        if value is None or value.strip() == "":
+            self.path.append((indent, name))
+            return True
+        self.param(n, ".".join([*(p for _, p in self.path), name]), value.strip(), name)
+        return True
+
+    def param(self, n: int, path: str, value: str, leaf: str | None = None) -> None:
+        self.params.append({"name": path, "value": value, "line_no": n})
+        if leaf is None:
+            return
+        column = CONFIG_COLUMNS.get(leaf)
+        if column and column not in self.columns and (number := _number(value)) is not None:
+            self.columns[column] = as_int(number)
+        elif leaf == "precision" and "precision" not in self.columns:
+            self.columns["precision"] = _precision(value)
+        elif leaf == "sequence_parallel" and "sequence_parallel" not in self.columns:
+            self.columns["sequence_parallel"] = value.strip().lower() == "true"
+        elif leaf in RECOMPUTE_KEYS and "recompute" not in self.columns:
+            word = value.strip().strip("'\"").lower()
+            self.columns["recompute"] = word if word in ("selective", "full") else "none"
+
+    def printer(self, n: int, match: re.Match[str], rank: int | None) -> None:
+        fields = []
+        for part in (match.group(4) or "").split("|"):
+            key, sep, raw = part.partition(": ")
+            if sep:
+                fields.append((key.strip(), raw.strip()))
+        self.iteration_row(n, int(match.group(2)), int(match.group(3)) + 1, fields, rank)
+
+    def bar_line(self, n: int, text: str) -> None:
+        """A carriage-return progress bar: every redraw in the line, one row per step (the last drawn)."""
+        latest: dict[int, tuple[str, int | None]] = {}
+        other = []
+        for segment in text.split("\r"):
+            body, rank, _level = self.stripped(segment)
+            match = BAR_RX.search(body)
+            if match:
+                latest[int(match.group(2))] = (body, rank)
+            elif body.strip():
+                other.append(body)
+        for body, rank in latest.values():
+            self.bar(n, body, rank)
+        if other and not latest:
+            self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def bar(self, n: int, body: str, rank: int | None) -> bool:
+        match = BAR_RX.search(body)
+        if match is None:
+            return False
+        fields = []
+        for part in match.group(4).split(", ")[1:]:
+            key, sep, raw = part.partition("=")
+            if sep:
+                fields.append((key.strip(), raw.strip()))
+        step = int(match.group(2))
+        if not any(key in ITERATION_KEYS or key == "global_step" for key, _ in fields):
+            return True  # a bar drawn before any metric: progress only
+        self.iteration_row(n, step, int(match.group(3)), fields, rank, bar=True)
+        return True
+
+    def iteration_row(
+        self,
+        n: int,
+        step: int,
+        total: int,
+        fields: list[tuple[str, str]],
+        rank: int | None,
+        bar: bool = False,
+    ) -> None:
+        values = dict(fields)
+        global_step = _number(values.get("global_step", ""))
+        iteration = as_int(global_step) if global_step is not None else step
+        if bar and iteration == self.iteration:
+            return  # the bar redrawn at a step already read (from the printer or an earlier redraw)
+        self.iteration = int(iteration)
+        row: dict[str, Any] = {"run_key": 0, "iteration": iteration, "train_iters": total, "rank": rank}
+        for key, raw in fields:
+            column = ITERATION_KEYS.get(key)
+            value = _number(raw)
+            if column is not None:
+                row[column] = as_int(value) if column in INT_COLUMNS and value is not None else value
+            elif key not in SKIPPED_KEYS:
+                metric = {"run_key": 0, "iteration": iteration, "key": key, "value": value, "text": raw}
+                self.out.add("iteration_metrics", {**metric, "line_no": n})
+        self.out.add("iterations", {**row, "line_no": n})
+        self.columns.setdefault("train_iters", total)
+
+    def finish(self) -> None:
+        columns = dict(self.columns)
+        if columns.get("nodes") and columns.get("gpus_per_node"):
+            columns["gpus"] = columns["nodes"] * columns["gpus_per_node"]
+        model_parallel = (columns.get("tp") or 1) * (columns.get("pp") or 1) * (columns.get("cp") or 1)
+        if columns.get("gpus") and columns["gpus"] % model_parallel == 0:
+            columns["dp"] = columns["gpus"] // model_parallel  # Megatron's world = tp * pp * cp * dp
+        self.out.add(
+            "runs",
+            {
+                "run_key": 0,
+                "framework": "nemo",
+                "line_start": self.line_start,
+                "line_end": self.line_end,
+                **columns,
+                "run_params": self.params,
+            },
+        )
+
+
+@guarded
+def parse(source: LineSource) -> Iterator[Batch]:
+    return drive(_Parser(), source)
