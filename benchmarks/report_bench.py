@@ -33,7 +33,7 @@ def generate(path: Path, runs: int, iterations: int) -> None:
     per_run = iterations // runs
     con = duckdb.connect(str(path))
     con.execute(
-        "INSERT INTO sources (path, sha256, bytes, format, parser_version, lines_total, lines_parsed, "
+        "INSERT INTO sources (path, fingerprint, bytes, format, parser_version, lines_total, lines_parsed, "
         "lines_unparsed) VALUES ('synthetic.log', 'x', 0, 'megatron', 'bench', 0, 0, 0)"
     )
     con.execute(

@@ -34,7 +34,7 @@ def add_benches(store: Store, flagged_run: int) -> dict[str, int]:
     """Benches, collectives, p2p, links, predictions and flags as the parsers and the model write them."""
     con = store.con
     con.execute(
-        "INSERT INTO sources (path, sha256, bytes, format, parser_version, lines_total, lines_parsed, "
+        "INSERT INTO sources (path, fingerprint, bytes, format, parser_version, lines_total, lines_parsed, "
         "lines_unparsed) VALUES ('fabric.txt', 'f00d', 1, 'nccl_tests', '1', 200, 200, 0)"
     )
     source = con.execute("SELECT max(source_id) FROM sources").fetchone()[0]

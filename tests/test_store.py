@@ -30,7 +30,7 @@ def run(db: Path, *args: str):
 
 # A few rows in tables every version has had since 001, with the columns 001 gave them.
 ROWS = {
-    "sources": "INSERT INTO sources (source_id, path, sha256, bytes, format, parser_version, lines_total, "
+    "sources": "INSERT INTO sources (source_id, path, {fingerprint}, bytes, format, parser_version, lines_total, "
     "lines_parsed, lines_unparsed) VALUES (7, 'a.log', 'ab12', 123, 'megatron', '1', 10, 8, 2)",
     "runs": "INSERT INTO runs (run_id, source_id, run_key, name, framework) VALUES (3, 7, 0, 'r', 'megatron')",
     "iterations": "INSERT INTO iterations (run_id, iteration, elapsed_s, lm_loss, line_no) VALUES "
@@ -39,12 +39,17 @@ ROWS = {
     "unparsed": "INSERT INTO unparsed VALUES (7, 5, 'junk')",
 }
 CHECKS = {
-    "sources": "SELECT source_id, path, sha256, bytes, format, lines_total, lines_unparsed FROM sources",
+    "sources": "SELECT source_id, path, {fingerprint}, bytes, format, lines_total, lines_unparsed FROM sources",
     "runs": "SELECT run_id, source_id, run_key, name, framework FROM runs",
     "iterations": "SELECT run_id, iteration, elapsed_s, lm_loss, line_no FROM iterations ORDER BY iteration",
     "run_tags": "SELECT * FROM run_tags",
     "unparsed": "SELECT * FROM unparsed",
 }
+
+
+def fingerprint_column(version: int) -> str:
+    """Version 8 renamed `sources.sha256` to `fingerprint` (the digest of per-MiB digests)."""
+    return "sha256" if version < 8 else "fingerprint"
 
 
 @pytest.mark.parametrize("version", VERSIONS[:-1])
@@ -57,13 +62,20 @@ def test_a_database_of_every_earlier_version_upgrades_with_its_rows(
         with Store(db) as old:
             assert old.schema_version == version
             for sql in ROWS.values():
-                old.con.execute(sql)
-            before = {table: old.con.execute(sql).fetchall() for table, sql in CHECKS.items()}
+                old.con.execute(sql.format(fingerprint=fingerprint_column(version)))
+            before = {
+                table: old.con.execute(sql.format(fingerprint=fingerprint_column(version))).fetchall()
+                for table, sql in CHECKS.items()
+            }
     with Store(db) as new:
         applied = [v for (v,) in new.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()]
         assert applied == VERSIONS
         assert new.schema_version == latest_version() > version
-        assert {table: new.con.execute(sql).fetchall() for table, sql in CHECKS.items()} == before
+        after = {
+            table: new.con.execute(sql.format(fingerprint="fingerprint")).fetchall()
+            for table, sql in CHECKS.items()
+        }
+        assert after == before
     # and the upgraded database reads like any other: the run is listed
     listed = run(db, "runs", "--format", "json")
     assert listed.exit_code == 0, listed.output

@@ -187,7 +187,7 @@ def test_old_database_upgrades_in_place(tmp_path: Path) -> None:
     with Store(db) as store:
         assert store.schema_version >= 4
         store.con.execute(f"CREATE OR REPLACE VIEW iteration_phase AS {OLD_ITERATION_PHASE}")
-        store.con.execute("DELETE FROM schema_version WHERE version >= 4")
+        store.con.execute("DELETE FROM schema_version WHERE version = 4")
     with Store(db) as store:
         assert store.schema_version >= 4
         assert (

@@ -61,7 +61,7 @@ class ChunkedDigest:
             at = take
             if len(self._buffer) < CHUNK:
                 return
-            self._digests += _sha(self._buffer)
+            self._digests += _sha(bytes(self._buffer))
             self._buffer = bytearray()
         while len(view) - at >= CHUNK:
             self._digests += _sha(view[at : at + CHUNK])

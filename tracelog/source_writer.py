@@ -93,7 +93,8 @@ class SourceWriter:
 
     def write(self, batch: Batch) -> None:
         if batch.table == RESUME_TABLE:
-            self.resume_state = next(iter(batch.rows))["state"]
+            rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+            self.resume_state = str(rows[0]["state"])
             return
         if batch.table == "runs":
             self._update_entities("runs", "run_id", self.run_id, batch.rows)

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from tracelog.parsers import megatron
+from tracelog.parsers import megatron, megatron_lines
 from tracelog.parsers.base import Batch, LineSource, batches_of, guarded, numbers_guarded
 from tracelog.parsers.deepspeed_config import RunState, flatten
 
@@ -553,7 +553,7 @@ class _Parser:
 
 def _kind_of(text: str) -> str:
     lowered = text.lower()
-    for kind, word in megatron.EVENT_KINDS:
+    for kind, word in megatron_lines.EVENT_KINDS:
         if word in lowered:
             return kind
     return "warning"

@@ -29,12 +29,9 @@ from tracelog.parsers.megatron_lines import (
     ARGS_START,
     EFFECTIVE_RX,
     ESTIMATED_RX,
-    EVENT_KINDS,
     ITER_LINE_RX,
     ITER_MARK,
     ITERATION_COLUMNS,
-    KNOWN_KEYS,
-    MEMORY_FIELDS,
     MEMORY_MARK,
     PADDED_RX,
     PARAMS_RX,
@@ -52,10 +49,12 @@ from tracelog.parsers.megatron_lines import (
     WORLD_PART_RX,
     WORLD_RX,
     attach_iteration,
+    event_kind,
+    generic_metrics,
     iteration_anchors,
     iterations_by_regex,
-    parse_value,
-    split_fields,
+    memory_rows,
+    per_thousand,
     timers_by_regex,
 )
 
@@ -384,7 +383,7 @@ def _parse_block(
         yield Batch("iterations", iteration_rows.drop("_extra"))
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
-            yield Batch("iteration_metrics", _generic_metrics(candidates, extra))
+            yield Batch("iteration_metrics", generic_metrics(candidates, extra))
         for row in (
             iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows()
         ):
@@ -400,7 +399,7 @@ def _parse_block(
         yield Batch("timers", _timers(timers, anchors, carry, fast))
     memory = rest.filter(is_memory)
     if not memory.is_empty():
-        yield Batch("memory", _memory(memory, anchors))
+        yield Batch("memory", memory_rows(memory, anchors))
     if iteration_rows is not None:
         for key, it in iteration_rows.group_by("run_key").agg(pl.col("iteration").last()).iter_rows():
             if it is not None:
@@ -411,19 +410,11 @@ def _parse_block(
     if not events.is_empty():
         yield Batch(
             "events",
-            events.select("line_no", "run_key", _event_kind().alias("kind"), pl.col("line").alias("text")),
+            events.select("line_no", "run_key", event_kind().alias("kind"), pl.col("line").alias("text")),
         )
     other = plain.filter(~warned).filter(line.str.strip_chars() != "")
     if not other.is_empty():
         yield Batch("unparsed", other.select("line_no", pl.col("line").alias("text")))
-
-
-def _event_kind() -> pl.Expr:
-    lowered = pl.col("line").str.to_lowercase()
-    expr: Any = pl
-    for kind, word in EVENT_KINDS:
-        expr = expr.when(lowered.str.contains(word, literal=True)).then(pl.lit(kind))
-    return expr.otherwise(pl.lit("warning"))
 
 
 def _iteration_rows(
@@ -443,51 +434,9 @@ def _iteration_rows(
     # One division for both paths, in numpy: polars divides a column of two or more rows by a scalar
     # through its reciprocal (5512.3 ms -> 5.512300000000001 s) but one row exactly (5.5123 s), so a
     # value would depend on how many iteration lines shared its block.
-    seconds = pl.col("elapsed_raw").map_batches(_per_thousand, pl.Float64)
+    seconds = pl.col("elapsed_raw").map_batches(per_thousand, pl.Float64)
     elapsed_s = pl.when(pl.col("_ms")).then(seconds).otherwise(pl.col("elapsed_raw")).alias("elapsed_s")
     return rows.select("line_no", run_key, *ITERATION_COLUMNS[1:-3], elapsed_s, "_extra")
-
-
-def _per_thousand(values: pl.Series) -> pl.Series:
-    return pl.Series(values.to_numpy() / 1000.0).zip_with(values.is_not_null(), values)
-
-
-def _generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, Any]]:
-    """Every key of an iteration line that has no column of its own, kept as a metric."""
-    lines = dict(
-        iters.filter(pl.col("line_no").is_in(extra["line_no"].implode()))
-        .select("line_no", "line")
-        .iter_rows()
-    )
-    out = []
-    for line_no, run_key, iteration in extra.select("line_no", "run_key", "iteration").iter_rows():
-        for key, raw in split_fields(lines[line_no]):
-            norm = key.lower()
-            if norm in KNOWN_KEYS or norm.startswith("iteration") or "tflop" in norm:
-                continue
-            value, _unit, average = parse_value(raw)
-            out.append(
-                {
-                    "run_key": run_key,
-                    "iteration": iteration,
-                    "key": key,
-                    "value": value,
-                    "text": raw,
-                    "line_no": line_no,
-                }
-            )
-            if average is not None:
-                out.append(
-                    {
-                        "run_key": run_key,
-                        "iteration": iteration,
-                        "key": f"{key} (average)",
-                        "value": average,
-                        "text": raw,
-                        "line_no": line_no,
-                    }
-                )
-    return out
 
 
 def _timers(timers: pl.DataFrame, anchors: pl.DataFrame, carry: _Carry, fast: bool = True) -> pl.DataFrame:
@@ -504,19 +453,6 @@ def _timers(timers: pl.DataFrame, anchors: pl.DataFrame, carry: _Carry, fast: bo
     if len(frames) == 1:
         return frames[0]
     return pl.concat(frames).sort("line_no", maintain_order=True)
-
-
-def _memory(memory: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
-    line = pl.col("line")
-    rows = memory.select(
-        "line_no",
-        "run_key",
-        line.str.extract(r"\[Rank\s*(\d+)\]", 1).cast(pl.Int32, strict=False).alias("rank"),
-        line.str.extract(r"after\s+(\d+)\s+iterations", 1).cast(pl.Int64, strict=False).alias("_it"),
-        *[line.str.extract(p, 1).cast(pl.Float64, strict=False).alias(c) for c, p in MEMORY_FIELDS.items()],
-    )
-    rows = attach_iteration(rows, anchors)
-    return rows.with_columns(pl.coalesce("_it", "iteration").alias("iteration")).drop("_it")
 
 
 def _stateful(

@@ -267,3 +267,66 @@ def timers_by_regex(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame
         .drop("part", "_min", "_max")
     )
     return attach_iteration(parts, anchors)
+
+
+def event_kind() -> pl.Expr:
+    lowered = pl.col("line").str.to_lowercase()
+    expr: Any = pl
+    for kind, word in EVENT_KINDS:
+        expr = expr.when(lowered.str.contains(word, literal=True)).then(pl.lit(kind))
+    return expr.otherwise(pl.lit("warning"))
+
+
+def per_thousand(values: pl.Series) -> pl.Series:
+    return pl.Series(values.to_numpy() / 1000.0).zip_with(values.is_not_null(), values)
+
+
+def generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, Any]]:
+    """Every key of an iteration line that has no column of its own, kept as a metric."""
+    lines = dict(
+        iters.filter(pl.col("line_no").is_in(extra["line_no"].implode()))
+        .select("line_no", "line")
+        .iter_rows()
+    )
+    out = []
+    for line_no, run_key, iteration in extra.select("line_no", "run_key", "iteration").iter_rows():
+        for key, raw in split_fields(lines[line_no]):
+            norm = key.lower()
+            if norm in KNOWN_KEYS or norm.startswith("iteration") or "tflop" in norm:
+                continue
+            value, _unit, average = parse_value(raw)
+            out.append(
+                {
+                    "run_key": run_key,
+                    "iteration": iteration,
+                    "key": key,
+                    "value": value,
+                    "text": raw,
+                    "line_no": line_no,
+                }
+            )
+            if average is not None:
+                out.append(
+                    {
+                        "run_key": run_key,
+                        "iteration": iteration,
+                        "key": f"{key} (average)",
+                        "value": average,
+                        "text": raw,
+                        "line_no": line_no,
+                    }
+                )
+    return out
+
+
+def memory_rows(memory: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    line = pl.col("line")
+    rows = memory.select(
+        "line_no",
+        "run_key",
+        line.str.extract(r"\[Rank\s*(\d+)\]", 1).cast(pl.Int32, strict=False).alias("rank"),
+        line.str.extract(r"after\s+(\d+)\s+iterations", 1).cast(pl.Int64, strict=False).alias("_it"),
+        *[line.str.extract(p, 1).cast(pl.Float64, strict=False).alias(c) for c, p in MEMORY_FIELDS.items()],
+    )
+    rows = attach_iteration(rows, anchors)
+    return rows.with_columns(pl.coalesce("_it", "iteration").alias("iteration")).drop("_it")
