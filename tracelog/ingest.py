@@ -407,6 +407,9 @@ def _parser_for(stream: BinaryIO, path: str, head: list[bytes], format_id: str |
     with megabytes of shell tracing)."""
     if format_id:
         return parsers.by_format(format_id)
+    binary = parsers.detect_binary(head[0], path)
+    if binary is not None:
+        return binary
     try:
         try:
             return parsers.detect(head_text(head[0]), path)
