@@ -30,6 +30,7 @@ from tracelog.errors import TracelogError
 from tracelog.files import BackgroundDigest, PeekStream, file_sha256, has_newline, open_binary, read_head
 from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 from tracelog.store import Store
+from tracelog.store.merge import merge_run, same_run
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
     MODEL_OUTPUT_TABLES,
@@ -68,6 +69,7 @@ class IngestResult:
     lines_unparsed: int = 0
     bytes_pending: int = 0  # a last line without its newline, held back
     warning: str | None = None  # what failed after the commit (the refresh), or why a file was skipped
+    merged: dict[int, int] = field(default_factory=dict)  # run id -> the earlier run it joined
 
     def summary(self) -> str:
         if self.status == "skipped":
@@ -88,9 +90,12 @@ class IngestResult:
             what.append(f"{self.runs} run{'s' * (self.runs != 1)}")
         if self.benches:
             what.append(f"{self.benches} bench{'es' * (self.benches != 1)}")
+        joined = "".join(
+            f"; the same run as run {into}, rows merged into it" for into in self.merged.values()
+        )
         return (
             f"{self.path}: {self.status} as {self.format}, {', '.join(what) or 'no runs'}, "
-            f"{self.rows} rows, {self.lines_unparsed} of {self.lines_total} lines unparsed{pending}"
+            f"{self.rows} rows, {self.lines_unparsed} of {self.lines_total} lines unparsed{pending}{joined}"
         )
 
 
@@ -504,6 +509,7 @@ def _ingest_stream(
             raise AlreadyIngested(int(duplicate))
         delete_source(store, int(duplicate))
     writer.apply_options()
+    merged = _merge_same_runs(store, writer)
     unparsed = writer.unparsed
     store.con.execute(
         "UPDATE sources SET sha256 = ?, bytes = ?, bytes_pending = ?, lines_total = ?, lines_parsed = ?, "
@@ -532,4 +538,18 @@ def _ingest_stream(
         lines_total=source.lines_total,
         lines_unparsed=unparsed,
         bytes_pending=source.pending_bytes,
+        merged=merged,
     )
+
+
+def _merge_same_runs(store: Store, writer: SourceWriter) -> dict[int, int]:
+    """Runs of this file that an earlier file already describes (its event files, its text log) join
+    that run (see `store.merge`)."""
+    formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
+    merged = {}
+    for run_id in writer.run_ids.values():
+        into = same_run(store, run_id, formats)
+        if into is not None:
+            merge_run(store, run_id, into)
+            merged[run_id] = into
+    return merged

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 import struct
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import google_crc32c
@@ -37,6 +37,7 @@ from tracelog.parsers.megatron_config import RunInfo
 
 FORMAT = "tensorboard"
 VERSION = "1"
+DESCRIBES_RUNS_OF_OTHER_FILES = True  # a job's events and its text log are one run (see store.merge)
 NAME_MARK = "tfevents"  # every TensorBoard writer names its files events.out.tfevents.<time>.<host>...
 READ_BYTES = 1 << 20
 # A record longer than this is no event a trainer writes (scalars are ~50 bytes, a graph a few MB);
