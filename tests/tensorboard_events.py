@@ -67,8 +67,8 @@ def megatron_events(
     args: dict[str, str], iterations: list[dict[str, float]], timers: dict[str, float]
 ) -> Iterable[Event]:
     yield Event(wall_time=START_S, file_version="brain.Event:2")
-    for name, value in args.items():
-        yield text(name, value)
+    for arg, arg_value in args.items():
+        yield text(arg, arg_value)
     for it in iterations:
         step, samples = int(it["iteration"]), int(it["consumed samples"])
         seconds = it["elapsed time per iteration (ms)"] / 1000.0

@@ -117,11 +117,20 @@ def parse(source: LineSource) -> Iterator[Batch]:
             yield from state.out.flush()
     for record_no, kind, text in reader.problems:
         state.out.add("events", _event(record_no, kind, text))
-    if reader.records_read == 0 and not reader.problems:
-        raise TracelogError("no TensorBoard records in this file", source.name)
-    runs = state.finish()
+    if reader.records_read == 0:
+        why = reader.problems[0][2] if reader.problems else "the file holds no records"
+        raise TracelogError(f"no readable TensorBoard record: {why}", source.name)
+    runs = state.finish(_folder_name(source.name))
     yield from state.out.flush()
     yield runs
+
+
+def _folder_name(path: str) -> str | None:
+    """TensorBoard names a run after the folder of its event files; a bare file name says nothing."""
+    folder = os.path.dirname(path)
+    if path == "-" or not folder:
+        return None
+    return os.path.basename(os.path.abspath(folder)) or None
 
 
 def _event(record_no: int, kind: str, text: str) -> dict[str, Any]:
@@ -309,7 +318,7 @@ class _State:
             return
         self.run.set_arg(tag, "\n".join(flat), record_no)
 
-    def finish(self) -> Batch:
+    def finish(self, name: str | None) -> Batch:
         """Flush every held row; the run's row, handed out last, once every argument was read."""
         self._flush(len(self.steps))
         for step in list(self.memory):
@@ -317,6 +326,8 @@ class _State:
         record = self.run.record()
         if not self.run.args:
             record.pop("framework")
+        if name:
+            record["name"] = name
         return Batch("runs", [record])
 
 
