@@ -113,6 +113,20 @@ def test_nemo_and_tensorflow_scalars(tmp_path: Path) -> None:
     assert row["learning_rate"] == pytest.approx(2.5e-5)
 
 
+def test_deepspeed_monitor_scalars_are_metrics_at_their_sample_count(tmp_path: Path) -> None:
+    data = events_bytes(
+        tmp_path,
+        [scalar("Train/Samples/train_loss", 6.5, 8192, 1e9), scalar("Train/Samples/lr", 1e-4, 8192, 1e9)],
+    )
+    out = rows(data)
+    assert "iterations" not in out
+    assert [(m["key"], m.get("iteration"), m["text"]) for m in out["iteration_metrics"]] == [
+        ("Train/Samples/train_loss", None, "at 8192 samples"),
+        ("Train/Samples/lr", None, "at 8192 samples"),
+    ]
+    assert out["iteration_metrics"][0]["value"] == 6.5
+
+
 def test_histograms_and_graphs_are_kept_as_unparsed(tmp_path: Path) -> None:
     histogram = Summary.Value(tag="weights", histo={"min": 0.0, "max": 1.0, "num": 3.0})
     data = events_bytes(
@@ -190,9 +204,11 @@ def test_the_sample_events_ingest_with_the_logs_values(store: Store) -> None:
     assert (result.format, result.runs) == ("tensorboard", 1)
     got = store.con.execute("SELECT name, tp, dp, gbs, layers, train_iters FROM runs").fetchone()
     assert got == ("tb_llama3_8b_h100", 4, 16, 256, 32, 500)
-    loss, samples, elapsed = store.con.execute(
+    row = store.con.execute(
         "SELECT lm_loss, consumed_samples, elapsed_s FROM iterations WHERE iteration = 10"
     ).fetchone()
+    assert row is not None
+    loss, samples, elapsed = row
     # The log's line: consumed samples 2560, 5512.3 ms per iteration, lm loss 1.105995E+01.
     assert (samples, round(elapsed, 4), round(loss, 5)) == (2560, 5.5123, 11.05995)
 

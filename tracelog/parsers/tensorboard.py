@@ -14,7 +14,8 @@ Tags are mapped as the writers name them: Megatron-LM `training_log` (`lm loss`,
 `loss-scale`, `grad-norm`, `num-zeros`, `batch-size`, `iteration-time` in s, `throughput` in
 TFLOP/s/GPU, `mem-*-bytes`, timers as `NAME-time` in seconds, the `X vs samples` copies whose step is
 the consumed samples, arguments as one text summary per argument), NeMo's Lightning logger
-(`reduced_train_loss`, `lr`, `train_step_timing in s`, ...). Every other scalar is a metric. Record
+(`reduced_train_loss`, `lr`, `train_step_timing in s`, ...), DeepSpeed's monitor (`Train/Samples/...`,
+stepped by samples). Every other scalar is a metric. Record
 numbers (1-based) stand in for line numbers.
 """
 
@@ -43,6 +44,8 @@ READ_BYTES = 1 << 20
 # A record longer than this is no event a trainer writes (scalars are ~50 bytes, a graph a few MB);
 # a larger length means the framing is lost.
 MAX_RECORD_BYTES = 256 << 20
+HEADER = struct.Struct("<QI")  # record length, masked CRC-32C of the length
+CRC = struct.Struct("<I")
 OPEN_STEPS = 256  # steps whose rows are held while their events may still come (Megatron writes in order)
 
 ITERATION_TAGS = {
@@ -70,6 +73,10 @@ MEMORY_TAGS = {  # Megatron --log-memory-to-tensorboard, bytes (torch.cuda.memor
 MIB = 1 << 20
 TIMER_SUFFIX = "-time"  # megatron/core/timers.py write(): name + '-time', the max across ranks, seconds
 SAMPLES_SUFFIX = " vs samples"
+# DeepSpeed's monitor writes `Train/Samples/train_loss`, `.../lr`, `.../loss_scale` and timers with the
+# consumed samples as the step (deepspeed/runtime/engine.py): no iteration number, so these are metrics
+# without one, their sample count kept in `text`.
+DEEPSPEED_SAMPLES = "Train/Samples/"
 TEXT_SUFFIX = "/text_summary"  # torch.utils.tensorboard and tensorboardX append it to add_text tags
 
 
@@ -83,7 +90,7 @@ def header_ok(head: bytes) -> bool:
     """Whether `head` opens with a TFRecord header whose length CRC checks."""
     if len(head) < 12:
         return False
-    (crc,) = struct.unpack_from("<I", head, 8)
+    (crc,) = CRC.unpack_from(head, 8)
     return masked_crc32c(head[:8]) == crc
 
 
@@ -145,70 +152,88 @@ class _Records:
         self.problems: list[tuple[int, str, str]] = []
         self.records_read = 0
         self.buffer = b""
-        self.offset = 0  # file offset of buffer[0]
+        self.pos = 0  # where the next record starts in `buffer`
+        self.offset = 0  # file offset of the next record
         self.eof = False
 
+    def _read(self, size: int) -> bytes:
+        chunk = self.source.stream.read(size)
+        if not chunk:
+            self.eof = True
+            return b""
+        self.source.bytes_read += len(chunk)
+        for callback in self.source.on_bytes:
+            callback(chunk)
+        return chunk
+
     def _fill(self, need: int) -> bool:
+        """At least `need` bytes from `pos` on, if the file has them; the buffer is compacted once per
+        read, never per record (memory stays at about one read)."""
+        if len(self.buffer) - self.pos >= need:
+            return True
+        self.buffer, self.pos = self.buffer[self.pos :], 0
         while len(self.buffer) < need and not self.eof:
-            chunk = self.source.stream.read(max(READ_BYTES, need - len(self.buffer)))
-            if not chunk:
-                self.eof = True
-                break
-            self.source.bytes_read += len(chunk)
-            for callback in self.source.on_bytes:
-                callback(chunk)
-            self.buffer += chunk
+            self.buffer += self._read(max(READ_BYTES, need - len(self.buffer)))
         return len(self.buffer) >= need
 
     def records(self) -> Iterator[tuple[int, bytes]]:
         record_no = 0
-        while True:
-            if not self._fill(12):
-                if self.buffer:
-                    self._truncated(record_no + 1, "header")
-                return
-            record_no += 1
+        try:
+            while True:
+                if not self._fill(12):
+                    if len(self.buffer) > self.pos:
+                        self._truncated(record_no + 1, "header")
+                    return
+                record_no += 1
+                buffer, pos = self.buffer, self.pos
+                length, crc = HEADER.unpack_from(buffer, pos)
+                if masked_crc32c(buffer[pos : pos + 8]) != crc or length > MAX_RECORD_BYTES:
+                    self._bad_header(record_no)
+                    return
+                if len(buffer) - pos < 16 + length:
+                    if not self._fill(16 + length):
+                        self._truncated(record_no, "payload")
+                        return
+                    buffer, pos = self.buffer, self.pos
+                payload = buffer[pos + 12 : pos + 12 + length]
+                (payload_crc,) = CRC.unpack_from(buffer, pos + 12 + length)
+                self.pos = pos + 16 + length
+                start, self.offset = self.offset, self.offset + 16 + length
+                if masked_crc32c(payload) != payload_crc:
+                    self.problems.append(
+                        (record_no, "bad_record", f"record at byte {start} fails its CRC-32C check; skipped")
+                    )
+                    continue
+                self.records_read += 1
+                yield record_no, payload
+        finally:
             self.source.lines_total = record_no
-            length, crc = struct.unpack_from("<QI", self.buffer)
-            if masked_crc32c(self.buffer[:8]) != crc or length > MAX_RECORD_BYTES:
-                if self.records_read == 0 and self.offset == 0:
-                    raise TracelogError(
-                        "not a TensorBoard events file: its first record header fails its CRC"
-                    )
-                rest = self._rest()
-                self.problems.append(
-                    (
-                        record_no,
-                        "bad_record",
-                        f"record header at byte {self.offset} fails its CRC-32C check: the records after it "
-                        f"cannot be framed; the last {rest} bytes were not read",
-                    )
-                )
-                return
-            if not self._fill(12 + length + 4):
-                self._truncated(record_no, "payload")
-                return
-            payload = self.buffer[12 : 12 + length]
-            (payload_crc,) = struct.unpack_from("<I", self.buffer, 12 + length)
-            self.buffer = self.buffer[16 + length :]
-            start, self.offset = self.offset, self.offset + 16 + length
-            if masked_crc32c(payload) != payload_crc:
-                self.problems.append(
-                    (record_no, "bad_record", f"record at byte {start} fails its CRC-32C check; skipped")
-                )
-                continue
-            self.records_read += 1
-            yield record_no, payload
+
+    def _bad_header(self, record_no: int) -> None:
+        if self.records_read == 0 and self.offset == 0:
+            raise TracelogError("not a TensorBoard events file: its first record header fails its CRC")
+        rest = self._rest()
+        self.problems.append(
+            (
+                record_no,
+                "bad_record",
+                f"record header at byte {self.offset} fails its CRC-32C check: the records after it "
+                f"cannot be framed; the last {rest} bytes were not read",
+            )
+        )
 
     def _rest(self) -> int:
-        while self._fill(len(self.buffer) + READ_BYTES):
-            pass
-        return len(self.buffer)
+        """The bytes left from `pos` to the end, read (the store hashes them) but not kept."""
+        rest = len(self.buffer) - self.pos
+        self.buffer, self.pos = b"", 0
+        while chunk := self._read(READ_BYTES):
+            rest += len(chunk)
+        return rest
 
     def _truncated(self, record_no: int, part: str) -> None:
         """A last record cut short: a writer still running (held back like a log's last line, until it
         completes) or a job killed mid-write."""
-        size = len(self.buffer)
+        size = len(self.buffer) - self.pos
         if self.source.hold_partial:
             self.source.pending_bytes = size
             what = "held back until the writer completes it"
@@ -232,20 +257,24 @@ class _State:
         self.steps: dict[int, dict[str, Any]] = {}
         self.memory: dict[int, dict[str, Any]] = {}
         self.last_step: int | None = None
-        self.tags: set[str] = set()
+        self.roles: dict[str, tuple[str, str]] = {}
 
     def event(self, record_no: int, event: Event) -> None:
         kind = event.WhichOneof("what")
-        if kind == "file_version":
-            return
-        if kind != "summary":
+        if kind == "summary":
+            step, wall_time = event.step, event.wall_time
+            for value in event.summary.value:
+                if value.WhichOneof("value") == "simple_value":
+                    self._number(record_no, step, wall_time, value.tag, value.simple_value)
+                else:
+                    self._other(record_no, step, wall_time, value)
+        elif kind != "file_version":
             self.out.add("unparsed", {"line_no": record_no, "text": f"step {event.step}: {kind} event"})
-            return
-        for value in event.summary.value:
-            self._value(record_no, event, value)
 
-    def _value(self, record_no: int, event: Event, value: Any) -> None:
-        step, tag = int(event.step), value.tag
+    def _other(self, record_no: int, step: int, wall_time: float, value: Any) -> None:
+        """A summary value that is no `simple_value`: a text, a TF 2 scalar tensor, or what tracelog
+        does not read (histograms, images), kept as unparsed."""
+        tag = value.tag
         plugin = value.metadata.plugin_data.plugin_name
         if plugin == "text" or tag.endswith(TEXT_SUFFIX):
             self._text(record_no, tag.removesuffix(TEXT_SUFFIX), value)
@@ -257,39 +286,76 @@ class _State:
                 "unparsed", {"line_no": record_no, "text": f"step {step}: {plugin or what} summary {tag!r}"}
             )
             return
-        self.tags.add(tag)
-        if tag.endswith(SAMPLES_SUFFIX) and tag.removesuffix(SAMPLES_SUFFIX) in self.tags:
+        self._number(record_no, step, wall_time, tag, number)
+
+    def _role(self, tag: str) -> tuple[str, str]:
+        """What a tag is (decided once per tag): a copy against samples, memory, an iteration column,
+        a timer or a metric, and the column or name it goes to."""
+        base = tag.removesuffix(SAMPLES_SUFFIX)
+        if base != tag and base in self.roles:
+            role = ("copy", "")
+        elif tag.startswith(DEEPSPEED_SAMPLES):
+            role = ("per_sample", tag)
+        elif tag in MEMORY_TAGS:
+            role = ("memory", MEMORY_TAGS[tag])
+        elif tag in ITERATION_TAGS:
+            role = ("iteration", ITERATION_TAGS[tag])
+        elif tag.endswith(TIMER_SUFFIX):
+            role = ("timer", tag.removesuffix(TIMER_SUFFIX))
+        else:
+            role = ("metric", tag)
+        self.roles[tag] = role
+        return role
+
+    def _number(self, record_no: int, step: int, wall_time: float, tag: str, number: float) -> None:
+        kind, column = self.roles.get(tag) or self._role(tag)
+        if kind == "copy":
             # The same value against consumed samples: Megatron writes it right after the iteration's own.
-            if self.last_step is not None and self.last_step in self.steps:
-                self.steps[self.last_step]["consumed_samples"] = step
+            row = self.steps.get(self.last_step) if self.last_step is not None else None
+            if row is not None:
+                row["consumed_samples"] = step
+            return
+        if kind == "per_sample":
+            self.out.add(
+                "iteration_metrics",
+                {
+                    "run_key": 0,
+                    "key": column,
+                    "value": number,
+                    "text": f"at {step} samples",
+                    "line_no": record_no,
+                },
+            )
             return
         self.last_step = step
-        if tag in MEMORY_TAGS:
-            row = self.memory.setdefault(step, {"run_key": 0, "iteration": step, "line_no": record_no})
-            row[MEMORY_TAGS[tag]] = number / MIB
+        if kind == "memory":
+            mem = self.memory.setdefault(step, {"run_key": 0, "iteration": step, "line_no": record_no})
+            mem[column] = number / MIB
             return
-        row = self._step(step, record_no, event.wall_time)
-        column = ITERATION_TAGS.get(tag)
-        if column is not None:
+        if kind == "iteration":
+            row = self.steps.get(step) or self._step(step, record_no, wall_time)
             row[column] = round(number) if column in INTEGER_COLUMNS else number
-        elif tag.endswith(TIMER_SUFFIX):
+        elif kind == "timer":
+            self._step(step, record_no, wall_time)
             self.out.add(
                 "timers",
                 {
                     "run_key": 0,
                     "iteration": step,
-                    "name": tag.removesuffix(TIMER_SUFFIX),
+                    "name": column,
                     "time_ms": number * 1000.0,
                     "line_no": record_no,
                 },
             )
         else:
+            self._step(step, record_no, wall_time)
             self.out.add(
                 "iteration_metrics",
-                {"run_key": 0, "iteration": step, "key": tag, "value": number, "line_no": record_no},
+                {"run_key": 0, "iteration": step, "key": column, "value": number, "line_no": record_no},
             )
 
     def _step(self, step: int, record_no: int, wall_time: float) -> dict[str, Any]:
+        """The held row of `step`, opened at its first event (its time is the event's wall time)."""
         row = self.steps.get(step)
         if row is None:
             ts = datetime.fromtimestamp(wall_time, UTC).replace(tzinfo=None)
