@@ -4,19 +4,25 @@ records; a run's text log and its events make one run."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import struct
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.util import tensor_util
 
-from tests.conftest import SAMPLES
+from tests.conftest import ROOT, SAMPLES
 from tests.tensorboard_events import scalar, text, write
+from tracelog import api
 from tracelog.errors import TracelogError
 from tracelog.ingest import Unrecognised, ingest_file
 from tracelog.parsers import detect_binary, tensorboard
@@ -26,6 +32,18 @@ from tracelog.store import Store
 SAMPLE_DIR = SAMPLES / "tb_llama3_8b_h100"
 SAMPLE = next(SAMPLE_DIR.glob("events.out.tfevents.*"))
 LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
+
+
+def _load_fuzz() -> Any:
+    spec = importlib.util.spec_from_file_location("tracelog_fuzz", ROOT / "benchmarks" / "fuzz.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fuzz = _load_fuzz()
 
 
 def rows(data: bytes, name: str = "<test>") -> dict[str, list[dict[str, Any]]]:
@@ -265,3 +283,42 @@ def test_merging_again_adds_no_rows(store: Store) -> None:
     after = store.scalar("SELECT count(*) FROM iterations") + store.scalar("SELECT count(*) FROM timers")
     assert after == before
     assert store.scalar("SELECT count(*) FROM runs") == 2
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(
+    cuts=st.lists(
+        st.tuples(st.sampled_from(["flip", "cut", "insert"]), st.integers(0, 30_000), st.integers(1, 255)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_damaged_event_files_land_or_fail_with_the_projects_error(cuts: list[tuple[str, int, int]]) -> None:
+    """Byte flips, truncation and inserted bytes anywhere in the sample: the ingest succeeds with what
+    it could read (and events for the rest) or fails with tracelog's error, leaving a consistent store."""
+    data = bytearray(SAMPLE.read_bytes())
+    for kind, at, byte in cuts:
+        at %= len(data)
+        if kind == "flip":
+            data[at] ^= byte
+        elif kind == "cut":
+            del data[max(at, 1) :]
+        else:
+            data[at:at] = bytes([byte]) * byte
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / SAMPLE.name
+        path.write_bytes(bytes(data))
+        with Store(Path(folder) / "fuzz.duckdb") as store:
+            (result,) = api.ingest(store, [str(path)])
+            failed = isinstance(result, api.IngestFailure)
+            if failed:
+                assert isinstance(result.error, TracelogError)
+            else:
+                kinds = {k for (k,) in store.con.execute("SELECT DISTINCT kind FROM events").fetchall()}
+                damaged = bytes(data) != SAMPLE.read_bytes()[: len(data)] or len(data) < SAMPLE.stat().st_size
+                assert (
+                    not damaged
+                    or kinds & {"bad_record", "truncated_record", "bad_value"}
+                    or (store.scalar("SELECT count(*) FROM unparsed") > 0)
+                ), "damage nobody reported"
+            assert fuzz.consistency_problems(store.con, failed=failed) == []
