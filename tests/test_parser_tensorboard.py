@@ -275,6 +275,21 @@ def test_event_files_of_one_folder_are_one_run(store: Store, tmp_path: Path) -> 
     assert store.scalar("SELECT count(*) FROM runs") == 1
 
 
+def test_an_events_file_still_being_written_holds_back_its_cut_record(store: Store, tmp_path: Path) -> None:
+    full = SAMPLE.read_bytes()
+    path = tmp_path / "tb" / SAMPLE.name
+    path.parent.mkdir()
+    path.write_bytes(full[: len(full) // 2 + 5])
+    first = ingest_file(store, str(path))
+    assert first.bytes_pending > 0
+    assert store.scalar("SELECT max(iteration) FROM iterations") < 200
+    path.write_bytes(full)
+    second = ingest_file(store, str(path))
+    assert (second.status, second.bytes_pending) == ("appended", 0)
+    assert store.con.execute("SELECT count(*), max(iteration) FROM iterations").fetchone() == (20, 200)
+    assert store.scalar("SELECT count(*) FROM events WHERE kind = 'truncated_record'") == 0
+
+
 def test_merging_again_adds_no_rows(store: Store) -> None:
     ingest_file(store, str(LLAMA))
     ingest_file(store, str(SAMPLE))
@@ -311,7 +326,7 @@ def test_damaged_event_files_land_or_fail_with_the_projects_error(cuts: list[tup
         with Store(Path(folder) / "fuzz.duckdb") as store:
             (result,) = api.ingest(store, [str(path)])
             failed = isinstance(result, api.IngestFailure)
-            if failed:
+            if isinstance(result, api.IngestFailure):
                 assert isinstance(result.error, TracelogError)
             else:
                 kinds = {k for (k,) in store.con.execute("SELECT DISTINCT kind FROM events").fetchall()}

@@ -11,8 +11,8 @@ also describes (`formats`, the event files) and
 
 The new run's rows then join the earlier run: a shared iteration fills only what the earlier row lacks,
 other rows are added, configuration columns fill the earlier run's NULLs, and the new run's row goes.
-Merging twice gives the same rows, so ingesting the events again (`--force`) is safe. A text log re-read
-after it grew loses the rows merged into its run; ingest the event files again with `--force`.
+Merging twice gives the same rows, so ingesting the events again (`--force`) is safe. A file re-read
+after it grew loses the rows merged into its run from other files; ingest those again with `--force`.
 """
 
 from __future__ import annotations
