@@ -24,7 +24,7 @@ from tests.conftest import ROOT, SAMPLES
 from tests.tensorboard_events import scalar, text, write
 from tracelog import api
 from tracelog.errors import TracelogError
-from tracelog.ingest import Unrecognised, ingest_file
+from tracelog.ingest import IngestResult, Unrecognised, ingest_file
 from tracelog.parsers import detect_binary, tensorboard
 from tracelog.parsers.base import LineSource
 from tracelog.store import Store
@@ -337,3 +337,10 @@ def test_damaged_event_files_land_or_fail_with_the_projects_error(cuts: list[tup
                     or (store.scalar("SELECT count(*) FROM unparsed") > 0)
                 ), "damage nobody reported"
             assert fuzz.consistency_problems(store.con, failed=failed) == []
+
+
+def test_the_joined_run_is_refreshed_with_the_events_rows(store: Store) -> None:
+    api.ingest(store, [str(LLAMA)])
+    (result,) = api.ingest(store, [str(SAMPLE)])
+    assert isinstance(result, IngestResult) and result.merged
+    assert store.scalar("SELECT count(*) FROM sources WHERE refresh_pending") == 0

@@ -552,4 +552,10 @@ def _merge_same_runs(store: Store, writer: SourceWriter) -> dict[int, int]:
         if into is not None:
             merge_run(store, run_id, into)
             merged[run_id] = into
+            # The joined run gained rows: its own file's predictions and flags are owed again.
+            store.con.execute(
+                "UPDATE sources SET refresh_pending = true WHERE source_id = "
+                "(SELECT source_id FROM runs WHERE run_id = ?)",
+                [into],
+            )
     return merged

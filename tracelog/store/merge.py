@@ -48,6 +48,11 @@ def same_run(store: Store, run_id: int, formats: set[str]) -> int | None:
     if mine is None:
         return None
     my_format, my_path = mine
+    if my_format not in formats and not store.scalar(
+        "SELECT count(*) FROM runs r JOIN sources s USING (source_id) WHERE list_contains(?, s.format)",
+        [sorted(formats)],
+    ):
+        return None  # nothing to match: a text log's ingest costs no join when no event files are stored
     if my_format in formats and my_path != "-":
         folder = Path(my_path).resolve().parent
         for other, path in store.con.execute(
