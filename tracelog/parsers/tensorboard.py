@@ -6,8 +6,9 @@ protobuf and that payload's masked CRC-32C (tensorflow/core/lib/io/record_writer
 with tensorboard's own protobuf definitions (`tensorboard.compat.proto.event_pb2`). The records are framed
 here rather than by tensorboard's `EventFileLoader` because, without TensorFlow installed, that loader
 checks each CRC in pure Python: 1.4 MB/s (16 s for a 23 MB file of 420,000 Megatron scalars) against
-14 MB/s framed here with a C CRC-32C (`google-crc32c`); the loader also ends silently at a bad or truncated
-record, where tracelog must say so. Reading from the ingest's stream also keeps memory flat and lets the
+14 MB/s framed and decoded here with a C CRC-32C (`google-crc32c`), 4 MB/s with the rows built (README,
+TensorBoard event files); the loader also ends silently at a bad or truncated record, where tracelog must
+say so. Reading from the ingest's stream also keeps memory flat and lets the
 store hash the file in the same pass.
 
 Tags are mapped as the writers name them: Megatron-LM `training_log` (`lm loss`, `learning-rate`,
@@ -15,19 +16,16 @@ Tags are mapped as the writers name them: Megatron-LM `training_log` (`lm loss`,
 TFLOP/s/GPU, `mem-*-bytes`, timers as `NAME-time` in seconds, the `X vs samples` copies whose step is
 the consumed samples, arguments as one text summary per argument), NeMo's Lightning logger
 (`reduced_train_loss`, `lr`, `train_step_timing in s`, ...), DeepSpeed's monitor (`Train/Samples/...`,
-stepped by samples). Every other scalar is a metric. Record
-numbers (1-based) stand in for line numbers.
+stepped by samples). Every other scalar is a metric. Record numbers (1-based) stand in for line numbers.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import google_crc32c
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.util import tensor_util
@@ -35,17 +33,12 @@ from tensorboard.util import tensor_util
 from tracelog.errors import TracelogError
 from tracelog.parsers.base import Batch, Emitter, LineSource, guarded
 from tracelog.parsers.megatron_config import RunInfo
+from tracelog.parsers.tfrecord import Records, header_ok
 
 FORMAT = "tensorboard"
 VERSION = "1"
 DESCRIBES_RUNS_OF_OTHER_FILES = True  # a job's events and its text log are one run (see store.merge)
 NAME_MARK = "tfevents"  # every TensorBoard writer names its files events.out.tfevents.<time>.<host>...
-READ_BYTES = 1 << 20
-# A record longer than this is no event a trainer writes (scalars are ~50 bytes, a graph a few MB);
-# a larger length means the framing is lost.
-MAX_RECORD_BYTES = 256 << 20
-HEADER = struct.Struct("<QI")  # record length, masked CRC-32C of the length
-CRC = struct.Struct("<I")
 OPEN_STEPS = 256  # steps whose rows are held while their events may still come (Megatron writes in order)
 
 ITERATION_TAGS = {
@@ -80,20 +73,6 @@ DEEPSPEED_SAMPLES = "Train/Samples/"
 TEXT_SUFFIX = "/text_summary"  # torch.utils.tensorboard and tensorboardX append it to add_text tags
 
 
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC-32C (tensorflow/core/lib/hash/crc32c.h: rotate right 15, add 0xa282ead8)."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def header_ok(head: bytes) -> bool:
-    """Whether `head` opens with a TFRecord header whose length CRC checks."""
-    if len(head) < 12:
-        return False
-    (crc,) = CRC.unpack_from(head, 8)
-    return masked_crc32c(head[:8]) == crc
-
-
 def detect(head: str) -> int:
     """Event files are binary: `detect_binary` claims them, never the text detection."""
     return 0
@@ -109,7 +88,7 @@ def detect_binary(head: bytes, path: str) -> int:
 
 @guarded
 def parse(source: LineSource) -> Iterator[Batch]:
-    reader = _Records(source)
+    reader = Records(source)
     state = _State()
     for record_no, payload in reader.records():
         try:
@@ -142,110 +121,6 @@ def _folder_name(path: str) -> str | None:
 
 def _event(record_no: int, kind: str, text: str) -> dict[str, Any]:
     return {"line_no": record_no, "kind": kind, "text": text, "run_key": 0}
-
-
-class _Records:
-    """The payloads of a TFRecord stream, CRCs checked; what went wrong is kept in `problems`."""
-
-    def __init__(self, source: LineSource) -> None:
-        self.source = source
-        self.problems: list[tuple[int, str, str]] = []
-        self.records_read = 0
-        self.buffer = b""
-        self.pos = 0  # where the next record starts in `buffer`
-        self.offset = 0  # file offset of the next record
-        self.eof = False
-
-    def _read(self, size: int) -> bytes:
-        chunk = self.source.stream.read(size)
-        if not chunk:
-            self.eof = True
-            return b""
-        self.source.bytes_read += len(chunk)
-        for callback in self.source.on_bytes:
-            callback(chunk)
-        return chunk
-
-    def _fill(self, need: int) -> bool:
-        """At least `need` bytes from `pos` on, if the file has them; the buffer is compacted once per
-        read, never per record (memory stays at about one read)."""
-        if len(self.buffer) - self.pos >= need:
-            return True
-        self.buffer, self.pos = self.buffer[self.pos :], 0
-        while len(self.buffer) < need and not self.eof:
-            self.buffer += self._read(max(READ_BYTES, need - len(self.buffer)))
-        return len(self.buffer) >= need
-
-    def records(self) -> Iterator[tuple[int, bytes]]:
-        record_no = 0
-        try:
-            while True:
-                if not self._fill(12):
-                    if len(self.buffer) > self.pos:
-                        self._truncated(record_no + 1, "header")
-                    return
-                record_no += 1
-                buffer, pos = self.buffer, self.pos
-                length, crc = HEADER.unpack_from(buffer, pos)
-                if masked_crc32c(buffer[pos : pos + 8]) != crc or length > MAX_RECORD_BYTES:
-                    self._bad_header(record_no)
-                    return
-                if len(buffer) - pos < 16 + length:
-                    if not self._fill(16 + length):
-                        self._truncated(record_no, "payload")
-                        return
-                    buffer, pos = self.buffer, self.pos
-                payload = buffer[pos + 12 : pos + 12 + length]
-                (payload_crc,) = CRC.unpack_from(buffer, pos + 12 + length)
-                self.pos = pos + 16 + length
-                start, self.offset = self.offset, self.offset + 16 + length
-                if masked_crc32c(payload) != payload_crc:
-                    self.problems.append(
-                        (record_no, "bad_record", f"record at byte {start} fails its CRC-32C check; skipped")
-                    )
-                    continue
-                self.records_read += 1
-                yield record_no, payload
-        finally:
-            self.source.lines_total = record_no
-
-    def _bad_header(self, record_no: int) -> None:
-        if self.records_read == 0 and self.offset == 0:
-            raise TracelogError("not a TensorBoard events file: its first record header fails its CRC")
-        rest = self._rest()
-        self.problems.append(
-            (
-                record_no,
-                "bad_record",
-                f"record header at byte {self.offset} fails its CRC-32C check: the records after it "
-                f"cannot be framed; the last {rest} bytes were not read",
-            )
-        )
-
-    def _rest(self) -> int:
-        """The bytes left from `pos` to the end, read (the store hashes them) but not kept."""
-        rest = len(self.buffer) - self.pos
-        self.buffer, self.pos = b"", 0
-        while chunk := self._read(READ_BYTES):
-            rest += len(chunk)
-        return rest
-
-    def _truncated(self, record_no: int, part: str) -> None:
-        """A last record cut short: a writer still running (held back like a log's last line, until it
-        completes) or a job killed mid-write."""
-        size = len(self.buffer) - self.pos
-        if self.source.hold_partial:
-            self.source.pending_bytes = size
-            what = "held back until the writer completes it"
-        else:
-            what = "not read"
-        self.problems.append(
-            (
-                record_no,
-                "truncated_record",
-                f"last record cut short in its {part} ({size} bytes at byte {self.offset}); {what}",
-            )
-        )
 
 
 class _State:
