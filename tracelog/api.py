@@ -157,6 +157,9 @@ def ingest(
             continue
         try:
             result.warning = refresher.try_refresh_source(store, result.source_id)
+            for into in result.merged.values():  # a run that gained this file's rows
+                joined = store.scalar("SELECT source_id FROM runs WHERE run_id = ?", [into])
+                result.warning = result.warning or refresher.try_refresh_source(store, joined)
         except refresher.RefreshInterrupted as exc:
             results.append(IngestFailure(path, exc))
             break  # Ctrl-C: the files after this one are not read

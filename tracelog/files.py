@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracelog.errors import TracelogError
-from tracelog.parsers import HEAD_BYTES
+from tracelog.parsers import HEAD_BYTES, detect_binary
 
 
 @dataclass
@@ -157,7 +157,7 @@ def read_head(stream: BinaryIO, path: str) -> bytes:
         raise TracelogError(f"cannot read: {exc}", path) from None
     if not head:
         raise TracelogError("file is empty", path)
-    if b"\x00" in head:
+    if b"\x00" in head and detect_binary(head, path) is None:
         line = head[: head.index(b"\x00")].count(b"\n") + 1
         raise TracelogError("binary file (NUL bytes), not a text log", path, line)
     return head

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, BinaryIO
 
@@ -37,6 +37,7 @@ from tracelog.source_writer import (
     delete_source,
 )
 from tracelog.store import Store
+from tracelog.store.merge import merge_run, same_run
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
@@ -56,6 +57,7 @@ class IngestResult:
     lines_unparsed: int = 0
     bytes_pending: int = 0  # a last line without its newline, held back
     warning: str | None = None  # what failed after the commit (the refresh), or why a file was skipped
+    merged: dict[int, int] = field(default_factory=dict)  # run id -> the earlier run it joined
 
     def summary(self) -> str:
         if self.status == "skipped":
@@ -76,9 +78,12 @@ class IngestResult:
             what.append(f"{self.runs} run{'s' * (self.runs != 1)}")
         if self.benches:
             what.append(f"{self.benches} bench{'es' * (self.benches != 1)}")
+        joined = "".join(
+            f"; the same run as run {into}, rows merged into it" for into in self.merged.values()
+        )
         return (
             f"{self.path}: {self.status} as {self.format}, {', '.join(what) or 'no runs'}, "
-            f"{self.rows} rows, {self.lines_unparsed} of {self.lines_total} lines unparsed{pending}"
+            f"{self.rows} rows, {self.lines_unparsed} of {self.lines_total} lines unparsed{pending}{joined}"
         )
 
 
@@ -259,6 +264,9 @@ def _parser_for(stream: BinaryIO, path: str, head: list[bytes], format_id: str |
     with megabytes of shell tracing)."""
     if format_id:
         return parsers.by_format(format_id)
+    binary = parsers.detect_binary(head[0], path)
+    if binary is not None:
+        return binary
     try:
         try:
             return parsers.detect(head_text(head[0]), path)
@@ -337,6 +345,7 @@ def _ingest_stream(
             raise AlreadyIngested(int(duplicate))
         delete_source(store, int(duplicate))
     writer.apply_options()
+    merged = _merge_same_runs(store, writer)
     before_unparsed = resume.lines_unparsed if resume is not None else 0
     unparsed = before_unparsed + writer.unparsed
     store.con.execute(
@@ -370,4 +379,24 @@ def _ingest_stream(
         lines_total=source.lines_total,
         lines_unparsed=unparsed,
         bytes_pending=source.pending_bytes,
+        merged=merged,
     )
+
+
+def _merge_same_runs(store: Store, writer: SourceWriter) -> dict[int, int]:
+    """Runs of this file that an earlier file already describes (its event files, its text log) join
+    that run (see `store.merge`)."""
+    formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
+    merged = {}
+    for run_id in writer.run_ids.values():
+        into = same_run(store, run_id, formats)
+        if into is not None:
+            merge_run(store, run_id, into)
+            merged[run_id] = into
+            # The joined run gained rows: its own file's predictions and flags are owed again.
+            store.con.execute(
+                "UPDATE sources SET refresh_pending = true WHERE source_id = "
+                "(SELECT source_id FROM runs WHERE run_id = ?)",
+                [into],
+            )
+    return merged

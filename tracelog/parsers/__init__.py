@@ -1,7 +1,8 @@
 """The parser registry and format detection.
 
 Each parser is a module with `FORMAT`, `VERSION`, `detect(head) -> int` (0: not mine; higher: surer)
-and `parse(source) -> Iterator[Batch]`. Adding a format is one module and one line in `PARSERS`.
+and `parse(source) -> Iterator[Batch]`. A parser of a binary format also has `detect_binary(head, path) -> int`,
+asked about the raw bytes of a head that text detection would reject. Adding a format is one module and one line in `PARSERS`.
 """
 
 from __future__ import annotations
@@ -9,9 +10,29 @@ from __future__ import annotations
 from types import ModuleType
 
 from tracelog.errors import TracelogError
-from tracelog.parsers import allreduce_bench, deepspeed, megatron, nccl_tests, nemo, p2p, table, topo
+from tracelog.parsers import (
+    allreduce_bench,
+    deepspeed,
+    megatron,
+    nccl_tests,
+    nemo,
+    p2p,
+    table,
+    tensorboard,
+    topo,
+)
 
-PARSERS: list[ModuleType] = [megatron, nemo, deepspeed, table, nccl_tests, p2p, topo, allreduce_bench]
+PARSERS: list[ModuleType] = [
+    megatron,
+    nemo,
+    deepspeed,
+    table,
+    nccl_tests,
+    p2p,
+    topo,
+    allreduce_bench,
+    tensorboard,
+]
 
 HEAD_BYTES = 64 * 1024
 LONG_HEAD_BYTES = 4 * 1024 * 1024
@@ -38,3 +59,10 @@ def detect(head: str, path: str) -> ModuleType:
             path,
         )
     return scored[0][2]
+
+
+def detect_binary(head: bytes, path: str) -> ModuleType | None:
+    """The parser of a binary format most sure of these raw bytes (and file name), or None."""
+    scored = [(p.detect_binary(head, path), p) for p in PARSERS if hasattr(p, "detect_binary")]
+    best = max(scored, key=lambda t: t[0], default=(0, None))
+    return best[1] if best[0] > 0 else None
