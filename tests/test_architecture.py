@@ -21,7 +21,7 @@ LAYERS = [
     ("files", "ingest"),
     ("model",),
     ("analysis",),
-    ("report",),
+    ("report", "charts"),
     ("api",),
     ("render", "cli", "__main__"),
 ]
