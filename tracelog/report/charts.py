@@ -273,7 +273,11 @@ def memory(
     else:
         what = "device capacity unknown: name the GPU with `tracelog ingest --gpu`"
     title = [f"{label}: peak memory per rank (MiB; bar: reserved, tick: allocated)", what]
-    shape = {"many": bool(data["rank"].nunique() > 128), "allocated": bool(data["alloc_mib"].notna().any())}
+    shape = {
+        "many": bool(data["rank"].nunique() > 128),
+        "allocated": bool(data["alloc_mib"].notna().any()),
+        "unranked": bool(frame["rank"].isna().any()),
+    }
     return Figure(_draw_memory, title, frames, shape)
 
 
@@ -281,7 +285,7 @@ def _draw_memory(fig: Figure) -> alt.TopLevelMixin:
     x = (
         alt.X("rank:Q", title="rank")
         if fig.shape["many"]
-        else alt.X("rank:O", title="rank (-1: not printed)")
+        else alt.X("rank:O", title="rank (-1: the log names none)" if fig.shape["unranked"] else "rank")
     )
     colour = (
         alt.when("datum.share >= 0.95")

@@ -2,7 +2,7 @@
 colour per run, a legend that isolates a run on click, warm-up shaded in the run's colour.
 
 Every panel reads the same dataset and the same legend selection, so one click isolates the run in all of
-them; clicking the empty part of the legend (or double-clicking) brings every run back.
+them; a click on a blank spot of the chart brings every run back.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from tracelog.report.charts import Figure, _tip
+from tracelog.report.charts import GREY, Figure, _tip
 
 OVERLAY_WIDTH = 430
 OVERLAY_HEIGHT = 170
@@ -35,8 +35,8 @@ def overlay(series: pd.DataFrame, spans: pd.DataFrame, labels: dict[int, str]) -
         frames["warmup"] = spans.assign(run=spans["run_id"].map(labels))
     runs = tuple(labels[r] for r in sorted(series["run_id"].unique()))
     title = [
-        "runs overlaid: bucket means of the logged iterations (shaded: warm-up)",
-        "click a run in the legend to isolate it; click elsewhere in the legend to bring all back",
+        "runs overlaid: bucket means of the logged iterations (grey: warm-up of the runs shown)",
+        "click a run in the legend to isolate it; click a blank spot of the chart to bring all back",
     ]
     return Figure(_draw_overlay, title, frames, {"metrics": metrics, "axes": axes, "runs": runs})
 
@@ -48,10 +48,10 @@ def _draw_overlay(fig: Figure) -> alt.TopLevelMixin:
         "run:N",
         title="run",
         scale=alt.Scale(domain=runs, scheme="category20" if len(runs) > 10 else "category10"),
-        legend=alt.Legend(labelLimit=320, symbolLimit=0, columns=1),
+        legend=alt.Legend(labelLimit=320, symbolLimit=0, columns=1, symbolType="stroke", symbolStrokeWidth=3),
     )
     opacity = alt.when(pick).then(alt.value(1.0)).otherwise(alt.value(FADED))
-    shade_opacity = alt.when(pick).then(alt.value(0.12)).otherwise(alt.value(0.0))
+    shade_opacity = alt.when(pick).then(alt.value(0.18)).otherwise(alt.value(0.0))
     rows = []
     first = True
     for metric in fig.shape["metrics"]:
@@ -66,8 +66,8 @@ def _draw_overlay(fig: Figure) -> alt.TopLevelMixin:
                 lo, hi = ("it0", "it1") if axis == "it" else ("tok0", "tok1")
                 shade = alt.Chart(fig.data("warmup")).transform_filter(f"isValid(datum.{lo})")
                 layers.append(
-                    shade.mark_rect().encode(
-                        x=alt.X(f"{lo}:Q"), x2=f"{hi}:Q", color=colour, opacity=shade_opacity
+                    shade.mark_rect(color=GREY).encode(
+                        x=alt.X(f"{lo}:Q"), x2=f"{hi}:Q", opacity=shade_opacity
                     )
                 )
             tips = [_tip("run", kind="N"), _tip("it", "iteration", "d"), _tip("tokens", "tokens", ",d")]
