@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.test_report import EVIL, EVIL_TAG, build_store  # noqa: E402
-from tracelog import api, report  # noqa: E402
+from tracelog import report  # noqa: E402
 
 pytestmark = pytest.mark.browser
 CHROMIUM_ARGS = [
@@ -224,7 +224,10 @@ def test_clicking_a_legend_entry_isolates_a_run(opened, sample):
     chart.scroll_into_view_if_needed()
     label = chart.locator("g.role-legend-label text", has_text=f"#{ids['llama']} ").first
     lines = chart.locator("g.role-mark.mark-line path")
-    opacities = lambda: lines.evaluate_all("ps => ps.map(p => Number(p.getAttribute('opacity') ?? 1))")
+
+    def opacities() -> list[float]:
+        return lines.evaluate_all("ps => ps.map(p => Number(p.getAttribute('opacity') ?? 1))")
+
     assert set(opacities()) == {1.0}  # every run drawn before the click
     box = label.bounding_box()  # Vega draws legend text without pointer events: click where a user would
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)

@@ -59,7 +59,9 @@ def test_two_named_runs_open_on_their_differences(tmp_path):
     config = differences.split('id="config-diff"')[1].split("</table>")[0]
     keys = re.findall(r'<tr><td data-v="([^"]+)">', config)
     assert keys == ["pp", "tp", "arg lr"]
-    assert "sec/it" in differences and '<td class="n" data-v="2">2</td></tr>' in differences  # b / a of the medians
+    assert (
+        "sec/it" in differences and '<td class="n" data-v="2">2</td></tr>' in differences
+    )  # b / a of the medians
 
 
 def test_curves_that_never_part_say_so(tmp_path):
@@ -80,14 +82,19 @@ def test_the_runs_table_puts_measured_beside_predicted_with_the_gap_coloured(bui
     heads = re.findall(r"<th>([^<]+)</th>", table)
     assert heads[heads.index("sec/it") : heads.index("sec/it") + 3] == ["sec/it", "predicted", "of model"]
     with Store(built[0], read_only=True) as store:
-        measured, runs = store.con.execute(
-            "SELECT sec_per_it FROM run_summary WHERE run_id = ?", [ids["llama"]]
-        ).fetchone()[0], store.scalar("SELECT count(*) FROM runs")
+        measured, runs = (
+            store.con.execute(
+                "SELECT sec_per_it FROM run_summary WHERE run_id = ?", [ids["llama"]]
+            ).fetchone()[0],
+            store.scalar("SELECT count(*) FROM runs"),
+        )
     row = table.split(f'data-run="{ids["llama"]}"')[1].split("</tr>")[0]
     shares = re.findall(r'<td class="n gap-(ok|gap|bad)" data-v="([^"]+)">', row)
     predicted = 4.5  # add_predictions in test_report: sec_per_it 4.5 s for the llama run
     assert float(shares[0][1]) == pytest.approx(predicted / measured)
-    assert shares[0][0] == ("ok" if predicted / measured >= 0.8 else "gap" if predicted / measured >= 0.4 else "bad")
+    assert shares[0][0] == (
+        "ok" if predicted / measured >= 0.8 else "gap" if predicted / measured >= 0.4 else "bad"
+    )
     assert table.count("<tr data-tags") == runs  # every run on one line
 
 

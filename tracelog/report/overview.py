@@ -1,8 +1,9 @@
 """The report's opening: the runs table (measured beside predicted), the overlays across runs, and for two
 named runs their differences.
 
-Everything is aggregated in DuckDB: overlays take at most `OVERLAY_POINTS_TOTAL` bucket means over all runs
-(one dataset shared by every panel), so 100 runs add a few hundred kB to the page, not megabytes.
+Everything is aggregated in DuckDB: overlays merge the per-run buckets the run charts already read into at
+most `OVERLAY_POINTS_TOTAL` over all runs (one dataset shared by every panel), so 100 runs add about a
+megabyte to the page and no second pass over the iterations.
 """
 
 from __future__ import annotations
@@ -63,25 +64,39 @@ def runs_table(store: Store, scope: Selection, pred: pd.DataFrame, pick: Any) ->
     return frame
 
 
-def overlay_series(store: Store, scope: Selection) -> pd.DataFrame:
-    """Bucket means per run (iteration, tokens, sec/it, TFLOP/s, loss, warm-up), for the runs with at
-    least two buckets: a single value is a line in the runs table, never a chart."""
-    points = max(
-        OVERLAY_POINTS_MIN, min(OVERLAY_POINTS_PER_RUN, OVERLAY_POINTS_TOTAL // max(1, len(scope.run_ids)))
+def overlay_series(series: pd.DataFrame, seq_len: dict[int, Any], runs: int) -> pd.DataFrame:
+    """The per-run buckets (`sections._series`, already aggregated in DuckDB) merged into fewer, for the
+    runs with at least two: a single value is a line in the runs table, never a chart. Means are weighted
+    by the log lines of each bucket; tokens are consumed tokens, else consumed samples x seq length."""
+    columns = ["run_id", "it", "tokens", "s", "tf", "loss", "warmup"]
+    if series.empty:
+        return pd.DataFrame(columns=columns)
+    points = max(OVERLAY_POINTS_MIN, min(OVERLAY_POINTS_PER_RUN, OVERLAY_POINTS_TOTAL // max(1, runs)))
+    frame = series.assign(
+        tokens=series["tok"].fillna(series["samples"] * series["run_id"].map(seq_len).astype("Float64")),
+        k=series.groupby("run_id").cumcount(),
+        count=series.groupby("run_id")["it"].transform("size"),
     )
-    frame = store.query(
-        f"""
-        SELECT p.run_id, max(p.iteration) AS it,
-               coalesce(max(p.consumed_tokens), max(p.consumed_samples) * any_value(r.seq_len)) AS tokens,
-               avg(p.elapsed_s) AS s, avg(p.tflops_reported) AS tf, avg(p.lm_loss) AS loss,
-               bool_and(p.warmup)::INTEGER AS warmup
-        FROM iteration_phase p JOIN runs r USING (run_id)
-        WHERE {scope.sql("run", "p.run_id")}
-        GROUP BY p.run_id, (p.n - 1) * {points} // p.logged ORDER BY p.run_id, it
-        """
-    )
-    counts = frame.groupby("run_id")["it"].transform("size")
-    return frame[counts > 1].reset_index(drop=True)
+    frame["bucket"] = frame["k"] * points // frame["count"]
+    weights = {}
+    for metric in ("s", "tf", "loss"):
+        known = frame[metric].notna()
+        frame[f"{metric}_w"] = (frame[metric] * frame["lines"]).where(known)
+        frame[f"{metric}_n"] = frame["lines"].where(known)
+        weights[metric] = (f"{metric}_w", f"{metric}_n")
+    grouped = frame.groupby(["run_id", "bucket"], sort=True)
+    out = grouped.agg(
+        it=("it", "max"),
+        tokens=("tokens", "max"),
+        warmup=("warmup", "min"),
+        **{f"{m}_w": (w, "sum") for m, (w, _) in weights.items()},
+        **{f"{m}_n": (n, "sum") for m, (_, n) in weights.items()},
+    ).reset_index()
+    for metric in weights:
+        out[metric] = (out[f"{metric}_w"] / out[f"{metric}_n"]).where(out[f"{metric}_n"] > 0)
+    out = out[columns]
+    counts = out.groupby("run_id")["it"].transform("size")
+    return out[counts > 1].reset_index(drop=True)
 
 
 def warmup_spans(series: pd.DataFrame) -> pd.DataFrame:

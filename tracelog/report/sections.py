@@ -145,9 +145,10 @@ def build(
         """
     )
     table = overview.runs_table(store, scope, pred, _pick)
-    details = _run_sections(store, scope, pred)
+    series = _series(store, scope)
+    details = _run_sections(store, scope, pred, series)
     sections = [
-        *_overlay_sections(store, scope, table),
+        *_overlay_sections(store, scope, table, series),
         *_across_runs(table),
         *_collective_sections(store, scope, thresholds),
         *details,
@@ -180,9 +181,12 @@ def build(
     )
 
 
-def _overlay_sections(store: Store, scope: Selection, table: pd.DataFrame) -> list[Section]:
-    """The runs on shared axes, when at least one run has two points to draw."""
-    series = overview.overlay_series(store, scope)
+def _overlay_sections(
+    store: Store, scope: Selection, table: pd.DataFrame, buckets: pd.DataFrame
+) -> list[Section]:
+    """The runs on shared axes, when at least two runs have two points to draw."""
+    seq_len = dict(store.con.execute(f"SELECT run_id, seq_len FROM runs WHERE {scope.sql('run')}").fetchall())
+    series = overview.overlay_series(buckets, seq_len, len(scope.run_ids))
     if series.empty:
         return []
     labels = {
@@ -245,7 +249,7 @@ def _series(store: Store, scope: Selection) -> pd.DataFrame:
                avg(tflops_reported) AS tf, min(tflops_reported) AS tf_lo, max(tflops_reported) AS tf_hi,
                avg(lm_loss) AS loss, min(lm_loss) AS loss_lo, max(lm_loss) AS loss_hi, min(loss_scale) AS scale,
                sum(coalesce(skipped, 0))::BIGINT AS skipped, sum(coalesce(nan, 0))::BIGINT AS nan,
-               bool_or(warmup)::INTEGER AS warmup
+               bool_or(warmup)::INTEGER AS warmup, max(consumed_tokens) AS tok, max(consumed_samples) AS samples
         FROM iteration_phase WHERE {scope.sql("run")}
         GROUP BY run_id, (n - 1) * {points} // logged ORDER BY run_id, it
         """
@@ -287,7 +291,7 @@ def _capacity_mib(gpu_model: str | None) -> float | None:
     return None
 
 
-def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Section]:
+def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame, buckets: pd.DataFrame) -> list[Section]:
     if not scope.run_ids:
         return []
     runs = store.query(
@@ -299,7 +303,7 @@ def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Se
         WHERE {scope.sql("run", "r.run_id")} ORDER BY r.run_id
         """
     )
-    series = {int(k): g for k, g in _series(store, scope).groupby("run_id")}
+    series = {int(k): g.drop(columns=["tok", "samples"]) for k, g in buckets.groupby("run_id")}
     memory = {int(k): g for k, g in _memory(store, scope).groupby("run_id")}
     by_run = {int(k): g for k, g in pred.groupby("run_id")}
     warmup = _warmup(store, scope)
