@@ -511,8 +511,8 @@ def _draw_p2p(fig: Figure) -> alt.TopLevelMixin:
         )
         base = base.transform_calculate(access="datum.value > 0 ? 'yes' : 'no'")
     else:
-        scheme = "viridis" if unit == "GB/s" else "magma"
-        colour = alt.Color("value:Q", title=unit, scale=alt.Scale(scheme=scheme, domainMin=0, zero=True))
+        scale = alt.Scale(scheme="viridis" if unit == "GB/s" else "magma", domainMin=0, zero=True)
+        colour = alt.Color("value:Q", title=unit, scale=scale)
     layers: list[Any] = [
         base.transform_filter("datum.src != datum.dst")
         .mark_rect()

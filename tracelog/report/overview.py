@@ -8,14 +8,21 @@ megabyte to the page and no second pass over the iterations.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 from tracelog.store import Store
 
-if TYPE_CHECKING:
-    from tracelog.report.sections import Selection
+
+class Selection(Protocol):
+    """The runs in scope (`sections.Selection`, which gathers this module's data)."""
+
+    @property
+    def run_ids(self) -> tuple[int, ...]: ...
+
+    def sql(self, kind: str, column: str | None = None) -> str: ...
+
 
 # Points per run in the overlays: the overlay is for comparing runs, the per-run chart below keeps the
 # detail (`sections.POINTS_PER_RUN`). 20,000 over all runs keeps the shared dataset near 1 MB of CSV.
