@@ -244,11 +244,12 @@ def _header(report: Report) -> str:
         for s in report.sections
         if not s.anchor.startswith(("run-", "bench-"))
     )
+    differences = '<a href="#differences">differences</a>' if report.compare is not None else ""
     return (
         '<header><h1>tracelog report</h1><p class="meta">'
         f"{of('runs')} runs, {of('benches')} benches from {of('sources')} sources · flags: {flags} · "
         f"{html.escape(report.db)} · {report.generated_at:%Y-%m-%d %H:%M %Z}</p>"
-        f'<nav><a href="#flags">flags</a><a href="#runs">runs</a>{toc}</nav></header>'
+        f'<nav>{differences}<a href="#flags">flags</a><a href="#runs">runs</a>{toc}</nav></header>'
     )
 
 
@@ -352,7 +353,8 @@ def compare_section(report: Report) -> str:
     if config.empty:
         parts.append("<p>None: same layout, arguments and tags.</p>")
     else:
-        parts.append(_table(config, [("key", "key"), ("a", "a"), ("b", "b")], table_id="config-diff"))
+        table = _table(config, [("key", "key"), ("a", "a"), ("b", "b")], table_id="config-diff")
+        parts.append(f'<div class="scroll">{table}</div>')  # a long argument list must not bury the flags
     parts.append("</section>")
     return "".join(parts)
 
@@ -396,7 +398,7 @@ padding:0 24px 48px;color:#222}
 h1{margin:14px 0 2px;font-size:22px}.meta{margin:0;color:#555;font-size:13px}
 nav{display:flex;flex-wrap:wrap;gap:2px 14px;font-size:13px;margin:4px 0}h3{font-size:15px;margin:14px 0 4px}
 td.gap-ok{background:#e3f1df}td.gap-gap{background:#fde7c8}td.gap-bad{background:#f8d0cc}
-.controls{margin:4px 0}details summary{cursor:pointer;color:#3b6ea8;font-size:13px}
+.controls{margin:4px 0}.scroll{max-height:280px;overflow:auto}details summary{cursor:pointer;color:#3b6ea8;font-size:13px}
 #runs-table{font-size:12px}#runs-table td{padding:2px 6px}#runs-table td:first-child{white-space:nowrap}h2{margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:4px;font-size:18px}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:8px 0}dt{color:#666}dd{margin:0}
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px}
