@@ -21,7 +21,7 @@ LAYERS = [
     ("files", "fingerprint", "source_writer", "ingest"),
     ("model",),
     ("analysis",),
-    ("report",),
+    ("report", "charts"),
     ("api",),
     ("render", "cli", "__main__"),
 ]

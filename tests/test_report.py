@@ -226,7 +226,10 @@ def test_a_script_in_a_run_name_is_escaped(built):
 
 def test_flags_come_most_severe_first_and_link_to_their_section(built):
     _, ids, page = built
-    table = page.split('id="flags-table"')[1].split("</table>")[0]
+    first = page.split('id="flags-table"')[1].split("</table>")[0]
+    assert re.findall(r'<tr class="sev-(\w+)"', first)[0] == "critical"
+    assert "sev-info" not in first  # the first screen holds the flags that matter
+    table = page.split('id="all-flags"')[1].split("</table>")[0]
     severities = re.findall(r'<tr class="sev-(\w+)"', table)
     order = {"critical": 0, "warning": 1, "info": 2}
     assert severities == sorted(severities, key=order.__getitem__)

@@ -273,7 +273,11 @@ def memory(
     else:
         what = "device capacity unknown: name the GPU with `tracelog ingest --gpu`"
     title = [f"{label}: peak memory per rank (MiB; bar: reserved, tick: allocated)", what]
-    shape = {"many": bool(data["rank"].nunique() > 128), "allocated": bool(data["alloc_mib"].notna().any())}
+    shape = {
+        "many": bool(data["rank"].nunique() > 128),
+        "allocated": bool(data["alloc_mib"].notna().any()),
+        "unranked": bool(frame["rank"].isna().any()),
+    }
     return Figure(_draw_memory, title, frames, shape)
 
 
@@ -281,7 +285,7 @@ def _draw_memory(fig: Figure) -> alt.TopLevelMixin:
     x = (
         alt.X("rank:Q", title="rank")
         if fig.shape["many"]
-        else alt.X("rank:O", title="rank (-1: not printed)")
+        else alt.X("rank:O", title="rank (-1: the log names none)" if fig.shape["unranked"] else "rank")
     )
     colour = (
         alt.when("datum.share >= 0.95")
@@ -484,7 +488,11 @@ def p2p(cells: pd.DataFrame, title: str, spec: str) -> Figure:
         spec or "no spec for this GPU in the catalog",
         "red box: a pair below the outlier share of the median",
     ]
-    full = [f"{title} ({unit})", *(notes if unit == "GB/s" else ["latency: lower is better"])]
+    if unit == "bool":
+        notes = ["1: the pair can access each other's memory directly (peer access), 0: it cannot"]
+    elif unit != "GB/s":
+        notes = ["latency: lower is better; colour from 0"]
+    full = [f"{title} ({unit})", *notes]
     shape = {"unit": unit, "labels": gpus <= 16, "side": max(160, min(560, 28 * gpus))}
     return Figure(_draw_p2p, full, {"cells": cells.drop(columns=["bench_id", "matrix", "unit"])}, shape)
 
@@ -495,9 +503,16 @@ def _draw_p2p(fig: Figure) -> alt.TopLevelMixin:
     base = alt.Chart(fig.data("cells"))
     tips = [_tip("src", "source GPU", "d"), _tip("dst", "destination GPU", "d"), _tip("value", unit)]
     tips += [_tip("outlier", "outlier (1 = yes)", "d"), _tip("line", "source line", "d")]
-    colour = alt.Color(
-        "value:Q", title=unit, scale=alt.Scale(scheme="viridis" if unit == "GB/s" else "magma")
-    )
+    # From zero, so a 5 % spread looks like 5 % and not like a fault (a scale stretched over 39-41 GB/s
+    # paints a healthy matrix in both ends of the palette); peer access is yes or no, two colours.
+    if unit == "bool":
+        colour = alt.Color(
+            "access:N", title="peer access", scale=alt.Scale(domain=["yes", "no"], range=[GREEN, "#d9d9d9"])
+        )
+        base = base.transform_calculate(access="datum.value > 0 ? 'yes' : 'no'")
+    else:
+        scale = alt.Scale(scheme="viridis" if unit == "GB/s" else "magma", domainMin=0, zero=True)
+        colour = alt.Color("value:Q", title=unit, scale=scale)
     layers: list[Any] = [
         base.transform_filter("datum.src != datum.dst")
         .mark_rect()
@@ -510,7 +525,7 @@ def _draw_p2p(fig: Figure) -> alt.TopLevelMixin:
         .encode(x=x, y=y, tooltip=tips),
     ]
     if fig.shape["labels"]:
-        text = alt.Text("value:Q", format=".0f" if unit == "GB/s" else ".2f")
+        text = alt.Text("value:Q", format=".2f" if unit == "us" else ".0f")
         ink = alt.when("datum.src == datum.dst").then(alt.value("#444")).otherwise(alt.value("white"))
         layers.append(base.mark_text(fontSize=9).encode(x=x, y=y, text=text, color=ink))
     side = fig.shape["side"]

@@ -21,8 +21,10 @@ import altair as alt
 import pandas as pd
 import vl_convert
 
+from tracelog.report import overview
 from tracelog.report.charts import Figure
 from tracelog.report.sections import Block, Report
+from tracelog.thresholds import DEFAULT
 
 EMBED_OPTIONS = {
     "mode": "vega-lite",
@@ -40,10 +42,13 @@ FLAG_COLUMNS = [
     ("message", "message"),
     ("hint", "hint"),
 ]
-ACROSS_COLUMNS = [
+FLAG_LINE_COLUMNS = [
+    c for c in FLAG_COLUMNS if c[0] in ("severity", "rule", "subject_name", "row_ref", "message")
+]
+RUNS_COLUMNS = [
     ("name", "run"),
     ("tags", "tags"),
-    ("nodes", "nodes"),
+    ("gpu_model", "GPU"),
     ("gpus", "GPUs"),
     ("dp", "DP"),
     ("tp", "TP"),
@@ -51,10 +56,16 @@ ACROSS_COLUMNS = [
     ("mbs", "MBS"),
     ("gbs", "GBS"),
     ("sec_per_it", "sec/it"),
-    ("sec_pred", "sec/it predicted"),
+    ("sec_pred", "predicted"),
+    ("sec_eff", "of model"),
     ("tflops", "TFLOP/s per GPU"),
-    ("tflops_pred", "TFLOP/s predicted"),
+    ("tflops_pred", "predicted"),
+    ("tf_eff", "of model"),
+    ("final_loss", "final loss"),
+    ("peak_reserved_mib", "peak MiB"),
+    ("iterations_logged", "lines"),
 ]
+FLAGS_SHOWN = 6  # flags on the first screen; the rest one click away, so the runs table stays in view
 RUN_COLUMNS = [
     ("framework", "framework"),
     ("gpu_model", "GPU"),
@@ -191,7 +202,8 @@ def _table(
                 text = f'<a href="#{html.escape(safe_id(str(record[link[1]])))}">{text or "(unnamed)"}</a>'
             number = isinstance(record.get(column), int | float) and not isinstance(record.get(column), bool)
             kind = ' class="n"' if number else ""
-            cells.append(f'<td{kind} data-v="{html.escape(key)}">{text}</td>')
+            full = f' title="{html.escape(shown)}"' if len(shown) > 40 else ""  # text an ellipsis may cut
+            cells.append(f'<td{kind}{full} data-v="{html.escape(key)}">{text}</td>')
         rows.append(f"<tr{attrs}>{''.join(cells)}</tr>")
     attrs = f' id="{table_id}"' if table_id else ""
     attrs += ' class="sortable"' if sortable else ""
@@ -213,20 +225,7 @@ def _block(block: Block, specs: Specs) -> str:
     if block.figure is not None:
         spec = script_json(specs(block.figure))
         return f'<div class="chart" id="{chart_id}"></div><script type="application/json" data-chart="{chart_id}">{spec}</script>'
-
     frame = block.table if block.table is not None else pd.DataFrame()
-    if "tags" in block.options:
-        frame = frame.assign(anchor="run-" + frame["run_id"].astype(str))
-        options = "".join(
-            f'<option value="{html.escape(tag)}">{html.escape(tag)}</option>' for tag in block.options["tags"]
-        )
-        control = (
-            f'<label>tag <select id="tag-filter" data-chart="chart-across-runs">'
-            f'<option value="">all runs</option>{options}</select></label> <span class="hint">click a '
-            "column heading to sort</span>"
-        )
-        table = _table(frame, ACROSS_COLUMNS, ("name", "anchor"), None, "across-table", True, "tags")
-        return control + table
     if "run_id" in frame.columns:
         return _facts(frame.iloc[0].to_dict(), RUN_COLUMNS)
     return _table(frame, BENCH_COLUMNS, row_anchor=block.options.get("row_anchor"), sortable=True)
@@ -241,28 +240,130 @@ def _header(report: Report) -> str:
 
     flags = ", ".join(f'<span class="sev-{s}">{n} {s}</span>' for s, n in report.flag_counts.items())
     toc = "".join(
-        f'<li><a href="#{safe_id(s.anchor)}">{html.escape(s.title)}</a></li>' for s in report.sections
+        f'<a href="#{safe_id(s.anchor)}">{html.escape(s.title)}</a>'
+        for s in report.sections
+        if not s.anchor.startswith(("run-", "bench-"))
     )
+    differences = '<a href="#differences">differences</a>' if report.compare is not None else ""
     return (
-        "<header><h1>tracelog report</h1><dl>"
-        f"<dt>database</dt><dd>{html.escape(report.db)}</dd>"
-        f"<dt>generated</dt><dd>{report.generated_at:%Y-%m-%d %H:%M:%S %Z}</dd>"
-        f"<dt>sources</dt><dd>{of('sources')}</dd><dt>runs</dt><dd>{of('runs')}</dd>"
-        f"<dt>benches</dt><dd>{of('benches')}</dd><dt>flags</dt><dd>{flags}</dd></dl>"
-        f'<nav><ol><li><a href="#flags">flags</a></li>{toc}</ol></nav></header>'
+        '<header><h1>tracelog report</h1><p class="meta">'
+        f"{of('runs')} runs, {of('benches')} benches from {of('sources')} sources · flags: {flags} · "
+        f"{html.escape(report.db)} · {report.generated_at:%Y-%m-%d %H:%M %Z}</p>"
+        f'<nav>{differences}<a href="#flags">flags</a><a href="#runs">runs</a>{toc}</nav></header>'
     )
+
+
+def _gap(value: Any, threshold: float) -> str:
+    """A share of the model's figure as a coloured cell: below the efficiency-gap rule's threshold
+    (thresholds.efficiency_gap) is the gap the flags speak of."""
+    if value is None or pd.isna(value):
+        return '<td class="n" data-v=""></td>'
+    kind = "ok" if value >= threshold else ("bad" if value < threshold / 2 else "gap")
+    return f'<td class="n gap-{kind}" data-v="{float(value)!r}">{float(value):.0%}</td>'
+
+
+def runs_table(report: Report, threshold: float = DEFAULT.efficiency_gap) -> str:
+    """Every run on one line, measured beside predicted, sortable and filterable by tag. A run with a
+    detail section links to it; the row of a run without one carries the run's anchor itself."""
+    frame = report.runs
+    if frame.empty:
+        return '<section id="runs"><h2>runs</h2><p>No runs.</p></section>'
+    options = "".join(
+        f'<option value="{html.escape(tag)}">{html.escape(tag)}</option>' for tag in report.tag_options
+    )
+    heads = "".join(f"<th>{html.escape(label)}</th>" for _, label in RUNS_COLUMNS)
+    rows = []
+    for record in frame.to_dict("records"):
+        run_id = int(record["run_id"])
+        detailed = run_id in report.detailed
+        attrs = f' data-tags="{html.escape(str(record.get("tags") or ""))}" data-run="{run_id}"'
+        attrs += "" if detailed else f' id="run-{run_id}"'
+        cells = []
+        for column, _ in RUNS_COLUMNS:
+            if column in ("sec_eff", "tf_eff"):
+                cells.append(_gap(record.get(column), threshold))
+                continue
+            shown, key = _cell(record.get(column))
+            text = html.escape(shown)
+            if column == "name":
+                text = html.escape(f"#{run_id} {shown or 'unnamed'}")
+                text = f'<a href="#run-{run_id}">{text}</a>' if detailed else text
+            number = isinstance(record.get(column), int | float) and not isinstance(record.get(column), bool)
+            cells.append(f'<td{" class=n" if number else ""} data-v="{html.escape(key)}">{text}</td>')
+        rows.append(f"<tr{attrs}>{''.join(cells)}</tr>")
+    control = (
+        f'<p class="controls"><label>tag <select id="tag-filter" data-chart="chart-across-runs">'
+        f'<option value="">all runs</option>{options}</select></label> <span class="hint">click a column '
+        "heading to sort; “of model”: predicted ÷ measured time, measured ÷ predicted TFLOP/s (green at "
+        f"{threshold:.0%} or more, the efficiency-gap flag below)</span></p>"
+    )
+    table = (
+        f'<table id="runs-table" class="sortable"><thead><tr>{heads}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    return f'<section id="runs"><h2>runs: measured beside predicted</h2>{control}{table}</section>'
+
+
+def flags_section(report: Report) -> str:
+    """The flags that matter (critical, then warnings) on the first screen; the others folded."""
+    if report.flags.empty:
+        return '<section id="flags"><h2>flags</h2><p>No flags.</p></section>'
+    link = ("subject_name", "anchor")
+    serious = report.flags[report.flags["severity"].isin(["critical", "warning"])]
+    top, rest = serious.head(FLAGS_SHOWN), report.flags.drop(serious.head(FLAGS_SHOWN).index)
+    parts = ['<section id="flags"><h2>flags that matter</h2>']
+    if top.empty:
+        parts.append("<p>No critical or warning flags.</p>")
+    else:
+        parts.append(_table(top, FLAG_LINE_COLUMNS, link, table_id="flags-table"))
+    more = f"{len(rest)} more flags, and every flag with its figures and hint" if not rest.empty else "hints"
+    parts.append(
+        f"<details><summary>{more}</summary>"
+        f"{_table(report.flags, FLAG_COLUMNS, link, table_id='all-flags')}</details>"
+    )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def compare_section(report: Report) -> str:
+    """For two named runs: what differs, before anything else."""
+    c = report.compare
+    if c is None:
+        return ""
+    a, b = (
+        html.escape(c["labels"].get(c["a"], f"#{c['a']}")),
+        html.escape(c["labels"].get(c["b"], f"#{c['b']}")),
+    )
+    parts = [f'<section id="differences"><h2>differences: {a} (a) against {b} (b)</h2>']
+    if c["parted"] is not None:
+        parts.append(f"<p><strong>loss curves part at iteration {c['parted']:,}</strong> ")
+    elif c["shared"]:
+        parts.append(f"<p>loss curves stay together over {c['shared']:,} shared iterations ")
+    else:
+        parts.append("<p>no iteration with a loss in both runs ")
+    parts.append(
+        f"(a relative gap over {overview.LOSS_PART:.0%} for {overview.LOSS_PART_STEPS} shared lines in a row)</p>"
+    )
+    metrics = c["metrics"]
+    if not metrics.empty:
+        parts.append("<h3>steady-state medians</h3>")
+        parts.append(_table(metrics, [("metric", "metric"), ("a", "a"), ("b", "b"), ("b / a", "b ÷ a")]))
+    config = c["config"]
+    parts.append("<h3>configuration keys that differ</h3>")
+    if config.empty:
+        parts.append("<p>None: same layout, arguments and tags.</p>")
+    else:
+        table = _table(config, [("key", "key"), ("a", "a"), ("b", "b")], table_id="config-diff")
+        parts.append(f'<div class="scroll">{table}</div>')  # a long argument list must not bury the flags
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def page(report: Report) -> str:
-    """The whole report as one HTML document."""
-    body = [_header(report)]
+    """The whole report as one HTML document: the answer first (differences of two runs, flags, the runs
+    table), then the overlays, the layout comparison, the benches and the detail of each run."""
+    body = [_header(report), compare_section(report), flags_section(report), runs_table(report)]
     specs = Specs()
-    body.append('<section id="flags"><h2>flags, most severe first</h2>')
-    if report.flags.empty:
-        body.append("<p>No flags.</p>")
-    else:
-        body.append(_table(report.flags, FLAG_COLUMNS, ("subject_name", "anchor"), table_id="flags-table"))
-    body.append("</section>")
     for section in report.sections:
         body.append(f'<section id="{safe_id(section.anchor)}"><h2>{html.escape(section.title)}</h2>')
         body.extend(_block(block, specs) for block in section.blocks)
@@ -294,9 +395,12 @@ def write_pngs(report: Report, folder: Path, scale: float = 2.0) -> list[Path]:
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
 padding:0 24px 48px;color:#222}
-h1{margin:20px 0 4px}h2{margin-top:36px;border-bottom:1px solid #ddd;padding-bottom:4px;font-size:18px}
+h1{margin:14px 0 2px;font-size:22px}.meta{margin:0;color:#555;font-size:13px}
+nav{display:flex;flex-wrap:wrap;gap:2px 14px;font-size:13px;margin:4px 0}h3{font-size:15px;margin:14px 0 4px}
+td.gap-ok{background:#e3f1df}td.gap-gap{background:#fde7c8}td.gap-bad{background:#f8d0cc}
+.controls{margin:4px 0}.scroll{max-height:280px;overflow:auto}details summary{cursor:pointer;color:#3b6ea8;font-size:13px}
+#runs-table{font-size:12px}#runs-table td{padding:2px 6px}#runs-table td:first-child{white-space:nowrap}h2{margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:4px;font-size:18px}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:8px 0}dt{color:#666}dd{margin:0}
-nav ol{columns:3;font-size:13px;padding-left:20px}
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px}
 th,td{border-bottom:1px solid #e4e4e4;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f6f6;position:sticky;top:0}table.sortable th{cursor:pointer}
@@ -305,7 +409,10 @@ td{overflow-wrap:anywhere}td.n{white-space:nowrap;overflow-wrap:normal}dd{overfl
 tr.sev-warning td:first-child{border-left:4px solid #f58518}tr.sev-info td:first-child{border-left:4px solid #4c78a8}
 .chart{margin:12px 0;min-height:120px}
 dl.facts{display:flex;flex-wrap:wrap;gap:4px 18px;font-size:13px}dl.facts div{display:flex;gap:5px}.hint{color:#888;font-size:12px}:target{scroll-margin-top:8px}
-tr:target td{background:#fff6d5}#flags-table td:nth-child(-n+2){white-space:nowrap}
+tr:target td{background:#fff6d5}#flags-table td:nth-child(-n+2),#all-flags td:nth-child(-n+2){white-space:nowrap}
+#flags-table{table-layout:fixed;width:100%}#flags-table td{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+#flags-table th:nth-child(1){width:64px}#flags-table th:nth-child(2){width:150px}#flags-table th:nth-child(3){width:230px}
+#flags-table th:nth-child(4){width:70px}
 """
 
 RENDER_JS = """
@@ -365,7 +472,7 @@ RENDER_JS = """
   if (filter) {
     filter.addEventListener("change", function () {
       const tag = filter.value;
-      document.querySelectorAll("#across-table tbody tr").forEach(function (row) {
+      document.querySelectorAll("#runs-table tbody tr").forEach(function (row) {
         const tags = " " + row.dataset.tags + " ";
         row.hidden = tag !== "" && tags.indexOf(" " + tag + " ") < 0;
       });

@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracelog import hardware
 from tracelog.errors import TracelogError
-from tracelog.report import charts
+from tracelog.report import charts, overlays, overview
 from tracelog.store import Store
 from tracelog.store.flags import flags_sql
 from tracelog.store.runs import resolve_run, tagged_run_ids
@@ -74,6 +74,10 @@ class Report:
     flag_counts: dict[str, int]
     flags: pd.DataFrame
     sections: list[Section]
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tag_options: list[str] = field(default_factory=list)
+    detailed: set[int] = field(default_factory=set)
+    compare: dict[str, Any] | None = None
 
     def charts(self) -> dict[str, alt.TopLevelMixin]:
         """Every chart by slug, as Altair charts (for a notebook)."""
@@ -140,13 +144,24 @@ def build(
         ORDER BY subject_id, metric, formula
         """
     )
+    table = overview.runs_table(store, scope, pred, _pick)
+    series = _series(store, scope)
+    details = _run_sections(store, scope, pred, series)
     sections = [
-        *_run_sections(store, scope, pred),
-        *_across_runs(store, scope, pred),
+        *_overlay_sections(store, scope, table, series),
+        *_across_runs(table),
         *_collective_sections(store, scope, thresholds),
+        *details,
         *_p2p_sections(store, scope, thresholds),
         *_topology_sections(store, scope),
     ]
+    compare = None
+    if runs and len(scope.run_ids) == 2:
+        a, b = scope.run_ids
+        compare = {"a": a, "b": b, **overview.differences(store, a, b)}
+        compare["labels"] = {
+            r: overview.run_label(r, n) for r, n in zip(table["run_id"], table["name"], strict=True)
+        }
     return Report(
         db=store.path,
         generated_at=datetime.now().astimezone(),
@@ -154,7 +169,33 @@ def build(
         flag_counts={s: int((flags["severity"] == s).sum()) for s in SEVERITIES},
         flags=flags,
         sections=[s for s in sections if s.blocks],
+        runs=table,
+        tag_options=[
+            f"{k}={v or ''}"
+            for k, v in store.con.execute(
+                f"SELECT DISTINCT key, value FROM run_tags WHERE {scope.sql('run')} ORDER BY ALL"
+            ).fetchall()
+        ],
+        detailed={int(s.anchor.removeprefix("run-")) for s in details if s.blocks},
+        compare=compare,
     )
+
+
+def _overlay_sections(
+    store: Store, scope: Selection, table: pd.DataFrame, buckets: pd.DataFrame
+) -> list[Section]:
+    """The runs on shared axes, when at least two runs have two points to draw."""
+    seq_len = dict(store.con.execute(f"SELECT run_id, seq_len FROM runs WHERE {scope.sql('run')}").fetchall())
+    series = overview.overlay_series(buckets, seq_len, len(scope.run_ids))
+    if series.empty:
+        return []
+    labels = {
+        int(r): overview.run_label(int(r), n) for r, n in zip(table["run_id"], table["name"], strict=True)
+    }
+    figure = overlays.overlay(series, overview.warmup_spans(series), labels)
+    if figure is None:
+        return []
+    return [Section("overlays", "runs overlaid: sec/it, TFLOP/s and loss", [Block("overlays", figure)])]
 
 
 def _counts(store: Store, scope: Selection) -> dict[str, int]:
@@ -208,7 +249,7 @@ def _series(store: Store, scope: Selection) -> pd.DataFrame:
                avg(tflops_reported) AS tf, min(tflops_reported) AS tf_lo, max(tflops_reported) AS tf_hi,
                avg(lm_loss) AS loss, min(lm_loss) AS loss_lo, max(lm_loss) AS loss_hi, min(loss_scale) AS scale,
                sum(coalesce(skipped, 0))::BIGINT AS skipped, sum(coalesce(nan, 0))::BIGINT AS nan,
-               bool_or(warmup)::INTEGER AS warmup
+               bool_or(warmup)::INTEGER AS warmup, max(consumed_tokens) AS tok, max(consumed_samples) AS samples
         FROM iteration_phase WHERE {scope.sql("run")}
         GROUP BY run_id, (n - 1) * {points} // logged ORDER BY run_id, it
         """
@@ -250,7 +291,7 @@ def _capacity_mib(gpu_model: str | None) -> float | None:
     return None
 
 
-def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Section]:
+def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame, buckets: pd.DataFrame) -> list[Section]:
     if not scope.run_ids:
         return []
     runs = store.query(
@@ -262,7 +303,7 @@ def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Se
         WHERE {scope.sql("run", "r.run_id")} ORDER BY r.run_id
         """
     )
-    series = {int(k): g for k, g in _series(store, scope).groupby("run_id")}
+    series = {int(k): g.drop(columns=["tok", "samples"]) for k, g in buckets.groupby("run_id")}
     memory = {int(k): g for k, g in _memory(store, scope).groupby("run_id")}
     by_run = {int(k): g for k, g in pred.groupby("run_id")}
     warmup = _warmup(store, scope)
@@ -270,9 +311,7 @@ def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Se
     for row in runs.itertuples(index=False):
         run_id, gpu_model = int(row.run_id), row.gpu_model
         label = f"run {run_id}: {row.name or 'unnamed'}"
-        section = Section(
-            f"run-{run_id}", label, [Block(f"run-{run_id}-summary", table=runs[runs["run_id"] == run_id])]
-        )
+        section = Section(f"run-{run_id}", label)
         p = by_run.get(run_id, pred.iloc[0:0])
         if run_id in series and len(series[run_id]) > 1:
             figure = charts.run_timeline(
@@ -280,7 +319,7 @@ def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Se
             )
             if figure is not None:
                 section.blocks.append(Block(f"run-{run_id}-iterations", figure))
-        if run_id in memory:
+        if run_id in memory and len(memory[run_id]) > 1:  # one peak is a cell of the runs table
             cap, model = _pick(p, "gpu_capacity_mib"), _pick(p, "gpu_memory_mib")
             capacity = float(cap["value"].iloc[0]) if not cap.empty else _capacity_mib(gpu_model)
             predicted = float(model["value"].iloc[0]) if not model.empty else None
@@ -292,38 +331,21 @@ def _run_sections(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Se
             section.blocks.append(
                 Block(f"run-{run_id}-time-split", charts.time_split(split, label, measured))
             )
+        if section.blocks:
+            section.blocks.insert(0, Block(f"run-{run_id}-summary", table=runs[runs["run_id"] == run_id]))
         sections.append(section)
     return sections
 
 
-def _across_runs(store: Store, scope: Selection, pred: pd.DataFrame) -> list[Section]:
-    if len(scope.run_ids) < 2:
+def _across_runs(table: pd.DataFrame) -> list[Section]:
+    """The layout comparison: measured and predicted per run, for runs with a figure of either."""
+    frame = table[["run_id", "name", "tags", "nodes", "gpus", "dp", "tp", "pp", "mbs", "gbs", "sec_per_it"]]
+    frame = frame.assign(sec_pred=table["sec_pred"], tflops=table["tflops"], tflops_pred=table["tflops_pred"])
+    known = frame[["sec_per_it", "tflops", "sec_pred", "tflops_pred"]].notna().any(axis=1)
+    if known.sum() < 2:
         return []
-    frame = store.query(
-        f"""
-        SELECT s.run_id, s.name, coalesce(t.tags, '') AS tags, s.nodes, s.gpus, s.dp, s.tp, s.pp, s.mbs, s.gbs,
-               s.sec_per_it, s.tflops_reported AS tflops
-        FROM run_summary s LEFT JOIN (
-            SELECT run_id, string_agg(key || '=' || coalesce(value, ''), ' ' ORDER BY key) AS tags
-            FROM run_tags GROUP BY run_id
-        ) t USING (run_id)
-        WHERE {scope.sql("run", "s.run_id")} ORDER BY s.sec_per_it NULLS LAST, s.run_id
-        """
-    )
-    for role, column in (("sec_per_it", "sec_pred"), ("tflops", "tflops_pred")):
-        picked = pd.concat([_pick(g, role).head(1) for _, g in pred.groupby("run_id")] or [pred.iloc[0:0]])
-        frame[column] = frame["run_id"].map(dict(zip(picked["run_id"], picked["value"], strict=True)))
-    frame = frame[[*frame.columns[:11], "sec_pred", "tflops", "tflops_pred"]]
-    if frame[["sec_per_it", "tflops", "sec_pred", "tflops_pred"]].isna().all().all():
-        return []
-    tag_options = [
-        f"{k}={v or ''}"
-        for k, v in store.con.execute(
-            f"SELECT DISTINCT key, value FROM run_tags WHERE {scope.sql('run')} ORDER BY ALL"
-        ).fetchall()
-    ]
-    section = Section("across-runs", "across runs: parallel layout against sec/it and TFLOPs")
-    section.blocks.append(Block("across-runs-table", table=frame, options={"tags": tag_options}))
+    frame = frame[known].sort_values(["sec_per_it", "run_id"], na_position="last").reset_index(drop=True)
+    section = Section("across-runs", "layout comparison: parallel layout against sec/it and TFLOP/s")
     section.blocks.append(Block("across-runs", charts.topology(frame)))
     return [section]
 
