@@ -325,7 +325,7 @@ def consistency_problems(con: Any, failed: bool) -> list[str]:
     return problems
 
 
-IGNORED_COLUMNS = {"ingested_at", "computed_at", "sha256", "path", "flag_id"}
+IGNORED_COLUMNS = {"ingested_at", "computed_at", "fingerprint", "chunk_digests", "path", "flag_id"}
 
 
 def database_contents(con: Any) -> dict[str, list[str]]:

@@ -29,7 +29,7 @@ def pair_store(path: Path, part_at: int) -> None:
     noisy line at 30 (a gap on one line is not parting); different TP, PP and one argument."""
     with Store(path) as store:
         store.con.execute(
-            "INSERT INTO sources (path, sha256, bytes, format, parser_version, lines_total, lines_parsed, "
+            "INSERT INTO sources (path, fingerprint, bytes, format, parser_version, lines_total, lines_parsed, "
             "lines_unparsed) VALUES ('pair.log', 'x', 0, 'megatron', 't', 0, 0, 0)"
         )
         store.con.execute(
