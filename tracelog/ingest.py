@@ -25,7 +25,8 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from tracelog import parsers
+from tracelog import parsers, resolve
+from tracelog.clusters import Clusters
 from tracelog.errors import TracelogError
 from tracelog.files import BackgroundDigest, PeekStream, file_sha256, has_newline, open_binary, read_head
 from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
@@ -53,6 +54,7 @@ class RunOptions:
     fabric: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
+    clusters: Clusters | None = None  # the [cluster.NAME] sections that apply (see `resolve`)
 
 
 @dataclass
@@ -501,6 +503,8 @@ def _ingest_stream(
             raise AlreadyIngested(int(duplicate))
         delete_source(store, int(duplicate))
     writer.apply_options()
+    given = {"gpu_model": options.gpu_model, "fabric": options.fabric, "gpus_per_node": options.gpus_per_node}
+    resolve.resolve_source(store, source_id, path, given, options.clusters)
     unparsed = writer.unparsed
     store.con.execute(
         "UPDATE sources SET sha256 = ?, bytes = ?, bytes_pending = ?, lines_total = ?, lines_parsed = ?, "

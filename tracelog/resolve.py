@@ -1,0 +1,193 @@
+"""Which hardware a file's runs and benches ran on, and who said so.
+
+Each fact (GPU, GPUs per node, fabric, NICs per node) is decided per run and bench by the first source
+that knows it, in this order:
+1. `command line`: `--gpu`, `--gpus-per-node`, `--fabric` given with the ingest;
+2. `log`: the file itself: a bench's own device lines, a run's configuration (a lab note's node count),
+   or lines nobody parsed that name the hardware (`hardware_lines`: nvidia-smi tables, device names,
+   nccl-tests device lines, NCCL's `NET/IB` line);
+3. `bench`: a bench already in the store that ran on one of the same hosts (hosts from NCCL's line prefixes
+   or the bench's device lines);
+4. `cluster`: the first `[cluster.NAME]` of tracelog.toml whose host pattern or path glob matches.
+The decided value goes in the run's or bench's column (where the model reads it) and the source, with
+what decided it, in `run_hardware` / `bench_hardware` (the view `hardware_sources` holds both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tracelog import hardware, hardware_lines
+from tracelog.clusters import FACTS, Clusters
+from tracelog.store import Store
+
+SCAN_LIMIT = 5000
+"""Unparsed lines with a hardware word read per file: nvidia-smi tables and NCCL's setup lines come
+before training starts, so the first few thousand are enough and a long log costs no more."""
+
+SCAN_SQL = f"""
+WITH lines AS (
+    SELECT line_no, text, lead(text) OVER (ORDER BY line_no) AS next_text
+    FROM unparsed WHERE source_id = $source
+)
+SELECT line_no, text, next_text FROM lines
+WHERE regexp_matches(text, '{hardware_lines.GPU_CONTEXT}|NCCL INFO NET/')
+ORDER BY line_no LIMIT {SCAN_LIMIT}
+"""
+HOSTS_SQL = f"""
+SELECT DISTINCT regexp_extract(text, '{hardware_lines.NCCL_LINE}', 1) AS host
+FROM unparsed WHERE source_id = $source AND regexp_matches(text, '{hardware_lines.NCCL_LINE}')
+ORDER BY host LIMIT 1000
+"""
+
+
+@dataclass(frozen=True)
+class Decided:
+    value: Any
+    source: str
+    detail: str | None = None
+
+
+def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[str]]:
+    """What the file's unparsed lines say: facts, and the hosts its NCCL lines name."""
+    facts: dict[str, Decided] = {}
+    for line_no, text, next_text in store.con.execute(SCAN_SQL, {"source": source_id}).fetchall():
+        if "gpu_model" not in facts:
+            seen = hardware_lines.gpu_seen(int(line_no), text, next_text)
+            if seen is not None:
+                facts["gpu_model"] = Decided(seen.gpu.id, "log", f"line {line_no} ({seen.how})")
+        if "nics_per_node" not in facts:
+            nics = hardware_lines.nccl_nics(text)
+            if nics is not None:
+                facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
+    hosts = [row[0] for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0]]
+    return facts, hosts
+
+
+def bench_facts(store: Store, hosts: list[str], exclude: int | None = None) -> dict[str, Decided]:
+    """Facts of the newest benches that ran on one of these hosts, each fact from the newest that has it."""
+    if not hosts:
+        return {}
+    rows = store.con.execute(
+        "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, "
+        "list_intersect(hosts, $hosts)[1] FROM benches "
+        "WHERE len(list_intersect(hosts, $hosts)) > 0 AND bench_id IS DISTINCT FROM $exclude "
+        "ORDER BY bench_id DESC",
+        {"hosts": hosts, "exclude": exclude},
+    ).fetchall()
+    facts: dict[str, Decided] = {}
+    for bench_id, gpu_model, gpu_name, per_node, fabric, nics, host in rows:
+        gpu = hardware.gpu_for(gpu_model, gpu_name)
+        values = {
+            "gpu_model": gpu.id if gpu else None,
+            "gpus_per_node": per_node,
+            "fabric": fabric,
+            "nics_per_node": nics,
+        }
+        for fact, value in values.items():
+            if value is not None and fact not in facts:
+                facts[fact] = Decided(value, "bench", f"bench {bench_id} on {host}")
+    return facts
+
+
+def cluster_facts(clusters: Clusters | None, path: str, hosts: list[str]) -> dict[str, Decided]:
+    found = clusters.for_file(path, hosts) if clusters is not None else None
+    if found is None:
+        return {}
+    cluster, why = found
+    return {f: Decided(v, "cluster", f"{cluster.name} ({why})") for f, v in cluster.facts().items()}
+
+
+def decide(layers: list[dict[str, Decided]]) -> dict[str, Decided]:
+    """Per fact, the first layer that has it."""
+    decided: dict[str, Decided] = {}
+    for layer in layers:
+        for fact, found in layer.items():
+            if fact in FACTS and fact not in decided:
+                decided[fact] = found
+    return decided
+
+
+def _given(values: dict[str, Any]) -> dict[str, Decided]:
+    return {f: Decided(v, "command line") for f, v in values.items() if v is not None and f in FACTS}
+
+
+def _own(row: dict[str, Any], detail: str) -> dict[str, Decided]:
+    return {f: Decided(row[f], "log", detail) for f in FACTS if row.get(f) is not None}
+
+
+HARDWARE_TABLES = {"runs": ("run_hardware", "run_id"), "benches": ("bench_hardware", "bench_id")}
+
+
+def _write(store: Store, table: str, entity: int, decided: dict[str, Decided]) -> None:
+    facts_table, id_col = HARDWARE_TABLES[table]
+    store.con.execute(f"DELETE FROM {facts_table} WHERE {id_col} = ?", [entity])
+    if not decided:
+        return
+    sets = ", ".join(f'"{f}" = ?' for f in decided)
+    store.con.execute(
+        f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*(d.value for d in decided.values()), entity]
+    )
+    for fact in FACTS:
+        if fact in decided:
+            d = decided[fact]
+            store.con.execute(
+                f"INSERT INTO {facts_table} VALUES (?, ?, ?, ?, ?)",
+                [entity, fact, str(d.value), d.source, d.detail],
+            )
+
+
+def resolve_source(
+    store: Store, source_id: int, path: str, given: dict[str, Any], clusters: Clusters | None
+) -> None:
+    """Decide and record the hardware of every run and bench of one source (inside its transaction).
+    `given` holds the command line's facts; the columns already hold what the parser read."""
+    scanned, hosts = log_facts(store, source_id)
+    for bench in store.query(
+        "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, hosts "
+        "FROM benches WHERE source_id = ? ORDER BY bench_id",
+        [source_id],
+    ).to_dict("records"):
+        own = _own(bench, "the bench's own lines")
+        printed = hardware.gpu_for(None, bench["gpu_name"])
+        if "gpu_model" not in own and printed is not None:
+            own["gpu_model"] = Decided(printed.id, "log", f"device lines: {bench['gpu_name']}")
+        bench_hosts = [h for h in (bench["hosts"] if bench["hosts"] is not None else []) if h] or hosts
+        layers = [
+            _given(given),
+            own,
+            scanned,
+            bench_facts(store, bench_hosts, int(bench["bench_id"])),
+            cluster_facts(clusters, path, bench_hosts),
+        ]
+        _write(store, "benches", int(bench["bench_id"]), decide(layers))
+    if hosts:
+        store.con.execute("UPDATE runs SET hosts = ? WHERE source_id = ?", [hosts, source_id])
+    for run in store.query(
+        "SELECT run_id, gpu_model, gpus_per_node, fabric, nics_per_node FROM runs WHERE source_id = ?",
+        [source_id],
+    ).to_dict("records"):
+        layers = [
+            _given(given),
+            _own(run, "the log's configuration"),
+            scanned,
+            bench_facts(store, hosts),
+            cluster_facts(clusters, path, hosts),
+        ]
+        _write(store, "runs", int(run["run_id"]), decide(layers))
+    store.con.execute(
+        "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE source_id = ?", [source_id]
+    )
+
+
+def record_set(store: Store, table: str, entity: int, values: dict[str, Any]) -> None:
+    """`tracelog set` after the fact: the user's word, kept as `command line`."""
+    facts_table, id_col = HARDWARE_TABLES[table]
+    for fact, value in values.items():
+        if fact in FACTS:
+            store.con.execute(f"DELETE FROM {facts_table} WHERE {id_col} = ? AND fact = ?", [entity, fact])
+            store.con.execute(
+                f"INSERT INTO {facts_table} VALUES (?, ?, ?, 'command line', 'tracelog set')",
+                [entity, fact, str(value)],
+            )
