@@ -6,6 +6,8 @@ Training logs rarely name their GPU in a line a parser owns, but jobs print it a
   the 16 GB part from the 32 GB one (BigScience Jean Zay job logs print this before training);
 - `nvidia-smi -L` (`GPU 0: NVIDIA A100-SXM4-80GB (UUID: ...)`), and a script's own
   `torch.cuda.get_device_name()` (`device name: NVIDIA H100 80GB HBM3`);
+- DeepSpeed's launcher report `WORLD INFO DICT: {'gpu-node-01': [0, 1, 2, 3, 4, 5, 6, 7], ...}`: hosts and
+  the GPUs of each;
 - nccl-tests device lines (`#  Rank  0 Group  0 Pid 1234 on host device  0 [0x07] NVIDIA A100-SXM4-80GB`),
   also when a training job's log carries them;
 - NCCL's INFO lines: `host:pid:tid [dev] NCCL INFO ...` name the host, and `NET/IB : Using [0]mlx5_0:1/IB
@@ -25,7 +27,10 @@ from tracelog.hardware import Gpu
 
 GPU_CONTEXT = r"NVIDIA|Tesla|Instinct|Gaudi|HL-[23]|GeForce|RTX|device.?name|GPU [0-9]+:"
 """SQL and Python regex: only lines with one of these words are searched for a GPU name."""
-NCCL_LINE = r"^\s*([A-Za-z0-9][\w.\-]*):[0-9]+:[0-9]+ \[[0-9]+\] NCCL (?:INFO|WARN)"
+NCCL_LINE = r"(?:^|[\s>:\]])([A-Za-z0-9][\w.\-]*):[0-9]+:[0-9]+ \[[0-9]+\] NCCL (?:INFO|WARN)"
+"""SQL and Python regex: NCCL's `host:pid:tid [dev]` prefix, after any launcher prefix (`0: `, `[1,4]<stderr>:`)."""
+WORLD_INFO = re.compile(r"WORLD INFO DICT: \{(.*)\}")
+WORLD_HOST = re.compile(r"'([^']+)': \[([0-9, ]*)\]")
 NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$)")
 NIC = re.compile(r"\[\d+\]\S+")
 SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
@@ -99,3 +104,12 @@ def nccl_nics(text: str) -> int | None:
     if match is None:
         return None
     return len(NIC.findall(match.group(1))) or None
+
+
+def world_info(text: str) -> dict[str, int] | None:
+    """Hosts and GPUs per host of DeepSpeed's launcher line, or None."""
+    match = WORLD_INFO.search(text)
+    if match is None:
+        return None
+    hosts = {host: len([d for d in devices.split(",") if d.strip()]) for host, devices in WORLD_HOST.findall(match.group(1))}
+    return hosts or None

@@ -32,7 +32,7 @@ WITH lines AS (
     FROM unparsed WHERE source_id = $source
 )
 SELECT line_no, text, next_text FROM lines
-WHERE regexp_matches(text, '{hardware_lines.GPU_CONTEXT}|NCCL INFO NET/')
+WHERE regexp_matches(text, '{hardware_lines.GPU_CONTEXT}|NCCL INFO NET/|WORLD INFO DICT')
 ORDER BY line_no LIMIT {SCAN_LIMIT}
 """
 HOSTS_SQL = f"""
@@ -52,7 +52,14 @@ class Decided:
 def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[str]]:
     """What the file's unparsed lines say: facts, and the hosts its NCCL lines name."""
     facts: dict[str, Decided] = {}
+    hosts: dict[str, None] = {}
     for line_no, text, next_text in store.con.execute(SCAN_SQL, {"source": source_id}).fetchall():
+        world = hardware_lines.world_info(text)
+        if world is not None:
+            hosts.update(dict.fromkeys(world))
+            per_node = set(world.values())
+            if "gpus_per_node" not in facts and len(per_node) == 1:
+                facts["gpus_per_node"] = Decided(per_node.pop(), "log", f"line {line_no} (DeepSpeed world info)")
         if "gpu_model" not in facts:
             seen = hardware_lines.gpu_seen(int(line_no), text, next_text)
             if seen is not None:
@@ -61,8 +68,8 @@ def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[st
             nics = hardware_lines.nccl_nics(text)
             if nics is not None:
                 facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
-    hosts = [row[0] for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0]]
-    return facts, hosts
+    hosts.update((row[0], None) for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0])
+    return facts, list(hosts)
 
 
 def bench_facts(store: Store, hosts: list[str], exclude: int | None = None) -> dict[str, Decided]:
