@@ -2,12 +2,12 @@
 
 Each fact (GPU, GPUs per node, fabric, NICs per node) is decided per run and bench by the first source
 that knows it, in this order:
-1. `command line`: `--gpu`, `--gpus-per-node`, `--fabric` given with the ingest;
+1. `command line`: `--gpu`, `--gpus-per-node`, `--fabric` given with the ingest (or `tracelog set`);
 2. `log`: the file itself: a bench's own device lines, a run's configuration (a lab note's node count),
    or lines nobody parsed that name the hardware (`hardware_lines`: nvidia-smi tables, device names,
    nccl-tests device lines, NCCL's `NET/IB` line);
-3. `bench`: a bench already in the store that ran on one of the same hosts (hosts from NCCL's line prefixes
-   or the bench's device lines);
+3. `bench`: a bench already in the store that ran on one of the same hosts (hosts from NCCL's line prefixes,
+   DeepSpeed's world info, or the bench's device lines);
 4. `cluster`: the first `[cluster.NAME]` of tracelog.toml whose host pattern or path glob matches.
 The decided value goes in the run's or bench's column (where the model reads it) and the source, with
 what decided it, in `run_hardware` / `bench_hardware` (the view `hardware_sources` holds both).
@@ -169,20 +169,25 @@ def resolve_source(
             cluster_facts(clusters, path, bench_hosts),
         ]
         _write(store, "benches", int(bench["bench_id"]), decide(layers))
-    if hosts:
-        store.con.execute("UPDATE runs SET hosts = ? WHERE source_id = ?", [hosts, source_id])
     for run in store.query(
-        "SELECT run_id, gpu_model, gpus_per_node, fabric, nics_per_node FROM runs WHERE source_id = ?",
+        "SELECT r.run_id, r.gpu_model, r.gpus_per_node, r.fabric, r.nics_per_node, p.value AS world_info "
+        "FROM runs r LEFT JOIN run_params p ON p.run_id = r.run_id AND p.name = 'world_info' "
+        "WHERE r.source_id = ?",
         [source_id],
     ).to_dict("records"):
+        run_id = int(run["run_id"])
+        world = hardware_lines.world_info(f"WORLD INFO DICT: {run['world_info']}") if run["world_info"] else None
+        run_hosts = list(dict.fromkeys([*(world or {}), *hosts]))
+        if run_hosts:
+            store.con.execute("UPDATE runs SET hosts = ? WHERE run_id = ?", [run_hosts, run_id])
         layers = [
             _given(given),
             _own(run, "the log's configuration"),
             scanned,
-            bench_facts(store, hosts),
-            cluster_facts(clusters, path, hosts),
+            bench_facts(store, run_hosts),
+            cluster_facts(clusters, path, run_hosts),
         ]
-        _write(store, "runs", int(run["run_id"]), decide(layers))
+        _write(store, "runs", run_id, decide(layers))
     store.con.execute(
         "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE source_id = ?", [source_id]
     )

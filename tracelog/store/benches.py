@@ -17,6 +17,7 @@ import pandas as pd
 
 from tracelog.errors import TracelogError
 from tracelog.store.flags import flags_sql
+from tracelog.store.tables import HARDWARE_SQL
 
 if TYPE_CHECKING:
     from tracelog.store import Store

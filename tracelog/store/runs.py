@@ -9,7 +9,7 @@ import pandas as pd
 from tracelog.errors import TracelogError
 from tracelog.store import Store
 from tracelog.store.flags import flags_sql
-from tracelog.store.tables import MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
+from tracelog.store.tables import HARDWARE_SQL, MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
 
 RUN_LIST_COLUMNS = [
     # most useful first: a table cut to the terminal's width keeps the left of this list
@@ -67,13 +67,6 @@ def run_label(store: Store, ref: str | int) -> tuple[int, str | None]:
     """The run's id and name, e.g. to ask before removing it."""
     run_id = resolve_run(store, ref)
     return run_id, store.scalar("SELECT name FROM runs WHERE run_id = ?", [run_id])
-
-
-HARDWARE_SQL = """
-SELECT fact, value, source, detail FROM {table} WHERE {id_col} = ?
-ORDER BY list_position(['gpu_model', 'gpus_per_node', 'fabric', 'nics_per_node'], fact)
-"""
-"""Where each hardware fact of a run or bench came from (see `tracelog.resolve`)."""
 
 
 def runs(store: Store, tags: dict[str, str] | None = None) -> pd.DataFrame:

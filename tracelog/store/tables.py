@@ -13,3 +13,9 @@ MODEL_OUTPUT_TABLES = ("predictions", "comparisons", "flags")
 SOURCE_CHILD_TABLES = ("runs", "benches", "unparsed", "events", "sources")
 SEVERITIES = ("critical", "warning", "info")
 BENCH_SUBJECT_KINDS = ("bench", "collective", "p2p", "links")
+
+HARDWARE_SQL = """
+SELECT fact, value, source, detail FROM {table} WHERE {id_col} = ?
+ORDER BY list_position(['gpu_model', 'gpus_per_node', 'fabric', 'nics_per_node'], fact)
+"""
+"""Where each hardware fact of a run or bench came from (see `tracelog.resolve`)."""
