@@ -16,11 +16,10 @@ import os
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
-
-from pathlib import Path
 
 from tracelog import clusters as cluster_config
 from tracelog import files, resolve
@@ -455,7 +454,8 @@ def clusters(db: Db = None, paths: Iterable[str] = ()) -> pd.DataFrame:
         }
         for c in found
     ]
-    return pd.DataFrame(rows, columns=["name", "gpu", "gpus_per_node", "fabric", "nics_per_node", "hosts", "paths", "config"])
+    columns = ["name", "gpu", "gpus_per_node", "fabric", "nics_per_node", "hosts", "paths", "config"]
+    return pd.DataFrame(rows, columns=columns).astype({"gpus_per_node": "Int64", "nics_per_node": "Int64"})
 
 
 def cluster_file(db: Db = None) -> Path:
@@ -489,7 +489,9 @@ def add_cluster(
         paths=tuple(paths),
     )
     if not cluster.facts():
-        raise TracelogError("a cluster needs at least one of --gpu, --gpus-per-node, --fabric, --nics-per-node")
+        raise TracelogError(
+            "a cluster needs at least one of --gpu, --gpus-per-node, --fabric, --nics-per-node"
+        )
     if not cluster.hosts and not cluster.paths:
         raise TracelogError("say which logs belong to the cluster: --host PATTERN or --path GLOB")
     cluster_config.write_cluster(config, cluster)

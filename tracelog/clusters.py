@@ -21,6 +21,7 @@ import fnmatch
 import json
 import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ def user_config() -> Path:
     return Path(base) / "tracelog" / CONFIG_NAME
 
 
-def config_files(db: str | None, paths: list[str] = ()) -> list[Path]:  # type: ignore[assignment]
+def config_files(db: str | None, paths: Sequence[str] = ()) -> list[Path]:
     """Every tracelog.toml that applies, in the order of the module docstring, each once."""
     candidates: list[Path] = []
     for path in paths:
@@ -164,7 +165,7 @@ def read_config(path: Path) -> list[Cluster]:
     return [parse_cluster(name, raw, str(path)) for name, raw in sections.items()]
 
 
-def load(db: str | None, paths: list[str] = ()) -> Clusters:  # type: ignore[assignment]
+def load(db: str | None, paths: Sequence[str] = ()) -> Clusters:
     """The clusters of every tracelog.toml that applies to these files and this database."""
     result = Clusters()
     names: set[str] = set()

@@ -111,5 +111,8 @@ def world_info(text: str) -> dict[str, int] | None:
     match = WORLD_INFO.search(text)
     if match is None:
         return None
-    hosts = {host: len([d for d in devices.split(",") if d.strip()]) for host, devices in WORLD_HOST.findall(match.group(1))}
+    hosts = {
+        host: len([d for d in devices.split(",") if d.strip()])
+        for host, devices in WORLD_HOST.findall(match.group(1))
+    }
     return hosts or None

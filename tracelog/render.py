@@ -62,7 +62,9 @@ def fit_columns(frame: pd.DataFrame, width: int) -> tuple[pd.DataFrame, list[str
     return frame[kept], [str(c) for c in frame.columns if str(c) not in kept]
 
 
-def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None, columns: str | None = None) -> None:
+def render(
+    frame: pd.DataFrame, fmt: str = "table", title: str | None = None, columns: str | None = None
+) -> None:
     """Print a frame. Log-derived text is printed literally (rich markup is not interpreted). A table fits
     the terminal's width (or $COLUMNS): the columns past it are named, not wrapped into a wall of text."""
     frame = pick_columns(frame, columns)

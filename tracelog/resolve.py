@@ -59,7 +59,9 @@ def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[st
             hosts.update(dict.fromkeys(world))
             per_node = set(world.values())
             if "gpus_per_node" not in facts and len(per_node) == 1:
-                facts["gpus_per_node"] = Decided(per_node.pop(), "log", f"line {line_no} (DeepSpeed world info)")
+                facts["gpus_per_node"] = Decided(
+                    per_node.pop(), "log", f"line {line_no} (DeepSpeed world info)"
+                )
         if "gpu_model" not in facts:
             seen = hardware_lines.gpu_seen(int(line_no), text, next_text)
             if seen is not None:
@@ -68,7 +70,9 @@ def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[st
             nics = hardware_lines.nccl_nics(text)
             if nics is not None:
                 facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
-    hosts.update((row[0], None) for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0])
+    hosts.update(
+        (row[0], None) for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0]
+    )
     return facts, list(hosts)
 
 
@@ -176,7 +180,9 @@ def resolve_source(
         [source_id],
     ).to_dict("records"):
         run_id = int(run["run_id"])
-        world = hardware_lines.world_info(f"WORLD INFO DICT: {run['world_info']}") if run["world_info"] else None
+        world = (
+            hardware_lines.world_info(f"WORLD INFO DICT: {run['world_info']}") if run["world_info"] else None
+        )
         run_hosts = list(dict.fromkeys([*(world or {}), *hosts]))
         if run_hosts:
             store.con.execute("UPDATE runs SET hosts = ? WHERE run_id = ?", [run_hosts, run_id])

@@ -76,17 +76,17 @@ def ingest(
     with user_errors():
         try:
             results = api.ingest(
-            obj.store(create=True),
-            paths,
-            parser=parser_id or old_format_id,
-            name=name,
-            tags=parsed_tags,
-            gpu=gpu,
-            fabric=fabric,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            force=force,
-            progress=bar,
+                obj.store(create=True),
+                paths,
+                parser=parser_id or old_format_id,
+                name=name,
+                tags=parsed_tags,
+                gpu=gpu,
+                fabric=fabric,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                force=force,
+                progress=bar,
             )
         finally:
             bar.close()

@@ -7,7 +7,15 @@ added here once.
 
 from __future__ import annotations
 
-RUN_CHILD_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params", "run_tags", "run_hardware")
+RUN_CHILD_TABLES = (
+    "iterations",
+    "iteration_metrics",
+    "memory",
+    "timers",
+    "run_params",
+    "run_tags",
+    "run_hardware",
+)
 BENCH_CHILD_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices", "bench_hardware")
 MODEL_OUTPUT_TABLES = ("predictions", "comparisons", "flags")
 SOURCE_CHILD_TABLES = ("runs", "benches", "unparsed", "events", "sources")
