@@ -26,7 +26,22 @@ from tracelog import hardware
 from tracelog.hardware import Gpu
 
 GPU_CONTEXT = r"NVIDIA|Tesla|Instinct|Gaudi|HL-[23]|GeForce|RTX|device.?name|GPU [0-9]+:"
-"""SQL and Python regex: only lines with one of these words are searched for a GPU name."""
+"""Only lines with one of these words are searched for a GPU name."""
+SCAN_WORDS = (
+    "NVIDIA",
+    "Tesla",
+    "Instinct",
+    "Gaudi",
+    "HL-",
+    "GeForce",
+    "RTX",
+    "evice",
+    "GPU ",
+    "NCCL INFO NET/",
+    "WORLD INFO",
+)
+"""Literal words that pick, in SQL, the lines worth reading in Python (a literal search over millions of
+unparsed lines costs a third less than the regex)."""
 NCCL_LINE = r"(?:^|[\s>:\]])([A-Za-z0-9][\w.\-]*):[0-9]+:[0-9]+ \[[0-9]+\] NCCL (?:INFO|WARN)"
 """SQL and Python regex: NCCL's `host:pid:tid [dev]` prefix, after any launcher prefix (`0: `, `[1,4]<stderr>:`)."""
 WORLD_INFO = re.compile(r"WORLD INFO DICT: \{(.*)\}")

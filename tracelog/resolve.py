@@ -27,17 +27,15 @@ SCAN_LIMIT = 5000
 before training starts, so the first few thousand are enough and a long log costs no more."""
 
 SCAN_SQL = f"""
-WITH lines AS (
-    SELECT line_no, text, lead(text) OVER (ORDER BY line_no) AS next_text
-    FROM unparsed WHERE source_id = $source
-)
-SELECT line_no, text, next_text FROM lines
-WHERE regexp_matches(text, '{hardware_lines.GPU_CONTEXT}|NCCL INFO NET/|WORLD INFO DICT')
+SELECT line_no, text FROM unparsed
+WHERE source_id = $source AND ({" OR ".join(f"contains(text, '{w}')" for w in hardware_lines.SCAN_WORDS)})
 ORDER BY line_no LIMIT {SCAN_LIMIT}
 """
+NEXT_SQL = "SELECT line_no, text FROM unparsed WHERE source_id = $source AND list_contains($lines, line_no)"
 HOSTS_SQL = f"""
 SELECT DISTINCT regexp_extract(text, '{hardware_lines.NCCL_LINE}', 1) AS host
-FROM unparsed WHERE source_id = $source AND regexp_matches(text, '{hardware_lines.NCCL_LINE}')
+FROM unparsed WHERE source_id = $source AND contains(text, '] NCCL ')
+  AND regexp_matches(text, '{hardware_lines.NCCL_LINE}')
 ORDER BY host LIMIT 1000
 """
 
@@ -53,7 +51,13 @@ def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[st
     """What the file's unparsed lines say: facts, and the hosts its NCCL lines name."""
     facts: dict[str, Decided] = {}
     hosts: dict[str, None] = {}
-    for line_no, text, next_text in store.con.execute(SCAN_SQL, {"source": source_id}).fetchall():
+    hits = store.con.execute(SCAN_SQL, {"source": source_id}).fetchall()
+    after = [int(line_no) + 1 for line_no, _ in hits]
+    following = (
+        dict(store.con.execute(NEXT_SQL, {"source": source_id, "lines": after}).fetchall()) if hits else {}
+    )
+    for line_no, text in hits:
+        next_text = following.get(int(line_no) + 1)
         world = hardware_lines.world_info(text)
         if world is not None:
             hosts.update(dict.fromkeys(world))
