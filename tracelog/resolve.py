@@ -45,6 +45,7 @@ class Decided:
     value: Any
     source: str
     detail: str | None = None
+    column: bool = True  # False: recorded, the column left as it was (a bench's printed GPU name stays)
 
 
 def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[str]]:
@@ -138,12 +139,10 @@ HARDWARE_TABLES = {"runs": ("run_hardware", "run_id"), "benches": ("bench_hardwa
 def _write(store: Store, table: str, entity: int, decided: dict[str, Decided]) -> None:
     facts_table, id_col = HARDWARE_TABLES[table]
     store.con.execute(f"DELETE FROM {facts_table} WHERE {id_col} = ?", [entity])
-    if not decided:
-        return
-    sets = ", ".join(f'"{f}" = ?' for f in decided)
-    store.con.execute(
-        f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*(d.value for d in decided.values()), entity]
-    )
+    columns = {f: d.value for f, d in decided.items() if d.column}
+    if columns:
+        sets = ", ".join(f'"{f}" = ?' for f in columns)
+        store.con.execute(f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*columns.values(), entity])
     for fact in FACTS:
         if fact in decided:
             d = decided[fact]
@@ -167,7 +166,7 @@ def resolve_source(
         own = _own(bench, "the bench's own lines")
         printed = hardware.gpu_for(None, bench["gpu_name"])
         if "gpu_model" not in own and printed is not None:
-            own["gpu_model"] = Decided(printed.id, "log", f"device lines: {bench['gpu_name']}")
+            own["gpu_model"] = Decided(printed.id, "log", f"device lines: {bench['gpu_name']}", column=False)
         bench_hosts = [h for h in (bench["hosts"] if bench["hosts"] is not None else []) if h] or hosts
         layers = [
             _given(given),
