@@ -49,5 +49,7 @@ def corpus_files(fmt: str) -> list[Path]:
 
 @pytest.fixture(autouse=True)
 def no_user_clusters(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The developer's own ~/.config/tracelog/tracelog.toml stays out of the tests."""
+    """The developer's own ~/.config/tracelog/tracelog.toml stays out of the tests, and so does the width
+    of their terminal (an exported COLUMNS fits every table to it)."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-user-config"))
+    monkeypatch.delenv("COLUMNS", raising=False)

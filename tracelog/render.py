@@ -45,16 +45,23 @@ def pick_columns(frame: pd.DataFrame, columns: str | None) -> pd.DataFrame:
     return frame[wanted]
 
 
+def _header(column: Any) -> str:
+    """A fitted table's header: `sec_per_it_predicted` as `sec per it predicted`, which wraps onto two
+    lines where the width is short (a pipe, csv, json and markdown keep the column's name)."""
+    return str(column).replace("_", " ")
+
+
 def fit_columns(frame: pd.DataFrame, width: int) -> tuple[pd.DataFrame, list[str]]:
     """The leading columns whose cells fit in `width` characters of rich table, and the names left out.
     Commands list their most useful columns first, so the right of a wide table goes."""
     used = 1  # the left border
     kept: list[str] = []
     for column in frame.columns:
+        header = max(len(word) for word in _header(column).split())  # headers wrap between words
         cells = [len(_cell(v)) for v in frame[column]]
-        need = max([len(str(column)), *cells]) if cells else len(str(column))
+        need = max([header, *cells])
         if not pd.api.types.is_numeric_dtype(frame[column]):
-            need = min(need, max(FOLDED_TEXT_WIDTH, len(str(column))))
+            need = min(need, max(FOLDED_TEXT_WIDTH, header))
         if kept and used + need + 3 > width:
             break
         used += need + 3  # padding either side and the column's border
@@ -90,7 +97,8 @@ def render(
         table = Table(title=title, show_lines=False, header_style="bold")
         for column in shown.columns:
             numeric = pd.api.types.is_numeric_dtype(shown[column])
-            table.add_column(str(column), justify="right" if numeric else "left", overflow="fold")
+            label = _header(column) if fits else str(column)
+            table.add_column(label, justify="right" if numeric else "left", overflow="fold")
         for row in shown.itertuples(index=False):
             table.add_row(*(_cell(v) for v in row))
         console.print(table)
