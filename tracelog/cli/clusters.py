@@ -63,7 +63,10 @@ def cluster_add(
             hosts=hosts,
             paths=paths,
         )
-    click.echo(f"cluster {name} written to {config}; files ingested from now on that match take its facts")
+    click.echo(
+        f"cluster {name} written to {config}; files ingested from now on that match take its facts "
+        "(files already ingested: ingest them again with --force)"
+    )
 
 
 @cluster.command("list")
