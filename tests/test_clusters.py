@@ -224,7 +224,9 @@ def test_a_short_name_is_not_read_inside_a_longer_one() -> None:
 
 def test_config_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    user = write(tmp_path / "config" / "tracelog", "tracelog.toml", '[cluster.x]\ngpu = "l40s"\npaths = ["*"]\n')
+    user = write(
+        tmp_path / "config" / "tracelog", "tracelog.toml", '[cluster.x]\ngpu = "l40s"\npaths = ["*"]\n'
+    )
     near_db = write(tmp_path / "db", "tracelog.toml", '[cluster.x]\ngpu = "l4"\npaths = ["*"]\n')
     near_log = write(tmp_path / "logs" / "a", "tracelog.toml", '[cluster.x]\ngpu = "a10"\npaths = ["*"]\n')
     log = write(tmp_path / "logs" / "a" / "b", "run.log", MEGATRON)
