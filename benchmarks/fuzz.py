@@ -232,7 +232,7 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, list[str], bool]:
 
 
 def seed_files(corpus: Path | None) -> list[Path]:
-    found = sorted(p for p in SAMPLES.iterdir() if p.is_file())
+    found = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.name != "tracelog.toml")
     if corpus is not None and corpus.is_dir():
         found += sorted(p for p in corpus.rglob("*") if p.is_file() and p.name != "SOURCES.md")
     return found

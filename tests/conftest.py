@@ -26,6 +26,15 @@ def store(db_path: Path):
         yield opened
 
 
+def alone(sample: str | Path, folder: Path) -> str:
+    """A copy of a sample outside `sample_logs/`, where its tracelog.toml does not apply: for tests of
+    what the model does with only the log's own facts and the command line's."""
+    copy = folder / "alone" / Path(sample).name
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(Path(sample).read_bytes())
+    return str(copy)
+
+
 def source_of(text: str | bytes, block_bytes: int = 1 << 20) -> LineSource:
     data = text.encode() if isinstance(text, str) else text
     return LineSource(io.BytesIO(data), "<test>", block_bytes=block_bytes)
@@ -36,3 +45,11 @@ def corpus_files(fmt: str) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name != "SOURCES.md")
+
+
+@pytest.fixture(autouse=True)
+def no_user_clusters(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own ~/.config/tracelog/tracelog.toml stays out of the tests, and so does the width
+    of their terminal (an exported COLUMNS fits every table to it)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-user-config"))
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -15,10 +15,10 @@ MAX_LINES = 600
 
 # Lowest first; a module may import its own layer and the layers below it.
 LAYERS = [
-    ("errors", "thresholds", "hardware"),
+    ("errors", "thresholds", "hardware", "hardware_lines", "clusters"),
     ("store",),
     ("parsers",),
-    ("files", "fingerprint", "source_writer", "ingest"),
+    ("files", "fingerprint", "source_writer", "resolve", "ingest"),
     ("model",),
     ("analysis",),
     ("report", "charts"),

@@ -102,7 +102,7 @@ def test_show_nccl_bench_has_every_table_row_in_order(db_path: Path) -> None:
     result = run(db_path, "show", "bench:1", "--format", "markdown")
     assert result.exit_code == 0, result.output
     shown = sections(result.output)
-    assert list(shown) == ["summary", "params", "devices", "collectives", "events", "flags"]
+    assert list(shown) == ["summary", "hardware", "params", "devices", "collectives", "events", "flags"]
     header, rows = shown["collectives"]
     assert len(rows) == 2 * len(table_lines)  # out-of-place and in-place halves of each printed line
     placement, size = header.index("placement"), header.index("size_bytes")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import CORPUS, SAMPLES
+from tests.conftest import CORPUS, SAMPLES, alone
 from tracelog import api
 from tracelog.cli import cli
 from tracelog.model.flops import ModelConfig, flops_megatron_lm
@@ -48,7 +48,7 @@ def compared(db: Path, run_id: int) -> dict[str, tuple[float, float, float, str]
 @pytest.fixture
 def bloom(tmp_path: Path) -> tuple[Path, int]:
     db = tmp_path / "bloom.duckdb"
-    api.ingest(db, [BLOOM_LOG], gpu="a100-sxm4-80gb", nodes=48, gpus_per_node=8)
+    api.ingest(db, [alone(BLOOM_LOG, tmp_path)], gpu="a100-sxm4-80gb", nodes=48, gpus_per_node=8)
     return db, int(api.sql(db, "SELECT run_id FROM runs")["run_id"].iloc[0])
 
 
@@ -135,7 +135,7 @@ def test_llama_megatron_lm_2024_formula_and_mfu_against_the_h100_peak(tmp_path: 
 
 def test_without_a_gpu_no_time_is_predicted_and_the_reason_is_kept(tmp_path: Path) -> None:
     db = tmp_path / "nogpu.duckdb"
-    api.ingest(db, [BLOOM_LOG])
+    api.ingest(db, [alone(BLOOM_LOG, tmp_path)])
     p = predicted(db, 1)
     assert "sec_per_it" not in p and "mfu" not in p
     assert p["gpu_memory_mib"][0] > 0  # memory needs no GPU
@@ -266,7 +266,7 @@ def test_cli_hardware_lists_and_shows_with_sources(tmp_path: Path) -> None:
 
 def test_cli_set_gpu_recomputes_flags(tmp_path: Path) -> None:
     db = tmp_path / "set.duckdb"
-    api.ingest(db, [BLOOM_LOG])
+    api.ingest(db, [alone(BLOOM_LOG, tmp_path)])
     assert "oom_proximity" not in set(api.flags(db)["rule"])
     result = run_cli(db, "set", "1", "--gpu", "A100-SXM4-80GB", "--nodes", "48", "--gpus-per-node", "8")
     assert result.exit_code == 0, result.output

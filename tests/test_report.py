@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -130,8 +131,11 @@ def add_predictions(store: Store, run_id: int) -> None:
 
 
 def build_store(path: Path) -> dict[str, int]:
-    """The sample logs, one run renamed to a script tag and tagged, predictions for another, benches."""
-    results = api.ingest(path, [str(SAMPLES)])
+    """The sample logs, one run renamed to a script tag and tagged, predictions for another, benches.
+    The logs are copied without their tracelog.toml, so the hand-made predictions are the only ones."""
+    logs = path.parent / "logs"
+    shutil.copytree(SAMPLES, logs, ignore=shutil.ignore_patterns("tracelog.toml"))
+    results = api.ingest(path, [str(logs)])
     assert all(not isinstance(r, api.IngestFailure) for r in results), results
     with Store(path) as store:
         first = store.scalar("SELECT min(run_id) FROM runs WHERE run_id IN (SELECT run_id FROM iterations)")

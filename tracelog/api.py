@@ -16,11 +16,13 @@ import os
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tracelog import files
+from tracelog import clusters as cluster_config
+from tracelog import files, resolve
 from tracelog import hardware as catalog
 from tracelog.analysis import calibration, predictions, side_by_side
 from tracelog.analysis import refresh as refresher
@@ -28,7 +30,7 @@ from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
-from tracelog.store import Store
+from tracelog.store import Store, default_db_path
 from tracelog.store import benches as bench_lookup
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
@@ -48,6 +50,9 @@ __all__ = [
     "benches",
     "calibrate",
     "calibrations",
+    "add_cluster",
+    "clusters",
+    "remove_cluster",
     "compare_runs",
     "connect",
     "expand_paths",
@@ -123,7 +128,9 @@ def ingest(
     gpu_model = catalog.resolve_gpu_id(gpu) if gpu else None
     fabric_id = catalog.link(fabric).id if fabric else None
     store = connect(db)
+    paths = list(paths)
     options = RunOptions(
+        clusters=cluster_config.load(store.path, paths),
         name=name,
         tags=dict(tags or {}),
         gpu_model=gpu_model,
@@ -380,10 +387,13 @@ def set_hardware(
         bench_id = bench_lookup.resolve_bench(store, ref)
         with store.transaction():
             bench_lookup.set_columns(store, bench_id, values)
+            resolve.record_set(store, "benches", bench_id, values)
         refresher.refresh(store, [], [bench_id])
         return bench_id, bench_lookup.flag_count(store, bench_id)
     run_id = run_lookup.resolve_run(store, ref)
     run_lookup.set_columns(store, run_id, values)
+    with store.transaction():
+        resolve.record_set(store, "runs", run_id, values)
     refresher.refresh(store, [run_id], [])
     return run_id, len(flag_list.flags(store, run_ids=[run_id]))
 
@@ -429,3 +439,72 @@ def plan(db: Db, request: PlanRequest) -> pd.DataFrame:
     measured there show the run and its sec/it and TFLOPs; with None nothing is looked up (no database
     is opened or created). Notes on what was assumed are in `frame.attrs["notes"]`."""
     return plan_layouts(request, connect(db, read_only=True) if db is not None else None)
+
+
+def clusters(db: Db = None, paths: Iterable[str] = ()) -> pd.DataFrame:
+    """The `[cluster.NAME]` sections that apply to this database (and to files under `paths`), first
+    found first, with the tracelog.toml each comes from."""
+    path = db.path if isinstance(db, Store) else str(db or default_db_path())
+    found = cluster_config.load(path, list(paths)).found
+    rows = [
+        {
+            "name": c.name,
+            "gpu": c.gpu_model,
+            "gpus_per_node": c.gpus_per_node,
+            "fabric": c.fabric,
+            "nics_per_node": c.nics_per_node,
+            "hosts": ", ".join(c.hosts),
+            "paths": ", ".join(c.paths),
+            "config": c.config,
+        }
+        for c in found
+    ]
+    columns = ["name", "gpu", "gpus_per_node", "fabric", "nics_per_node", "hosts", "paths", "config"]
+    return pd.DataFrame(rows, columns=columns).astype({"gpus_per_node": "Int64", "nics_per_node": "Int64"})
+
+
+def cluster_file(db: Db = None) -> Path:
+    """The tracelog.toml `cluster add` and `cluster rm` edit: the one next to the database."""
+    path = db.path if isinstance(db, Store) else str(db or default_db_path())
+    return Path(path).resolve().parent / cluster_config.CONFIG_NAME
+
+
+def add_cluster(
+    db: Db,
+    name: str,
+    *,
+    gpu: str | None = None,
+    gpus_per_node: int | None = None,
+    fabric: str | None = None,
+    nics_per_node: int | None = None,
+    hosts: Iterable[str] = (),
+    paths: Iterable[str] = (),
+) -> Path:
+    """Add (or replace) `[cluster.NAME]` in the tracelog.toml next to the database; returns that file.
+    The files ingested after it that match its hosts or paths take its facts where nothing nearer says."""
+    config = cluster_file(db)
+    cluster = cluster_config.Cluster(
+        name=name,
+        config=str(config),
+        gpu_model=catalog.resolve_gpu_id(gpu) if gpu else None,
+        gpus_per_node=gpus_per_node,
+        fabric=catalog.link(fabric).id if fabric else None,
+        nics_per_node=nics_per_node,
+        hosts=tuple(hosts),
+        paths=tuple(paths),
+    )
+    if not cluster.facts():
+        raise TracelogError(
+            "a cluster needs at least one of --gpu, --gpus-per-node, --fabric, --nics-per-node"
+        )
+    if not cluster.hosts and not cluster.paths:
+        raise TracelogError("say which logs belong to the cluster: --host PATTERN or --path GLOB")
+    cluster_config.write_cluster(config, cluster)
+    return config
+
+
+def remove_cluster(db: Db, name: str) -> Path:
+    """Remove `[cluster.NAME]` from the tracelog.toml next to the database; returns that file."""
+    config = cluster_file(db)
+    cluster_config.remove_cluster(config, name)
+    return config

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from tracelog.clusters import CONFIG_NAME
 from tracelog.errors import TracelogError
 from tracelog.parsers import HEAD_BYTES, detect_binary
 
@@ -32,7 +33,7 @@ class Expanded:
 
 
 def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Files as given, folders recursively (hidden files skipped), globs expanded, '-' for stdin."""
+    """Files as given, folders recursively (hidden files and tracelog.toml skipped), globs expanded, '-' for stdin."""
     return [path for path, _ in expand(paths).files]
 
 
@@ -70,7 +71,7 @@ def _walk(folder: Path, out: Expanded) -> None:
             if os.path.islink(os.path.join(root, name)):
                 found.append((os.path.join(root, name), "a link to a folder, not followed"))
         for name in names:
-            if not name.startswith("."):
+            if not name.startswith(".") and name != CONFIG_NAME:  # the folder's cluster facts, not a log
                 full = os.path.join(root, name)
                 found.append((full, _why_not_a_file(full)))
     for full, reason in sorted(found):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, BinaryIO
 
-from tracelog import parsers
+from tracelog import parsers, resolve
 from tracelog.errors import TracelogError
 from tracelog.files import PeekStream, file_sha256, has_newline, open_binary, read_head
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
@@ -345,6 +345,8 @@ def _ingest_stream(
             raise AlreadyIngested(int(duplicate))
         delete_source(store, int(duplicate))
     writer.apply_options()
+    given = {"gpu_model": options.gpu_model, "fabric": options.fabric, "gpus_per_node": options.gpus_per_node}
+    resolve.resolve_source(store, source_id, path, given, options.clusters)
     merged = _merge_same_runs(store, writer)
     before_unparsed = resume.lines_unparsed if resume is not None else 0
     unparsed = before_unparsed + writer.unparsed

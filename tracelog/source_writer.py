@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from tracelog.clusters import Clusters
 from tracelog.parsers.base import RESUME_TABLE, Batch
 from tracelog.store import Store
 from tracelog.store.tables import (
@@ -35,6 +36,7 @@ class RunOptions:
     fabric: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
+    clusters: Clusters | None = None  # the [cluster.NAME] sections that apply (see `resolve`)
 
 
 class SourceWriter:

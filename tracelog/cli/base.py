@@ -52,6 +52,11 @@ pass_ctx = click.make_pass_decorator(Context)
 format_option = click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
 )
+columns_option = click.option(
+    "--columns",
+    metavar="A,B,...",
+    help="Only these columns, in this order (comma-separated); a table otherwise fits the terminal.",
+)
 uncalibrated_option = click.option(
     "--uncalibrated",
     is_flag=True,
@@ -131,3 +136,25 @@ def cli(ctx: click.Context, db: str) -> None:
     """Training logs and fabric benchmarks in DuckDB, held against what the hardware allows."""
     ctx.obj = Context(db)
     ctx.call_on_close(ctx.obj.close)
+
+
+def _db_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_object(Context).db = value  # type: ignore[union-attr]
+
+
+def accept_db_everywhere(group: click.Group) -> None:
+    """`--db` after the command name too (`tracelog ingest run.log --db lab.duckdb`, as people type
+    it), on every command and subcommand; it wins over the one before the command name."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            accept_db_everywhere(command)
+        elif not any(p.name == "db_after" for p in command.params):
+            command.params.append(
+                click.Option(
+                    ["--db", "db_after"],
+                    expose_value=False,
+                    callback=_db_after_command,
+                    help=f"DuckDB database file (or set {DB_ENVVAR}); also accepted before the command.",
+                )
+            )

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from tracelog import api
-from tracelog.cli.base import Context, cli, format_option, parse_tags, pass_ctx, user_errors
+from tracelog.cli.base import Context, cli, columns_option, format_option, parse_tags, pass_ctx, user_errors
 from tracelog.parsers import formats
 from tracelog.render import render
 from tracelog.store.benches import is_bench_ref
 
-PROGRESS_MIN_BYTES = 4 << 20
+PROGRESS_AFTER_S = 2.0
+"""An ingest shows its progress bar once it has taken this long: under it, the bar would only flicker."""
 
 
 @cli.command()
@@ -76,21 +78,25 @@ def ingest(
         click.echo("Warning: ingest --format is now --parser (--format is the output format)", err=True)
     parsed_tags = parse_tags(tags)
     err = Console(stderr=True, markup=False, highlight=False)
+    bar = IngestProgress(err)
     with user_errors():
-        results = api.ingest(
-            obj.store(create=True),
-            paths,
-            parser=parser_id or old_format_id,
-            name=name,
-            tags=parsed_tags,
-            gpu=gpu,
-            fabric=fabric,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            force=force,
-            verify=verify,
-            progress=lambda path: _progress(path, err),
-        )
+        try:
+            results = api.ingest(
+                obj.store(create=True),
+                paths,
+                parser=parser_id or old_format_id,
+                name=name,
+                tags=parsed_tags,
+                gpu=gpu,
+                fabric=fabric,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                force=force,
+                verify=verify,
+                progress=bar,
+            )
+        finally:
+            bar.close()
     failures = 0
     for result in results:
         if isinstance(result, api.IngestFailure):
@@ -104,37 +110,77 @@ def ingest(
         sys.exit(1)
 
 
-@contextmanager
-def _progress(path: str, console: Console) -> Iterator[Any]:
-    size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else 0
-    if size < PROGRESS_MIN_BYTES or not console.is_terminal:
-        yield None
-        return
-    columns = (
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(os.path.basename(path), total=size)
-        yield lambda n: bar.advance(task, n)
+class IngestProgress:
+    """One progress bar for the whole ingest, shown once it has run `PROGRESS_AFTER_S` (so a quick ingest
+    prints nothing extra, and any longer one, a big file, a .gz, stdin or a folder of small files, shows
+    where it is): a line for the file being read (bytes of its size, or bytes read where the size is not
+    known) and the count of files done. File names are printed literally, never as rich markup."""
+
+    def __init__(self, console: Console) -> None:
+        self.enabled = console.is_terminal
+        self.started_at = time.monotonic()
+        self.shown = False
+        self.bar = Progress(
+            TextColumn("{task.description}", style="progress.description", markup=False),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[done]}", markup=False),
+            console=console,
+            transient=True,
+            auto_refresh=True,
+        )
+        self.done = 0
+
+    def _maybe_show(self) -> None:
+        if not self.shown and time.monotonic() - self.started_at >= PROGRESS_AFTER_S:
+            self.bar.start()
+            self.shown = True
+
+    @contextmanager
+    def __call__(self, path: str) -> Iterator[Any]:
+        if not self.enabled:
+            yield None
+            return
+        size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else None
+        if path.endswith(".gz"):
+            size = None  # the bytes counted are the decompressed ones
+        name = "stdin" if path == "-" else os.path.basename(path)
+        task = self.bar.add_task(name, total=size, done=f"{self.done} files done" if self.done else "")
+        self._maybe_show()
+
+        def advance(n: int) -> None:
+            self.bar.advance(task, n)
+            self._maybe_show()
+
+        try:
+            yield advance
+        finally:
+            self.bar.remove_task(task)
+            self.done += 1
+
+    def close(self) -> None:
+        if self.shown:
+            self.bar.stop()
 
 
 @cli.command()
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Only runs with this tag.")
 @format_option
+@columns_option
 @pass_ctx
-def runs(obj: Context, tags: tuple[str, ...], fmt: str) -> None:
-    """List runs: configuration and steady-state medians (warm-up excluded).
+def runs(obj: Context, tags: tuple[str, ...], fmt: str, columns: str | None) -> None:
+    """List runs: steady-state medians (warm-up excluded) beside the model's predictions, then the
+    configuration. A table keeps the columns that fit the terminal, most useful first.
 
     \b
     Example:
         tracelog runs
         tracelog runs --tag exp=topology --format csv
+        tracelog runs --columns name,gpu_model,sec_per_it,sec_per_it_predicted
     """
     with user_errors():
-        render(api.runs(obj.store(), tags=parse_tags(tags)), fmt)
+        render(api.runs(obj.store(), tags=parse_tags(tags)), fmt, columns=columns)
 
 
 @cli.command()
@@ -177,8 +223,9 @@ def show(obj: Context, ref: str, fmt: str, iterations: bool, limit: int | None) 
 @cli.command()
 @click.argument("query")
 @format_option
+@columns_option
 @pass_ctx
-def sql(obj: Context, query: str, fmt: str) -> None:
+def sql(obj: Context, query: str, fmt: str, columns: str | None) -> None:
     """Run any SQL over the database and print the result.
 
     \b
@@ -187,7 +234,7 @@ def sql(obj: Context, query: str, fmt: str) -> None:
         tracelog sql "FROM flags WHERE severity = 'critical'" --format json
     """
     with user_errors():
-        render(api.sql(obj.store(), query), fmt)
+        render(api.sql(obj.store(), query), fmt, columns=columns)
 
 
 @cli.command()
@@ -209,8 +256,9 @@ def sources(obj: Context, fmt: str) -> None:
     "--tool", help="Only benches of this tool: nccl-tests, p2pBandwidthLatencyTest, nvidia-smi-topo, ..."
 )
 @format_option
+@columns_option
 @pass_ctx
-def benches(obj: Context, tool: str | None, fmt: str) -> None:
+def benches(obj: Context, tool: str | None, fmt: str, columns: str | None) -> None:
     """List benches: tool, op, ranks, GPU, peak busbw and the size reaching it, status (see show bench:ID).
 
     \b
@@ -219,7 +267,7 @@ def benches(obj: Context, tool: str | None, fmt: str) -> None:
         tracelog show bench:3
     """
     with user_errors():
-        render(api.benches(obj.store(), tool=tool), fmt)
+        render(api.benches(obj.store(), tool=tool), fmt, columns=columns)
 
 
 @cli.command()

@@ -392,6 +392,7 @@ INT32_COLUMNS = frozenset(
         "nodes",
         "gpus",
         "gpus_per_node",
+        "nics_per_node",  # set by hardware resolution, bounded here should a parser ever read it
         "tp",
         "pp",
         "dp",

@@ -9,31 +9,42 @@ import pandas as pd
 from tracelog.errors import TracelogError
 from tracelog.store import Store
 from tracelog.store.flags import flags_sql
-from tracelog.store.tables import MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
+from tracelog.store.tables import HARDWARE_SQL, MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
 
 RUN_LIST_COLUMNS = [
+    # most useful first: a table cut to the terminal's width keeps the left of this list
     "run_id",
     "name",
-    "framework",
     "gpu_model",
-    "nodes",
     "gpus",
+    "sec_per_it",
+    "sec_per_it_predicted",
+    "tflops_reported",
+    "tflops_predicted",
+    "final_loss",
     "dp",
     "tp",
     "pp",
     "mbs",
     "gbs",
+    "samples_per_s",
+    "params",
+    "nodes",
+    "framework",
     "layers",
     "hidden",
     "heads",
     "seq_len",
     "vocab",
-    "params",
-    "sec_per_it",
-    "samples_per_s",
-    "tflops_reported",
-    "final_loss",
 ]
+PREDICTED_SQL = """
+LEFT JOIN (
+    SELECT subject_id AS run_id,
+           first(predicted ORDER BY formula NULLS FIRST) FILTER (metric = 'sec_per_it') AS sec_per_it_predicted,
+           first(predicted ORDER BY formula NULLS FIRST) FILTER (metric = 'tflops_per_gpu') AS tflops_predicted
+    FROM comparisons WHERE subject_kind = 'run' GROUP BY subject_id
+) p USING (run_id)
+"""
 
 
 def _tag_filter(tags: dict[str, str] | None) -> tuple[str, list[str]]:
@@ -62,7 +73,7 @@ def runs(store: Store, tags: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary)."""
     where, params = _tag_filter(tags)
     cols = ", ".join(RUN_LIST_COLUMNS)
-    return store.query(f"SELECT {cols} FROM run_summary{where} ORDER BY run_id", params)
+    return store.query(f"SELECT {cols} FROM run_summary {PREDICTED_SQL}{where} ORDER BY run_id", params)
 
 
 def resolve_run(store: Store, ref: str | int) -> int:
@@ -150,6 +161,7 @@ def show_run(
     parts = {
         "summary": store.query("SELECT * FROM run_summary WHERE run_id = ?", one),
         "run": store.query("SELECT * FROM runs WHERE run_id = ?", one),
+        "hardware": store.query(HARDWARE_SQL.format(table="run_hardware", id_col="run_id"), one),
         "tags": store.query("SELECT key, value FROM run_tags WHERE run_id = ? ORDER BY key", one),
         "params": store.query(
             "SELECT name, value, line_no FROM run_params WHERE run_id = ? ORDER BY line_no", one

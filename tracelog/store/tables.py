@@ -7,9 +7,23 @@ added here once.
 
 from __future__ import annotations
 
-RUN_CHILD_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params", "run_tags")
-BENCH_CHILD_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices")
+RUN_CHILD_TABLES = (
+    "iterations",
+    "iteration_metrics",
+    "memory",
+    "timers",
+    "run_params",
+    "run_tags",
+    "run_hardware",
+)
+BENCH_CHILD_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices", "bench_hardware")
 MODEL_OUTPUT_TABLES = ("predictions", "comparisons", "flags")
 SOURCE_CHILD_TABLES = ("runs", "benches", "unparsed", "events", "sources")
 SEVERITIES = ("critical", "warning", "info")
 BENCH_SUBJECT_KINDS = ("bench", "collective", "p2p", "links")
+
+HARDWARE_SQL = """
+SELECT fact, value, source, detail FROM {table} WHERE {id_col} = ?
+ORDER BY list_position(['gpu_model', 'gpus_per_node', 'fabric', 'nics_per_node'], fact)
+"""
+"""Where each hardware fact of a run or bench came from (see `tracelog.resolve`)."""

@@ -1,0 +1,101 @@
+"""The terminal: `--db` where people type it, tables that fit the width, and a progress bar that shows
+its file name and not its style tag."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from tracelog.cli import cli
+from tracelog.cli import logs as cli_logs
+
+from .conftest import SAMPLES
+
+LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def test_db_after_the_command(tmp_path: Path) -> None:
+    db = tmp_path / "lab.duckdb"
+    runner = CliRunner()
+    result = runner.invoke(cli, ["ingest", str(LLAMA), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert db.exists()
+    shown = runner.invoke(cli, ["runs", "--format", "csv", "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("megatron_lm_llama3_8b_h100.log") == 2  # the run and its restart
+
+
+def test_db_after_the_command_wins_over_the_one_before(tmp_path: Path) -> None:
+    runner = CliRunner()
+    runner.invoke(cli, ["ingest", str(LLAMA), "--db", str(tmp_path / "a.duckdb")])
+    result = runner.invoke(
+        cli, ["--db", str(tmp_path / "missing.duckdb"), "runs", "--db", str(tmp_path / "a.duckdb")]
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_db_after_a_subcommand_of_a_group(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "lab.duckdb"
+    db.parent.mkdir()
+    result = CliRunner().invoke(
+        cli, ["cluster", "add", "lab", "--gpu", "l40s", "--host", "l40s-*", "--db", str(db)]
+    )
+    assert result.exit_code == 0, result.output
+    assert '[cluster.lab]\ngpu = "l40s"' in (db.parent / "tracelog.toml").read_text()
+
+
+def test_runs_fit_the_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "a.duckdb")
+    runner = CliRunner()
+    runner.invoke(cli, ["ingest", str(LLAMA), "--gpu", "h100-sxm5-80gb", "--db", db])
+    monkeypatch.setenv("COLUMNS", "100")
+    result = runner.invoke(cli, ["runs", "--db", db])
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.output.splitlines() if line.startswith(("┃", "│", "┏"))]
+    assert table and max(len(line) for line in table) <= 100
+    header = result.output.split("┡")[0]
+    assert "sec per it" in header and "predicted" in header  # the comparison is among the first columns
+    assert "more columns do not fit: " in result.output and "vocab" in result.output.split("fit: ")[1]
+
+
+def test_columns_choose_and_order(tmp_path: Path) -> None:
+    db = str(tmp_path / "a.duckdb")
+    runner = CliRunner()
+    runner.invoke(cli, ["ingest", str(LLAMA), "--gpu", "h100-sxm5-80gb", "--db", db])
+    result = runner.invoke(cli, ["runs", "--columns", "gpus,name", "--format", "csv", "--db", db])
+    assert result.output.splitlines()[:2] == ["gpus,name", "64,megatron_lm_llama3_8b_h100.log"]
+    wrong = runner.invoke(cli, ["runs", "--columns", "nmae", "--db", db])
+    assert wrong.exit_code == 2 and "no column nmae" in wrong.output
+
+
+def test_progress_bar_shows_the_file_name_not_markup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_logs, "PROGRESS_AFTER_S", 0.0)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, markup=False)
+    progress = cli_logs.IngestProgress(console)
+    name = tmp_path / "megatron-[300mb].log"
+    name.write_bytes(b"x" * 1000)
+    with progress(str(name)) as advance:
+        assert advance is not None
+        advance(500)
+        progress.bar.refresh()
+    progress.close()
+    text = out.getvalue()
+    assert "megatron-[300mb].log" in text
+    assert "[progress.description]" not in text
+
+
+def test_no_progress_bar_off_a_terminal(tmp_path: Path) -> None:
+    progress = cli_logs.IngestProgress(Console(file=io.StringIO()))
+    with progress(str(LLAMA)) as advance:
+        assert advance is None

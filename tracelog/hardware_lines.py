@@ -1,0 +1,133 @@
+"""The lines of a training log that say what it ran on, read against the catalog.
+
+Training logs rarely name their GPU in a line a parser owns, but jobs print it around the training:
+- an `nvidia-smi` table, whose name column truncates long names (`|   0  Tesla V100-SXM2...  Off  |
+  00000000:1A:00.0 Off |`) and whose next line gives the memory (`|  0MiB / 32510MiB |`), which tells
+  the 16 GB part from the 32 GB one (BigScience Jean Zay job logs print this before training);
+- `nvidia-smi -L` (`GPU 0: NVIDIA A100-SXM4-80GB (UUID: ...)`), and a script's own
+  `torch.cuda.get_device_name()` (`device name: NVIDIA H100 80GB HBM3`);
+- DeepSpeed's launcher report `WORLD INFO DICT: {'gpu-node-01': [0, 1, 2, 3, 4, 5, 6, 7], ...}`: hosts and
+  the GPUs of each;
+- nccl-tests device lines (`#  Rank  0 Group  0 Pid 1234 on host device  0 [0x07] NVIDIA A100-SXM4-80GB`),
+  also when a training job's log carries them;
+- NCCL's INFO lines: `host:pid:tid [dev] NCCL INFO ...` name the host, and `NET/IB : Using [0]mlx5_0:1/IB
+  [1]mlx5_1:1/IB ...` the NICs NCCL uses on that node.
+Only a full catalog name counts (`match_gpu` rules: exact, case and spaces folded), between word
+boundaries that are not `-`, so `A10` is never read inside `A100-SXM4-80GB`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from tracelog import hardware
+from tracelog.hardware import Gpu
+
+GPU_CONTEXT = r"NVIDIA|Tesla|Instinct|Gaudi|HL-[23]|GeForce|RTX|device.?name|GPU [0-9]+:"
+"""Only lines with one of these words are searched for a GPU name."""
+SCAN_WORDS = (
+    "NVIDIA",
+    "Tesla",
+    "Instinct",
+    "Gaudi",
+    "HL-",
+    "GeForce",
+    "RTX",
+    "evice",
+    "GPU ",
+    "NCCL INFO NET/",
+    "WORLD INFO",
+)
+"""Literal words that pick, in SQL, the lines worth reading in Python (a literal search over millions of
+unparsed lines costs a third less than the regex)."""
+NCCL_LINE = r"(?:^|[\s>:\]])([A-Za-z0-9][\w.\-]*):[0-9]+:[0-9]+ \[[0-9]+\] NCCL (?:INFO|WARN)"
+"""SQL and Python regex: NCCL's `host:pid:tid [dev]` prefix, after any launcher prefix (`0: `, `[1,4]<stderr>:`)."""
+WORLD_INFO = re.compile(r"WORLD INFO DICT: \{(.*)\}")
+WORLD_HOST = re.compile(r"'([^']+)': \[([0-9, ]*)\]")
+NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$)")
+NIC = re.compile(r"\[\d+\]\S+")
+SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
+SMI_MEMORY = re.compile(r"\|\s+\d+MiB\s*/\s*(\d+)MiB\s+\|")
+SMI_MEMORY_SLACK = 0.08
+"""How far nvidia-smi's total MiB sits under the catalog's memory size: 32510 MiB for a 32 GiB V100
+(0.8 %), 81920 for an 80 GB A100; 8 % leaves out the next size class (16 vs 32, 40 vs 80)."""
+
+
+@dataclass(frozen=True)
+class GpuSeen:
+    gpu: Gpu
+    line_no: int
+    how: str  # nvidia-smi, device name
+
+
+@cache
+def _names() -> re.Pattern[str]:
+    names = sorted({n for g in hardware.gpus() for n in g.match}, key=len, reverse=True)
+    alternatives = "|".join(r"\s+".join(map(re.escape, n.split())) for n in names)
+    return re.compile(rf"(?<![\w-])(?:{alternatives})(?![\w-])", re.IGNORECASE)
+
+
+def gpu_named(text: str) -> Gpu | None:
+    """The catalog GPU a line names in full, or None."""
+    if not re.search(GPU_CONTEXT, text):
+        return None
+    match = _names().search(text)
+    return hardware.match_gpu(match.group(0)) if match else None
+
+
+def smi_gpu(row: str, next_line: str | None) -> Gpu | None:
+    """The GPU of an nvidia-smi table row; a name cut with `...` is completed by the memory size."""
+    match = SMI_ROW.match(row)
+    if match is None:
+        return None
+    name = match.group(1).strip()
+    if not name.endswith("..."):
+        return hardware.match_gpu(name) or gpu_named(name)
+    memory = SMI_MEMORY.search(next_line or "")
+    if memory is None:
+        return None
+    total_mib = float(memory.group(1))
+    prefix = " ".join(name[:-3].split()).casefold()
+    found = {
+        g.id: g
+        for g in hardware.gpus()
+        for n in g.match
+        if " ".join(n.split()).casefold().startswith(prefix)
+        and abs(g.memory_mib - total_mib) <= SMI_MEMORY_SLACK * g.memory_mib
+    }
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def gpu_seen(line_no: int, text: str, next_line: str | None) -> GpuSeen | None:
+    smi = smi_gpu(text, next_line)
+    if smi is not None:
+        return GpuSeen(smi, line_no, "nvidia-smi")
+    named = gpu_named(text)
+    return GpuSeen(named, line_no, "device name") if named is not None else None
+
+
+def nccl_host(text: str) -> str | None:
+    match = re.match(NCCL_LINE, text)
+    return match.group(1) if match else None
+
+
+def nccl_nics(text: str) -> int | None:
+    """NICs NCCL uses on a node, from its `NET/IB : Using [0]mlx5_0:1/IB ...` line."""
+    match = NET_IB.search(text)
+    if match is None:
+        return None
+    return len(NIC.findall(match.group(1))) or None
+
+
+def world_info(text: str) -> dict[str, int] | None:
+    """Hosts and GPUs per host of DeepSpeed's launcher line, or None."""
+    match = WORLD_INFO.search(text)
+    if match is None:
+        return None
+    hosts = {
+        host: len([d for d in devices.split(",") if d.strip()])
+        for host, devices in WORLD_HOST.findall(match.group(1))
+    }
+    return hosts or None

@@ -1,0 +1,240 @@
+"""Which hardware a file's runs and benches ran on, and who said so.
+
+Each fact (GPU, GPUs per node, fabric, NICs per node) is decided per run and bench by the first source
+that knows it, in this order:
+1. `command line`: `--gpu`, `--gpus-per-node`, `--fabric` given with the ingest (or `tracelog set`);
+2. `log`: the file itself: a bench's own device lines, a run's configuration (a lab note's node count),
+   or lines nobody parsed that name the hardware (`hardware_lines`: nvidia-smi tables, device names,
+   nccl-tests device lines, NCCL's `NET/IB` line);
+3. `bench`: a bench already in the store that ran on one of the same hosts (hosts from NCCL's line prefixes,
+   DeepSpeed's world info, or the bench's device lines);
+4. `cluster`: the first `[cluster.NAME]` of tracelog.toml whose host pattern or path glob matches.
+The decided value goes in the run's or bench's column (where the model reads it) and the source, with
+what decided it, in `run_hardware` / `bench_hardware` (the view `hardware_sources` holds both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tracelog import hardware, hardware_lines
+from tracelog.clusters import FACTS, Clusters
+from tracelog.store import Store
+
+SCAN_LIMIT = 5000
+"""Unparsed lines with a hardware word read per file: nvidia-smi tables and NCCL's setup lines come
+before training starts, so the first few thousand are enough and a long log costs no more."""
+
+SCAN_SQL = f"""
+SELECT line_no, text FROM unparsed
+WHERE source_id = $source AND ({" OR ".join(f"contains(text, '{w}')" for w in hardware_lines.SCAN_WORDS)})
+ORDER BY line_no LIMIT {SCAN_LIMIT}
+"""
+NEXT_SQL = "SELECT line_no, text FROM unparsed WHERE source_id = $source AND list_contains($lines, line_no)"
+HOSTS_SQL = f"""
+SELECT DISTINCT regexp_extract(text, '{hardware_lines.NCCL_LINE}', 1) AS host
+FROM unparsed WHERE source_id = $source AND contains(text, '] NCCL ')
+  AND regexp_matches(text, '{hardware_lines.NCCL_LINE}')
+ORDER BY host LIMIT 1000
+"""
+
+
+@dataclass(frozen=True)
+class Decided:
+    value: Any
+    source: str
+    detail: str | None = None
+    column: bool = True  # False: recorded, the column left as it was (a bench's printed GPU name stays)
+
+
+def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[str]]:
+    """What the file's unparsed lines say: facts, and the hosts its NCCL lines name."""
+    facts: dict[str, Decided] = {}
+    hosts: dict[str, None] = {}
+    hits = store.con.execute(SCAN_SQL, {"source": source_id}).fetchall()
+    after = [int(line_no) + 1 for line_no, _ in hits]
+    following = (
+        dict(store.con.execute(NEXT_SQL, {"source": source_id, "lines": after}).fetchall()) if hits else {}
+    )
+    for line_no, text in hits:
+        next_text = following.get(int(line_no) + 1)
+        world = hardware_lines.world_info(text)
+        if world is not None:
+            hosts.update(dict.fromkeys(world))
+            per_node = set(world.values())
+            if "gpus_per_node" not in facts and len(per_node) == 1:
+                facts["gpus_per_node"] = Decided(
+                    per_node.pop(), "log", f"line {line_no} (DeepSpeed world info)"
+                )
+        if "gpu_model" not in facts:
+            seen = hardware_lines.gpu_seen(int(line_no), text, next_text)
+            if seen is not None:
+                facts["gpu_model"] = Decided(seen.gpu.id, "log", f"line {line_no} ({seen.how})")
+        if "nics_per_node" not in facts:
+            nics = hardware_lines.nccl_nics(text)
+            if nics is not None:
+                facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
+    hosts.update(
+        (row[0], None) for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0]
+    )
+    return facts, list(hosts)
+
+
+def bench_facts(store: Store, hosts: list[str], exclude: int | None = None) -> dict[str, Decided]:
+    """Facts of the newest benches that ran on one of these hosts, each fact from the newest that has it."""
+    if not hosts:
+        return {}
+    rows = store.con.execute(
+        "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, "
+        "list_intersect(hosts, $hosts)[1] FROM benches "
+        "WHERE len(list_intersect(hosts, $hosts)) > 0 AND bench_id IS DISTINCT FROM $exclude "
+        "ORDER BY bench_id DESC",
+        {"hosts": hosts, "exclude": exclude},
+    ).fetchall()
+    facts: dict[str, Decided] = {}
+    for bench_id, gpu_model, gpu_name, per_node, fabric, nics, host in rows:
+        gpu = hardware.gpu_for(gpu_model, gpu_name)
+        values = {
+            "gpu_model": gpu.id if gpu else None,
+            "gpus_per_node": per_node,
+            "fabric": fabric,
+            "nics_per_node": nics,
+        }
+        for fact, value in values.items():
+            if value is not None and fact not in facts:
+                facts[fact] = Decided(value, "bench", f"bench {bench_id} on {host}")
+    return facts
+
+
+def cluster_facts(clusters: Clusters | None, path: str, hosts: list[str]) -> dict[str, Decided]:
+    found = clusters.for_file(path, hosts) if clusters is not None else None
+    if found is None:
+        return {}
+    cluster, why = found
+    return {f: Decided(v, "cluster", f"{cluster.name} ({why})") for f, v in cluster.facts().items()}
+
+
+def decide(layers: list[dict[str, Decided]]) -> dict[str, Decided]:
+    """Per fact, the first layer that has it."""
+    decided: dict[str, Decided] = {}
+    for layer in layers:
+        for fact, found in layer.items():
+            if fact in FACTS and fact not in decided:
+                decided[fact] = found
+    return decided
+
+
+def _given(values: dict[str, Any]) -> dict[str, Decided]:
+    return {f: Decided(v, "command line") for f, v in values.items() if v is not None and f in FACTS}
+
+
+def _own(row: dict[str, Any], detail: str, recorded: dict[str, Decided] | None = None) -> dict[str, Decided]:
+    """The facts the parser put in the row's columns; with `recorded` (a log that resumed after it grew:
+    its columns already hold what was decided before), a column that holds a value decided by another
+    source is not the log's."""
+    recorded = recorded or {}
+    return {
+        f: Decided(row[f], "log", detail)
+        for f in FACTS
+        if row.get(f) is not None
+        and not (f in recorded and recorded[f].source != "log" and recorded[f].value == str(row[f]))
+    }
+
+
+def _recorded(store: Store, table: str, entity: int) -> dict[str, Decided]:
+    facts_table, id_col = HARDWARE_TABLES[table]
+    rows = store.con.execute(
+        f"SELECT fact, value, source, detail FROM {facts_table} WHERE {id_col} = ?", [entity]
+    ).fetchall()
+    return {fact: Decided(value, source, detail) for fact, value, source, detail in rows}
+
+
+def _said(recorded: dict[str, Decided]) -> dict[str, Decided]:
+    """What a user set earlier (`tracelog set`, `--gpu` on an earlier ingest of a log that grew since)."""
+    return {f: d for f, d in recorded.items() if d.source == "command line"}
+
+
+HARDWARE_TABLES = {"runs": ("run_hardware", "run_id"), "benches": ("bench_hardware", "bench_id")}
+
+
+def _write(store: Store, table: str, entity: int, decided: dict[str, Decided]) -> None:
+    facts_table, id_col = HARDWARE_TABLES[table]
+    store.con.execute(f"DELETE FROM {facts_table} WHERE {id_col} = ?", [entity])
+    columns = {f: d.value for f, d in decided.items() if d.column}
+    if columns:
+        sets = ", ".join(f'"{f}" = ?' for f in columns)
+        store.con.execute(f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*columns.values(), entity])
+    for fact in FACTS:
+        if fact in decided:
+            d = decided[fact]
+            store.con.execute(
+                f"INSERT INTO {facts_table} VALUES (?, ?, ?, ?, ?)",
+                [entity, fact, str(d.value), d.source, d.detail],
+            )
+
+
+def resolve_source(
+    store: Store, source_id: int, path: str, given: dict[str, Any], clusters: Clusters | None
+) -> None:
+    """Decide and record the hardware of every run and bench of one source (inside its transaction).
+    `given` holds the command line's facts; the columns already hold what the parser read."""
+    scanned, hosts = log_facts(store, source_id)
+    for bench in store.query(
+        "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, hosts "
+        "FROM benches WHERE source_id = ? ORDER BY bench_id",
+        [source_id],
+    ).to_dict("records"):
+        recorded = _recorded(store, "benches", int(bench["bench_id"]))
+        own = _own(bench, "the bench's own lines", recorded)
+        printed = hardware.gpu_for(None, bench["gpu_name"])
+        if "gpu_model" not in own and printed is not None:
+            own["gpu_model"] = Decided(printed.id, "log", f"device lines: {bench['gpu_name']}", column=False)
+        bench_hosts = [h for h in (bench["hosts"] if bench["hosts"] is not None else []) if h] or hosts
+        layers = [
+            _given(given),
+            _said(recorded),
+            own,
+            scanned,
+            bench_facts(store, bench_hosts, int(bench["bench_id"])),
+            cluster_facts(clusters, path, bench_hosts),
+        ]
+        _write(store, "benches", int(bench["bench_id"]), decide(layers))
+    for run in store.query(
+        "SELECT r.run_id, r.gpu_model, r.gpus_per_node, r.fabric, r.nics_per_node, p.value AS world_info "
+        "FROM runs r LEFT JOIN run_params p ON p.run_id = r.run_id AND p.name = 'world_info' "
+        "WHERE r.source_id = ?",
+        [source_id],
+    ).to_dict("records"):
+        run_id = int(run["run_id"])
+        world = (
+            hardware_lines.world_info(f"WORLD INFO DICT: {run['world_info']}") if run["world_info"] else None
+        )
+        run_hosts = list(dict.fromkeys([*(world or {}), *hosts]))
+        if run_hosts:
+            store.con.execute("UPDATE runs SET hosts = ? WHERE run_id = ?", [run_hosts, run_id])
+        recorded = _recorded(store, "runs", run_id)
+        layers = [
+            _given(given),
+            _said(recorded),
+            _own(run, "the log's configuration", recorded),
+            scanned,
+            bench_facts(store, run_hosts),
+            cluster_facts(clusters, path, run_hosts),
+        ]
+        _write(store, "runs", run_id, decide(layers))
+    store.con.execute(
+        "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE source_id = ?", [source_id]
+    )
+
+
+def record_set(store: Store, table: str, entity: int, values: dict[str, Any]) -> None:
+    """`tracelog set` after the fact: the user's word, kept as `command line`."""
+    facts_table, id_col = HARDWARE_TABLES[table]
+    for fact, value in values.items():
+        if fact in FACTS:
+            store.con.execute(f"DELETE FROM {facts_table} WHERE {id_col} = ? AND fact = ?", [entity, fact])
+            store.con.execute(
+                f"INSERT INTO {facts_table} VALUES (?, ?, ?, 'command line', 'tracelog set')",
+                [entity, fact, str(value)],
+            )
