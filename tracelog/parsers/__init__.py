@@ -9,9 +9,27 @@ from __future__ import annotations
 from types import ModuleType
 
 from tracelog.errors import TracelogError
-from tracelog.parsers import allreduce_bench, deepspeed, megatron, nccl_tests, p2p, table, topo
+from tracelog.parsers import (
+    allreduce_bench,
+    deepspeed,
+    megatron,
+    nccl_tests,
+    nccl_tests_json,
+    p2p,
+    table,
+    topo,
+)
 
-PARSERS: list[ModuleType] = [megatron, deepspeed, table, nccl_tests, p2p, topo, allreduce_bench]
+PARSERS: list[ModuleType] = [
+    megatron,
+    deepspeed,
+    table,
+    nccl_tests,
+    nccl_tests_json,
+    p2p,
+    topo,
+    allreduce_bench,
+]
 
 HEAD_BYTES = 64 * 1024
 LONG_HEAD_BYTES = 4 * 1024 * 1024

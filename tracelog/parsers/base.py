@@ -376,6 +376,7 @@ INT32_COLUMNS = frozenset(
     [
         "rank",
         "device",
+        "comm_group",
         "pid",
         "src",
         "dst",

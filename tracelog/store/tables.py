@@ -8,7 +8,14 @@ added here once.
 from __future__ import annotations
 
 RUN_CHILD_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params", "run_tags")
-BENCH_CHILD_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices")
+BENCH_CHILD_TABLES = (
+    "collectives",
+    "collective_iterations",
+    "p2p",
+    "links",
+    "bench_params",
+    "bench_devices",
+)
 MODEL_OUTPUT_TABLES = ("predictions", "comparisons", "flags")
 SOURCE_CHILD_TABLES = ("runs", "benches", "unparsed", "events", "sources")
 SEVERITIES = ("critical", "warning", "info")
