@@ -96,6 +96,31 @@ def integer(value: Any) -> int | None:
     return int(as_float)
 
 
+class _Iterations:
+    """Per-iteration rows gathered as columns across arrays, out as one frame of about FRAME_ROWS rows
+    (a frame per array costs more in polars than the array's numbers)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {
+            name: [] for name in [*ITERATION_SCHEMA, "iteration", "time_us"]
+        }
+        self.rows = 0
+
+    def add(self, constants: dict[str, Any], times: list[float | None], start: int) -> None:
+        for name in ITERATION_SCHEMA:
+            self.columns[name].extend([constants.get(name)] * len(times))
+        self.columns["iteration"].extend(range(start, start + len(times)))
+        self.columns["time_us"].extend(times)
+        self.rows += len(times)
+
+    def flush(self) -> Batch:
+        schema = {**ITERATION_SCHEMA, "iteration": pl.Int64, "time_us": pl.Float64}
+        frame = pl.DataFrame(self.columns, schema=schema)
+        self.columns = {name: [] for name in schema}
+        self.rows = 0
+        return Batch("collective_iterations", frame)
+
+
 class _Reader:
     def __init__(self, source: LineSource) -> None:
         self.source = source
@@ -108,6 +133,7 @@ class _Reader:
             1  # GPUs per process: nthreads x ngpus (src/common.cu: rank = proc*nThreads*nGpus+i)
         )
         self.results = 0
+        self.pending = _Iterations()
 
     def _read(self, size: int) -> bytes:
         chunk = self.source.stream.read(size)
@@ -173,6 +199,8 @@ class _Reader:
             raise TracelogError(exc.message, self.source.name, self.events.line) from None
         self.source.lines_total = self.events.line
         self.finish()
+        if self.pending.rows:
+            yield self.pending.flush()
         yield from self.out.flush()
 
     def member(self, key: str) -> Iterator[Batch]:
@@ -338,37 +366,20 @@ class _Reader:
             self.event("bad_value", "per-iteration times before their result's size: skipped")
         constants = {**(keys or {}), "bench_key": 0, "placement": placement, "process": process}
         constants["host"] = self.host_of(process)
-        values: list[float | None] = []
         start, odd = 0, 0
-        while (item := self.next())[0] != "end_array":
-            if item[0] != "value":
-                self.value(item)
-                time = None
-            else:
-                time = number(item[1])
-            if time is None or not math.isfinite(time) or time < 0:
-                odd += 1
-                time = None
-            values.append(time)
-            if len(values) >= FRAME_ROWS:
-                if keys is not None:
-                    yield Batch("collective_iterations", self.frame(constants, values, start))
-                start, values = start + len(values), []
-        if values and keys is not None:
-            yield Batch("collective_iterations", self.frame(constants, values, start))
+        for run in self.events.numbers():
+            bad = sum(1 for v in run if v is None or not 0 <= v < math.inf)
+            if bad:
+                odd += bad
+                run = [v if v is not None and 0 <= v < math.inf else None for v in run]
+            if keys is not None:
+                self.pending.add(constants, run, start)
+            start += len(run)
+            if self.pending.rows >= FRAME_ROWS:
+                yield self.pending.flush()
         if odd:
             who = "all processes" if process is None else f"process {process}"
             self.event("bad_value", f"{odd} per-iteration time(s) of {who} were not numbers: stored as NULL")
-
-    @staticmethod
-    def frame(constants: dict[str, Any], values: list[float | None], start: int) -> pl.DataFrame:
-        times = pl.DataFrame({"time_us": pl.Series(values, dtype=pl.Float64)})
-        times = times.with_row_index("iteration", offset=start).with_columns(
-            pl.col("iteration").cast(pl.Int64)
-        )
-        return times.with_columns(
-            pl.lit(constants.get(name), dtype=dtype).alias(name) for name, dtype in ITERATION_SCHEMA.items()
-        )
 
     def finish(self) -> None:
         bench = self.bench
