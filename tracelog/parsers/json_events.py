@@ -83,6 +83,8 @@ class JsonEvents:
                     raise self._fail(f"unterminated string {rest[:40]!r}", Truncated)
                 return
             kind = match.lastindex or 0
+            if match.end() - match.start(kind) > MAX_TOKEN_BYTES:
+                raise self._fail(f"a token longer than {MAX_TOKEN_BYTES} bytes")
             self._advance(match.start(kind))
             text = match.group(kind)
             self._advance(match.end())

@@ -192,6 +192,7 @@ class _Reader:
                 yield from self.member(str(member[1]))
                 if self.out.due():
                     yield from self.out.flush()
+            next(self.stream, None)  # only checks that nothing follows the document
         except Truncated as exc:
             self.event("truncated", f"{exc.message}; kept the {self.results} result(s) read before it")
             self.bench.failed = not self.results
@@ -372,11 +373,14 @@ class _Reader:
             if bad:
                 odd += bad
                 run = [v if v is not None and 0 <= v < math.inf else None for v in run]
-            if keys is not None:
-                self.pending.add(constants, run, start)
+            at = 0
+            while keys is not None and at < len(run):
+                take = min(len(run) - at, FRAME_ROWS - self.pending.rows)
+                self.pending.add(constants, run[at : at + take], start + at)
+                at += take
+                if self.pending.rows >= FRAME_ROWS:
+                    yield self.pending.flush()
             start += len(run)
-            if self.pending.rows >= FRAME_ROWS:
-                yield self.pending.flush()
         if odd:
             who = "all processes" if process is None else f"process {process}"
             self.event("bad_value", f"{odd} per-iteration time(s) of {who} were not numbers: stored as NULL")
