@@ -253,3 +253,16 @@ def test_ingest_through_the_cli_stores_every_table(tmp_path: Path) -> None:
         count = store.scalar("SELECT count(*) FROM collective_iterations WHERE process = 5")
         assert count == 20 * 2 * len(DOC["results"])
         assert store.scalar("SELECT count(DISTINCT comm_group) FROM bench_devices") == 1
+
+
+def test_a_report_ingested_while_written_is_read_again_once_it_grew(tmp_path: Path) -> None:
+    path = tmp_path / "ar.json"
+    path.write_bytes(TEXT[: len(TEXT) // 2])  # nccl-tests writes the file as the sweep goes
+    with Store(tmp_path / "t.duckdb") as store:
+        (first,) = api.ingest(store, [str(path)])
+        assert store.scalar("SELECT status FROM benches") == "partial"
+        path.write_bytes(TEXT)
+        (second,) = api.ingest(store, [str(path)])
+        assert second.status == "appended"
+        assert store.scalar("SELECT status FROM benches") == "complete"
+        assert store.scalar("SELECT count(*) FROM collectives") == 2 * len(DOC["results"])

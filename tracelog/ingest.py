@@ -347,16 +347,16 @@ def ingest_file(
                         return _already(store, path, source_id)
                     replace = source_id
         grown = store.con.execute(
-            "SELECT source_id, bytes, coalesce(bytes_pending, 0), sha256 FROM sources "
+            "SELECT source_id, bytes, coalesce(bytes_pending, 0), sha256, format FROM sources "
             "WHERE path = ? AND (bytes < ? OR (bytes = ? AND bytes_pending > 0)) ORDER BY bytes DESC",
             [path, size, size],
         ).fetchall()
-        for source_id, nbytes, pending, sha in grown:
+        for source_id, nbytes, pending, sha, fmt in grown:
             if file_sha256(path, nbytes) != sha:
                 continue
             if force:
                 replace = source_id
-            elif nbytes + pending <= size and not has_newline(path, nbytes):
+            elif nbytes + pending <= size and _reads_lines(fmt) and not has_newline(path, nbytes):
                 # Only more of a last line without its newline: nothing new is complete.
                 store.con.execute(
                     "UPDATE sources SET bytes_pending = ? WHERE source_id = ?", [size - nbytes, source_id]
@@ -388,6 +388,15 @@ def ingest_file(
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+
+
+def _reads_lines(format_id: str | None) -> bool:
+    """Whether a format is read line by line (a JSON document may have no newline at all: any growth
+    is new content)."""
+    try:
+        return bool(getattr(parsers.by_format(format_id or ""), "READS_LINES", True))
+    except TracelogError:
+        return True
 
 
 def _already(store: Store, path: str, source_id: int) -> IngestResult:

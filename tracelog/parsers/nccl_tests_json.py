@@ -35,6 +35,7 @@ from tracelog.parsers.nccl_tests import COMMAND_RX, TOOL, Bench
 
 FORMAT = "nccl_tests_json"
 VERSION = "1"
+READS_LINES = False  # one document, often without a newline: growth is never "a line still being written"
 
 FRAME_ROWS = 50_000  # per-iteration numbers gathered before they leave as one frame
 # Items a small value (config, args, a result's scalars) may hold; past it the rest is read and dropped
