@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import SAMPLES, source_of
+from tests.test_hostile_input import peak_rss_mib
 from tracelog import api, parsers
 from tracelog.errors import TracelogError
 from tracelog.parsers import nccl_tests_json
@@ -266,3 +267,39 @@ def test_a_report_ingested_while_written_is_read_again_once_it_grew(tmp_path: Pa
         assert second.status == "appended"
         assert store.scalar("SELECT status FROM benches") == "complete"
         assert store.scalar("SELECT count(*) FROM collectives") == 2 * len(DOC["results"])
+
+
+def write_big_report(path: Path, processes: int, sizes: int, iterations: int = 1000) -> int:
+    """A -I 1 report of `processes` x `iterations` numbers per size and placement; the numbers it holds."""
+    row = "[" + ",".join(["30.125000"] * iterations) + "]"
+    per_iter = {"times_us": "@TIMES@", "per_process_max_times_us": "@PROCS@"}
+    body = compact(report([result(8 << k, out_of_place_per_iter=per_iter) for k in range(sizes)]))
+    body = body.replace('"@TIMES@"', row).replace('"@PROCS@"', "[" + ",".join([row] * processes) + "]")
+    path.write_text(body)
+    return sizes * iterations * (processes + 1)
+
+
+def test_memory_stays_flat_as_the_report_grows(tmp_path: Path) -> None:
+    peaks = []
+    for name, processes in (("small", 16), ("large", 128)):
+        path = tmp_path / f"{name}.json"
+        numbers = write_big_report(path, processes, sizes=20)
+        peak, stdout, stderr, status = peak_rss_mib(
+            f"""
+            from tracelog.parsers import nccl_tests_json
+            from tracelog.parsers.base import LineSource
+            rows = 0
+            with open({str(path)!r}, "rb") as f:
+                for batch in nccl_tests_json.parse(LineSource(f, "x")):
+                    if batch.table == "collective_iterations":
+                        rows += len(batch)
+            print(rows)
+            """
+        )
+        assert status == 0, stderr
+        assert int(stdout) == numbers
+        peaks.append((path.stat().st_size >> 20, peak))
+    (small_mib, small_peak), (large_mib, large_peak) = peaks
+    assert large_mib >= 7 * small_mib  # about 26 MB against 3.4 MB
+    print(f"peak RSS {small_peak:.0f} MiB at {small_mib} MiB, {large_peak:.0f} MiB at {large_mib} MiB")
+    assert large_peak - small_peak < 48  # a chunk and a frame, not the file
