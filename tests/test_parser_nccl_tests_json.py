@@ -10,6 +10,8 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES, source_of
 from tests.test_hostile_input import peak_rss_mib
@@ -214,6 +216,7 @@ def test_errors_in_the_report_fail_the_bench() -> None:
         ('{"version":3,"results":[{"size":8,"out_of_place_per_iter":{"times_us":[1,[2]]}}]}', "array of"),
         ('{"version":3} {"version":3}', "after the end"),
         ("[1, 2]", "not an object"),
+        ('{"version":3,"config":' + "[" * 100_000, "nested deeper than"),
     ],
 )
 def test_what_is_not_json_is_the_projects_error_with_the_file(text: str, words: str) -> None:
@@ -303,3 +306,24 @@ def test_memory_stays_flat_as_the_report_grows(tmp_path: Path) -> None:
     assert large_mib >= 7 * small_mib  # about 26 MB against 3.4 MB
     print(f"peak RSS {small_peak:.0f} MiB at {small_mib} MiB, {large_peak:.0f} MiB at {large_mib} MiB")
     assert large_peak - small_peak < 48  # a chunk and a frame, not the file
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(
+    cut=st.integers(0, len(TEXT)),
+    at=st.integers(0, len(TEXT) - 1),
+    junk=st.binary(max_size=12)
+    | st.sampled_from([b"nan", b"-inf", b"]", b"}", b'"', b",,", b"\\u12", b"1e999"]),
+)
+def test_hostile_edits_give_rows_or_the_projects_error(cut: int, at: int, junk: bytes) -> None:
+    """Any cut and splice of the sample parses to rows and events, or raises TracelogError naming the
+    file; never another exception."""
+    data = (TEXT[:at] + junk + TEXT[at:])[: max(cut, 1)]
+    try:
+        out = collect(data)
+    except TracelogError as exc:
+        assert exc.path == "<test>" and exc.line is not None
+        return
+    assert len(out["benches"]) == 1
+    for row in out.get("collective_iterations", []):
+        assert row["time_us"] is None or row["time_us"] >= 0

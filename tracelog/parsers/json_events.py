@@ -23,6 +23,9 @@ from tracelog.errors import TracelogError
 
 MAX_TOKEN_BYTES = 1 << 20  # the longest string or number read: 512x nccl-tests' own 2 KiB string cap
 CHUNK_BYTES = 1 << 20
+# Nesting refused past this depth: nccl-tests nests 4 deep (results, a result, per_iter, a process's
+# list), and a consumer that builds values recursively must not meet a million `[`.
+MAX_DEPTH = 64
 
 TOKEN_RX = re.compile(rb'\s*(?:([{}\[\]:,])|("(?:[^"\\]|\\.)*")|([^\s{}\[\]:,"]+))')
 BARE = {b"true": True, b"false": False, b"null": None, b"nan": math.nan, b"-nan": math.nan}
@@ -167,6 +170,8 @@ class JsonEvents:
             if expect == DONE:
                 raise self._fail(f"data after the end of the document: {text[:40]!r}")
             if expect in (VALUE, VALUE_OR_END):
+                if kind == 1 and text in (b"{", b"[") and len(stack) >= MAX_DEPTH:
+                    raise self._fail(f"nested deeper than {MAX_DEPTH} levels")
                 if text == b"{" and kind == 1:
                     stack.append("map")
                     self._expect = KEY_OR_END
