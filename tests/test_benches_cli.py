@@ -62,6 +62,8 @@ def test_benches_lists_op_ranks_and_peak_busbw(db_path: Path) -> None:
         ("nccl_failures_back_to_back_8xh100.txt", "alltoall"): (8, 327.78, 134217728, "partial"),
         ("nccl_mpi_all_reduce_2x8xh100.txt", "all_reduce"): (16, 371.45, 4294967296, "complete"),
         ("nccl_old_layout_4xv100.txt", "all_reduce"): (4, 129.81, 134217728, "complete"),
+        ("nccl_split_per_iter_cputime_2x4xh100.txt", "all_reduce"): (4, 115.66, 268435456, "complete"),
+        ("nccl_split_per_iter_cputime_2x4xh100.txt", "all_gather"): (4, 349.58, 536870912, "complete"),
     }
     others = [(b["tool"], b["ranks"], b["peak_busbw_gbps"]) for b in listed if b["tool"] != "nccl-tests"]
     assert others == [

@@ -41,7 +41,7 @@ def test_cli_ingests_every_bench_sample(db_path: Path) -> None:
     for path, line in zip(BENCH_SAMPLES, lines, strict=True):
         assert line.startswith(str(path)) and f"ingested as {FORMAT_OF[path.name.split('_')[0]]}" in line
     formats = sql(db_path, "SELECT format, count(*) FROM sources GROUP BY ALL ORDER BY 1")
-    assert formats == [("nccl_tests", 5), ("p2p", 2), ("topo", 2)]
+    assert formats == [("nccl_tests", 6), ("p2p", 2), ("topo", 2)]
 
 
 def test_nccl_benches_in_sql(db_path: Path) -> None:
@@ -154,6 +154,11 @@ def test_nccl_benches_in_sql(db_path: Path) -> None:
             0,
             50,
         ),
+        # NCCL_TESTS_SPLIT="MOD 2": 8 ranks, the printed communicator is rank 0's group of 4
+        ("nccl_split_per_iter_cputime_2x4xh100.txt", 0, "all_reduce", 4, 2, 2)
+        + ("NVIDIA H100 80GB HBM3", "float", "complete", 0, 0, 18),
+        ("nccl_split_per_iter_cputime_2x4xh100.txt", 1, "all_gather", 4, 1, 4)
+        + ("NVIDIA H100 80GB HBM3", "float", "complete", 0, 0, 8),
     ]
     hosts = sql(db_path, "SELECT hosts FROM benches WHERE ranks = 16")
     assert hosts == [(["gpu-node-a01", "gpu-node-a02"],)]
@@ -285,8 +290,8 @@ def test_benches_listing(db_path: Path) -> None:
     p2p_rows = table[table["tool"] == "p2pBandwidthLatencyTest"]
     assert p2p_rows["peak_busbw_gbps"].isna().all() and len(p2p_rows) == 2
     only_nccl = api.benches(str(db_path), tool="nccl-tests")
-    assert set(only_nccl["tool"]) == {"nccl-tests"} and len(only_nccl) == 7
-    assert list(only_nccl["status"]).count("complete") == 4
+    assert set(only_nccl["tool"]) == {"nccl-tests"} and len(only_nccl) == 9
+    assert list(only_nccl["status"]).count("complete") == 6
 
 
 CORPUS_ALLREDUCE = corpus_files("allreduce_bench")

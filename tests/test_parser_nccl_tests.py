@@ -138,6 +138,7 @@ def test_ranks_nodes_and_gpus_per_node_come_from_the_device_lines() -> None:
         "pid": 20311,
         "bus_id": "0000:18:00",
         "gpu_name": "NVIDIA H100 80GB HBM3",
+        "comm_group": 0,
         "line_no": 7,
     }
     assert (last["rank"], last["device"], last["host"]) == (15, 7, "gpu-node-a02")
@@ -379,7 +380,15 @@ def test_every_table_layout(name: str) -> None:
     for r in rows:
         assert {k: r[k] for k in fields} == fields
         time_us, algbw, busbw, wrong = values[r["placement"]]
-        assert (r["time_us"], r["algbw_gbps"], r["busbw_gbps"], r["wrong"]) == (time_us, algbw, busbw, wrong)
+        # -C 1 prints host wall time in the time column: kept apart from the CUDA time.
+        time_column = "cpu_time_us" if name == "cputime" else "time_us"
+        assert r.get("cpu_time_us" if name != "cputime" else "time_us") is None
+        assert (r[time_column], r["algbw_gbps"], r["busbw_gbps"], r["wrong"]) == (
+            time_us,
+            algbw,
+            busbw,
+            wrong,
+        )
         assert r["line_no"] == len(header) + 1
 
 

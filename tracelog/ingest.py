@@ -163,7 +163,7 @@ def ingest_file(
                 continue
             if force:
                 replace = source_id
-            elif nbytes + pending <= size and not has_newline(path, nbytes):
+            elif nbytes + pending <= size and _reads_lines(fmt) and not has_newline(path, nbytes):
                 # Only more of a last line without its newline: nothing new is complete.
                 store.con.execute(
                     "UPDATE sources SET bytes_pending = ? WHERE source_id = ?", [size - nbytes, source_id]
@@ -245,6 +245,15 @@ def _resume_file(
             return _already(store, path, dup.source_id)
     finally:
         stream.close()
+
+
+def _reads_lines(format_id: str | None) -> bool:
+    """Whether a format is read line by line (a JSON document may have no newline at all: any growth
+    is new content)."""
+    try:
+        return bool(getattr(parsers.by_format(format_id or ""), "READS_LINES", True))
+    except TracelogError:
+        return True
 
 
 def _already(store: Store, path: str, source_id: int) -> IngestResult:

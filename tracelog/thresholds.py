@@ -44,6 +44,17 @@ class Thresholds:
     sec_it_drift: float = 1.10
     # A single logged interval this many times the steady median is a straggler step.
     straggler: float = 1.25
+    # nccl-tests -I 1 per-process times: a process (or node) is slow at a size when its median iteration
+    # time is above this multiple of the median process's (of the other nodes'). 1.10 is twice the 5% CV
+    # past which nccl-tests' tools/analyze_perf_json.py marks a size as noisy, so run-to-run noise alone
+    # does not reach it.
+    straggler_process: float = 1.10
+    # ... and it is a straggler when it is slow at this share of the sizes x placements it ran: at most
+    # sizes, so that one noisy size (small messages are latency noise) does not name a process.
+    straggler_share: float = 0.75
+    # p99 over median iteration time above this at a size is jitter: analyze_perf_json.py's default spike
+    # threshold (`--threshold 1.5`, an iteration 1.5x the average).
+    jitter: float = 1.5
 
     def with_overrides(self, overrides: Mapping[str, str | float]) -> Thresholds:
         """A copy with these thresholds changed; an unknown name, a value that is not a finite number or
@@ -81,6 +92,9 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "loss_spike": MULTIPLE,
     "sec_it_drift": MULTIPLE,
     "straggler": MULTIPLE,
+    "straggler_process": MULTIPLE,
+    "straggler_share": SHARE,
+    "jitter": MULTIPLE,
 }
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 from tracelog.analysis import calibration, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
-from tracelog.analysis.rules import bandwidth, health, model_rules
+from tracelog.analysis.rules import bandwidth, health, iterations, model_rules
 from tracelog.analysis.scope import Scope
 from tracelog.errors import TracelogError
 from tracelog.store import Store
@@ -50,7 +50,12 @@ Family = Callable[[Store, Thresholds, Scope], list[dict[str, Any]]]
 def rule_families(runs: list[RunInputs] | None = None) -> list[Family]:
     """Every rule family, in the order their flags are written; `runs` are the model inputs already
     loaded for the refresh (the model rules load them otherwise)."""
-    return [partial(model_rules.evaluate, runs=runs), bandwidth.evaluate, health.evaluate]
+    return [
+        partial(model_rules.evaluate, runs=runs),
+        bandwidth.evaluate,
+        health.evaluate,
+        iterations.evaluate,
+    ]
 
 
 def _subject_predicate(scope: Scope) -> str:

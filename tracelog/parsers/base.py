@@ -385,6 +385,7 @@ INT32_COLUMNS = frozenset(
     [
         "rank",
         "device",
+        "comm_group",
         "pid",
         "src",
         "dst",

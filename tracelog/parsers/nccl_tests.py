@@ -40,6 +40,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, guarded, strip_prefix
@@ -58,6 +59,9 @@ DEVICE_RX = re.compile(
 )
 OOB_RX = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 AVG_RX = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
+MEMORY_RX = re.compile(r"^#\s*GPU memory usage\s*:\s*(.*?)\s*$")
+MEMORY_PART_RX = re.compile(r"([A-Za-z][\w-]*)\s+([-\d.]+)\s*(B|KB|MB|GB)\b")
+MEMORY_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}  # getMemString: 1024-based
 NOTE_RX = re.compile(
     r"^#\s*(Blocking Enabled|Parallel Init Enabled|Per-Iteration Report|Writing JSON output to|Writing results to file"
     r"|GPU memory usage|skipping json output)\s*:?\s*(.*?)\s*$"
@@ -83,7 +87,28 @@ PLACEMENTS = ("out-of-place", "in-place")
 PREFIX_NAMES = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type"}
 PREFIX_NAMES |= {"redop": "redop", "op": "redop", "root": "root"}
 GROUP_NAMES = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw"}
-GROUP_NAMES |= {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
+GROUP_NAMES |= {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error", "i_cv%": "i_cv"}
+STAMP_RX = re.compile(r"\d\d:\d\d:\d\d$")
+# `-I 1` summary columns (src/util.cu writePerIterReport) and the row columns they land in.
+PER_ITER_COLUMNS = {"i_min": "i_min_us", "i_max": "i_max_us", "i_p99": "i_p99_us", "i_cv": "i_cv_pct"}
+
+
+def printed_time(day: str, clock: str) -> datetime | None:
+    """A `-S 1` timestamp, local time of the printing host as nccl-tests prints it; None if no date."""
+    try:
+        return datetime.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
+def memory_report(text: str) -> dict[str, int]:
+    """`-M 1`'s `Initialization 1.23 GB | User-Allocated 3.00 GB | Collective 512.0 MB | Total 4.73 GB`
+    (src/util.cu writeMemInfo) as `memory_<part>_bytes`; the printed figures keep 3 digits, so do these."""
+    return {
+        f"memory_{name.lower().replace('-', '_')}_bytes": round(float(value) * MEMORY_UNITS[unit])
+        for name, value, unit in MEMORY_PART_RX.findall(text)
+        if NUMBER_RX.match(value)
+    }
 
 
 def detect(head: str) -> int:
@@ -106,6 +131,7 @@ class Layout:
     prefix: list[str]
     group: list[str]
     timestamp: bool = False
+    cputime: bool = False  # `-C 1`: the time column is host wall time, not CUDA time
 
     @classmethod
     def from_header(cls, text: str) -> Layout | None:
@@ -118,7 +144,7 @@ class Layout:
         prefix = [PREFIX_NAMES.get(n, n) for n in names[: times[0]]]
         end = times[1] if len(times) > 1 else len(names)
         group = [GROUP_NAMES.get(n, n) for n in names[times[0] : end]]
-        return cls(prefix, group, timestamp=names[-1] == "timestamp")
+        return cls(prefix, group, timestamp=names[-1] == "timestamp", cputime=names[times[0]] == "cputime")
 
     @classmethod
     def infer(cls, tokens: list[str]) -> Layout | None:
@@ -132,6 +158,8 @@ class Layout:
             return cls(["size", "count", "type", "redop", "root"], base, timestamp=True)
         if n == 21:
             return cls(["size", "count", "type", "redop", "root"], per_iter)
+        if n == 23 and STAMP_RX.match(tokens[-1]):
+            return cls(["size", "count", "type", "redop", "root"], per_iter, timestamp=True)
         if n == 12:
             fourth = "root" if re.match(r"-?\d+$", tokens[3]) else "redop"
             return cls(["size", "count", "type", fourth], base)
@@ -139,9 +167,14 @@ class Layout:
             return cls(["size", "count", "type"], base)
         return None
 
-    def split(self, tokens: list[str]) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]] | None:
-        """The leading fields and, per placement printed, its fields; None if the line does not fit."""
-        if self.timestamp and len(tokens) >= 2 and re.match(r"\d\d:\d\d:\d\d$", tokens[-1]):
+    def split(
+        self, tokens: list[str]
+    ) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]], datetime | None] | None:
+        """The leading fields, per placement printed its fields, and the `-S 1` timestamp (`%Y-%m-%d
+        %H:%M:%S`, src/util.cu); None if the line does not fit."""
+        stamp = None
+        if self.timestamp and len(tokens) >= 2 and STAMP_RX.match(tokens[-1]):
+            stamp = printed_time(tokens[-2], tokens[-1])
             tokens = tokens[:-2]
         p, g = len(self.prefix), len(self.group)
         if len(tokens) == p + 2 * g:
@@ -155,7 +188,7 @@ class Layout:
         for k, placement in enumerate(placements):
             part = tokens[p + k * g : p + (k + 1) * g]
             groups.append((placement, dict(zip(self.group, part, strict=True))))
-        return head, groups
+        return head, groups, stamp
 
 
 def _number(text: str | None) -> float | None:
@@ -165,7 +198,7 @@ def _number(text: str | None) -> float | None:
 
 
 @dataclass
-class _Bench:
+class Bench:
     key: int
     line_start: int
     line_end: int
@@ -174,6 +207,7 @@ class _Bench:
     collective_source: str | None = None
     layout: Layout | None = None
     devices: list[tuple[str, str]] = field(default_factory=list)  # (host, gpu name)
+    groups: list[int | None] = field(default_factory=list)  # NCCL_TESTS_SPLIT's `Group` per device line
     types: dict[str, None] = field(default_factory=dict)
     redops: dict[str, None] = field(default_factory=dict)
     rows: int = 0
@@ -186,11 +220,19 @@ class _Bench:
     footer: bool = False
     failed: bool = False
 
+    def communicator(self) -> list[tuple[str, str]]:
+        """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
+        a communicator of its own and only process 0 prints (src/common.cu run()), so rank 0's group."""
+        if len(set(self.groups)) <= 1 or len(self.groups) != len(self.devices):
+            return self.devices
+        return [d for d, g in zip(self.devices, self.groups, strict=True) if g == self.groups[0]]
+
     def record(self) -> dict[str, Any]:
-        hosts = list(dict.fromkeys(h for h, _ in self.devices))
-        per_host = Counter(h for h, _ in self.devices)
+        devices = self.communicator()
+        hosts = list(dict.fromkeys(h for h, _ in devices))
+        per_host = Counter(h for h, _ in devices)
         names = list(dict.fromkeys(n for _, n in self.devices if n))
-        ranks = len(self.devices) or None
+        ranks = len(devices) or None
         return {
             "bench_key": self.key,
             "tool": TOOL,
@@ -201,7 +243,7 @@ class _Bench:
             "gpu_name": ", ".join(names) or None,
             "dtype": ",".join(self.types) or None,
             "redop": ",".join(self.redops) or None,
-            "hosts": hosts,
+            "hosts": list(dict.fromkeys(h for h, _ in self.devices)),
             "status": self.status(),
             "avg_busbw_gbps": self.avg_busbw,
             "wrong_total": self.wrong_total,
@@ -212,7 +254,7 @@ class _Bench:
 
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
-        ranks = len(self.devices)
+        ranks = len(self.communicator())
         if self.collective or ranks <= 2 or not self.best:
             return
         algbw, busbw = self.best
@@ -230,16 +272,17 @@ class _Bench:
 class _Parser:
     def __init__(self) -> None:
         self.out = Emitter()
-        self.bench: _Bench | None = None
+        self.bench: Bench | None = None
         self.next_key = 0
+        self.last: Bench | None = None  # the bench closed last: `-M 1` prints after its conclusion
         self.pending: list[
             tuple[str, str, int, str]
         ] = []  # params seen before their bench opened, with the line
 
     # -- bench lifecycle ------------------------------------------------------------------------------
-    def open(self, line_no: int, phase: int) -> _Bench:
+    def open(self, line_no: int, phase: int) -> Bench:
         self.close()
-        bench = _Bench(self.next_key, line_no, line_no, phase)
+        bench = Bench(self.next_key, line_no, line_no, phase)
         self.next_key += 1
         self.bench = bench
         pending, self.pending = self.pending, []
@@ -249,7 +292,7 @@ class _Parser:
                 self.name_collective(value, "command")
         return bench
 
-    def at(self, line_no: int, phase: int, opens: bool = True) -> _Bench:
+    def at(self, line_no: int, phase: int, opens: bool = True) -> Bench:
         """The bench a line of `phase` belongs to: the open one if it has not passed that phase yet."""
         bench = self.bench
         if bench is None or (opens and bench.phase >= phase):
@@ -267,6 +310,10 @@ class _Parser:
         bench, self.bench = self.bench, None
         if bench is None:
             return
+        self.last = bench
+        if len(set(bench.groups)) > 1:
+            self.param("comm_groups", str(len(set(bench.groups))), bench.line_start, bench)
+            self.param("world_ranks", str(len(bench.devices)), bench.line_start, bench)
         if bench.max_error is not None:
             self.param("max_error", f"{bench.max_error[0]:g}", bench.max_error[1], bench)
         bench.infer_collective()
@@ -280,7 +327,7 @@ class _Parser:
         self.out.add("benches", bench.record())
 
     # -- rows -----------------------------------------------------------------------------------------
-    def param(self, name: str, value: str, line_no: int, bench: _Bench | None = None, text: str = "") -> None:
+    def param(self, name: str, value: str, line_no: int, bench: Bench | None = None, text: str = "") -> None:
         bench = bench or self.bench
         if bench is None:
             self.pending.append((name, value, line_no, text or value))
@@ -289,7 +336,7 @@ class _Parser:
             "bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": line_no}
         )
 
-    def event(self, kind: str, text: str, line_no: int, bench: _Bench | None = None) -> None:
+    def event(self, kind: str, text: str, line_no: int, bench: Bench | None = None) -> None:
         bench = bench or self.bench
         key = bench.key if bench else None
         self.out.add("events", {"bench_key": key, "line_no": line_no, "kind": kind, "text": text})
@@ -396,6 +443,12 @@ class _Parser:
         if match := REDUCED_RX.match(body):
             self.param("maxBytes reduced to", match.group(1), n, text=body)
             return True
+        if match := MEMORY_RX.match(body):
+            owner = self.bench or self.last
+            self.param("GPU memory usage", match.group(1), n, owner, text=body)
+            for name, value in memory_report(match.group(1)).items():
+                self.param(name, str(value), n, owner)
+            return True
         if match := NOTE_RX.match(body):
             self.param(match.group(1), match.group(2), n, text=body)
             return True
@@ -413,8 +466,9 @@ class _Parser:
 
     def device(self, n: int, match: re.Match[str]) -> None:
         bench = self.at(n, 3, opens=self.bench is not None and self.bench.phase > 3)
-        rank, _group, pid, host, device, bus, name = match.groups()
+        rank, group, pid, host, device, bus, name = match.groups()
         bench.devices.append((host, name))
+        bench.groups.append(int(group) if group is not None else None)
         self.out.add(
             "bench_devices",
             {
@@ -425,6 +479,7 @@ class _Parser:
                 "pid": int(pid),
                 "bus_id": bus,
                 "gpu_name": name or None,
+                "comm_group": int(group) if group is not None else None,
                 "line_no": n,
             },
         )
@@ -452,7 +507,7 @@ class _Parser:
         parts = layout.split(tokens)
         if parts is None:
             return False
-        head, groups = parts
+        head, groups, stamp = parts
         try:
             size, count = int(head["size"]), int(head["count"])
             values = [
@@ -493,23 +548,26 @@ class _Parser:
                 bench.max_error = (error, n)
             if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
                 bench.best = (algbw, busbw)
-            self.out.add(
-                "collectives",
-                {
-                    "bench_key": bench.key,
-                    "size_bytes": size,
-                    "count": count,
-                    "type": type_,
-                    "redop": redop,
-                    "root": None if root is None or root < 0 else root,
-                    "placement": placement,
-                    "time_us": time_us,
-                    "algbw_gbps": algbw,
-                    "busbw_gbps": busbw,
-                    "wrong": wrong,
-                    "line_no": n,
-                },
-            )
+            row = {
+                "bench_key": bench.key,
+                "size_bytes": size,
+                "count": count,
+                "type": type_,
+                "redop": redop,
+                "root": None if root is None or root < 0 else root,
+                "placement": placement,
+                "time_us": None if layout.cputime else time_us,
+                "cpu_time_us": time_us if layout.cputime else None,
+                "algbw_gbps": algbw,
+                "busbw_gbps": busbw,
+                "wrong": wrong,
+                "printed_at": stamp,
+                "line_no": n,
+            }
+            for name, column in PER_ITER_COLUMNS.items():
+                if name in g:
+                    row[column] = _number(g[name])
+            self.out.add("collectives", row)
         bench.rows += 1
         bench.last_size = size
         return True

@@ -37,6 +37,7 @@ from tracelog.parsers.tfrecord import Records, header_ok
 
 FORMAT = "tensorboard"
 VERSION = "1"
+READS_LINES = False  # binary records: growth is whole records, never "a line still being written"
 DESCRIBES_RUNS_OF_OTHER_FILES = True  # a job's events and its text log are one run (see store.merge)
 NAME_MARK = "tfevents"  # every TensorBoard writer names its files events.out.tfevents.<time>.<host>...
 OPEN_STEPS = 256  # steps whose rows are held while their events may still come (Megatron writes in order)

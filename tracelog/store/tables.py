@@ -16,7 +16,15 @@ RUN_CHILD_TABLES = (
     "run_tags",
     "run_hardware",
 )
-BENCH_CHILD_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices", "bench_hardware")
+BENCH_CHILD_TABLES = (
+    "collectives",
+    "collective_iterations",
+    "p2p",
+    "links",
+    "bench_params",
+    "bench_devices",
+    "bench_hardware",
+)
 MODEL_OUTPUT_TABLES = ("predictions", "comparisons", "flags")
 SOURCE_CHILD_TABLES = ("runs", "benches", "unparsed", "events", "sources")
 SEVERITIES = ("critical", "warning", "info")
