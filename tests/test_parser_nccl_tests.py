@@ -570,7 +570,9 @@ def test_samples_are_detected_as_nccl_tests(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in sorted(SAMPLES.glob("*")) if not p.name.startswith("nccl_")], ids=lambda p: p.name
+    "path",
+    [p for p in sorted(SAMPLES.glob("*")) if p.is_file() and not p.name.startswith("nccl_")],
+    ids=lambda p: p.name,
 )
 def test_other_formats_are_not_claimed(path: Path) -> None:
     head = head_text(path.read_bytes()[: parsers.HEAD_BYTES])

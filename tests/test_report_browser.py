@@ -258,3 +258,29 @@ def test_no_chart_is_drawn_from_a_single_value(opened, sample):
         "[id$='-memory'].chart", "charts => charts.map(c => c.querySelectorAll('g.mark-rect path').length)"
     )
     assert all(count > 1 for count in bars)
+
+
+def test_the_main_command_then_a_report_shows_predictions(browser, tmp_path_factory):
+    """The README's main command (`tracelog ingest sample_logs/`, which finds the samples' tracelog.toml)
+    followed by `tracelog report`: runs carry predicted figures beside measured ones, the gap coloured."""
+    from click.testing import CliRunner
+
+    from tracelog.cli import cli
+
+    folder = tmp_path_factory.mktemp("main-command")
+    db = folder / "tracelog.duckdb"
+    ingested = CliRunner().invoke(cli, ["--db", str(db), "ingest", str(ROOT / "sample_logs")])
+    assert ingested.exit_code == 0, ingested.output
+    written = CliRunner().invoke(cli, ["--db", str(db), "report", "-o", str(folder / "report.html")])
+    assert written.exit_code == 0, written.output
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        page.goto((folder / "report.html").as_uri())
+        coloured = page.locator("#runs-table td.gap-ok, #runs-table td.gap-gap, #runs-table td.gap-bad")
+        runs = page.eval_on_selector_all(
+            "#runs-table tbody tr:has(td.gap-ok, td.gap-gap, td.gap-bad)",
+            "rows => rows.map(r => r.dataset.run)",
+        )
+        assert coloured.count() >= 5 and len(set(runs)) >= 5
+    finally:
+        page.close()

@@ -174,17 +174,26 @@ def _write(store: Store, table: str, entity: int, decided: dict[str, Decided]) -
             )
 
 
+def _records(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    """Rows as dicts with SQL NULL as None (through pandas a NULL among strings would read as NaN, and a
+    NaN is a value: it was written back as the GPU 'nan')."""
+    cursor = store.con.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
 def resolve_source(
     store: Store, source_id: int, path: str, given: dict[str, Any], clusters: Clusters | None
 ) -> None:
     """Decide and record the hardware of every run and bench of one source (inside its transaction).
     `given` holds the command line's facts; the columns already hold what the parser read."""
     scanned, hosts = log_facts(store, source_id)
-    for bench in store.query(
+    for bench in _records(
+        store,
         "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, hosts "
         "FROM benches WHERE source_id = ? ORDER BY bench_id",
         [source_id],
-    ).to_dict("records"):
+    ):
         recorded = _recorded(store, "benches", int(bench["bench_id"]))
         own = _own(bench, "the bench's own lines", recorded)
         printed = hardware.gpu_for(None, bench["gpu_name"])
@@ -200,12 +209,13 @@ def resolve_source(
             cluster_facts(clusters, path, bench_hosts),
         ]
         _write(store, "benches", int(bench["bench_id"]), decide(layers))
-    for run in store.query(
+    for run in _records(
+        store,
         "SELECT r.run_id, r.gpu_model, r.gpus_per_node, r.fabric, r.nics_per_node, p.value AS world_info "
         "FROM runs r LEFT JOIN run_params p ON p.run_id = r.run_id AND p.name = 'world_info' "
         "WHERE r.source_id = ?",
         [source_id],
-    ).to_dict("records"):
+    ):
         run_id = int(run["run_id"])
         world = (
             hardware_lines.world_info(f"WORLD INFO DICT: {run['world_info']}") if run["world_info"] else None
