@@ -32,6 +32,7 @@ from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
 from tracelog.store import Store, default_db_path
 from tracelog.store import benches as bench_lookup
+from tracelog.store import export as exporter
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
 from tracelog.thresholds import DEFAULT
@@ -56,6 +57,7 @@ __all__ = [
     "compare_runs",
     "connect",
     "expand_paths",
+    "export_parquet",
     "flags",
     "hardware",
     "ingest",
@@ -221,6 +223,13 @@ def sql(db: Db, query: str) -> pd.DataFrame:
 def sources(db: Db = None) -> pd.DataFrame:
     """The ingested files with their line counts."""
     return connect(db).sources()
+
+
+def export_parquet(db: Db, directory: str, *, overwrite: bool = False) -> pd.DataFrame:
+    """Every table as Parquet under `directory`, hive-partitioned by run, bench or source where rows hang
+    off one (see `store.export`); one row per table: its name, rows, folder and partition column."""
+    done = exporter.export_parquet(connect(db, read_only=True), directory, overwrite=overwrite)
+    return pd.DataFrame([vars(e) for e in done])
 
 
 def compare_runs(db: Db, refs: list[str | int], *, all_params: bool = False) -> dict[str, pd.DataFrame]:

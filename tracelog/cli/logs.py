@@ -253,6 +253,30 @@ def sources(obj: Context, fmt: str) -> None:
 
 @cli.command()
 @click.option(
+    "--parquet",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write: one sub-folder of Parquet files per table.",
+)
+@click.option("--force", is_flag=True, help="Replace an export already in this folder.")
+@format_option
+@pass_ctx
+def export(obj: Context, directory: str, force: bool, fmt: str) -> None:
+    """Write every table as Parquet, hive-partitioned by run, bench or source where rows hang off one,
+    for pandas, pyarrow, Spark or Trino users who do not install tracelog.
+
+    \b
+    Example:
+        tracelog export --parquet lake/
+        python -c "import pandas; print(pandas.read_parquet('lake/iterations').head())"
+    """
+    with user_errors():
+        render(api.export_parquet(obj.store(read_only=True), directory, overwrite=force), fmt)
+
+
+@cli.command()
+@click.option(
     "--tool", help="Only benches of this tool: nccl-tests, p2pBandwidthLatencyTest, nvidia-smi-topo, ..."
 )
 @format_option
