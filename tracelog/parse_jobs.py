@@ -152,8 +152,11 @@ class ParsedAhead:
 
     def __init__(self, paths: list[str], format_id: str | None, jobs: int) -> None:
         self._folder = tempfile.mkdtemp(prefix="tracelog-jobs-")
-        # spawn: a forked child would inherit the writer's DuckDB and its threads mid-flight
-        self._pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        # Not fork: a child would inherit the writer's DuckDB and its threads mid-flight. A fork server
+        # imports the parsers once and forks the workers from that clean process.
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["tracelog.parse_jobs"])
+        self._pool = ProcessPoolExecutor(jobs, mp_context=context)
         self._waiting = [p for p in paths if p != "-" and not p.endswith(".gz")]
         self._format_id = format_id
         self._window = AHEAD_PER_JOB * jobs
