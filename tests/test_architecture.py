@@ -18,7 +18,7 @@ LAYERS = [
     ("errors", "thresholds", "hardware", "hardware_lines", "clusters"),
     ("store",),
     ("parsers",),
-    ("files", "fingerprint", "source_writer", "resolve", "ingest"),
+    ("files", "fingerprint", "parse_jobs", "source_writer", "resolve", "ingest"),
     ("model",),
     ("analysis",),
     ("report", "charts"),

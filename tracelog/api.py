@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tracelog import clusters as cluster_config
-from tracelog import files, resolve
+from tracelog import files, parse_jobs, resolve
 from tracelog import hardware as catalog
 from tracelog.analysis import calibration, predictions, side_by_side
 from tracelog.analysis import refresh as refresher
@@ -32,6 +32,7 @@ from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
 from tracelog.store import Store, default_db_path
 from tracelog.store import benches as bench_lookup
+from tracelog.store import export as exporter
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
 from tracelog.thresholds import DEFAULT
@@ -56,6 +57,7 @@ __all__ = [
     "compare_runs",
     "connect",
     "expand_paths",
+    "export_parquet",
     "flags",
     "hardware",
     "ingest",
@@ -117,6 +119,7 @@ def ingest(
     force: bool = False,
     verify: bool = False,
     progress: ProgressFor | None = None,
+    jobs: int = 1,
 ) -> list[IngestResult | IngestFailure]:
     """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
 
@@ -124,6 +127,9 @@ def ingest(
     A100-SXM4-80GB`), `fabric` a catalog link id; both are checked before anything is read. `parser`
     skips detection. A file that fails is reported and skipped; the files before and after it still land.
     `verify` checks every MiB of a grown file's old bytes, not a sample (`fingerprint.verify_prefix`).
+    `jobs` > 1 parses that many files at once in worker processes while this process writes them, in
+    order, one transaction each: the database is the one a serial ingest gives (`parse_jobs`); 0 is one
+    worker per core.
     """
     gpu_model = catalog.resolve_gpu_id(gpu) if gpu else None
     fabric_id = catalog.link(fabric).id if fabric else None
@@ -141,10 +147,34 @@ def ingest(
     results: list[IngestResult | IngestFailure] = []
     expanded = files.expand(paths)
     results.extend(IngestResult(path, "skipped", warning=why) for path, why in expanded.skipped)
-    for path, from_folder in expanded.files:
+    workers = parse_jobs.worker_count(jobs)
+    with (
+        parse_jobs.ParsedAhead([p for p, _ in expanded.files], parser, workers)
+        if workers > 1 and len(expanded.files) > 1
+        else nullcontext()
+    ) as ahead:
+        _ingest_files(store, expanded.files, parser, options, force, verify, progress, ahead, results)
+    return results
+
+
+def _ingest_files(
+    store: Store,
+    paths: list[tuple[str, bool]],
+    parser: str | None,
+    options: RunOptions,
+    force: bool,
+    verify: bool,
+    progress: ProgressFor | None,
+    ahead: parse_jobs.ParsedAhead | None,
+    results: list[IngestResult | IngestFailure],
+) -> None:
+    for path, from_folder in paths:
         with progress(path) if progress is not None else nullcontext() as advance:
             try:
-                result = ingest_file(store, path, parser, options, force, advance, verify=verify)
+                parsed = ahead.take(path) if ahead is not None else None
+                result = ingest_file(
+                    store, path, parser, options, force, advance, verify=verify, parsed=parsed
+                )
             except Unrecognised as exc:
                 # A folder's README or job script is not a failure; a file named on its own is.
                 results.append(
@@ -172,7 +202,6 @@ def ingest(
             break  # Ctrl-C: the files after this one are not read
         if result.status == "already ingested" and result.warning is None:
             result.status = "refreshed"
-    return results
 
 
 def runs(db: Db = None, *, tags: dict[str, str] | None = None) -> pd.DataFrame:
@@ -221,6 +250,13 @@ def sql(db: Db, query: str) -> pd.DataFrame:
 def sources(db: Db = None) -> pd.DataFrame:
     """The ingested files with their line counts."""
     return connect(db).sources()
+
+
+def export_parquet(db: Db, directory: str, *, overwrite: bool = False) -> pd.DataFrame:
+    """Every table as Parquet under `directory`, hive-partitioned by run, bench or source where rows hang
+    off one (see `store.export`); one row per table: its name, rows, folder and partition column."""
+    done = exporter.export_parquet(connect(db, read_only=True), directory, overwrite=overwrite)
+    return pd.DataFrame([vars(e) for e in done])
 
 
 def compare_runs(db: Db, refs: list[str | int], *, all_params: bool = False) -> dict[str, pd.DataFrame]:

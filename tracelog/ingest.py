@@ -22,13 +22,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import Any
 
 from tracelog import parsers, resolve
 from tracelog.errors import TracelogError
-from tracelog.files import PeekStream, file_sha256, has_newline, open_binary, read_head
+from tracelog.files import PeekStream, file_sha256, has_newline, open_binary
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
-from tracelog.parsers.base import LineSource, head_text, prefetched
+from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parser_for
+from tracelog.parsers.base import LineSource, prefetched
 from tracelog.source_writer import (
     Kept,
     RunOptions,
@@ -87,11 +88,6 @@ class IngestResult:
         )
 
 
-class Unrecognised(TracelogError):
-    """A file no parser takes, or that cannot be read at all (empty, binary, no permission): a folder's
-    such files are listed as skipped, a file named on its own is an error."""
-
-
 class AlreadyIngested(Exception):
     def __init__(self, source_id: int) -> None:
         self.source_id = source_id
@@ -120,14 +116,32 @@ def ingest_file(
     force: bool = False,
     progress: Progress | None = None,
     verify: bool = False,
+    parsed: Parsed | None = None,
 ) -> IngestResult:
     """Ingest one file in one transaction: all of it, the rest of it once it grew, or nothing.
 
     A grown file resumes after its last complete line where its parser can (`parse(..., state=)`), and is
     parsed again from its start otherwise. `verify` re-hashes every MiB of a grown file's old bytes instead
-    of a sample. Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
+    of a sample. `parsed` is the file already parsed by a worker (`parse_jobs`), used where it is parsed
+    from its first byte; its spool is removed either way. Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
     `TracelogError` for one that fails while it streams (nothing of it lands then)."""
-    options = options or RunOptions()
+    try:
+        return _ingest_file(store, path, format_id, options or RunOptions(), force, progress, verify, parsed)
+    finally:
+        if parsed is not None:
+            parsed.discard()
+
+
+def _ingest_file(
+    store: Store,
+    path: str,
+    format_id: str | None,
+    options: RunOptions,
+    force: bool,
+    progress: Progress | None,
+    verify: bool,
+    parsed: Parsed | None,
+) -> IngestResult:
     plain_file = path != "-" and not path.endswith(".gz")
     size = os.path.getsize(path) if plain_file else None
     previous: int | None = None  # the source this file is a grown copy of
@@ -202,14 +216,24 @@ def ingest_file(
     except TracelogError as exc:
         raise Unrecognised(exc.message, exc.path, exc.line) from None
     try:
-        head = _detect_head(stream, path)
-        parser = _parser_for(stream, path, head, format_id)
+        head = detect_head(stream, path)
+        parser = parser_for(stream, path, head, format_id)
+        if parsed is not None and (parsed.format != parser.FORMAT or parsed.path != path):
+            parsed = None
         try:
             with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction():
                 if replace is not None:
                     delete_source(store, replace)
                 result = _ingest_stream(
-                    store, path, PeekStream(stream, head[0]), parser, options, previous, progress, force
+                    store,
+                    path,
+                    PeekStream(stream, head[0]),
+                    parser,
+                    options,
+                    previous,
+                    progress,
+                    force,
+                    parsed=parsed,
                 )
                 if replace is not None:
                     result.status = "replaced"
@@ -261,33 +285,6 @@ def _already(store: Store, path: str, source_id: int) -> IngestResult:
     return IngestResult(path, "already ingested", source_id=source_id, bytes_pending=int(pending or 0))
 
 
-def _detect_head(stream: BinaryIO, path: str) -> list[bytes]:
-    try:
-        return [read_head(stream, path)]
-    except TracelogError as exc:
-        raise Unrecognised(exc.message, exc.path, exc.line) from None
-
-
-def _parser_for(stream: BinaryIO, path: str, head: list[bytes], format_id: str | None) -> ModuleType:
-    """The parser named, or the one that recognises the head (`head[0]`, extended when a job output opens
-    with megabytes of shell tracing)."""
-    if format_id:
-        return parsers.by_format(format_id)
-    binary = parsers.detect_binary(head[0], path)
-    if binary is not None:
-        return binary
-    try:
-        try:
-            return parsers.detect(head_text(head[0]), path)
-        except TracelogError:
-            if len(head[0]) < parsers.HEAD_BYTES:
-                raise
-            head[0] += stream.read(parsers.LONG_HEAD_BYTES - len(head[0]))
-            return parsers.detect(head_text(head[0]), path)
-    except TracelogError as exc:
-        raise Unrecognised(exc.message, exc.path, exc.line) from None
-
-
 def _ingest_stream(
     store: Store,
     path: str,
@@ -298,6 +295,7 @@ def _ingest_stream(
     progress: Progress | None,
     force: bool = False,
     resume: Resume | None = None,
+    parsed: Parsed | None = None,
 ) -> IngestResult:
     # A plain file may still be written to: its last line waits for its newline. Standard input and
     # gzip end when they end.
@@ -330,14 +328,24 @@ def _ingest_stream(
             source_id = int(row[0])
             kept = Kept()
         writer = SourceWriter(store, source_id, options, kept)
-        batches = parser.parse(source)
+        batches = parser.parse(source) if parsed is None else iter(())
     start = resume.committed if resume is not None else 0
     try:
-        # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays here.
-        for batch in prefetched(batches, PREFETCH_BATCHES):
-            writer.write(batch)
-        committed = start + source.bytes_read - source.pending_bytes
-        fingerprint, digests = digest.result(committed, path if hold else None)
+        if parsed is not None:
+            for batch in parsed.batches():
+                writer.write(batch)
+            if progress is not None:
+                progress(parsed.committed + parsed.pending_bytes)
+            committed, pending, lines_total = parsed.committed, parsed.pending_bytes, parsed.lines_total
+            fingerprint, digests = parsed.fingerprint, parsed.digests
+        else:
+            # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays
+            # here.
+            for batch in prefetched(batches, PREFETCH_BATCHES):
+                writer.write(batch)
+            committed = start + source.bytes_read - source.pending_bytes
+            pending, lines_total = source.pending_bytes, source.lines_total
+            fingerprint, digests = digest.result(committed, path if hold else None)
     except TracelogError as exc:
         if exc.path is None:
             exc.path = path
@@ -368,9 +376,9 @@ def _ingest_stream(
             fingerprint,
             digests,
             committed,
-            source.pending_bytes,
-            source.lines_total,
-            source.lines_total - unparsed,
+            pending,
+            lines_total,
+            lines_total - unparsed,
             unparsed,
             parser.FORMAT,
             parser.VERSION,
@@ -387,9 +395,9 @@ def _ingest_stream(
         runs=len(writer.run_ids),
         benches=len(writer.bench_ids),
         rows=writer.rows,
-        lines_total=source.lines_total,
+        lines_total=lines_total,
         lines_unparsed=unparsed,
-        bytes_pending=source.pending_bytes,
+        bytes_pending=pending,
         merged=merged,
     )
 

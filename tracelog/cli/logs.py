@@ -48,6 +48,14 @@ PROGRESS_AFTER_S = 2.0
     is_flag=True,
     help="Re-hash every MiB of a grown log's old bytes (by default a sample of them) before resuming it.",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Parse this many files at once in worker processes (0: one per core); this process writes them.",
+)
 @pass_ctx
 def ingest(
     obj: Context,
@@ -62,6 +70,7 @@ def ingest(
     gpus_per_node: int | None,
     force: bool,
     verify: bool,
+    jobs: int,
 ) -> None:
     """Ingest log files, folders (recursively), globs, .gz files or '-' for standard input.
 
@@ -70,6 +79,7 @@ def ingest(
         tracelog ingest run.log 'jobs/*.out' logs/
         tracelog ingest nccl.txt --gpu a100-sxm4-80gb --nodes 2 --gpus-per-node 8 --fabric ib-hdr-x8
         tail -f run.log | tracelog ingest -
+        tracelog ingest --jobs 4 logs/
 
     A folder's files that no parser recognises or that cannot be read (a README, a job script, a FIFO,
     a dangling link) are listed as skipped and do not fail the command; a file named on its own does.
@@ -94,6 +104,7 @@ def ingest(
                 force=force,
                 verify=verify,
                 progress=bar,
+                jobs=jobs,
             )
         finally:
             bar.close()
@@ -249,6 +260,30 @@ def sources(obj: Context, fmt: str) -> None:
     """
     with user_errors():
         render(api.sources(obj.store()), fmt)
+
+
+@cli.command()
+@click.option(
+    "--parquet",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write: one sub-folder of Parquet files per table.",
+)
+@click.option("--force", is_flag=True, help="Replace an export already in this folder.")
+@format_option
+@pass_ctx
+def export(obj: Context, directory: str, force: bool, fmt: str) -> None:
+    """Write every table as Parquet, hive-partitioned by run, bench or source where rows hang off one,
+    for pandas, pyarrow, Spark or Trino users who do not install tracelog.
+
+    \b
+    Example:
+        tracelog export --parquet lake/
+        python -c "import pandas; print(pandas.read_parquet('lake/iterations').head())"
+    """
+    with user_errors():
+        render(api.export_parquet(obj.store(read_only=True), directory, overwrite=force), fmt)
 
 
 @cli.command()
