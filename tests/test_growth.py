@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLES
+from tracelog import api
 from tracelog.ingest import Unrecognised, ingest_file
 from tracelog.store import Store
 
 LOGS = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.name != "tracelog.toml")
 SOURCE_COLUMNS = "path, fingerprint, bytes, bytes_pending, format, lines_total, lines_parsed, lines_unparsed"
-RUN_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params")
-BENCH_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices")
+RUN_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params", "run_hardware")
+BENCH_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices", "bench_hardware")
 # Places where a parser carries state across lines: a cut just before and a few bytes into each.
 MARKERS = (
     rb"arguments",
@@ -163,7 +164,8 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
     log, data, cut = halves(tmp_path)
     ingest_file(store, str(log))
     assert store.scalar("SELECT resume_version FROM sources") == "1"
-    store.con.execute("UPDATE runs SET gpu_model = 'h100-sxm5-80gb'")
+    run_id = int(store.scalar("SELECT min(run_id) FROM runs"))
+    api.set_hardware(store, run_id, gpu="h100-sxm5-80gb")  # `tracelog set`: recorded as the user's
     iterations_before = store.scalar("SELECT count(*) FROM iterations")
     log.write_bytes(data)
     grown = ingest_file(store, str(log))
@@ -171,12 +173,15 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
     new_iterations = store.scalar("SELECT count(*) FROM iterations") - iterations_before
     assert new_iterations == data[cut:].count(b"] iteration ")
     assert 0 < grown.rows < grown.lines_total - grown.lines_unparsed
-    assert store.scalar("SELECT count(DISTINCT gpu_model) FROM runs") == 1
-    assert store.scalar("SELECT min(gpu_model) FROM runs") == "h100-sxm5-80gb"
+    assert store.scalar("SELECT gpu_model FROM runs WHERE run_id = ?", [run_id]) == "h100-sxm5-80gb"
+    assert store.con.execute(
+        "SELECT source FROM run_hardware WHERE run_id = ? AND fact = 'gpu_model'", [run_id]
+    ).fetchall() == [("command line",)]
     with Store(tmp_path / "direct.duckdb") as direct:
         ingest_file(direct, str(log))
         expected = snapshot(direct)
     store.con.execute("UPDATE runs SET gpu_model = NULL")
+    store.con.execute("DELETE FROM run_hardware WHERE source = 'command line'")
     assert snapshot(store) == expected
 
 

@@ -363,7 +363,8 @@ def _ingest_stream(
         delete_source(store, int(duplicate))
     writer.apply_options()
     given = {"gpu_model": options.gpu_model, "fabric": options.fabric, "gpus_per_node": options.gpus_per_node}
-    resolve.resolve_source(store, source_id, path, given, options.clusters)
+    since = resume.lines_total if resume is not None else 0
+    resolve.resolve_source(store, source_id, path, given, options.clusters, since)
     merged = _merge_same_runs(store, writer)
     before_unparsed = resume.lines_unparsed if resume is not None else 0
     unparsed = before_unparsed + writer.unparsed

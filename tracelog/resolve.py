@@ -28,13 +28,13 @@ before training starts, so the first few thousand are enough and a long log cost
 
 SCAN_SQL = f"""
 SELECT line_no, text FROM unparsed
-WHERE source_id = $source AND ({" OR ".join(f"contains(text, '{w}')" for w in hardware_lines.SCAN_WORDS)})
+WHERE source_id = $source AND line_no > $since AND ({" OR ".join(f"contains(text, '{w}')" for w in hardware_lines.SCAN_WORDS)})
 ORDER BY line_no LIMIT {SCAN_LIMIT}
 """
 NEXT_SQL = "SELECT line_no, text FROM unparsed WHERE source_id = $source AND list_contains($lines, line_no)"
 HOSTS_SQL = f"""
 SELECT DISTINCT regexp_extract(text, '{hardware_lines.NCCL_LINE}', 1) AS host
-FROM unparsed WHERE source_id = $source AND contains(text, '] NCCL ')
+FROM unparsed WHERE source_id = $source AND line_no > $since AND contains(text, '] NCCL ')
   AND regexp_matches(text, '{hardware_lines.NCCL_LINE}')
 ORDER BY host LIMIT 1000
 """
@@ -48,11 +48,11 @@ class Decided:
     column: bool = True  # False: recorded, the column left as it was (a bench's printed GPU name stays)
 
 
-def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[str]]:
-    """What the file's unparsed lines say: facts, and the hosts its NCCL lines name."""
+def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, Decided], list[str]]:
+    """What the file's unparsed lines after line `since` say: facts, and the hosts its NCCL lines name."""
     facts: dict[str, Decided] = {}
     hosts: dict[str, None] = {}
-    hits = store.con.execute(SCAN_SQL, {"source": source_id}).fetchall()
+    hits = store.con.execute(SCAN_SQL, {"source": source_id, "since": since}).fetchall()
     after = [int(line_no) + 1 for line_no, _ in hits]
     following = (
         dict(store.con.execute(NEXT_SQL, {"source": source_id, "lines": after}).fetchall()) if hits else {}
@@ -76,7 +76,9 @@ def log_facts(store: Store, source_id: int) -> tuple[dict[str, Decided], list[st
             if nics is not None:
                 facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
     hosts.update(
-        (row[0], None) for row in store.con.execute(HOSTS_SQL, {"source": source_id}).fetchall() if row[0]
+        (row[0], None)
+        for row in store.con.execute(HOSTS_SQL, {"source": source_id, "since": since}).fetchall()
+        if row[0]
     )
     return facts, list(hosts)
 
@@ -134,12 +136,18 @@ def _own(row: dict[str, Any], detail: str, recorded: dict[str, Decided] | None =
     its columns already hold what was decided before), a column that holds a value decided by another
     source is not the log's."""
     recorded = recorded or {}
-    return {
-        f: Decided(row[f], "log", detail)
-        for f in FACTS
-        if row.get(f) is not None
-        and not (f in recorded and recorded[f].source != "log" and recorded[f].value == str(row[f]))
-    }
+    own = {}
+    for f in FACTS:
+        if row.get(f) is None:
+            continue
+        before = recorded.get(f)
+        if before is not None and before.value == str(row[f]):
+            if before.source != "log":
+                continue
+            own[f] = before  # a line read before the log grew: its line number stays the detail
+        else:
+            own[f] = Decided(row[f], "log", detail)
+    return own
 
 
 def _recorded(store: Store, table: str, entity: int) -> dict[str, Decided]:
@@ -183,11 +191,18 @@ def _records(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any]]:
 
 
 def resolve_source(
-    store: Store, source_id: int, path: str, given: dict[str, Any], clusters: Clusters | None
+    store: Store,
+    source_id: int,
+    path: str,
+    given: dict[str, Any],
+    clusters: Clusters | None,
+    since: int = 0,
 ) -> None:
     """Decide and record the hardware of every run and bench of one source (inside its transaction).
-    `given` holds the command line's facts; the columns already hold what the parser read."""
-    scanned, hosts = log_facts(store, source_id)
+    `given` holds the command line's facts; the columns already hold what the parser read. `since`: a log
+    that resumed after it grew scans only its lines after that one (what the lines before said is in the
+    columns and recorded, and the hosts they named are kept), so growth costs what the new lines cost."""
+    scanned, hosts = log_facts(store, source_id, since)
     for bench in _records(
         store,
         "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, hosts "
@@ -211,7 +226,8 @@ def resolve_source(
         _write(store, "benches", int(bench["bench_id"]), decide(layers))
     for run in _records(
         store,
-        "SELECT r.run_id, r.gpu_model, r.gpus_per_node, r.fabric, r.nics_per_node, p.value AS world_info "
+        "SELECT r.run_id, r.gpu_model, r.gpus_per_node, r.fabric, r.nics_per_node, r.hosts, "
+        "p.value AS world_info "
         "FROM runs r LEFT JOIN run_params p ON p.run_id = r.run_id AND p.name = 'world_info' "
         "WHERE r.source_id = ?",
         [source_id],
@@ -220,7 +236,8 @@ def resolve_source(
         world = (
             hardware_lines.world_info(f"WORLD INFO DICT: {run['world_info']}") if run["world_info"] else None
         )
-        run_hosts = list(dict.fromkeys([*(world or {}), *hosts]))
+        named = [*(world or {})]  # then the NCCL hosts in order, the earlier lines' too when it resumed
+        run_hosts = [*named, *sorted({*(run["hosts"] or []), *hosts} - set(named))]
         if run_hosts:
             store.con.execute("UPDATE runs SET hosts = ? WHERE run_id = ?", [run_hosts, run_id])
         recorded = _recorded(store, "runs", run_id)
