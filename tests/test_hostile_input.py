@@ -23,8 +23,8 @@ import pytest
 from tests.conftest import SAMPLES, source_of
 from tracelog import api
 from tracelog.errors import TracelogError
-from tracelog.parsers import megatron, nccl_tests, table
-from tracelog.parsers.base import INT32_COLUMNS, MAX_LINE_BYTES
+from tracelog.parsers import megatron, nccl_tests, nemo, table
+from tracelog.parsers.base import INT32_COLUMNS, INT64_COLUMNS, MAX_LINE_BYTES
 from tracelog.store import Store
 
 LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
@@ -139,6 +139,31 @@ def test_int32_columns_match_the_schema(store: Store) -> None:
     ).fetchall()
     integer = {name for name, kind in types if kind == "INTEGER"} - {"run_id", "bench_id", "source_id"}
     assert integer == INT32_COLUMNS - {"run_key", "bench_key"} | ({"run_key", "bench_key"} & integer)
+
+
+def test_int64_columns_match_the_schema(store: Store) -> None:
+    """`checked` bounds these columns at 64 bits when a parser hands them out as floats: every BIGINT
+    column of the tables the parsers fill (a float of 2^63 failed the insert before)."""
+    bigint = {
+        name
+        for (name,) in store.con.execute(
+            "SELECT column_name FROM information_schema.columns c JOIN information_schema.tables t "
+            "USING (table_name) WHERE t.table_type = 'BASE TABLE' AND c.data_type = 'BIGINT' AND table_name "
+            "NOT IN ('sources', 'schema_version', 'predictions', 'comparisons', 'flags', 'calibrations')"
+        ).fetchall()
+    }
+    assert bigint == INT64_COLUMNS
+
+
+def test_an_integer_past_int64_read_as_a_float_is_an_event_not_a_crash() -> None:
+    line = (
+        "Training epoch 0, iteration 9/99 | lr: 1.5e-05 | global_batch_size: 9223372036854775807 | "
+        "global_step: 9 | reduced_train_loss: 10.47 | train_step_timing in s: 6.7\n"
+    )
+    out = rows_of(nemo.parse, line)
+    assert out["iterations"][0]["global_batch_size"] is None
+    assert out["iterations"][0]["lm_loss"] == 10.47  # the rest of the row stands
+    assert any(e["kind"] == "bad_value" and "global_batch_size" in e["text"] for e in out["events"])
 
 
 PEAK_EPILOGUE = """

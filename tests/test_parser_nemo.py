@@ -156,3 +156,14 @@ def test_detected_and_ingested_as_one_nemo_run(tmp_path) -> None:
         ).fetchone()
     assert framework == "nemo"
     assert rows == 7  # the cut-off last line waits for its newline
+
+
+def test_a_64_kib_word_is_read_in_linear_time() -> None:
+    """The warning regex searched `\\w*error\\b`: on a line of 64 KiB of letters that took minutes."""
+    import time
+
+    line = "[default0]:" + "x" * 65536 + " Trainable params\n"
+    start = time.perf_counter()
+    out = {b.table: b for b in nemo.parse(source_of(line))}
+    assert time.perf_counter() - start < 2.0
+    assert "unparsed" in out

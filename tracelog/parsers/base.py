@@ -416,6 +416,31 @@ INT32_COLUMNS = frozenset(
     ]
 )
 INT_LIMITS = {True: (1 << 31) - 1, False: (1 << 63) - 1}
+# BIGINT columns a parser may hand out as floats (a number read from text as a float): past 2^63 their
+# insert fails, so they are range-checked as integers too. The test of INT32_COLUMNS holds this against
+# the schema as well.
+INT64_COLUMNS = frozenset(
+    [
+        "iteration",
+        "train_iters",
+        "consumed_samples",
+        "consumed_tokens",
+        "global_batch_size",
+        "skipped",
+        "nan",
+        "params",
+        "size_bytes",
+        "count",
+        "process",
+        "wrong",
+        "wrong_total",
+        "out_of_bounds",
+        "i_skipped",
+        "line_no",
+        "line_start",
+        "line_end",
+    ]
+)
 # Floats whose NaN or inf is what the log said (a diverged loss, an overflowed gradient norm): kept.
 NAN_MEANINGFUL = frozenset({"lm_loss", "grad_norm", "num_zeros", "value@iteration_metrics", "loss_scale"})
 # Floats that may be negative (a metric of the user's own); every other number a parser reads is a size,
@@ -441,6 +466,10 @@ def _problem(table: str, column: str, value: Any) -> str | None:
             return "not a finite number"
         if value < 0 and column not in SIGNED and named not in SIGNED:
             return "negative"
+        if column in INT32_COLUMNS or column in INT64_COLUMNS:
+            limit = INT_LIMITS[column in INT32_COLUMNS]
+            if abs(value) > limit:
+                return f"larger than its column holds ({limit})"
         if (column in BANDWIDTH or named in BANDWIDTH) and value > MAX_BANDWIDTH_GBPS:
             return f"above {MAX_BANDWIDTH_GBPS:g} GB/s, no link is that fast"
         return None
@@ -501,8 +530,9 @@ def _bad_mask(table: str, column: str, dtype: pl.DataType) -> pl.Expr | None:
         return overflow | (col < 0)
     if dtype.is_float():
         checks = []
-        if column in INT32_COLUMNS:  # an integer column read as floats (NaN kept by `as_int`)
-            checks.append(col.abs() > INT_LIMITS[True])
+        if column in INT32_COLUMNS or column in INT64_COLUMNS:  # integers read as floats (NaN kept)
+            # 2^31 and 2^63 themselves do not fit; (2^63 - 1) as a float rounds up to 2^63.
+            checks.append(col.abs() >= float(INT_LIMITS[column in INT32_COLUMNS] + 1))
         if column not in NAN_MEANINGFUL and named not in NAN_MEANINGFUL:
             checks.append(col.is_nan() | col.is_infinite())
         if column not in SIGNED and named not in SIGNED:

@@ -69,7 +69,9 @@ SUMMARY_TOTAL_RX = re.compile(
 )
 SUMMARY_TABLE_RX = re.compile(r"^\s*(?:\d+\s*)?\|\s*[\w.]+\s*\|\s*\w+\s*\|.*\|\s*\w*\s*$|^-{20,}\s*$")
 WARNING_RX = re.compile(
-    r"(?i)traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory"
+    # `error\b`, not `\w*error\b`: a search only asks whether a word ends in "error", and the `\w*` made
+    # it quadratic on a long word (64 KiB of letters: minutes).
+    r"(?i)traceback \(most recent call last\)|error\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory"
     r"|\bkilled\b|segmentation fault"
 )
 ENDS_TIMER_HEAD = ("(min, max) time across ranks (ms):", "max time across ranks (ms):")
