@@ -167,3 +167,21 @@ def test_a_64_kib_word_is_read_in_linear_time() -> None:
     out = {b.table: b for b in nemo.parse(source_of(line))}
     assert time.perf_counter() - start < 2.0
     assert "unparsed" in out
+
+
+def test_a_nemo_run_is_modelled_with_fused_attention(tmp_path) -> None:
+    """NeMo 2 builds on Transformer Engine layer specs: its attention never materialises the scores,
+    though its configuration dump names no attention backend (a Megatron log without `transformer_impl`
+    predates Transformer Engine and is modelled unfused)."""
+    import dataclasses
+
+    from tracelog.analysis import inputs as run_inputs
+
+    db = tmp_path / "n.duckdb"
+    api.ingest(db, [str(SAMPLES / "nemo2_llama3_8b_pretrain.log")], gpu="h100-sxm5-80gb")
+    with Store(db) as store:
+        (nemo_run,) = run_inputs.load(store)
+        assert nemo_run.framework == "nemo" and "transformer_impl" not in nemo_run.run_params
+        assert run_inputs.flash_attention(nemo_run)
+        old = dataclasses.replace(nemo_run, framework="megatron")
+        assert not run_inputs.flash_attention(old)

@@ -316,8 +316,9 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
 
 def flash_attention(inputs: RunInputs) -> bool:
     """Whether attention ran without materialising the s x s scores: `--use-flash-attn`, or Transformer
-    Engine (`--transformer-impl transformer_engine`, Megatron-LM's default since 2024), whose fused
-    attention picks a flash or cuDNN kernel, unless `--attention-backend` forces the unfused path."""
+    Engine (`--transformer-impl transformer_engine`, Megatron-LM's default since 2024, and NeMo 2's),
+    whose fused attention picks a flash or cuDNN kernel, unless `--attention-backend` forces the unfused
+    path. A Megatron log that prints its arguments without `transformer_impl` predates it: unfused."""
     params = inputs.run_params
     if inputs.flag("use_flash_attn"):
         return True
@@ -325,6 +326,11 @@ def flash_attention(inputs: RunInputs) -> bool:
     if "unfused" in backend or "local" in backend:
         return False
     if "flash" in backend or "fused" in backend:
+        return True
+    if inputs.framework == "nemo" and "transformer_impl" not in params:
+        # NeMo 2 builds its GPT models from Transformer Engine layer specs (`gpt_layer_spec` defaults to
+        # `transformer_engine_layer_spec` in nemo/collections/llm/gpt/model/base.py) with
+        # `attention_backend` auto: a fused or flash kernel.
         return True
     return (params.get("transformer_impl") or "").lower() == "transformer_engine"
 
