@@ -273,7 +273,10 @@ def runs_table(report: Report, threshold: float = DEFAULT.efficiency_gap) -> str
     )
     heads = "".join(f"<th>{html.escape(label)}</th>" for _, label in RUNS_COLUMNS)
     rows = []
-    for record in frame.to_dict("records"):
+    records = frame.to_dict("records")
+    # The runs the model predicted come first: the first screen opens on measured beside predicted.
+    records.sort(key=lambda r: (pd.isna(r.get("sec_eff")) and pd.isna(r.get("tf_eff")), int(r["run_id"])))
+    for record in records:
         run_id = int(record["run_id"])
         detailed = run_id in report.detailed
         attrs = f' data-tags="{html.escape(str(record.get("tags") or ""))}" data-run="{run_id}"'
@@ -298,8 +301,8 @@ def runs_table(report: Report, threshold: float = DEFAULT.efficiency_gap) -> str
         f"{threshold:.0%} or more, the efficiency-gap flag below)</span></p>"
     )
     table = (
-        f'<table id="runs-table" class="sortable"><thead><tr>{heads}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f'<div class="wide"><table id="runs-table" class="sortable"><thead><tr>{heads}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
     return f'<section id="runs"><h2>runs: measured beside predicted</h2>{control}{table}</section>'
 
@@ -399,7 +402,7 @@ h1{margin:14px 0 2px;font-size:22px}.meta{margin:0;color:#555;font-size:13px}
 nav{display:flex;flex-wrap:wrap;gap:2px 14px;font-size:13px;margin:4px 0}h3{font-size:15px;margin:14px 0 4px}
 td.gap-ok{background:#e3f1df}td.gap-gap{background:#fde7c8}td.gap-bad{background:#f8d0cc}
 .controls{margin:4px 0}.scroll{max-height:280px;overflow:auto}details summary{cursor:pointer;color:#3b6ea8;font-size:13px}
-#runs-table{font-size:12px}#runs-table td{padding:2px 6px}#runs-table td:first-child{white-space:nowrap}h2{margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:4px;font-size:18px}
+#runs-table{font-size:12px}#runs-table td{padding:2px 6px;white-space:nowrap;overflow-wrap:normal}.wide{overflow-x:auto}#runs-table td:first-child{max-width:300px;overflow:hidden;text-overflow:ellipsis}h2{margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:4px;font-size:18px}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:8px 0}dt{color:#666}dd{margin:0}
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px}
 th,td{border-bottom:1px solid #e4e4e4;padding:3px 8px;text-align:left;vertical-align:top}
