@@ -89,3 +89,23 @@ def test_all_ranks_timers_survive_any_block_boundary() -> None:
             out.setdefault(batch.table, []).extend(rows)
         key = [(t["line_no"], t["rank"], t["name"], t["time_ms"]) for t in out["timers"]]
         assert sorted(key) == sorted((t["line_no"], t["rank"], t["name"], t["time_ms"]) for t in whole), cut
+
+
+def test_a_rank_past_what_polars_holds_is_an_event_not_a_crash() -> None:
+    """Found by the fuzzer: a per-rank timer line whose rank has 40 digits failed the frame (OverflowError
+    from polars) and the whole file with it."""
+    text = (
+        " [2026-03-02 09:13:30] iteration       30/    1000 | elapsed time per iteration (ms): 8536.2 | "
+        "lm loss: 9.120000E+00 |\n"
+        "times across ranks (ms):\n"
+        "  forward-backward:\n"
+        "     rank  0: 8410.55\n"
+        "     rank  9999999999999999999999999999999999999999: 8433.10\n"
+    )
+    out: dict[str, list[dict]] = {}
+    for batch in megatron.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    ranks = sorted((r["rank"] is None, r["time_ms"]) for r in out["timers"])
+    assert ranks == [(False, 8410.55), (True, 8433.10)]  # the huge rank is NULL, its time kept
+    assert any(e["kind"] == "bad_value" for e in out["events"])

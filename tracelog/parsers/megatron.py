@@ -15,7 +15,15 @@ from typing import Any
 
 import polars as pl
 
-from tracelog.parsers.base import RESUME_TABLE, Batch, LineSource, as_int, guarded, numbers_guarded
+from tracelog.parsers.base import (
+    RESUME_TABLE,
+    Batch,
+    LineSource,
+    as_int,
+    batches_of,
+    guarded,
+    numbers_guarded,
+)
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
     IterationLayout,
@@ -539,10 +547,13 @@ def _stateful(
                 continue
             if line.strip():
                 unparsed.append({"line_no": line_no, "text": raw_line})
-    if timers:
-        yield Batch("timers", attach_iteration(pl.DataFrame(timers), anchors))
-    if metrics:
-        yield Batch("iteration_metrics", attach_iteration(pl.DataFrame(metrics), anchors))
+    # `batches_of`: a rank or value past what polars holds is an event, not a failed frame.
+    for table, rows in (("timers", timers), ("iteration_metrics", metrics)):
+        for batch in batches_of(table, rows) if rows else ():
+            if isinstance(batch.rows, pl.DataFrame) and batch.table == table:
+                yield Batch(table, attach_iteration(batch.rows, anchors))
+            else:
+                yield batch
     if unparsed:
         yield Batch("unparsed", unparsed)
     if events:
