@@ -675,3 +675,24 @@ def test_hostile_input_never_raises_and_every_line_is_accounted(lines: list[str]
         assert bench["status"] in ("complete", "partial", "failed", "data_error")
     for row in out.get("unparsed", []) + out.get("collectives", []):
         assert 1 <= row["line_no"] <= max(1, text.count("\n") + 1)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "# nThread 1 nGpus 1 " + "x" * 65536,
+        "# GPU memory usage : " + "y" * 65536,
+        "#  Using devices " + "z" * 65536,
+    ],
+    ids=["header fields", "memory report", "key=value fields"],
+)
+def test_a_64_kib_word_in_a_header_line_is_read_in_linear_time(line: str) -> None:
+    """Found by the fuzzer: unbounded names in `findall` patterns were quadratic in a long word (10 s and
+    more for 64 KiB); a name is now at most a few dozen characters."""
+    import time
+
+    text = f"# nccl-tests version 2.13.10\n{line}\n#  Rank  0 Group  0 Pid 1 on host device  0 [0x07] NVIDIA H100\n"
+    start = time.perf_counter()
+    batches = list(nccl_tests.parse(source_of(text)))
+    assert time.perf_counter() - start < 2.0
+    assert batches

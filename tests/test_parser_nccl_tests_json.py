@@ -327,3 +327,11 @@ def test_hostile_edits_give_rows_or_the_projects_error(cut: int, at: int, junk: 
     assert len(out["benches"]) == 1
     for row in out.get("collective_iterations", []):
         assert row["time_us"] is None or row["time_us"] >= 0
+
+
+def test_an_integer_past_any_float_is_no_figure_not_a_crash() -> None:
+    """Found by the fuzzer: `float()` of an integer of hundreds of digits raised OverflowError."""
+    from tracelog.parsers.nccl_tests_json import number
+
+    assert number(10**400) is None
+    assert number(12) == 12.0 and number("nan") != number("nan")

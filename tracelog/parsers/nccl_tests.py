@@ -53,14 +53,16 @@ VERSION_RX = re.compile(r"^#\s*nccl-tests version\s+(\S+)(.*)$")
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 CONCLUDED_RX = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
 NTHREAD_RX = re.compile(r"^#\s*nThread:?\s+\d+")
-HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]*?):?\s+(\d[^\s]*)")
+# Names bounded in length: `findall` tries every start, and an unbounded name made a 64 KiB word of
+# letters quadratic (minutes); nccl-tests' field names are a few letters (`nThread`, `minBytes`).
+HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,40}?):?\s+(\d[^\s]*)")
 DEVICE_RX = re.compile(
     r"^#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 OOB_RX = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 AVG_RX = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
 MEMORY_RX = re.compile(r"^#\s*GPU memory usage\s*:\s*(.*?)\s*$")
-MEMORY_PART_RX = re.compile(r"([A-Za-z][\w-]*)\s+([-\d.]+)\s*(B|KB|MB|GB)\b")
+MEMORY_PART_RX = re.compile(r"([A-Za-z][\w-]{0,40})\s+([-\d.]+)\s*(B|KB|MB|GB)\b")
 MEMORY_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}  # getMemString: 1024-based
 NOTE_RX = re.compile(
     r"^#\s*(Blocking Enabled|Parallel Init Enabled|Per-Iteration Report|Writing JSON output to|Writing results to file"
@@ -403,7 +405,7 @@ class _Parser:
         if match := VERSION_RX.match(body):
             bench = self.open(n, 0)
             self.param("nccl-tests version", match.group(1), n, bench)
-            for name, value in re.findall(r"([\w-]+)=(\S+)", match.group(2)):
+            for name, value in re.findall(r"([\w-]{1,64})=(\S+)", match.group(2)):
                 self.param(name, value, n, bench)
             return True
         if match := STARTING_RX.match(body):

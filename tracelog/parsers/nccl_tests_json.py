@@ -80,7 +80,10 @@ def number(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer past any float (hundreds of digits): no figure, not a crash
+            return None
     if isinstance(value, str) and value.strip().lower() in ("nan", "-nan", "inf", "-inf"):
         return float(value.strip().lower().lstrip("-")) * (-1 if value.strip().startswith("-") else 1)
     return None
