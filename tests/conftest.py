@@ -53,3 +53,13 @@ def no_user_clusters(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     of their terminal (an exported COLUMNS fits every table to it)."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-user-config"))
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def base_tables(con) -> list[str]:
+    """The names of a database's tables (views left out), for tests that compare or count every table."""
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
+        ).fetchall()
+    ]

@@ -10,10 +10,9 @@ import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import SAMPLES, base_tables
 from tracelog import api
 from tracelog.cli import cli
-
-from .conftest import SAMPLES
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +24,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def table_counts(db: Path) -> dict[str, int]:
     with duckdb.connect(str(db), read_only=True) as con:
-        names = [
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
-            ).fetchall()
-        ]
+        names = base_tables(con)
         return {n: con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}  # type: ignore[index]
 
 

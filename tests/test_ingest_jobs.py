@@ -10,10 +10,9 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import SAMPLES, base_tables
 from tracelog import api, parse_jobs
 from tracelog.cli import cli
-
-from .conftest import SAMPLES
 
 # Written when a row is written, not read from a log: they differ between any two ingests. A flag's id
 # follows the order its rule's query returns rows in, which no ORDER BY fixes: two serial ingests differ.
@@ -28,12 +27,7 @@ def same(value: object) -> object:
 def dump(db: Path) -> dict[str, list[tuple[object, ...]]]:
     """Every base table's rows, sorted, without the unstable columns."""
     with duckdb.connect(str(db), read_only=True) as con:
-        tables = [
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
-            ).fetchall()
-        ]
+        tables = base_tables(con)
         out = {}
         for table in tables:
             cols = [
