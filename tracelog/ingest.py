@@ -14,7 +14,6 @@ ahead on a worker thread while the store inserts on the calling thread (see `pre
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -103,7 +102,7 @@ class Resume:
     committed: int
     lines_total: int
     lines_unparsed: int
-    state: dict[str, Any]
+    state: str  # JSON; read where the parse starts, so that bad JSON falls back like a bad state
     digests: bytes
     tail: bytes
 
@@ -193,17 +192,7 @@ def _ingest_file(
                     and version == known.VERSION
                     and format_id in (None, fmt)
                 ):
-                    with contextlib.suppress(ValueError):
-                        resume = Resume(
-                            source_id,
-                            known,
-                            nbytes,
-                            lines,
-                            unparsed,
-                            json.loads(state),
-                            digests[:-DIGEST],
-                            tail,
-                        )
+                    resume = Resume(source_id, known, nbytes, lines, unparsed, state, digests[:-DIGEST], tail)
             break
 
     if resume is not None:
@@ -313,7 +302,7 @@ def _ingest_stream(
         source_id = resume.source_id
         writer = SourceWriter(store, source_id, options)
         writer.adopt(getattr(parser, "FINISH_TABLES", ()))
-        batches = parser.parse(source, state=resume.state)
+        batches = parser.parse(source, state=json.loads(resume.state))
     else:
         if previous is not None:
             source_id = previous
