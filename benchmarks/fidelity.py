@@ -63,7 +63,7 @@ TARGETS = {
 MODEL_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "gbs", "mbs", "tp", "pp", "dp", "vp",
     "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
-    "framework", "gpu_model", "fabric",
+    "framework", "gpu_model", "fabric", "pp_partition_method",
 )  # fmt: skip
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 

@@ -306,12 +306,21 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             overlap_param_gather=bool(inputs.flag("overlap_param_gather")),
             tp_comm_overlap=bool(inputs.flag("tp_comm_overlap")),
             framework=inputs.framework or "megatron",
+            embedding_slots=embedding_slots(row, inputs),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
     except TracelogError as exc:
         inputs.missing.append(f"layout inconsistent: {exc}")
         return None
     return train
+
+
+def embedding_slots(row: dict[str, Any], inputs: RunInputs) -> bool:
+    """Whether DeepSpeed's pipeline partition gave each embedding a layer's slot: Megatron-DeepSpeed's
+    `--pp-partition-method` with a regex matching `EmbeddingPipe` ('type:transformer|embedding', as
+    BigScience tr11 ran from 2022-02-27); its default 'type:transformer' weighs the layers alone."""
+    method = _text(row.get("pp_partition_method")) or inputs.run_params.get("pp_partition_method") or ""
+    return "embed" in method.lower()
 
 
 def flash_attention(inputs: RunInputs) -> bool:

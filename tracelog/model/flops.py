@@ -65,13 +65,36 @@ class ModelConfig:
         return self.layers - self.moe_layers
 
 
-def stage_layers(layers: int, pp: int) -> int:
-    """Transformer layers on the busiest pipeline stage: ⌈L/p⌉. DeepSpeed's PipelineModule splits the
-    layers as evenly as it can (`partition_uniform`, `partition_method=type:transformer`), so some stages
-    hold one more when p does not divide L; 1F1B runs at the pace of the slowest stage (Narayanan et al.
-    2021 §2.2) and that stage's memory is the one that runs out. Megatron-LM asks that p divide L
-    (`--num-layers` checks), where this is exactly L/p."""
-    return -(-layers // pp)
+EMBEDDING_SLOTS = 2
+"""Pipeline items DeepSpeed's `type:transformer|embedding` partition counts besides the transformer layers:
+the input embedding on the first stage and its tied copy, the output layer, on the last (Megatron-DeepSpeed
+`GPTModelPipe`: `TiedLayerSpec('embed', EmbeddingPipe)` at both ends of `self.specs`)."""
+
+
+def stage_split(layers: int, pp: int, embedding_slots: bool = False) -> tuple[int, int, int]:
+    """Transformer layers on the (first, fullest, last) pipeline stage. DeepSpeed's PipelineModule with
+    `partition_method='type:transformer'` (Megatron-DeepSpeed's `GPTModelPipe`) weighs each transformer
+    layer 1 and the rest 0 and calls `partition_balanced`: a binary search for the smallest bottleneck
+    k = ⌈L/p⌉, then `_lprobe` fills the stages in order up to k, so every stage but the last holds k and
+    the last the rest (BigScience tr11 chronicles-prequel line 875: "78/12=6.5 - so the last stage has 1
+    block, while the rest have 7"). With `type:transformer|embedding` (line 900, "giving each embedding
+    layer its own slot on par with transformer layers") the two embeddings weigh 1 too: k = ⌈(L+2)/p⌉
+    and the first and last stages give one slot each to their embedding. Megatron-LM asks that p divide
+    L (`--num-layers` checks), where all three are L/p."""
+    if pp == 1:
+        return layers, layers, layers
+    slots = EMBEDDING_SLOTS if embedding_slots else 0
+    items = layers + slots
+    k = -(-items // pp)
+    first = min(layers, k - slots // 2)
+    last = max(0, items - (pp - 1) * k - slots // 2)
+    return first, k, last
+
+
+def stage_layers(layers: int, pp: int, embedding_slots: bool = False) -> int:
+    """Transformer layers on the fullest pipeline stage (`stage_split`): ⌈L/p⌉, or ⌈(L+2)/p⌉ when the
+    embeddings take a slot each. 1F1B runs at the pace of the slowest stage (Narayanan et al. 2021 §2.2)."""
+    return stage_split(layers, pp, embedding_slots)[1]
 
 
 @dataclass(frozen=True)
@@ -81,7 +104,9 @@ class TrainConfig:
     main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`.
     `flash_attention`: attention without the s² score matrix (Dao et al. 2022); the `overlap_*` and
     `tp_comm_overlap` switches are Megatron-LM's arguments of the same names (DeepSpeed's `overlap_comm`
-    maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed."""
+    maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed.
+    `embedding_slots`: DeepSpeed's pipeline partition counts each embedding as a layer
+    (Megatron-DeepSpeed `--pp-partition-method 'type:transformer|embedding'`, see `stage_split`)."""
 
     gbs: int
     mbs: int
@@ -101,6 +126,7 @@ class TrainConfig:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     framework: str = "megatron"
+    embedding_slots: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE_MODES:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, normalize_precision
-from tracelog.model.flops import ModelConfig, Recompute, TrainConfig, params_from_config, stage_layers
+from tracelog.model.flops import ModelConfig, Recompute, TrainConfig, params_from_config, stage_split
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 ADAM_STATE_BYTES = 12
@@ -123,7 +123,23 @@ DEEPSPEED_BUCKET_ELEMENTS = 5e8
 STAGE3_MAX_LIVE_PARAMETERS = 1e9
 """DeepSpeed `stage3_max_live_parameters` default: the cap on parameters gathered at once by ZeRO-3."""
 
+MEMORY_OPT_ALLREDUCE_SIZE = 5e8
+"""Elements per flattened bucket of DeepSpeed's `buffered_allreduce_fallback` (runtime/engine.py,
+`MEMORY_OPT_ALLREDUCE_SIZE = 500000000`): the pipeline engine's BF16 path (`_bf16_reduce_grads`,
+runtime/pipe/engine.py) all-reduces the fp32 gradients through one flat copy of up to that many."""
+
 DEEPSPEED_FRAMEWORKS = ("deepspeed", "megatron-deepspeed")
+
+
+def deepspeed_pipe_buffers(train: TrainConfig, stage: str) -> int:
+    """Pipeline buffers of a DeepSpeed stage, each keeping the stage's output of one micro-batch until its
+    backward pass: `TrainSchedule.num_pipe_buffers` = max(2, min(p − stage_id + 1, m)) (DeepSpeed
+    runtime/pipe/schedule.py, 2022; `pipe_buffers['outputs']` in runtime/pipe/engine.py). None without a
+    pipeline or outside DeepSpeed's engine."""
+    if train.pp == 1 or train.framework not in DEEPSPEED_FRAMEWORKS:
+        return 0
+    stage_id = {"middle": 1, "last": train.pp - 1}.get(stage, 0)
+    return max(2, min(train.pp - stage_id + 1, train.microbatches))
 
 
 def cuda_context_bytes(gpu: Gpu | None) -> float:
@@ -148,7 +164,7 @@ class MemoryOptions:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes on the busiest GPU: the pipeline stage (first or last) with the larger total. `buffers` are
+    """Bytes on the busiest GPU: the pipeline stage (first, middle or last) with the largest total. `buffers` are
     the framework's communication buffers beyond the model states, `allocator` the caching allocator's
     reserve over what is allocated, `cuda_context` the process's context."""
 
@@ -178,22 +194,37 @@ class MemoryBreakdown:
         return {k: v / MIB for k, v in self.__dict__.items()}
 
 
+STAGES = ("first", "middle", "last", "fullest")
+"""The pipeline stages memory is computed for: the first (input embedding, p micro-batches in flight), a
+middle one (the fullest layer count, p − 1 in flight), the last (output layer, logits, one in flight);
+`fullest` names the stage with the most layers, whose compute sets the pace (`stage_split`)."""
+
+
 def embedding_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = "first") -> float:
     """Word embedding V·h split over TP, on the first stage; the last stage holds the output layer (a
     copy when tied); with one stage both sit on the same GPU unless tied (Megatron-LM
-    `setup_embeddings_and_output_layer`). Learned positions s·h are on the first stage, not split."""
+    `setup_embeddings_and_output_layer`). Learned positions s·h are on the first stage, not split.
+    A middle stage holds none."""
     words = cfg.vocab * cfg.hidden / train.tp
     positions = cfg.seq_len * cfg.hidden if cfg.learned_positions else 0
     if train.pp == 1:
         return (words if cfg.tied_embeddings else 2 * words) + positions
-    return words + positions if stage == "first" else words
+    if stage == "middle":
+        return 0.0
+    return words if stage == "last" else words + positions
 
 
-def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
-    """Transformer layers of the busiest pipeline stage (⌈L/p⌉, `stage_layers`) split over TP. Norms and
-    biases replicated across TP are counted as split, a sub-0.1% simplification."""
+def stage_layer_count(cfg: ModelConfig, train: TrainConfig, stage: str = "fullest") -> int:
+    """Transformer layers on `stage` (`STAGES`), from the partition rule of `stage_split`."""
+    first, fullest, last = stage_split(cfg.layers, train.pp, train.embedding_slots)
+    return {"first": first, "middle": fullest, "last": last}.get(stage, fullest)
+
+
+def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = "fullest") -> float:
+    """Transformer layers of a pipeline stage (the fullest by default: ⌈L/p⌉, `stage_split`) split over
+    TP. Norms and biases replicated across TP are counted as split, a sub-0.1% simplification."""
     per_layer = params_from_config(cfg, include_embeddings=False) / cfg.layers
-    return per_layer * stage_layers(cfg.layers, train.pp) / train.tp
+    return per_layer * stage_layer_count(cfg, train, stage) / train.tp
 
 
 def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recompute) -> float:
@@ -214,29 +245,31 @@ def activations_per_gpu(
 ) -> float:
     """Activations of a pipeline stage. Under 1F1B stage i holds min(p − i, m) micro-batches in flight
     (Narayanan et al. 2021 §2.2): the first stage min(p, m) of its l/p layers, i.e. up to all l layers'
-    worth, ×(1 + (p−1)/(p·v)) when interleaved (Korthikanti et al. 2022 §4.2.3); the last stage one.
+    worth, ×(1 + (p−1)/(p·v)) when interleaved (Korthikanti et al. 2022 §4.2.3); the second (`middle`)
+    min(p − 1, m) of its layers; the last stage one. Layers per stage from `stage_split`.
     With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
     none on the GPU with `checkpoint_in_cpu`) and one layer's full activations are rebuilt on top. The
     last stage (or the only one) also holds the fp32 logits of one micro-batch, 4·s·b·V/t bytes, which
     the vocabulary-parallel cross entropy computes in fp32 (Megatron `vocab_parallel_cross_entropy`)."""
     options = options or MemoryOptions()
     p, m, v = train.pp, train.microbatches, train.chunks
-    first = stage == "first"
-    in_flight = min(p, m) if first else 1
+    in_flight = {"middle": min(p - 1, m), "last": 1}.get(stage, min(p, m))
     stored = _layer_activations(cfg, train, train.recompute)
     if train.recompute == "full":
         if options.checkpoint_in_cpu:
             stored = 0.0
         elif options.partition_activations and not train.sequence_parallel:
             stored /= train.tp
-    total = stored * stage_layers(cfg.layers, p) * in_flight
-    if v > 1 and first:
+    total = stored * stage_layer_count(cfg, train, stage) * in_flight
+    if v > 1 and stage not in ("middle", "last"):
         total *= 1 + (p - 1) / (p * v)
     if train.recompute == "full":
         total += _layer_activations(cfg, train, "none")
-    if not first or p == 1:
+    if stage == "last" or p == 1:
         total += 4 * (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp
-    return total
+    act_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    sbh = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden
+    return total + deepspeed_pipe_buffers(train, stage) * sbh * act_bytes
 
 
 def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, options: MemoryOptions) -> float:
@@ -256,7 +289,8 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     if train.framework not in DEEPSPEED_FRAMEWORKS or dtype == 4:
         return 0.0
     if train.fp32_grads:
-        return dtype * params_on_gpu
+        bucket = 4 * min(params_on_gpu, MEMORY_OPT_ALLREDUCE_SIZE) if train.pp > 1 else 0.0
+        return dtype * params_on_gpu + bucket
     if train.zero_stage == 0:
         return 0.0
     d = train.dp * train.cp
@@ -275,7 +309,7 @@ def stage_memory(
     its activations, buffers, the allocator's reserve over all that, and the CUDA context."""
     options = options or MemoryOptions()
     per_param = state_bytes(train)
-    layer_params = transformer_params_per_gpu(cfg, train)
+    layer_params = transformer_params_per_gpu(cfg, train, stage)
     embedding_params = embedding_params_per_gpu(cfg, train, stage)
     embedding = embedding_params * per_param.total
     weights = layer_params * per_param.weights
@@ -295,13 +329,16 @@ def stage_memory(
 def memory_per_gpu(
     cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None
 ) -> MemoryBreakdown:
-    """The busiest GPU: the first pipeline stage (most micro-batches in flight, input embedding) or the
+    """The busiest GPU: the first pipeline stage (most micro-batches in flight, input embedding), a
+    middle one (the most layers when the partition gives the first stage fewer, `stage_split`) or the
     last (output layer, fp32 logits), whichever holds more."""
     first = stage_memory(cfg, train, options, "first")
     if train.pp == 1:
         return first
-    last = stage_memory(cfg, train, options, "last")
-    return first if first.total >= last.total else last
+    others = [
+        stage_memory(cfg, train, options, s) for s in (("middle", "last") if train.pp > 2 else ("last",))
+    ]
+    return max([first, *others], key=lambda b: b.total)
 
 
 def fits(breakdown: MemoryBreakdown, gpu: Gpu, usable_fraction: float = 1.0) -> bool:

@@ -97,7 +97,7 @@ def tp_comm_seconds(
         "all_reduce", size, train.tp, bottleneck.unidirectional_gbps, alpha_us, link_efficiency
     )
     per_layer = 6 if train.recompute == "full" else 4
-    layers_per_stage = stage_layers(cfg.layers, train.pp)
+    layers_per_stage = stage_layers(cfg.layers, train.pp, train.embedding_slots)
     return per_layer * layers_per_stage * train.microbatches * one.time_us * 1e-6
 
 
@@ -210,7 +210,7 @@ def stage_compute(
     g = _resolve_gpu(gpu)
     ops = tuple(layer_forward_ops(cfg, train, g, compute_scale))
     layer_fwd = sum(op.time_s for op in ops)
-    layers = stage_layers(cfg.layers, train.pp)
+    layers = stage_layers(cfg.layers, train.pp, train.embedding_slots)
     logits = logits_forward_op(cfg, train, g, compute_scale).time_s + KERNEL_OVERHEAD_S
     if train.pp > 1 and train.framework in ("megatron-deepspeed", "deepspeed"):
         logits /= train.pp  # DeepSpeed's PipelineModule balances the output layer into the partition
@@ -301,7 +301,7 @@ def predict_iteration(
         per_mb = stage.microbatch_s
         gemm_s = (
             m
-            * stage_layers(cfg.layers, train.pp)
+            * stage_layers(cfg.layers, train.pp, train.embedding_slots)
             * sum(op.time_s for op in stage.layer_ops if op.kind != "memory")
         )
     compute_s = per_mb * m + optimizer_s

@@ -1,0 +1,97 @@
+"""How DeepSpeed's pipeline partition spreads layers over stages, and what each stage holds in memory:
+held against the BigScience tr11 chronicles (prequel lines 875 and 900) and DeepSpeed's own rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracelog.analysis import inputs as run_inputs
+from tracelog.model.flops import ModelConfig, TrainConfig, stage_layers, stage_split
+from tracelog.model.memory import (
+    activation_bytes_per_layer,
+    activations_per_gpu,
+    deepspeed_pipe_buffers,
+    embedding_params_per_gpu,
+    memory_per_gpu,
+    stage_memory,
+    transformer_params_per_gpu,
+)
+
+BLOOM_LAYOUT = dict(gbs=2048, mbs=2, tp=4, pp=12, dp=8, recompute="full", zero_stage=1, precision="bf16")
+
+
+def test_type_transformer_fills_every_stage_but_the_last() -> None:
+    # chronicles-prequel line 875: "78/12=6.5 - so the last stage has 1 block, while the rest have 7"
+    assert stage_split(78, 12) == (7, 7, 1)
+    assert stage_layers(78, 12) == 7
+    # p divides L (Megatron-LM's requirement): every stage the same
+    assert stage_split(72, 12) == (6, 6, 6)
+    assert stage_split(72, 1) == (72, 72, 72)
+
+
+def test_embedding_slots_give_the_first_and_last_stage_one_layer_less() -> None:
+    # line 900: 'type:transformer|embedding' "so we use 2 layers less, to match `2+nlayers*PP` math to get
+    # a perfect balance giving each embedding layer its own slot": 70 layers + 2 embeddings = 6 x 12
+    assert stage_split(70, 12, embedding_slots=True) == (5, 6, 5)
+    # the 206B of line 957: 82 + 2 = 84 = 7 x 12, so the first stage holds 6 layers and the embedding
+    assert stage_split(82, 12, embedding_slots=True) == (6, 7, 6)
+    # 72 + 2 = 74 slots over 12: the fullest stage holds 7, one more than without the slots
+    assert stage_layers(72, 12, embedding_slots=True) == 7
+    assert stage_layers(72, 12) == 6
+
+
+def test_the_first_stage_holds_its_layers_and_the_embedding_a_middle_stage_only_layers() -> None:
+    cfg = ModelConfig(layers=82, hidden=14336, heads=128, seq_len=2048, vocab=250880)
+    train = TrainConfig(**BLOOM_LAYOUT, fp32_grads=True, framework="megatron-deepspeed", embedding_slots=True)  # type: ignore[arg-type]
+    one_layer = transformer_params_per_gpu(cfg, TrainConfig(gbs=2048, mbs=2, tp=4, pp=82, dp=8))
+    assert transformer_params_per_gpu(cfg, train, "first") == pytest.approx(6 * one_layer)
+    assert transformer_params_per_gpu(cfg, train, "middle") == pytest.approx(7 * one_layer)
+    assert transformer_params_per_gpu(cfg, train) == pytest.approx(7 * one_layer)  # the fullest sets the pace
+    assert embedding_params_per_gpu(cfg, train, "middle") == 0
+    # V·h/t = 250880 x 14336 / 4 = 899M parameters: more than one 617M-parameter layer (line 900: "250k
+    # embedding matrix takes as much space as a single transformer layer"), so the first stage is busiest
+    assert embedding_params_per_gpu(cfg, train, "first") > one_layer
+    first = stage_memory(cfg, train, stage="first")
+    middle = stage_memory(cfg, train, stage="middle")
+    assert first.total > middle.total
+    assert memory_per_gpu(cfg, train).total == first.total
+
+
+def test_a_middle_stage_is_the_busiest_when_the_embedding_is_small() -> None:
+    # a 32k vocabulary at h 4096 is 0.5 of a layer's parameters: the stage of 7 layers outweighs 6 + embedding
+    cfg = ModelConfig(layers=82, hidden=4096, heads=32, seq_len=2048, vocab=32000)
+    train = TrainConfig(**BLOOM_LAYOUT, fp32_grads=True, framework="megatron-deepspeed", embedding_slots=True)  # type: ignore[arg-type]
+    middle = stage_memory(cfg, train, stage="middle")
+    assert middle.total > stage_memory(cfg, train, stage="first").total
+    assert memory_per_gpu(cfg, train).total == middle.total
+
+
+def test_deepspeed_keeps_one_stage_output_per_pipe_buffer() -> None:
+    # TrainSchedule.num_pipe_buffers = max(2, min(stages - stage_id + 1, micro_batches))
+    train = TrainConfig(**BLOOM_LAYOUT, framework="megatron-deepspeed")  # type: ignore[arg-type]
+    assert (deepspeed_pipe_buffers(train, "first"), deepspeed_pipe_buffers(train, "middle")) == (13, 12)
+    assert deepspeed_pipe_buffers(train, "last") == 2
+    few = TrainConfig(**{**BLOOM_LAYOUT, "gbs": 48}, framework="megatron-deepspeed")  # type: ignore[arg-type]
+    assert deepspeed_pipe_buffers(few, "first") == 3  # m = 48 / (8 x 2) = 3 micro-batches
+    megatron = TrainConfig(**BLOOM_LAYOUT)  # type: ignore[arg-type]
+    assert deepspeed_pipe_buffers(megatron, "first") == 0
+    cfg = ModelConfig(layers=72, hidden=14336, heads=64, seq_len=2048, vocab=250000)
+    sbh = 2048 * 2 * 14336
+    checkpoints = 6 * 12 * 2 * sbh  # 6 layer inputs x 12 micro-batches in flight x 2 bytes
+    rebuilt = activation_bytes_per_layer(2048, 2, 14336, 64, 4)
+    assert activations_per_gpu(cfg, megatron) == pytest.approx(checkpoints + rebuilt)
+    assert activations_per_gpu(cfg, train) == pytest.approx(checkpoints + rebuilt + 13 * 2 * sbh)
+
+
+def test_the_partition_method_is_read_from_the_run() -> None:
+    row = {
+        "run_id": 1, "framework": "megatron-deepspeed", "layers": 70, "hidden": 14336, "heads": 112,
+        "seq_len": 2048, "vocab": 250880, "tp": 4, "pp": 12, "dp": 8, "mbs": 2, "gbs": 2048,
+        "gpus": 384, "precision": "bf16", "zero_stage": 1,
+    }  # fmt: skip
+    slots = run_inputs.build(row, {"pp_partition_method": "type:transformer|embedding"})
+    plain = run_inputs.build(row, {"pp_partition_method": "type:transformer"})
+    assert slots.train is not None and slots.train.embedding_slots
+    assert plain.train is not None and not plain.train.embedding_slots
+    as_config = run_inputs.build({**row, "pp_partition_method": "type:transformer|embed"}, {})
+    assert as_config.train is not None and as_config.train.embedding_slots
