@@ -311,6 +311,40 @@ def _row_out(rec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+LAYOUT_KEYS = (
+    "layers", "hidden", "heads", "seq_len", "tp", "pp", "dp", "mbs", "gbs", "zero_stage", "precision"
+)  # fmt: skip
+
+
+def repeats(rows: pd.DataFrame) -> dict[str, Any]:
+    """The chronicles' noise floor: layouts recorded more than once with the same model, batch, ZeRO stage
+    and precision (a row quoted twice with the same figures counts once). What separates their sec/it
+    (max/min − 1) and Mem is what no model of the layout can explain."""
+    part = rows[(rows["kind"] == "chronicles") & rows["sec_per_it"].notna()]
+    out = []
+    for _, g in part.groupby(list(LAYOUT_KEYS), dropna=False):
+        distinct = g.drop_duplicates(subset=["sec_per_it", "memory_mib"])
+        if len(distinct) < 2:
+            continue
+        secs = distinct["sec_per_it"].astype(float)
+        mem = distinct["memory_mib"].dropna().astype(float)
+        out.append(
+            {
+                "lines": [int(x) for x in distinct["line"]],
+                "time_spread": float(secs.max() / secs.min() - 1),
+                "memory_spread": float(mem.max() / mem.min() - 1) if len(mem) > 1 else None,
+            }
+        )
+    spreads = pd.Series([r["time_spread"] for r in out], dtype=float)
+    mem_spreads = [r for r in out if r["memory_spread"] is not None]
+    return {
+        "layouts": out,
+        "median_time_spread": float(spreads.median()) if len(spreads) else math.nan,
+        "max_time": max(out, key=lambda r: r["time_spread"], default=None),
+        "max_memory": max(mem_spreads, key=lambda r: r["memory_spread"], default=None),
+    }
+
+
 # ------------------------------------------------------------------------------------------ render
 def _pct(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
@@ -349,6 +383,20 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
     for g in r["groups"]:
         rho = "n/a" if math.isnan(g["rho"]) else f"{g['rho']:+.2f}"
         lines.append(f"  {g['group']:<24} n={g['n']:<3} rho {rho}  {_ok(g['met'])}")
+    rep = result.get("repeats")
+    if rep and rep["layouts"]:
+        worst_t, worst_m = rep["max_time"], rep["max_memory"]
+        lines += [
+            f"  noise floor: {len(rep['layouts'])} layouts measured more than once; their sec/it differ by "
+            f"{_pct(rep['median_time_spread'])} (median), {_pct(worst_t['time_spread'])} at most "
+            f"(lines {', '.join(map(str, worst_t['lines']))})"
+            + (
+                f"; Mem by up to {_pct(worst_m['memory_spread'])} "
+                f"(lines {', '.join(map(str, worst_m['lines']))})"
+                if worst_m
+                else ""
+            ),
+        ]
     m, o = result["memory"], result["oom"]
     lines += [
         "",
@@ -424,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rows, notes = load_rows(args.corpus, args.data)
     result = score(rows)
+    result["repeats"] = repeats(rows)
     result["notes"] = notes
     if args.calibrated:
         result["calibrated"] = calibrated_split(rows)
