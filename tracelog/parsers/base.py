@@ -47,6 +47,9 @@ T = TypeVar("T")
 
 
 RESUME_TABLE = "_resume"  # a Batch of it carries a parser's state after the last complete line (one dict)
+# A Batch of it, first of a resumed parse, names rows the last parse wrote at its end that this one writes
+# again: dicts of `table` (one of a run's tables), `run_key` and `line_no`.
+RETRACT_TABLE = "_retract"
 
 
 @dataclass
@@ -517,7 +520,7 @@ def checked(batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
     negatives where only sizes, counts and durations make sense, integers past their column's type,
     bandwidths no link reaches."""
     events: list[dict[str, Any]] = []
-    if batch.table in ("unparsed", "events", RESUME_TABLE):
+    if batch.table in ("unparsed", "events", RESUME_TABLE, RETRACT_TABLE):
         return batch, events
     if isinstance(batch.rows, pl.DataFrame):
         return Batch(batch.table, _checked_frame(batch.table, batch.rows, events)), events
