@@ -392,3 +392,26 @@ def test_a_lagging_rank_after_the_cut_does_not_duplicate_a_step_written_before_i
         "SELECT iteration, samples_per_s FROM iterations ORDER BY iteration"
     ).fetchall() == [(n, None) for n in range(10, 80, 10)]
     assert store.con.execute("SELECT rank, iteration FROM memory").fetchall() == [(5, 20)]
+
+
+def test_values_out_of_range_in_rows_written_again_are_told_once(store: Store, tmp_path: Path) -> None:
+    """A run's record and a step open at the cut are written at the end of every parse; the
+    `bad_value` events about them are too, so a resume takes the earlier ones back."""
+    head = [
+        "0: [2024-01-01 10:00:00,000] [INFO] [launch.py:152:main] nnodes=99999999999999999999, "
+        "num_local_procs=8, node_rank=0",
+        "0: [2024-01-01 10:00:00,000] [INFO] [config.py:999:print] DeepSpeedEngine configuration:",
+        "0: " + STEP.format(s=1, n=10).replace("lr=[0.0001]", "lr=[inf]"),
+        TPUT.format(rank=3, s=1, m=40, n=10, run=20.5, cur=-21.0),
+    ]
+    tail = [TPUT.format(rank=0, s=1, m=40, n=10, run=30.5, cur=32.0), "0: " + STEP.format(s=2, n=20)]
+    log = tmp_path / "live.log"
+    log.write_text("\n".join(head) + "\n")
+    ingest_file(store, str(log))
+    assert store.scalar("SELECT count(*) FROM events WHERE kind = 'bad_value'") == 3
+    log.write_text("\n".join(head + tail) + "\n")
+    ingest_file(store, str(log))
+    assert sorted(store.con.execute("SELECT line_no, text FROM events").fetchall()) == [
+        (1, "runs.nodes = 99999999999999999999: larger than its column holds (2147483647); stored as NULL"),
+        (3, "iterations.learning_rate = inf: not a finite number; stored as NULL"),
+    ]
