@@ -3,9 +3,9 @@
 Every sample log is cut at several points (mid-line, at a line boundary, inside a Megatron arguments
 block, inside an nccl-tests table, just before a footer), each prefix ingested in turn at the same path,
 then the whole file; every table the parsers fill is compared with a direct ingest, ids and timestamps
-left out (rows are compared through their run and bench keys). DeepSpeed logs, which resume from a
-parser state holding open steps, a configuration echo and multi-line values, are cut at every third
-line and at every place such state crosses the cut.
+left out (rows are compared through their run and bench keys). DeepSpeed and NeMo logs, which resume
+from a parser state (open steps, a configuration echo or dump, multi-line values, timer blocks), are cut
+at every third line and at every place such state crosses the cut.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import SAMPLES
 from tracelog import api
 from tracelog.ingest import Unrecognised, ingest_file
-from tracelog.parsers import deepspeed
+from tracelog.parsers import deepspeed, nemo
 from tracelog.store import Store
 
 LOGS = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.name != "tracelog.toml")
@@ -85,10 +85,10 @@ def comparable(value: object) -> object:
     return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
 
-def ingest_prefix(store: Store, log: Path) -> None:
+def ingest_prefix(store: Store, log: Path, fmt: str | None = None) -> None:
     """A prefix too short for any parser to recognise is refused, as it would be for a user."""
     with contextlib.suppress(Unrecognised):
-        ingest_file(store, str(log))
+        ingest_file(store, str(log), fmt)
 
 
 @pytest.mark.parametrize("sample", LOGS, ids=[p.name for p in LOGS])
@@ -191,7 +191,9 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
     assert snapshot(store) == expected
 
 
-@pytest.mark.parametrize("sample", ["megatron_lm_llama3_8b_h100.log", "deepspeed_ugly_restart.log"])
+@pytest.mark.parametrize(
+    "sample", ["megatron_lm_llama3_8b_h100.log", "deepspeed_ugly_restart.log", "nemo2_llama3_8b_pretrain.log"]
+)
 @pytest.mark.parametrize(
     "damage",
     [
@@ -233,12 +235,20 @@ def test_a_prefix_changed_in_a_sampled_mib_is_not_taken_for_growth(store: Store,
     assert store.scalar("SELECT count(*) FROM sources") == 2
 
 
-DEEPSPEED_LOGS = sorted(SAMPLES.glob("deepspeed*.log"))
-# Where the DeepSpeed parser carries state from one line to the next: a (re)start, the configuration
-# echo, a multi-line value in it (`activation_checkpointing_config  {`, the user's `json = {`), a step
-# line before its ranks' throughput lines, rank 0's throughput line after other ranks' (its figure
-# wins), the flops profiler block, a traceback.
-DEEPSPEED_MARKERS = (
+RESUMED_LOGS = [
+    *((log, deepspeed) for log in sorted(SAMPLES.glob("deepspeed*.log"))),
+    *((log, nemo) for log in sorted(SAMPLES.glob("nemo*.log"))),
+]
+# Where the DeepSpeed and NeMo parsers carry state from one line to the next: a (re)start, the
+# configuration echo, a multi-line value in it (`activation_checkpointing_config  {`, the user's
+# `json = {`), a step line before its ranks' throughput lines, rank 0's throughput line after other
+# ranks' (its figure wins), the flops profiler block, a traceback; NeMo's configuration dump and its
+# nested mappings, a timer block, a redrawn progress bar.
+RESUME_MARKERS = (
+    rb"Experiment configuration",
+    rb"\n\s*\w+:\n",
+    rb"time across ranks",
+    rb"Epoch \d+:",
     rb"WORLD INFO DICT",
     rb"DeepSpeedEngine configuration:",
     rb"\{\n",
@@ -250,12 +260,12 @@ DEEPSPEED_MARKERS = (
 )
 
 
-def deepspeed_cuts(data: bytes) -> list[int]:
+def resume_cuts(data: bytes) -> list[int]:
     """Every third line boundary; at each marker's first four places: its line's start, five bytes
     into that line, and the start of the next line."""
     boundaries = [m.end() for m in re.finditer(rb"\n", data)]
     cuts = set(boundaries[::3])
-    for marker in DEEPSPEED_MARKERS:
+    for marker in RESUME_MARKERS:
         for found in list(re.finditer(marker, data))[:4]:
             start = data.rfind(b"\n", 0, found.start() + 1) + 1
             end = data.find(b"\n", found.start())
@@ -264,55 +274,58 @@ def deepspeed_cuts(data: bytes) -> list[int]:
 
 
 @contextlib.contextmanager
-def parses_recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
-    """Whether each DeepSpeed parse was handed a resume state (True) or read its file from the start."""
+def parses_recorded(monkeypatch: pytest.MonkeyPatch, parser: Any = deepspeed) -> Iterator[list[bool]]:
+    """Whether each parse of `parser` was handed a resume state (True) or read its file from the start."""
     resumed: list[bool] = []
-    parse = deepspeed.parse
+    parse = parser.parse
 
     def recording(source: Any, state: dict[str, Any] | None = None) -> Any:
         resumed.append(state is not None)
         return parse(source, state=state)
 
     with monkeypatch.context() as patch:
-        patch.setattr(deepspeed, "parse", recording)
+        patch.setattr(parser, "parse", recording)
         yield resumed
 
 
-def direct_snapshot(data: bytes, log: Path, db: Path) -> dict[str, list[tuple]]:
+def direct_snapshot(data: bytes, log: Path, db: Path, fmt: str) -> dict[str, list[tuple]]:
     log.write_bytes(data)
     with Store(db) as direct:
-        ingest_prefix(direct, log)
+        ingest_file(direct, str(log), fmt)
         return snapshot(direct)
 
 
-@pytest.mark.parametrize("sample", DEEPSPEED_LOGS, ids=[p.name for p in DEEPSPEED_LOGS])
-def test_a_deepspeed_log_resumes_at_every_kind_of_cut_to_the_direct_ingest(
-    sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("sample", "parser"), RESUMED_LOGS, ids=[p.name for p, _ in RESUMED_LOGS])
+def test_a_log_resumes_at_every_kind_of_cut_to_the_direct_ingest(
+    sample: Path, parser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = sample.read_bytes()
+    """Its parser is named (`--parser`), so that a prefix before the lines that tell the format (the
+    launcher's, a configuration dump) is read too."""
+    data, fmt = sample.read_bytes(), parser.FORMAT
     log = tmp_path / sample.name
-    expected = direct_snapshot(data, log, tmp_path / "direct.duckdb")
-    cuts = deepspeed_cuts(data)
+    expected = direct_snapshot(data, log, tmp_path / "direct.duckdb", fmt)
+    cuts = resume_cuts(data)
     assert len(cuts) > data.count(b"\n") // 3
-    with Store(tmp_path / "grown.duckdb") as grown, parses_recorded(monkeypatch) as resumed:
+    with Store(tmp_path / "grown.duckdb") as grown, parses_recorded(monkeypatch, parser) as resumed:
         for n, cut in enumerate(cuts):
             log.write_bytes(data[:cut])
-            ingest_prefix(grown, log)
+            ingest_file(grown, str(log), fmt)
             if n % 10 == 5:  # the database of a prefix is the direct ingest of that prefix too
                 mark = len(resumed)
-                assert snapshot(grown) == direct_snapshot(data[:cut], log, tmp_path / f"p{cut}.duckdb")
+                prefix = direct_snapshot(data[:cut], log, tmp_path / f"p{cut}.duckdb", fmt)
+                assert snapshot(grown) == prefix, f"cut at byte {cut}"
                 del resumed[mark:]
         log.write_bytes(data)
-        ingest_file(grown, str(log))
+        ingest_file(grown, str(log), fmt)
         assert snapshot(grown) == expected
-    # The first recognised prefix is read from its first byte, every later one resumes.
+    # The first prefix is read from its first byte, every later one with a new line resumes.
     assert resumed.count(False) == 1 and resumed.count(True) > len(cuts) // 2
     for cut in cuts[1::7]:  # one jump from a single prefix
         with Store(tmp_path / f"jump{cut}.duckdb") as jumped:
             log.write_bytes(data[:cut])
-            ingest_prefix(jumped, log)
+            ingest_file(jumped, str(log), fmt)
             log.write_bytes(data)
-            ingest_file(jumped, str(log))
+            ingest_file(jumped, str(log), fmt)
             assert snapshot(jumped) == expected, f"cut at byte {cut}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import math
 import queue
 import re
@@ -369,14 +370,18 @@ def numbers_guarded(line_no: int, text: str, add: Callable[[str, dict[str, Any]]
         add("events", {"line_no": line_no, "kind": "bad_value", "text": str(exc)[:200]})
 
 
-def drive(parser: LineParser, source: LineSource) -> Iterator[Batch]:
+def drive(
+    parser: LineParser, source: LineSource, state: Callable[[], dict[str, Any]] | None = None
+) -> Iterator[Batch]:
     """Feed every line of `source` to `parser` (`numbers_guarded`), handing out its rows every
-    `FLUSH_ROWS`."""
+    `FLUSH_ROWS`; with `state`, what it returns after the last line, for a resume (`RESUME_TABLE`)."""
     for line_no, text in source.lines():
         with numbers_guarded(line_no, text, parser.out.add):
             parser.line(line_no, text)
         if parser.out.due():
             yield from parser.out.flush()
+    if state is not None:
+        yield Batch(RESUME_TABLE, [{"state": json.dumps(state(), sort_keys=True)}])
     parser.finish()
     yield from parser.out.flush()
 
