@@ -3,21 +3,27 @@
 Every sample log is cut at several points (mid-line, at a line boundary, inside a Megatron arguments
 block, inside an nccl-tests table, just before a footer), each prefix ingested in turn at the same path,
 then the whole file; every table the parsers fill is compared with a direct ingest, ids and timestamps
-left out (rows are compared through their run and bench keys).
+left out (rows are compared through their run and bench keys). DeepSpeed and NeMo logs, which resume
+from a parser state (open steps, a configuration echo or dump, multi-line values, timer blocks), are cut
+at every third line and at every place such state crosses the cut.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import SAMPLES
 from tracelog import api
 from tracelog.ingest import Unrecognised, ingest_file
+from tracelog.parsers import deepspeed, nemo
 from tracelog.store import Store
 
 LOGS = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.name != "tracelog.toml")
@@ -79,10 +85,10 @@ def comparable(value: object) -> object:
     return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
 
-def ingest_prefix(store: Store, log: Path) -> None:
+def ingest_prefix(store: Store, log: Path, fmt: str | None = None) -> None:
     """A prefix too short for any parser to recognise is refused, as it would be for a user."""
     with contextlib.suppress(Unrecognised):
-        ingest_file(store, str(log))
+        ingest_file(store, str(log), fmt)
 
 
 @pytest.mark.parametrize("sample", LOGS, ids=[p.name for p in LOGS])
@@ -150,8 +156,8 @@ def test_growth_keeps_run_ids_tags_and_names(store: Store, tmp_path: Path) -> No
     assert store.scalar("SELECT value FROM run_tags WHERE run_id = ?", [run_id]) == "x"
 
 
-def halves(tmp_path: Path) -> tuple[Path, bytes, int]:
-    data = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()
+def halves(tmp_path: Path, sample: str = "megatron_lm_llama3_8b_h100.log") -> tuple[Path, bytes, int]:
+    data = (SAMPLES / sample).read_bytes()
     cut = data.index(b"\n", len(data) // 2) + 1
     log = tmp_path / "live.log"
     log.write_bytes(data[:cut])
@@ -186,18 +192,22 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
 
 
 @pytest.mark.parametrize(
+    "sample", ["megatron_lm_llama3_8b_h100.log", "deepspeed_ugly_restart.log", "nemo2_llama3_8b_pretrain.log"]
+)
+@pytest.mark.parametrize(
     "damage",
     [
         "UPDATE sources SET resume_state = '{\"carry\": {}}'",
         "UPDATE sources SET resume_state = 'not json'",
+        "UPDATE sources SET resume_state = '[1, 2]'",
         "UPDATE sources SET resume_version = '0'",
     ],
-    ids=["state without its fields", "state not JSON", "state of another parser version"],
+    ids=["state without its fields", "state not JSON", "state not an object", "state of another version"],
 )
 def test_a_resume_state_it_cannot_use_parses_the_file_again(
-    store: Store, tmp_path: Path, damage: str
+    store: Store, tmp_path: Path, damage: str, sample: str
 ) -> None:
-    log, data, _ = halves(tmp_path)
+    log, data, _ = halves(tmp_path, sample)
     ingest_file(store, str(log))
     store.con.execute(damage)
     log.write_bytes(data)
@@ -223,3 +233,198 @@ def test_a_prefix_changed_in_a_sampled_mib_is_not_taken_for_growth(store: Store,
     result = ingest_file(store, str(log))
     assert result.status == "ingested"
     assert store.scalar("SELECT count(*) FROM sources") == 2
+
+
+RESUMED_LOGS = [
+    *((log, deepspeed) for log in sorted(SAMPLES.glob("deepspeed*.log"))),
+    *((log, nemo) for log in sorted(SAMPLES.glob("nemo*.log"))),
+]
+# Where the DeepSpeed and NeMo parsers carry state from one line to the next: a (re)start, the
+# configuration echo, a multi-line value in it (`activation_checkpointing_config  {`, the user's
+# `json = {`), a step line before its ranks' throughput lines, rank 0's throughput line after other
+# ranks' (its figure wins), the flops profiler block, a traceback; NeMo's configuration dump and its
+# nested mappings, a timer block, a redrawn progress bar.
+RESUME_MARKERS = (
+    rb"Experiment configuration",
+    rb"\n\s*\w+:\n",
+    rb"time across ranks",
+    rb"Epoch \d+:",
+    rb"WORLD INFO DICT",
+    rb"DeepSpeedEngine configuration:",
+    rb"\{\n",
+    rb"json = \{",
+    rb"\bstep=[1-9]\d*, skipped",
+    rb"\n(?:0: )?\[[^\n]*\] epoch=\d+/micro_step",
+    rb"Profile Summary at step",
+    rb"Traceback",
+)
+
+
+def resume_cuts(data: bytes) -> list[int]:
+    """Every third line boundary; at each marker's first four places: its line's start, five bytes
+    into that line, and the start of the next line."""
+    boundaries = [m.end() for m in re.finditer(rb"\n", data)]
+    cuts = set(boundaries[::3])
+    for marker in RESUME_MARKERS:
+        for found in list(re.finditer(marker, data))[:4]:
+            start = data.rfind(b"\n", 0, found.start() + 1) + 1
+            end = data.find(b"\n", found.start())
+            cuts.update({start, start + 5, end + 1 if end >= 0 else len(data)})
+    return sorted(c for c in cuts if 0 < c < len(data))
+
+
+@contextlib.contextmanager
+def parses_recorded(monkeypatch: pytest.MonkeyPatch, parser: Any = deepspeed) -> Iterator[list[bool]]:
+    """Whether each parse of `parser` was handed a resume state (True) or read its file from the start."""
+    resumed: list[bool] = []
+    parse = parser.parse
+
+    def recording(source: Any, state: dict[str, Any] | None = None) -> Any:
+        resumed.append(state is not None)
+        return parse(source, state=state)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(parser, "parse", recording)
+        yield resumed
+
+
+def direct_snapshot(data: bytes, log: Path, db: Path, fmt: str) -> dict[str, list[tuple]]:
+    log.write_bytes(data)
+    with Store(db) as direct:
+        ingest_file(direct, str(log), fmt)
+        return snapshot(direct)
+
+
+@pytest.mark.parametrize(("sample", "parser"), RESUMED_LOGS, ids=[p.name for p, _ in RESUMED_LOGS])
+def test_a_log_resumes_at_every_kind_of_cut_to_the_direct_ingest(
+    sample: Path, parser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its parser is named (`--parser`), so that a prefix before the lines that tell the format (the
+    launcher's, a configuration dump) is read too."""
+    data, fmt = sample.read_bytes(), parser.FORMAT
+    log = tmp_path / sample.name
+    expected = direct_snapshot(data, log, tmp_path / "direct.duckdb", fmt)
+    cuts = resume_cuts(data)
+    assert len(cuts) > data.count(b"\n") // 3
+    with Store(tmp_path / "grown.duckdb") as grown, parses_recorded(monkeypatch, parser) as resumed:
+        for n, cut in enumerate(cuts):
+            log.write_bytes(data[:cut])
+            ingest_file(grown, str(log), fmt)
+            if n % 10 == 5:  # the database of a prefix is the direct ingest of that prefix too
+                mark = len(resumed)
+                prefix = direct_snapshot(data[:cut], log, tmp_path / f"p{cut}.duckdb", fmt)
+                assert snapshot(grown) == prefix, f"cut at byte {cut}"
+                del resumed[mark:]
+        log.write_bytes(data)
+        ingest_file(grown, str(log), fmt)
+        assert snapshot(grown) == expected
+    # The first prefix is read from its first byte, every later one with a new line resumes.
+    assert resumed.count(False) == 1 and resumed.count(True) > len(cuts) // 2
+    for cut in cuts[1::7]:  # one jump from a single prefix
+        with Store(tmp_path / f"jump{cut}.duckdb") as jumped:
+            log.write_bytes(data[:cut])
+            ingest_file(jumped, str(log), fmt)
+            log.write_bytes(data)
+            ingest_file(jumped, str(log), fmt)
+            assert snapshot(jumped) == expected, f"cut at byte {cut}"
+
+
+def test_a_grown_deepspeed_log_writes_only_its_new_rows(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps still open at the cut (lagging ranks may write to them) are written again; the rest of
+    the rows are the new lines' only."""
+    log, data, cut = halves(tmp_path, "deepspeed_ugly_restart.log")
+    first = ingest_file(store, str(log))
+    assert store.scalar("SELECT resume_version FROM sources") == deepspeed.VERSION
+    state = json.loads(store.scalar("SELECT resume_state FROM sources"))
+    assert state["runs"][-1]["open"], "the cut should leave steps open"
+    iterations_before = store.scalar("SELECT count(*) FROM iterations")
+    log.write_bytes(data)
+    with parses_recorded(monkeypatch) as resumed:
+        grown = ingest_file(store, str(log))
+    assert resumed == [True]
+    assert grown.status == "appended" and grown.lines_total == data.count(b"\n")
+    new_steps = [s for s in re.findall(rb"\bstep=(\d+), skipped", data[cut:]) if int(s)]
+    assert store.scalar("SELECT count(*) FROM iterations") - iterations_before == len(new_steps)
+    with Store(tmp_path / "direct.duckdb") as direct:
+        whole = ingest_file(direct, str(log))
+        assert snapshot(store) == snapshot(direct)
+    assert 0 < grown.rows < whole.rows - first.rows // 2
+
+
+STEP = (
+    "[2024-01-01 10:00:{s:02d},000] [INFO] [logging.py:96:log_dist] [Rank 0] step={n}, skipped=0, lr=[0.0001]"
+)
+TPUT = (
+    "{rank}: [2024-01-01 10:00:{s:02d},000] [INFO] [timer.py:260:stop] epoch=0/micro_step={m}/global_step={n}, "
+    "RunningAvgSamplesPerSec={run}, CurrSamplesPerSec={cur}, MemAllocated=4.3GB, MaxMemAllocated=38.5GB"
+)
+
+
+def test_a_step_open_at_the_cut_takes_rank_0s_throughput_that_came_after(
+    store: Store, tmp_path: Path
+) -> None:
+    """Rank 3 prints step 10's throughput before the cut, rank 0 after it: rank 0's figure wins, as in
+    one ingest of the whole file, and step 10 is one row with one running-average metric."""
+    head = [
+        "0: [2024-01-01 10:00:00,000] [INFO] [config.py:999:print] DeepSpeedEngine configuration:",
+        "0: [2024-01-01 10:00:00,000] [INFO] [config.py:1003:print]   train_batch_size ............. 64",
+        "0: " + STEP.format(s=1, n=10),
+        TPUT.format(rank=3, s=1, m=40, n=10, run=20.5, cur=21.0),
+    ]
+    tail = [TPUT.format(rank=0, s=1, m=40, n=10, run=30.5, cur=32.0), "0: " + STEP.format(s=2, n=20)]
+    log = tmp_path / "live.log"
+    log.write_text("\n".join(head) + "\n")
+    ingest_file(store, str(log))
+    assert store.scalar("SELECT samples_per_s FROM iterations WHERE iteration = 10") == 21.0
+    log.write_text("\n".join(head + tail) + "\n")
+    assert ingest_file(store, str(log)).status == "appended"
+    assert store.con.execute(
+        "SELECT iteration, samples_per_s, elapsed_s FROM iterations ORDER BY iteration"
+    ).fetchall() == [(10, 32.0, 2.0), (20, None, None)]
+    assert store.con.execute(
+        "SELECT iteration, value FROM iteration_metrics WHERE key = 'RunningAvgSamplesPerSec'"
+    ).fetchall() == [(10, 30.5)]
+
+
+def test_a_lagging_rank_after_the_cut_does_not_duplicate_a_step_written_before_it(
+    store: Store, tmp_path: Path
+) -> None:
+    head = [
+        "0: [2024-01-01 10:00:00,000] [INFO] [config.py:999:print] DeepSpeedEngine configuration:",
+        *("0: " + STEP.format(s=n // 10, n=n) for n in range(10, 80, 10)),  # steps 10-30 written
+    ]
+    log = tmp_path / "live.log"
+    log.write_text("\n".join(head) + "\n")
+    ingest_file(store, str(log))
+    late = TPUT.format(rank=5, s=9, m=80, n=20, run=20.5, cur=21.0)  # step 20, long after it was written
+    log.write_text("\n".join([*head, late]) + "\n")
+    assert ingest_file(store, str(log)).status == "appended"
+    assert store.con.execute(
+        "SELECT iteration, samples_per_s FROM iterations ORDER BY iteration"
+    ).fetchall() == [(n, None) for n in range(10, 80, 10)]
+    assert store.con.execute("SELECT rank, iteration FROM memory").fetchall() == [(5, 20)]
+
+
+def test_values_out_of_range_in_rows_written_again_are_told_once(store: Store, tmp_path: Path) -> None:
+    """A run's record and a step open at the cut are written at the end of every parse; the
+    `bad_value` events about them are too, so a resume takes the earlier ones back."""
+    head = [
+        "0: [2024-01-01 10:00:00,000] [INFO] [launch.py:152:main] nnodes=99999999999999999999, "
+        "num_local_procs=8, node_rank=0",
+        "0: [2024-01-01 10:00:00,000] [INFO] [config.py:999:print] DeepSpeedEngine configuration:",
+        "0: " + STEP.format(s=1, n=10).replace("lr=[0.0001]", "lr=[inf]"),
+        TPUT.format(rank=3, s=1, m=40, n=10, run=20.5, cur=-21.0),
+    ]
+    tail = [TPUT.format(rank=0, s=1, m=40, n=10, run=30.5, cur=32.0), "0: " + STEP.format(s=2, n=20)]
+    log = tmp_path / "live.log"
+    log.write_text("\n".join(head) + "\n")
+    ingest_file(store, str(log))
+    assert store.scalar("SELECT count(*) FROM events WHERE kind = 'bad_value'") == 3
+    log.write_text("\n".join(head + tail) + "\n")
+    ingest_file(store, str(log))
+    assert sorted(store.con.execute("SELECT line_no, text FROM events").fetchall()) == [
+        (1, "runs.nodes = 99999999999999999999: larger than its column holds (2147483647); stored as NULL"),
+        (3, "iterations.learning_rate = inf: not a finite number; stored as NULL"),
+    ]

@@ -3,9 +3,11 @@
 A file is absent, or landed: its rows committed with `refresh_pending` set, cleared by the refresh of its
 predictions and flags (see `analysis.refresh`), which the next command redoes if it failed or was killed.
 A last line without its newline is held back (`sources.bytes_pending`) and `bytes` is the offset after
-the last complete line. A grown file (same path, the committed bytes unchanged) is parsed again from its
-first byte and its rows replaced under the same run and bench ids, so any sequence of growth gives the
-rows of one ingest of the final file (the cost: a grown file is read and parsed in full again).
+the last complete line. A grown file (same path, the committed bytes unchanged) resumes after that line
+from the state its parser saved there (`sources.resume_state`: Megatron, DeepSpeed and NeMo logs), the
+rows the parser writes at the end of every parse replaced; another is parsed again from its first byte
+and its rows replaced under the same run and bench ids. Either way any sequence of growth gives the rows
+of one ingest of the final file.
 
 The parser streams batches keyed by `run_key` / `bench_key`; `SourceWriter` maps those keys to ids and
 writes each batch as it comes, so memory stays flat however large the file. The parser runs a few batches

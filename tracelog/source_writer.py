@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from tracelog.clusters import Clusters
-from tracelog.parsers.base import RESUME_TABLE, Batch
+from tracelog.parsers.base import RESUME_TABLE, RETRACT_TABLE, Batch
 from tracelog.store import Store
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
@@ -70,6 +70,31 @@ class SourceWriter:
                 f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM runs WHERE source_id = ?)",
                 [self.source_id],
             )
+        # A value out of range in those rows, or in a run's record (also written at the end), is told
+        # again by the resumed parse.
+        for table in ("runs", *finish_tables):
+            con.execute(
+                "DELETE FROM events WHERE source_id = ? AND kind = 'bad_value' AND starts_with(text, ?)",
+                [self.source_id, f"{table}."],
+            )
+
+    def retract(self, rows: list[dict[str, Any]]) -> None:
+        """Delete rows the last parse of a resumed source wrote at its end (`RETRACT_TABLE`), with the
+        `bad_value` events about them: the resumed parse writes them again."""
+        for row in rows:
+            table, run_id = str(row["table"]), self.run_ids.get(int(row["run_key"]))
+            if table not in RUN_CHILD_TABLES:
+                raise ValueError(f"{table} is not a table of a run's rows")
+            if run_id is None:
+                continue
+            self.store.con.execute(
+                f"DELETE FROM {table} WHERE run_id = ? AND line_no = ?", [run_id, int(row["line_no"])]
+            )
+            self.store.con.execute(
+                "DELETE FROM events WHERE source_id = ? AND kind = 'bad_value' AND line_no = ? "
+                "AND starts_with(text, ?)",
+                [self.source_id, int(row["line_no"]), f"{table}."],
+            )
 
     def run_id(self, key: int) -> int:
         if key not in self.run_ids:
@@ -97,6 +122,9 @@ class SourceWriter:
         if batch.table == RESUME_TABLE:
             rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
             self.resume_state = str(rows[0]["state"])
+            return
+        if batch.table == RETRACT_TABLE:
+            self.retract(batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows))
             return
         if batch.table == "runs":
             self._update_entities("runs", "run_id", self.run_id, batch.rows)

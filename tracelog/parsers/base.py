@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import math
 import queue
 import re
@@ -47,6 +48,9 @@ T = TypeVar("T")
 
 
 RESUME_TABLE = "_resume"  # a Batch of it carries a parser's state after the last complete line (one dict)
+# A Batch of it, first of a resumed parse, names rows the last parse wrote at its end that this one writes
+# again: dicts of `table` (one of a run's tables), `run_key` and `line_no`.
+RETRACT_TABLE = "_retract"
 
 
 @dataclass
@@ -366,14 +370,18 @@ def numbers_guarded(line_no: int, text: str, add: Callable[[str, dict[str, Any]]
         add("events", {"line_no": line_no, "kind": "bad_value", "text": str(exc)[:200]})
 
 
-def drive(parser: LineParser, source: LineSource) -> Iterator[Batch]:
+def drive(
+    parser: LineParser, source: LineSource, state: Callable[[], dict[str, Any]] | None = None
+) -> Iterator[Batch]:
     """Feed every line of `source` to `parser` (`numbers_guarded`), handing out its rows every
-    `FLUSH_ROWS`."""
+    `FLUSH_ROWS`; with `state`, what it returns after the last line, for a resume (`RESUME_TABLE`)."""
     for line_no, text in source.lines():
         with numbers_guarded(line_no, text, parser.out.add):
             parser.line(line_no, text)
         if parser.out.due():
             yield from parser.out.flush()
+    if state is not None:
+        yield Batch(RESUME_TABLE, [{"state": json.dumps(state(), sort_keys=True)}])
     parser.finish()
     yield from parser.out.flush()
 
@@ -517,7 +525,7 @@ def checked(batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
     negatives where only sizes, counts and durations make sense, integers past their column's type,
     bandwidths no link reaches."""
     events: list[dict[str, Any]] = []
-    if batch.table in ("unparsed", "events", RESUME_TABLE):
+    if batch.table in ("unparsed", "events", RESUME_TABLE, RETRACT_TABLE):
         return batch, events
     if isinstance(batch.rows, pl.DataFrame):
         return Batch(batch.table, _checked_frame(batch.table, batch.rows, events)), events

@@ -28,15 +28,25 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 from tracelog.parsers import megatron, megatron_lines
-from tracelog.parsers.base import Batch, LineSource, batches_of, guarded, numbers_guarded
-from tracelog.parsers.deepspeed_config import RunState, flatten
+from tracelog.parsers.base import (
+    RESUME_TABLE,
+    RETRACT_TABLE,
+    Batch,
+    LineSource,
+    batches_of,
+    guarded,
+    numbers_guarded,
+)
+from tracelog.parsers.deepspeed_config import RunState, flatten, int_or_none, iteration_row, memory_row
 
 FORMAT = "deepspeed"
 VERSION = "1"
+# A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
+# the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
+FINISH_TABLES = ("run_params",)
 
 FLUSH_ROWS = 5000
 OPEN_STEPS = 4  # iterations kept open for lines of lagging ranks before they are written
@@ -137,6 +147,36 @@ class _Parser:
         self.profiler_step: int | None = None
         self.in_profiler = False
 
+    # ---- resuming -----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What crosses the last complete line, as JSON: the runs (their parameters, configuration and open
+        steps), whether training was logged since the last (re)start, the streams inside a configuration
+        echo, a multi-line value being collected, the warning or traceback each stream continues, and
+        the flops profiler block being read. The rows not yet handed out are not in it: `finish` writes
+        them."""
+        return {
+            "runs": [run.state() for run in self.runs],
+            "trained": self.trained,
+            "config_streams": sorted(self.config_streams, key=lambda s: -1 if s is None else s),
+            "json": [self.json_lines, self.json_name, self.json_line, self.json_source],
+            "event_kind": [[source, kind] for source, kind in self.event_kind.items()],
+            "profiler": [self.profiler_step, self.in_profiler],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _Parser:
+        parser = cls()
+        parser.runs = [RunState.from_state(run) for run in state["runs"]]
+        parser.trained = bool(state["trained"])
+        parser.config_streams = {int_or_none(s) for s in state["config_streams"]}
+        lines, name, line, source = state["json"]
+        parser.json_lines = [str(text) for text in lines] if lines is not None else None
+        parser.json_name, parser.json_line, parser.json_source = str(name), int(line), int_or_none(source)
+        parser.event_kind = {int_or_none(source): str(kind) for source, kind in state["event_kind"]}
+        step, in_profiler = state["profiler"]
+        parser.profiler_step, parser.in_profiler = int_or_none(step), bool(in_profiler)
+        return parser
+
     # ---- output -------------------------------------------------------------------------------------
     def emit(self, table: str, row: dict[str, Any]) -> None:
         self.out.setdefault(table, []).append(row)
@@ -165,22 +205,7 @@ class _Parser:
             return run.open[step]
         if step in run.written:
             return None
-        row = {
-            "run_key": run.key,
-            "iteration": step,
-            "rank": rank,
-            "learning_rate": None,
-            "skipped": None,
-            "loss_scale": None,
-            "samples_per_s": None,
-            "elapsed_s": None,
-            "tflops_reported": None,
-            "global_batch_size": None,
-            "ts": datetime.fromisoformat(ts.replace("T", " ")) if ts else None,
-            "line_no": line_no,
-            "_rank0": False,
-            "_tput": None,
-        }
+        row = iteration_row(run, step, line_no, rank, ts)
         run.open[step] = row
         while len(run.open) > OPEN_STEPS:
             self.close(run, next(iter(run.open)))
@@ -279,7 +304,7 @@ class _Parser:
         if match := SEE_MEMORY_RX.search(msg):
             run = self.run(line_no)
             values = [_num(v) * 1024.0 for v in match.groups()]
-            self.emit("memory", _memory_row(run, rank, run.last_step, line_no, *values))
+            self.emit("memory", memory_row(run, rank, run.last_step, line_no, *values))
             return True
         if match := SCALE_RX.search(msg):
             self.run(line_no).loss_scale = _num(match.group(1))
@@ -422,7 +447,7 @@ class _Parser:
         if fields["alloc"] is not None or fields["max_alloc"] is not None:
             alloc = fields["alloc"] * 1024.0 if fields["alloc"] is not None else None
             peak = fields["max_alloc"] * 1024.0 if fields["max_alloc"] is not None else None
-            self.emit("memory", _memory_row(run, rank, step, line_no, alloc, peak, None, None))
+            self.emit("memory", memory_row(run, rank, step, line_no, alloc, peak, None, None))
 
     def _timers(self, line_no: int, msg: str, rank: int | None) -> None:
         run = self.run(line_no)
@@ -451,7 +476,7 @@ class _Parser:
         if memory:
             self.emit(
                 "memory",
-                _memory_row(
+                memory_row(
                     run,
                     rank,
                     run.last_step,
@@ -524,11 +549,11 @@ class _Parser:
         if "Traceback (most recent call last)" in text:
             kind = self.event_kind[source] = "traceback"
         elif open_kind and (msg[:1].isspace() or exception):
-            kind = _kind_of(text) if exception else open_kind
+            kind = megatron_lines.kind_of(text) if exception else open_kind
             if exception and open_kind == "traceback":
                 del self.event_kind[source]
         elif level in ("WARNING", "ERROR", "CRITICAL") or EVENT_WORDS_RX.search(text):
-            kind = _kind_of(text)
+            kind = megatron_lines.kind_of(text)
             if level == "WARNING" and kind == "error":
                 kind = "warning"
             elif level in ("ERROR", "CRITICAL") and kind == "warning":
@@ -551,42 +576,21 @@ class _Parser:
             yield Batch("runs", [run.record()])
 
 
-def _kind_of(text: str) -> str:
-    lowered = text.lower()
-    for kind, word in megatron_lines.EVENT_KINDS:
-        if word in lowered:
-            return kind
-    return "warning"
-
-
-def _memory_row(
-    run: RunState,
-    rank: int | None,
-    step: int | None,
-    line_no: int,
-    alloc: float | None,
-    max_alloc: float | None,
-    reserved: float | None,
-    max_reserved: float | None,
-) -> dict[str, Any]:
-    return {
-        "run_key": run.key,
-        "rank": rank,
-        "iteration": step,
-        "allocated_mib": alloc,
-        "max_allocated_mib": max_alloc,
-        "reserved_mib": reserved,
-        "max_reserved_mib": max_reserved,
-        "line_no": line_no,
-    }
-
-
 @guarded
-def parse(source: LineSource) -> Iterator[Batch]:
-    parser = _Parser()
+def parse(source: LineSource, state: dict[str, Any] | None = None) -> Iterator[Batch]:
+    """Batches of every table for a DeepSpeed log.
+
+    `state` is what an earlier parse of the same file handed out after its last complete line: the
+    parse goes on from there (`source` starts at the next line), as if it had never stopped; the rows
+    that parse wrote for steps still open are taken back first (`RETRACT_TABLE`) and written again
+    when those steps close."""
+    parser = _Parser.from_state(state) if state is not None else _Parser()
+    if reopened := [row for run in parser.runs for row in run.reopened()]:
+        yield Batch(RETRACT_TABLE, reopened)
     for line_no, line in source.lines():
         with numbers_guarded(line_no, line, parser.emit):
             parser.feed(line_no, line)
         if parser.pending >= FLUSH_ROWS:
             yield from parser.batches()
+    yield Batch(RESUME_TABLE, [{"state": json.dumps(parser.state(), sort_keys=True)}])
     yield from parser.finish()

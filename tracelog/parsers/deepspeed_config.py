@@ -1,6 +1,6 @@
 """A DeepSpeed run as its log describes it: the configuration echo and the user's JSON, read into run
 columns, and what one run keeps while its lines stream by (the open steps lagging ranks still write to,
-the loss scale, the parameters kept)."""
+the loss scale, the parameters kept), as JSON too, for an ingest that resumes where the last one stopped."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import as_int
@@ -28,6 +29,61 @@ class RunState:
     written: deque[int] = field(default_factory=lambda: deque(maxlen=64))
     _gbs: tuple[int, int | None] | None = None
     scales: dict[str, float] = field(default_factory=dict)
+
+    def state(self) -> dict[str, Any]:
+        """As JSON, for an ingest that resumes after the last complete line: the open steps go with it,
+        since lines of lagging ranks still write to them after the cut."""
+        return {
+            "key": self.key,
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+            "params": self.params,
+            "config": self.config,
+            "columns": self.columns,
+            "loss_scale": self.loss_scale,
+            "last_skipped": self.last_skipped,
+            "last_step": self.last_step,
+            "open": [
+                {**row, "ts": row["ts"].isoformat() if row["ts"] else None} for row in self.open.values()
+            ],
+            "written": list(self.written),
+            "scales": self.scales,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RunState:
+        """The run `state` describes; a state of the wrong shape raises KeyError, TypeError or ValueError
+        (the ingest then parses the file again from its start)."""
+        run = cls(int(state["key"]), int(state["line_start"]), int(state["line_end"]))
+        run.params = [
+            {"name": str(p["name"]), "value": p["value"], "line_no": int_or_none(p["line_no"])}
+            for p in state["params"]
+        ]
+        run.config = {str(k): str(v) for k, v in dict(state["config"]).items()}
+        run.columns = {str(k): v for k, v in dict(state["columns"]).items()}
+        run.loss_scale = float_or_none(state["loss_scale"])
+        run.last_skipped = int_or_none(state["last_skipped"])
+        run.last_step = int_or_none(state["last_step"])
+        for saved in state["open"]:
+            row = {k: saved[k] for k in ITERATION_KEYS}  # in the order a new row has its columns
+            row["ts"] = datetime.fromisoformat(row["ts"]) if row["ts"] else None
+            row["_tput"] = tuple(row["_tput"]) if row["_tput"] else None
+            run.open[int(row["iteration"])] = row
+        run.written.extend(int(step) for step in state["written"])
+        run.scales = {str(k): float(v) for k, v in dict(state["scales"]).items()}
+        return run
+
+    def reopened(self) -> list[dict[str, Any]]:
+        """The rows a parse wrote at its end for the steps still open there (their iterations rows and the
+        metrics of their throughput line): a resumed parse takes them back, and writes them again when
+        those steps close, with what the new lines add (a lagging rank's throughput, the profiler's
+        FLOPS, a train_batch_size echoed later)."""
+        rows = []
+        for row in self.open.values():
+            rows.append({"table": "iterations", "run_key": self.key, "line_no": row["line_no"]})
+            if row["_tput"]:
+                rows.append({"table": "iteration_metrics", "run_key": self.key, "line_no": row["_tput"][2]})
+        return rows
 
     def current_scale(self) -> float | None:
         """fp16 only: the last scale an overflow line set, else the configured static or initial scale."""
@@ -62,6 +118,70 @@ class RunState:
             **columns,
             "run_params": self.params,
         }
+
+
+ITERATION_KEYS = (
+    "run_key",
+    "iteration",
+    "rank",
+    "learning_rate",
+    "skipped",
+    "loss_scale",
+    "samples_per_s",
+    "elapsed_s",
+    "tflops_reported",
+    "global_batch_size",
+    "ts",
+    "line_no",
+    "_rank0",  # whether rank 0's throughput figure is in the row
+    "_tput",  # (running average, epoch, line) of the throughput line, written as metrics when it closes
+)
+
+
+def iteration_row(run: RunState, step: int, line_no: int, rank: int | None, ts: str | None) -> dict[str, Any]:
+    """A step's row before its lines have filled it."""
+    row: dict[str, Any] = dict.fromkeys(ITERATION_KEYS)
+    row.update(
+        run_key=run.key,
+        iteration=step,
+        rank=rank,
+        ts=datetime.fromisoformat(ts.replace("T", " ")) if ts else None,
+        line_no=line_no,
+        _rank0=False,
+    )
+    return row
+
+
+def memory_row(
+    run: RunState,
+    rank: int | None,
+    step: int | None,
+    line_no: int,
+    alloc: float | None,
+    max_alloc: float | None,
+    reserved: float | None,
+    max_reserved: float | None,
+) -> dict[str, Any]:
+    return {
+        "run_key": run.key,
+        "rank": rank,
+        "iteration": step,
+        "allocated_mib": alloc,
+        "max_allocated_mib": max_alloc,
+        "reserved_mib": reserved,
+        "max_reserved_mib": max_reserved,
+        "line_no": line_no,
+    }
+
+
+def int_or_none(value: Any) -> int | None:
+    """A number from a saved state (JSON) as an int, None kept."""
+    return None if value is None else int(value)
+
+
+def float_or_none(value: Any) -> float | None:
+    """A number from a saved state (JSON) as a float, None kept."""
+    return None if value is None else float(value)
 
 
 def config_columns(config: dict[str, str]) -> dict[str, Any]:

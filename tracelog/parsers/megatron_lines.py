@@ -277,6 +277,12 @@ def event_kind() -> pl.Expr:
     return expr.otherwise(pl.lit("warning"))
 
 
+def kind_of(text: str) -> str:
+    """The event kind of one line's text (`event_kind` for a whole column)."""
+    lowered = text.lower()
+    return next((kind for kind, word in EVENT_KINDS if word in lowered), "warning")
+
+
 def per_thousand(values: pl.Series) -> pl.Series:
     return pl.Series(values.to_numpy() / 1000.0).zip_with(values.is_not_null(), values)
 

@@ -46,6 +46,9 @@ from tracelog.parsers.megatron_lines import (
 
 FORMAT = "nemo"
 VERSION = "1"
+# A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
+# the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
+FINISH_TABLES = ("run_params",)
 
 NEMO_PREFIX_RX = re.compile(r"^\s*\[NeMo ([DIWEC]) [^\]]*\]\s?")
 GLOG_RX = re.compile(r"^([WEF])\d{4} \d\d:\d\d:\d\d")  # torchrun's own warnings: W0302 08:00:01.000000
@@ -162,6 +165,40 @@ class _Parser:
         self.timer_mode: str | None = None  # "minmax" (both layouts) or "all"
         self.timer_name: str | None = None
         self.iteration: int | None = None
+
+    def state(self) -> dict[str, Any]:
+        """What crosses the last complete line, as JSON: the run's parameters and columns so far, the
+        configuration dump or timer block being read, the last iteration (timers attach to it, a
+        redrawn bar repeats it). Every row but the run's is handed out with its line."""
+        return {
+            "params": self.params,
+            "columns": self.columns,
+            "lines": [self.line_start, self.line_end],
+            "config": [self.in_config, self.config_seen, self.path],
+            "timer": [self.timer_mode, self.timer_name],
+            "iteration": self.iteration,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _Parser:
+        """The parser `state` describes; a state of the wrong shape raises KeyError, TypeError or
+        ValueError (the ingest then parses the file again from its start)."""
+        parser = cls()
+        parser.params = [
+            {"name": str(p["name"]), "value": str(p["value"]), "line_no": int(p["line_no"])}
+            for p in state["params"]
+        ]
+        parser.columns = {str(k): v for k, v in dict(state["columns"]).items()}
+        start, end = state["lines"]
+        parser.line_start, parser.line_end = _int_or_none(start), _int_or_none(end)
+        in_config, config_seen, path = state["config"]
+        parser.in_config, parser.config_seen = bool(in_config), bool(config_seen)
+        parser.path = [(int(indent), str(name)) for indent, name in path]
+        mode, name = state["timer"]
+        parser.timer_mode = str(mode) if mode is not None else None
+        parser.timer_name = str(name) if name is not None else None
+        parser.iteration = _int_or_none(state["iteration"])
+        return parser
 
     def line(self, n: int, text: str) -> None:
         self.line_start = self.line_start or n
@@ -383,6 +420,13 @@ class _Parser:
         )
 
 
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 @guarded
-def parse(source: LineSource) -> Iterator[Batch]:
-    return drive(_Parser(), source)
+def parse(source: LineSource, state: dict[str, Any] | None = None) -> Iterator[Batch]:
+    """Batches of every table for a NeMo log; `state` is what an earlier parse of the same file handed
+    out after its last complete line, and `source` starts at the next line."""
+    parser = _Parser.from_state(state) if state is not None else _Parser()
+    return drive(parser, source, parser.state)
