@@ -22,13 +22,23 @@ import pytest
 
 from tests.conftest import SAMPLES
 from tracelog import api
-from tracelog.ingest import Unrecognised, ingest_file
+from tracelog.analysis.refresh import refresh_pending
+from tracelog.ingest import IngestResult, Unrecognised, ingest_file
 from tracelog.parsers import deepspeed, nemo
 from tracelog.store import Store
 
 LOGS = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.name != "tracelog.toml")
 SOURCE_COLUMNS = "path, fingerprint, bytes, bytes_pending, format, lines_total, lines_parsed, lines_unparsed"
-RUN_TABLES = ("iterations", "iteration_metrics", "memory", "timers", "run_params", "run_hardware")
+RUN_TABLES = (
+    "iterations",
+    "iteration_metrics",
+    "memory",
+    "timers",
+    "run_params",
+    "run_hardware",
+    "loss_spikes",
+    "run_progress",
+)
 BENCH_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices", "bench_hardware")
 # Places where a parser carries state across lines: a cut just before and a few bytes into each.
 MARKERS = (
@@ -66,6 +76,12 @@ def snapshot(store: Store) -> dict[str, list[tuple]]:
             "SELECT e.* EXCLUDE (source_id, run_id, bench_id), r.run_key, b.bench_key FROM events e "
             "LEFT JOIN runs r USING (run_id) LEFT JOIN benches b USING (bench_id)"
         ).fetchall(),
+        # the refresh after each ingest: what the user reads of the grown log
+        "flags": con.execute(
+            "SELECT f.* EXCLUDE (flag_id, subject_id), r.run_key, b.bench_key FROM flags f "
+            "LEFT JOIN runs r ON f.subject_kind = 'run' AND r.run_id = f.subject_id "
+            "LEFT JOIN benches b ON f.subject_kind <> 'run' AND b.bench_id = f.subject_id"
+        ).fetchall(),
     }
     for table in RUN_TABLES:
         out[table] = con.execute(
@@ -85,10 +101,18 @@ def comparable(value: object) -> object:
     return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
 
+def land(store: Store, log: Path, fmt: str | None = None) -> IngestResult:
+    """An ingest as the CLI runs it: the file, then the refresh of its predictions and flags (which keeps
+    state between refreshes: `loss_spikes`, `run_progress`)."""
+    result = ingest_file(store, str(log), fmt)
+    assert refresh_pending(store) == {}
+    return result
+
+
 def ingest_prefix(store: Store, log: Path, fmt: str | None = None) -> None:
     """A prefix too short for any parser to recognise is refused, as it would be for a user."""
     with contextlib.suppress(Unrecognised):
-        ingest_file(store, str(log), fmt)
+        land(store, log, fmt)
 
 
 @pytest.mark.parametrize("sample", LOGS, ids=[p.name for p in LOGS])
@@ -97,7 +121,7 @@ def test_growth_at_every_cut_gives_the_direct_ingest(sample: Path, tmp_path: Pat
     log = tmp_path / sample.name
     log.write_bytes(data)
     with Store(tmp_path / "direct.duckdb") as direct:
-        ingest_file(direct, str(log))
+        land(direct, log)
         expected = snapshot(direct)
     cuts = cut_points(data)
     assert len(cuts) >= 3
@@ -106,7 +130,7 @@ def test_growth_at_every_cut_gives_the_direct_ingest(sample: Path, tmp_path: Pat
             log.write_bytes(data[:cut])
             ingest_prefix(grown, log)
         log.write_bytes(data)
-        ingest_file(grown, str(log))
+        land(grown, log)
         assert snapshot(grown) == expected
     # One jump from a single prefix: the state at each cut, not only after a sequence of them.
     for cut in cuts[1::4]:
@@ -114,7 +138,7 @@ def test_growth_at_every_cut_gives_the_direct_ingest(sample: Path, tmp_path: Pat
             log.write_bytes(data[:cut])
             ingest_prefix(jumped, log)
             log.write_bytes(data)
-            ingest_file(jumped, str(log))
+            land(jumped, log)
             assert snapshot(jumped) == expected, f"cut at byte {cut}"
 
 
@@ -168,13 +192,13 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
     """Only the new lines are parsed: the rows written are the new ones, and what a user set on the run
     since (hardware included) stays."""
     log, data, cut = halves(tmp_path)
-    ingest_file(store, str(log))
+    land(store, log)
     assert store.scalar("SELECT resume_version FROM sources") == "1"
     run_id = int(store.scalar("SELECT min(run_id) FROM runs"))
     api.set_hardware(store, run_id, gpu="h100-sxm5-80gb")  # `tracelog set`: recorded as the user's
     iterations_before = store.scalar("SELECT count(*) FROM iterations")
     log.write_bytes(data)
-    grown = ingest_file(store, str(log))
+    grown = land(store, log)
     assert grown.status == "appended" and grown.lines_total == data.count(b"\n")
     new_iterations = store.scalar("SELECT count(*) FROM iterations") - iterations_before
     assert new_iterations == data[cut:].count(b"] iteration ")
@@ -184,11 +208,13 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
         "SELECT source FROM run_hardware WHERE run_id = ? AND fact = 'gpu_model'", [run_id]
     ).fetchall() == [("command line",)]
     with Store(tmp_path / "direct.duckdb") as direct:
-        ingest_file(direct, str(log))
+        land(direct, log)
         expected = snapshot(direct)
     store.con.execute("UPDATE runs SET gpu_model = NULL")
     store.con.execute("DELETE FROM run_hardware WHERE source = 'command line'")
-    assert snapshot(store) == expected
+    got = snapshot(store)
+    # the GPU set on the run gives it the model's flags, which the direct ingest has no GPU for
+    assert {**got, "flags": []} == {**expected, "flags": []}
 
 
 @pytest.mark.parametrize(
@@ -291,7 +317,7 @@ def parses_recorded(monkeypatch: pytest.MonkeyPatch, parser: Any = deepspeed) ->
 def direct_snapshot(data: bytes, log: Path, db: Path, fmt: str) -> dict[str, list[tuple]]:
     log.write_bytes(data)
     with Store(db) as direct:
-        ingest_file(direct, str(log), fmt)
+        land(direct, log, fmt)
         return snapshot(direct)
 
 
@@ -309,23 +335,23 @@ def test_a_log_resumes_at_every_kind_of_cut_to_the_direct_ingest(
     with Store(tmp_path / "grown.duckdb") as grown, parses_recorded(monkeypatch, parser) as resumed:
         for n, cut in enumerate(cuts):
             log.write_bytes(data[:cut])
-            ingest_file(grown, str(log), fmt)
+            land(grown, log, fmt)
             if n % 10 == 5:  # the database of a prefix is the direct ingest of that prefix too
                 mark = len(resumed)
                 prefix = direct_snapshot(data[:cut], log, tmp_path / f"p{cut}.duckdb", fmt)
                 assert snapshot(grown) == prefix, f"cut at byte {cut}"
                 del resumed[mark:]
         log.write_bytes(data)
-        ingest_file(grown, str(log), fmt)
+        land(grown, log, fmt)
         assert snapshot(grown) == expected
     # The first prefix is read from its first byte, every later one with a new line resumes.
     assert resumed.count(False) == 1 and resumed.count(True) > len(cuts) // 2
     for cut in cuts[1::7]:  # one jump from a single prefix
         with Store(tmp_path / f"jump{cut}.duckdb") as jumped:
             log.write_bytes(data[:cut])
-            ingest_file(jumped, str(log), fmt)
+            land(jumped, log, fmt)
             log.write_bytes(data)
-            ingest_file(jumped, str(log), fmt)
+            land(jumped, log, fmt)
             assert snapshot(jumped) == expected, f"cut at byte {cut}"
 
 

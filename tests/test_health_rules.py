@@ -8,6 +8,7 @@ import pytest
 
 import tracelog
 from tracelog import api
+from tracelog.store import Store
 from tracelog.thresholds import DEFAULT, Thresholds
 
 
@@ -79,3 +80,44 @@ def test_fp16_loss_scale_collapse(tmp_path: Path) -> None:
 def test_unknown_threshold_is_a_clear_error() -> None:
     with pytest.raises(tracelog.TracelogError, match="unknown threshold nope"):
         Thresholds().with_overrides({"nope": 1})
+
+
+def spikes_and_progress(db: Path) -> tuple[list[tuple], list[tuple]]:
+    with Store(db) as store:
+        spikes = store.con.execute(
+            "SELECT line_no, iteration, lm_loss, running_median, ratio FROM loss_spikes ORDER BY line_no"
+        ).fetchall()
+        progress = store.con.execute(
+            "SELECT rule, checked_line, context_line, threshold FROM run_progress"
+        ).fetchall()
+    return spikes, progress
+
+
+def test_a_grown_log_is_checked_for_spikes_over_its_new_lines_only(tmp_path: Path) -> None:
+    rows = [{"loss": 3.0} for _ in range(80)]
+    rows[15] = {"loss": 5.0}
+    rows[60] = {"loss": 6.0}
+    full = write_log(tmp_path / "full.log", rows)
+    direct = tmp_path / "direct.duckdb"
+    api.ingest(direct, [str(full)])
+
+    log = tmp_path / "run.log"
+    lines = full.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:40]))
+    grown = tmp_path / "grown.duckdb"
+    api.ingest(grown, [str(log)])
+    assert spikes_and_progress(grown) == ([(16, 16, 5.0, 3.0, 5.0 / 3.0)], [("loss_spike", 40, 31, 1.5)])
+    with Store(grown) as store:  # an old line changed behind the rule's back: the next check must not read it
+        store.con.execute("UPDATE iterations SET lm_loss = 9.0 WHERE line_no = 5")
+    log.write_bytes(b"".join(lines))
+    (result,) = api.ingest(grown, [str(log)])
+    assert result.status == "appended"
+    assert spikes_and_progress(grown)[0] == [(16, 16, 5.0, 3.0, 5.0 / 3.0), (61, 61, 6.0, 3.0, 2.0)]
+    assert spikes_and_progress(grown) == spikes_and_progress(direct)
+    (flag,) = [f for f in tracelog.api.flags(grown).to_dict("records") if "loss spike" in f["message"]]
+    assert flag["message"].startswith("2 loss spike(s); the worst at iteration 61")
+
+    # a new threshold checks the whole run again, old lines included
+    tracelog.api.refresh(grown, thresholds={"loss_spike": "1.6"})
+    spikes, progress = spikes_and_progress(grown)
+    assert [line for line, *_ in spikes] == [5, 16, 61] and progress == [("loss_spike", 80, 71, 1.6)]

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from tracelog.analysis import calibration, predictions
+from tracelog.analysis import calibration, loss_spikes, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import bandwidth, health, iterations, model_rules
@@ -109,6 +109,7 @@ def _refresh(store: Store, scope: Scope, thresholds: Thresholds, sources: list[i
             for table, rows in output.items():
                 if rows:
                     store.insert(table, pd.DataFrame(rows))
+        loss_spikes.update(store, thresholds.loss_spike, scope)
         flags = [flag for family in rule_families(runs) for flag in family(store, thresholds, scope)]
         if flags:
             frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelog.store import Store
-from tracelog.store.tables import MODEL_OUTPUT_TABLES
+from tracelog.store.tables import DERIVED_RUN_TABLES, MODEL_OUTPUT_TABLES
 
 # Three points: two runs with one or two equal losses by chance (the first iterations of runs with the
 # same seed and data) are not the same job; at three, every logged loss interval agrees.
@@ -116,4 +116,6 @@ def merge_run(store: Store, run_id: int, into: int) -> None:
     )
     for table in MODEL_OUTPUT_TABLES:
         con.execute(f"DELETE FROM {table} WHERE subject_kind = 'run' AND subject_id = ?", [run_id])
+    for table in DERIVED_RUN_TABLES:  # `into` gained rows anywhere in its run: its checks start again
+        con.execute(f"DELETE FROM {table} WHERE run_id IN (?, ?)", [run_id, into])
     con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])

@@ -7,6 +7,9 @@ added here once.
 
 from __future__ import annotations
 
+DERIVED_RUN_TABLES = ("loss_spikes", "run_progress")
+"""What a refresh keeps about a run between refreshes (see `analysis.loss_spikes`): dropped with the run,
+and when a merge changes its rows."""
 RUN_CHILD_TABLES = (
     "iterations",
     "iteration_metrics",
@@ -15,6 +18,7 @@ RUN_CHILD_TABLES = (
     "run_params",
     "run_tags",
     "run_hardware",
+    *DERIVED_RUN_TABLES,
 )
 BENCH_CHILD_TABLES = (
     "collectives",

@@ -94,23 +94,14 @@ def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]
 
 
 def loss_spikes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    # the spikes themselves are kept in `loss_spikes`, brought up to date by the refresh before the rules
     rows = store.con.execute(
         f"""
-        WITH rolling AS (
-            SELECT run_id, iteration, line_no, lm_loss,
-                   median(lm_loss) OVER (PARTITION BY run_id ORDER BY line_no
-                                         ROWS BETWEEN 10 PRECEDING AND 1 PRECEDING) AS before,
-                   count(lm_loss) OVER (PARTITION BY run_id ORDER BY line_no
-                                        ROWS BETWEEN 10 PRECEDING AND 1 PRECEDING) AS n_before
-            FROM iterations WHERE {scope.runs} AND lm_loss IS NOT NULL AND NOT isnan(lm_loss)
-        )
-        SELECT run_id, count(*) AS spikes, arg_max(iteration, lm_loss / before) AS worst_it,
-               max(lm_loss / before) AS worst_ratio, arg_max(line_no, lm_loss / before) AS worst_line,
-               arg_max(lm_loss, lm_loss / before) AS worst_loss, arg_max(before, lm_loss / before) AS base
-        FROM rolling WHERE n_before >= 3 AND before > 0 AND lm_loss > ? * before
-        GROUP BY run_id
-        """,
-        [t.loss_spike],
+        SELECT run_id, count(*) AS spikes, arg_max(iteration, ratio) AS worst_it, max(ratio) AS worst_ratio,
+               arg_max(line_no, ratio) AS worst_line, arg_max(lm_loss, ratio) AS worst_loss,
+               arg_max(running_median, ratio) AS base
+        FROM loss_spikes WHERE {scope.runs} GROUP BY run_id
+        """
     ).fetchall()
     return [
         _flag(

@@ -1,0 +1,85 @@
+"""Loss spikes found once and kept: a refresh checks only the lines a run gained since the last one.
+
+A spike is local (a loss against the median of the 10 valid losses before it), so the lines already
+checked keep their verdict when a log grows: the next check reads the new lines and the 10 valid losses
+before the first of them, and appends what it finds to `loss_spikes` (schema 012). A refresh of a grown
+1.8 M-iteration run then windows over its new lines, not over the whole run again.
+
+A run is checked from its first line again when its threshold changed, when it has no progress row (never
+checked, or its rows were merged with another file's: `store.merge` drops its progress), and the result is
+the same rows a check from scratch gives: the window is over the same losses, in the same order.
+"""
+
+from __future__ import annotations
+
+from tracelog.analysis.scope import Scope
+from tracelog.store import Store
+
+RULE = "loss_spike"
+WINDOW = 10
+"""Losses in the running median (rows 10 preceding to 1 preceding)."""
+MIN_BEFORE = 3
+"""Fewer valid losses before a line than this: no median to hold it against (the run's first lines)."""
+
+VALID = "lm_loss IS NOT NULL AND NOT isnan(lm_loss)"
+
+
+def update(store: Store, threshold: float, scope: Scope) -> None:
+    """Bring `loss_spikes` and `run_progress` up to the last line of every run in scope."""
+    con = store.con
+    runs = f"run_id IN (SELECT run_id FROM runs WHERE {scope.runs})"
+    # a run checked with another threshold is checked again from its first line
+    stale = f"{runs} AND rule = '{RULE}' AND threshold IS DISTINCT FROM $threshold"
+    con.execute(
+        f"DELETE FROM loss_spikes WHERE run_id IN (SELECT run_id FROM run_progress WHERE {stale})",
+        {"threshold": threshold},
+    )
+    con.execute(f"DELETE FROM run_progress WHERE {stale}", {"threshold": threshold})
+    # a run with no progress row has no spikes kept either (both go together)
+    con.execute(
+        f"DELETE FROM loss_spikes WHERE {runs} AND run_id NOT IN "
+        f"(SELECT run_id FROM run_progress WHERE rule = '{RULE}')"
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE loss_window AS
+        WITH progress AS (
+            SELECT run_id, checked_line, context_line FROM run_progress WHERE rule = '{RULE}'
+        )
+        SELECT i.run_id, i.line_no, i.iteration, i.lm_loss, coalesce(p.checked_line, -1) AS checked_line
+        FROM iterations i LEFT JOIN progress p USING (run_id)
+        WHERE i.{runs} AND {VALID} AND i.line_no >= coalesce(p.context_line, -1)
+        """
+    )
+    con.execute(
+        f"""
+        INSERT INTO loss_spikes
+        SELECT run_id, line_no, iteration, lm_loss, before, lm_loss / before
+        FROM (
+            SELECT *,
+                   median(lm_loss) OVER w AS before,
+                   count(lm_loss) OVER w AS n_before
+            FROM loss_window
+            WINDOW w AS (PARTITION BY run_id ORDER BY line_no ROWS BETWEEN {WINDOW} PRECEDING AND 1 PRECEDING)
+        )
+        WHERE line_no > checked_line AND n_before >= {MIN_BEFORE} AND before > 0
+          AND lm_loss > $threshold * before
+        ORDER BY run_id, line_no
+        """,
+        {"threshold": threshold},
+    )
+    con.execute(
+        f"""
+        DELETE FROM run_progress
+        WHERE rule = '{RULE}' AND run_id IN (SELECT DISTINCT run_id FROM loss_window)
+        """
+    )
+    con.execute(
+        f"""
+        INSERT INTO run_progress
+        SELECT run_id, '{RULE}', max(line_no), list_min(max(line_no, {WINDOW})), $threshold
+        FROM loss_window GROUP BY run_id ORDER BY run_id
+        """,
+        {"threshold": threshold},
+    )
+    con.execute("DROP TABLE loss_window")
