@@ -8,7 +8,7 @@ import pytest
 
 import tracelog
 from tracelog import api
-from tracelog.store import Store
+from tracelog.store import Store, progress
 from tracelog.thresholds import DEFAULT, Thresholds
 
 
@@ -121,3 +121,24 @@ def test_a_grown_log_is_checked_for_spikes_over_its_new_lines_only(tmp_path: Pat
     tracelog.api.refresh(grown, thresholds={"loss_spike": "1.6"})
     spikes, progress = spikes_and_progress(grown)
     assert [line for line, *_ in spikes] == [5, 16, 61] and progress == [("loss_spike", 80, 71, 1.6)]
+
+
+def test_a_row_rewritten_below_the_checked_line_is_checked_again(tmp_path: Path) -> None:
+    """A resumed DeepSpeed parse writes again the steps still open at the end of the last one: the checks
+    from that line on are forgotten, and the next refresh restores what a check from scratch finds."""
+    rows = [{"loss": 3.0} for _ in range(60)]
+    rows[20] = {"loss": 5.0}
+    rows[45] = {"loss": 6.0}
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(write_log(tmp_path / "run.log", rows))])
+    before = spikes_and_progress(db)
+    assert [line for line, *_ in before[0]] == [21, 46]
+    with Store(db) as store:
+        run_id = int(store.scalar("SELECT run_id FROM runs"))
+        progress.rewind(store.con, run_id, 30)
+        assert store.con.execute("SELECT line_no FROM loss_spikes").fetchall() == [(21,)]
+        assert store.con.execute("SELECT checked_line, context_line FROM run_progress").fetchall() == [(29, 20)]
+        store.con.execute("UPDATE iterations SET lm_loss = 7.0 WHERE line_no = 35")
+    tracelog.api.refresh(db)
+    spikes, after = spikes_and_progress(db)
+    assert [line for line, *_ in spikes] == [21, 35, 46] and after == before[1]

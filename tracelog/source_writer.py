@@ -16,7 +16,7 @@ import polars as pl
 
 from tracelog.clusters import Clusters
 from tracelog.parsers.base import RESUME_TABLE, RETRACT_TABLE, Batch
-from tracelog.store import Store
+from tracelog.store import Store, progress
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
     MODEL_OUTPUT_TABLES,
@@ -90,6 +90,8 @@ class SourceWriter:
             self.store.con.execute(
                 f"DELETE FROM {table} WHERE run_id = ? AND line_no = ?", [run_id, int(row["line_no"])]
             )
+            if table == "iterations":
+                progress.rewind(self.store.con, run_id, int(row["line_no"]))
             self.store.con.execute(
                 "DELETE FROM events WHERE source_id = ? AND kind = 'bad_value' AND line_no = ? "
                 "AND starts_with(text, ?)",

@@ -6,7 +6,8 @@ before the first of them, and appends what it finds to `loss_spikes` (schema 012
 1.8 M-iteration run then windows over its new lines, not over the whole run again.
 
 A run is checked from its first line again when its threshold changed, when it has no progress row (never
-checked, or its rows were merged with another file's: `store.merge` drops its progress), and the result is
+checked, or its rows were merged with another file's: `store.merge` drops its progress); a row rewritten
+below the mark (`store.progress.rewind`) moves the mark back before it. The result is
 the same rows a check from scratch gives: the window is over the same losses, in the same order.
 """
 
@@ -14,14 +15,12 @@ from __future__ import annotations
 
 from tracelog.analysis.scope import Scope
 from tracelog.store import Store
+from tracelog.store.progress import LOSS_SPIKE_WINDOW as WINDOW
+from tracelog.store.progress import VALID_LOSS as VALID
 
 RULE = "loss_spike"
-WINDOW = 10
-"""Losses in the running median (rows 10 preceding to 1 preceding)."""
 MIN_BEFORE = 3
 """Fewer valid losses before a line than this: no median to hold it against (the run's first lines)."""
-
-VALID = "lm_loss IS NOT NULL AND NOT isnan(lm_loss)"
 
 
 def update(store: Store, threshold: float, scope: Scope) -> None:

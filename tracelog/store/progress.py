@@ -1,0 +1,31 @@
+"""How far a run's rows were checked by the rules that keep their findings between refreshes.
+
+`analysis.loss_spikes` checks only the lines a run gained since its last refresh. A row rewritten below
+that mark (a resumed DeepSpeed parse writes the steps that were still open at the end of the last one
+again) would never be checked again; `rewind` moves the mark back before it, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+LOSS_SPIKE_WINDOW = 10
+"""Losses in the loss-spike rule's running median: the 10 valid ones before a line."""
+VALID_LOSS = "lm_loss IS NOT NULL AND NOT isnan(lm_loss)"
+
+
+def rewind(con: duckdb.DuckDBPyConnection, run_id: int, line_no: int) -> None:
+    """Forget the checks of `run_id` from `line_no` on: its spikes there go, and the next refresh reads
+    from the `LOSS_SPIKE_WINDOW` valid losses before that line."""
+    con.execute("DELETE FROM loss_spikes WHERE run_id = ? AND line_no >= ?", [run_id, line_no])
+    con.execute(
+        f"""
+        UPDATE run_progress SET
+            checked_line = least(checked_line, $line - 1),
+            context_line = least(context_line, coalesce((
+                SELECT list_min(max(line_no, {LOSS_SPIKE_WINDOW})) FROM iterations
+                WHERE run_id = $run AND line_no < $line AND {VALID_LOSS}), -1))
+        WHERE run_id = $run AND checked_line >= $line
+        """,
+        {"run": run_id, "line": line_no},
+    )
