@@ -128,7 +128,7 @@ class SourceWriter:
             if low is not None and low == high and not column.has_nulls():
                 # One key in the whole batch (nearly every batch of a long log): a constant, not a lookup
                 # over every row.
-                mapped = pl.lit(make(int(low)), dtype=pl.Int32)
+                mapped = pl.lit(make(int(column[0])), dtype=pl.Int32)
             else:
                 keys = [k for k in column.unique().to_list() if k is not None]
                 mapping = {k: make(int(k)) for k in keys}
