@@ -151,12 +151,19 @@ class SourceWriter:
             ("run_key", "run_id", self.run_id),
             ("bench_key", "bench_id", self.bench_id),
         ):
-            if key in frame.columns:
-                keys = [k for k in frame[key].unique().to_list() if k is not None]
+            if key not in frame.columns:
+                continue
+            column = frame[key]
+            low, high = column.min(), column.max()
+            if low is not None and low == high and not column.has_nulls():
+                # One key in the whole batch (nearly every batch of a long log): a constant, not a lookup
+                # over every row.
+                mapped = pl.lit(make(int(column[0])), dtype=pl.Int32)
+            else:
+                keys = [k for k in column.unique().to_list() if k is not None]
                 mapping = {k: make(int(k)) for k in keys}
-                frame = frame.with_columns(
-                    pl.col(key).replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(id_col)
-                ).drop(key)
+                mapped = pl.col(key).replace_strict(mapping, default=None, return_dtype=pl.Int32)
+            frame = frame.with_columns(mapped.alias(id_col)).drop(key)
         return frame
 
     def _update_entities(self, table: str, id_col: str, make: Callable[..., int], rows: Any) -> None:

@@ -470,6 +470,8 @@ def _bad_mask(table: str, column: str, dtype: pl.DataType) -> pl.Expr | None:
         overflow = col.is_not_null() & col.cast(target, strict=False).is_null()
         if dtype.is_unsigned_integer():
             return overflow | (col.cast(pl.Float64) > limit)
+        if dtype in (pl.Int8, pl.Int16, pl.Int32) or dtype == target:
+            return col < 0  # no value of a signed type as wide as the column's or narrower overflows it
         return overflow | (col < 0)
     if dtype.is_float():
         checks = []

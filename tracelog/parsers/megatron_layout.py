@@ -63,13 +63,15 @@ class PipeLayout:
 
     def split(self, lines: pl.DataFrame, *keep: str) -> pl.DataFrame:
         """`keep` columns and the parts of each line, `_p0`...: one more than the layout has (null past the
-        end of the line), so a line with more parts shows a value there.
+        end of the line), so a line with more parts shows a value there (the rest of the line: only
+        whether it is null is read).
 
-        `split_exact` writes each part position to a compact column of its own; the kernels that follow
-        then read memory in order instead of striding through whole lines.
+        `splitn` writes each part position to a compact column of its own; the kernels that follow then
+        read memory in order instead of striding through whole lines. It cuts a third off `split_exact`,
+        whose parts before the last are the same and whose last is null on the same lines.
         """
         fields = [f"_p{k}" for k in range(len(self.parts) + 1)]
-        parts = pl.col("line").str.split_exact("|", len(self.parts)).struct.rename_fields(fields)
+        parts = pl.col("line").str.splitn("|", len(self.parts) + 1).struct.rename_fields(fields)
         return lines.select(*keep, parts.alias("_parts")).unnest("_parts")
 
     def fits(self, skip: int = 1, checked: frozenset[int] = frozenset()) -> pl.Expr:
@@ -188,6 +190,7 @@ class IterationLayout:
             )
         split = split.select("line_no", *values, pl.all_horizontal(checks).fill_null(False).alias("_fit"))
         fit = split["_fit"]
+        everything = bool(fit.all())
         out = []
         for name in ITERATION_COLUMNS:
             if name in ("line_no", "iteration", *read):
@@ -196,6 +199,8 @@ class IterationLayout:
                 out.append(pl.col("ts"))
             else:
                 out.append(pl.lit(self.example[name], dtype=ITERATION_DTYPES[name]).alias(name))
+        if everything:  # the common block: no copy of the lines that fit, none of those that do not
+            return split.select(out), lines.clear()
         return split.filter(fit).select(out), lines.filter(~fit)
 
 
@@ -325,6 +330,8 @@ class TimerLayout:
             "line_no", "run_key", *values, pl.all_horizontal(checks).fill_null(False).alias("_fit")
         )
         fit = split["_fit"]
+        if fit.all():
+            return split.drop("_fit"), lines.clear()
         return split.filter(fit).drop("_fit"), lines.filter(~fit)
 
     def unpivot(self, lines: pl.DataFrame) -> pl.DataFrame:
