@@ -335,3 +335,16 @@ def test_an_integer_past_any_float_is_no_figure_not_a_crash() -> None:
 
     assert number(10**400) is None
     assert number(12) == 12.0 and number("nan") != number("nan")
+
+
+def test_a_count_past_int64_is_no_figure_not_a_crash() -> None:
+    """Found by the fuzzer: a float such as 1e40 where a size or count belongs became a Python int that no
+    integer column holds, and building the per-iteration frame raised OverflowError."""
+    from tracelog.parsers.nccl_tests_json import _Iterations, integer
+
+    assert integer(1e40) is None and integer(-1e19) is None
+    assert integer(2.0**62) == 2**62 and integer("12") == 12
+    rows = _Iterations()
+    rows.add({"size_bytes": 8, "root": 2**40, "process": 1}, [1.5, None], 0)
+    frame = rows.flush().rows
+    assert frame["root"].to_list() == [None, None] and frame["time_us"].to_list() == [1.5, None]

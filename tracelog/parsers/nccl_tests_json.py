@@ -95,8 +95,8 @@ def integer(value: Any) -> int | None:
         value = value.strip()
         return int(value) if value.lstrip("-").isdigit() and len(value) < 20 else None
     as_float = number(value)
-    if as_float is None or not math.isfinite(as_float) or as_float != int(as_float):
-        return None
+    if as_float is None or not math.isfinite(as_float) or as_float != int(as_float) or abs(as_float) >= 2**63:
+        return None  # past int64 (a size of 1e40): no figure, as for any number no column can hold
     return int(as_float)
 
 
@@ -119,7 +119,9 @@ class _Iterations:
 
     def flush(self) -> Batch:
         schema = {**ITERATION_SCHEMA, "iteration": pl.Int64, "time_us": pl.Float64}
-        frame = pl.DataFrame(self.columns, schema=schema)
+        # strict=False: a value the column's type cannot hold (a root past int32) is null, not a crash;
+        # the same value in the bench's `collectives` row is range-checked into a `bad_value` event
+        frame = pl.DataFrame(self.columns, schema=schema, strict=False)
         self.columns = {name: [] for name in schema}
         self.rows = 0
         return Batch("collective_iterations", frame)
