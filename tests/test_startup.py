@@ -89,3 +89,10 @@ def test_every_command_is_where_the_group_looks_for_it() -> None:
         importlib.import_module(module)
     listed = sorted(name for names in COMMAND_MODULES.values() for name in names)
     assert sorted(cli.commands) == listed
+
+
+def test_a_mistyped_command_is_still_answered_with_the_close_ones() -> None:
+    """In a fresh process no command module is loaded yet: the suggestion must come from every name."""
+    done = subprocess.run([sys.executable, "-m", "tracelog", "rns"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "No such command 'rns'. Did you mean 'runs'?" in done.stderr
