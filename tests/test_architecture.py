@@ -21,6 +21,7 @@ LAYERS = [
     ("files", "fingerprint", "parse_jobs", "source_writer", "resolve", "ingest"),
     ("model",),
     ("analysis",),
+    ("queries",),
     ("report", "charts"),
     ("api",),
     ("render", "cli", "__main__"),

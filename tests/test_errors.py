@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-import tracelog.api
+import tracelog.queries
 from tracelog.analysis.plan_space import Constraint
 from tracelog.cli import cli
 from tracelog.errors import TracelogError
@@ -70,7 +70,7 @@ def test_a_failed_commit_names_the_database_and_the_likely_cause(store: Store) -
 def test_the_cli_reports_a_full_disk_without_a_traceback(
     existing_db: Path, monkeypatch: pytest.MonkeyPatch, exc: Exception, words: str
 ) -> None:
-    monkeypatch.setattr(tracelog.api, "runs", fail_with(exc))
+    monkeypatch.setattr(tracelog.queries, "runs", fail_with(exc))
     result = run(existing_db, "runs")
     assert result.exit_code == 1
     assert f"{existing_db}: " in result.output and words in result.output
@@ -171,14 +171,14 @@ def test_a_bounded_constraint_still_does_arithmetic() -> None:
 def test_ctrl_c_says_interrupted_and_exits_130(
     existing_db: Path, monkeypatch: pytest.MonkeyPatch, exc: BaseException
 ) -> None:
-    monkeypatch.setattr(tracelog.api, "runs", fail_with(exc))
+    monkeypatch.setattr(tracelog.queries, "runs", fail_with(exc))
     result = run(existing_db, "runs")
     assert result.exit_code == 130
     assert result.output.strip() == "interrupted"
 
 
 def test_a_bug_says_it_is_one_with_its_traceback(existing_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracelog.api, "runs", fail_with(ZeroDivisionError("boom")))
+    monkeypatch.setattr(tracelog.queries, "runs", fail_with(ZeroDivisionError("boom")))
     result = run(existing_db, "runs")
     assert result.exit_code == 1
     assert "Traceback" in result.output and "ZeroDivisionError: boom" in result.output
@@ -188,7 +188,7 @@ def test_a_bug_says_it_is_one_with_its_traceback(existing_db: Path, monkeypatch:
 def test_a_file_the_system_refuses_is_a_message_not_a_bug(
     existing_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tracelog.api, "runs", fail_with(PermissionError(13, "Permission denied", "/x/y")))
+    monkeypatch.setattr(tracelog.queries, "runs", fail_with(PermissionError(13, "Permission denied", "/x/y")))
     result = run(existing_db, "runs")
     assert result.exit_code == 1
     assert "/x/y: Permission denied" in result.output and "Traceback" not in result.output

@@ -14,6 +14,7 @@ from tests.conftest import SAMPLES, corpus_files, source_of
 from tracelog import parsers
 from tracelog.parsers import p2p
 from tracelog.parsers.base import head_text
+from tracelog.store.benches import P2P_MATRICES
 
 H100 = SAMPLES / "p2p_8xh100_p2p_read.txt"
 A100 = SAMPLES / "p2p_4xa100_pcie_two_sockets.txt"
@@ -62,6 +63,13 @@ ALL_KINDS = {
     "latency_gpu_p2p_on_reads": "us",
     "latency_cpu_p2p_on_reads": "us",
 }
+
+
+def test_the_rules_know_the_matrices_the_parser_calls_a_full_output() -> None:
+    """The bandwidth rules read the names from the store, not the parser (which would load every
+    parser): the two lists must stay one, and name matrices a real output prints."""
+    assert P2P_MATRICES == p2p.STANDARD
+    assert set(P2P_MATRICES) <= set(ALL_KINDS)
 
 
 def test_every_matrix_of_a_full_run_is_n_by_n() -> None:

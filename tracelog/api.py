@@ -30,17 +30,36 @@ from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
+from tracelog.queries import (
+    Db,
+    benches,
+    connect,
+    flags,
+    note_run,
+    refresh,
+    refresh_errors,
+    remove_run,
+    rename_run,
+    resolve_bench,
+    resolve_run,
+    run_label,
+    runs,
+    show_bench,
+    show_run,
+    sources,
+    sql,
+    tag_run,
+    untag_run,
+)
 from tracelog.store import Store, default_db_path
 from tracelog.store import benches as bench_lookup
 from tracelog.store import export as exporter
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
-from tracelog.thresholds import DEFAULT
 
 if TYPE_CHECKING:  # Altair and vl-convert: loaded when a report is written, not at every start-up
     from tracelog.report import ReportResult
 
-Db = Store | str | os.PathLike[str] | None
 ProgressFor = Callable[[str], AbstractContextManager[Progress | None]]
 """Given a path, a context that yields the callback its ingest reports bytes read to (or None)."""
 
@@ -81,17 +100,6 @@ __all__ = [
     "tag_run",
     "untag_run",
 ]
-
-
-def connect(db: Db = None, *, read_only: bool = False) -> Store:
-    """An open store: pass a path, an already open `Store`, or nothing for `TRACELOG_DB` / the default.
-
-    A writable store first redoes the refresh of any file whose predictions and flags are still owed (a
-    refresh that failed, or was killed, after the file landed); one that fails again stays recorded."""
-    store = db if isinstance(db, Store) else Store(db, read_only=read_only)
-    if not read_only:
-        refresher.refresh_pending(store)
-    return store
 
 
 @dataclass
@@ -204,54 +212,6 @@ def _ingest_files(
             result.status = "refreshed"
 
 
-def runs(db: Db = None, *, tags: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary)."""
-    return run_lookup.runs(connect(db), tags)
-
-
-def resolve_run(db: Db, ref: str | int) -> int:
-    """A run by id, by unique name, or by a unique prefix of its name; ambiguity lists the candidates."""
-    return run_lookup.resolve_run(connect(db), ref)
-
-
-def run_label(db: Db, ref: str | int) -> tuple[int, str | None]:
-    """A run's id and name, by any reference `resolve_run` takes."""
-    return run_lookup.run_label(connect(db), ref)
-
-
-def show_run(
-    db: Db, ref: str | int, *, iterations: bool = False, limit: int | None = None
-) -> dict[str, pd.DataFrame]:
-    """One run: summary, configuration, tags, parameters, the trend of sec/it, loss and TFLOP/s, timers,
-    peak memory per rank and flags; with `iterations`, its iteration lines (the first `limit`)."""
-    return run_lookup.show_run(connect(db), ref, iterations=iterations, limit=limit)
-
-
-def benches(db: Db = None, *, tool: str | None = None) -> pd.DataFrame:
-    """The benches in the database (only those of `tool` when given, e.g. `nccl-tests`), one row each."""
-    return bench_lookup.benches(connect(db), tool)
-
-
-def resolve_bench(db: Db, ref: str | int) -> int:
-    """A bench by id: `3`, `bench:3`."""
-    return bench_lookup.resolve_bench(connect(db), ref)
-
-
-def show_bench(db: Db, ref: str | int) -> dict[str, pd.DataFrame]:
-    """One bench in full: summary, params, devices, its rows as its tool prints them, events and flags."""
-    return bench_lookup.show_bench(connect(db), ref)
-
-
-def sql(db: Db, query: str) -> pd.DataFrame:
-    """Any SQL over the store."""
-    return connect(db).query(query)
-
-
-def sources(db: Db = None) -> pd.DataFrame:
-    """The ingested files with their line counts."""
-    return connect(db).sources()
-
-
 def export_parquet(db: Db, directory: str, *, overwrite: bool = False) -> pd.DataFrame:
     """Every table as Parquet under `directory`, hive-partitioned by run, bench or source where rows hang
     off one (see `store.export`); one row per table: its name, rows, folder and partition column."""
@@ -269,55 +229,6 @@ def compare_runs(db: Db, refs: list[str | int], *, all_params: bool = False) -> 
         "configuration": side_by_side.config_side_by_side(store, run_ids, all_params),
         "metrics": side_by_side.metrics_side_by_side(store, run_ids),
     }
-
-
-def tag_run(db: Db, ref: str | int, tags: dict[str, str]) -> int:
-    """Add or replace tags (key = value) on a run; its flags are recomputed. Returns the run id."""
-    store = connect(db)
-    run_id = run_lookup.resolve_run(store, ref)
-    run_lookup.tag(store, run_id, tags)
-    refresher.refresh(store, [run_id], [])
-    return run_id
-
-
-def untag_run(db: Db, ref: str | int, keys: list[str]) -> int:
-    """Remove tags by key; returns how many were removed."""
-    store = connect(db)
-    return run_lookup.untag(store, run_lookup.resolve_run(store, ref), keys)
-
-
-def note_run(db: Db, ref: str | int, text: str) -> int:
-    """Append a line to a run's notes. Returns the run id."""
-    store = connect(db)
-    run_id = run_lookup.resolve_run(store, ref)
-    run_lookup.note(store, run_id, text)
-    return run_id
-
-
-def rename_run(db: Db, ref: str | int, name: str) -> int:
-    store = connect(db)
-    run_id = run_lookup.resolve_run(store, ref)
-    run_lookup.rename(store, run_id, name)
-    return run_id
-
-
-def remove_run(db: Db, ref: str | int) -> int:
-    """Delete a run with every row that belongs to it. Returns the run id."""
-    store = connect(db)
-    run_id = run_lookup.resolve_run(store, ref)
-    run_lookup.remove(store, run_id)
-    return run_id
-
-
-def refresh(db: Db = None, *, thresholds: dict[str, str] | None = None) -> int:
-    """Recompute every prediction, comparison and flag; returns the number of flags."""
-    return refresher.refresh_all(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
-
-
-def refresh_errors(db: Db = None) -> list[tuple[str, str]]:
-    """(path, what failed) of each file whose predictions and flags could not be refreshed; every
-    command that opens the store for writing tries them again."""
-    return refresher.refresh_errors(connect(db))
 
 
 def predict(
@@ -432,23 +343,6 @@ def set_hardware(
         resolve.record_set(store, "runs", run_id, values)
     refresher.refresh(store, [run_id], [])
     return run_id, len(flag_list.flags(store, run_ids=[run_id]))
-
-
-def flags(
-    db: Db = None,
-    *,
-    severity: str | None = None,
-    rule: str | None = None,
-    runs: list[str | int] | None = None,
-    tags: dict[str, str] | None = None,
-) -> pd.DataFrame:
-    """Flags, most severe first: rule, subject, measured against expected, message and a hint."""
-    store = connect(db)
-    run_ids = [run_lookup.resolve_run(store, r) for r in runs] if runs else None
-    if tags:
-        tagged = run_lookup.tagged_run_ids(store, tags)
-        run_ids = tagged if run_ids is None else [r for r in run_ids if r in tagged]
-    return flag_list.flags(store, severity, rule, run_ids)
 
 
 def report(

@@ -8,6 +8,7 @@ a bug prints a traceback, under a line saying it is one and where to report it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
@@ -93,8 +94,55 @@ def user_errors() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
 
 
+COMMAND_MODULES = {
+    "tracelog.cli.reads": (
+        "benches",
+        "flags",
+        "note",
+        "rename",
+        "rm",
+        "runs",
+        "show",
+        "sources",
+        "sql",
+        "tag",
+        "untag",
+    ),
+    "tracelog.cli.logs": ("compare", "export", "ingest", "report"),
+    "tracelog.cli.model": ("calibrate", "hardware", "plan", "predict", "set"),
+    "tracelog.cli.clusters": ("cluster",),
+}
+"""Where each command lives. The group imports a command's module only when that command is asked for
+(click's lazy group: `tracelog runs` loads `reads`, which reads the store, not `logs`, which loads every
+parser, nor `model`); `tracelog --help` loads them all to show each command's line."""
+
+
 class Group(click.Group):
-    """The command group, with the last word on every failure a command lets through."""
+    """The command group, with the last word on every failure a command lets through, and commands
+    loaded by name from `COMMAND_MODULES` (importing a module registers its commands on the group)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *(name for names in COMMAND_MODULES.values() for name in names)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            for module, names in COMMAND_MODULES.items():
+                if cmd_name in names:
+                    importlib.import_module(module)
+                    accept_db_everywhere(self)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown name is answered with the close ones among every command, loaded or not (click
+        looks only at the loaded ones: `tracelog rns` would lose its "Did you mean 'runs'?")."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -22,6 +22,20 @@ from tracelog.store.tables import HARDWARE_SQL
 if TYPE_CHECKING:
     from tracelog.store import Store
 
+P2P_MATRICES = (
+    "connectivity",
+    "bandwidth_uni_p2p_off",
+    "bandwidth_uni_p2p_on",
+    "bandwidth_bi_p2p_off",
+    "bandwidth_bi_p2p_on",
+    "latency_gpu_p2p_off",
+    "latency_cpu_p2p_off",
+    "latency_gpu_p2p_on",
+    "latency_cpu_p2p_on",
+)
+"""The `matrix` values of the `p2p` table in a full p2pBandwidthLatencyTest output, in printed order: the
+parser's `p2p.STANDARD`, said again here so that the rules read it without loading every parser (a
+parser imports nothing from the store; tests/test_parser_p2p.py keeps the two equal)."""
 BENCH_REF_RX = re.compile(r"^\s*bench\s*:\s*(\S*?)\s*$", re.IGNORECASE)
 # What `show bench:ID` adds to the listing row.
 DETAIL_COLUMNS = """,

@@ -13,9 +13,8 @@ from typing import Any
 from tracelog.analysis.rules import Flag, bench_flag
 from tracelog.analysis.scope import Scope
 from tracelog.hardware import bench_link
-from tracelog.parsers.p2p import STANDARD as P2P_MATRICES
 from tracelog.store import Store
-from tracelog.store.benches import device_order
+from tracelog.store.benches import P2P_MATRICES, device_order
 from tracelog.thresholds import Thresholds
 
 

@@ -1,0 +1,98 @@
+"""`tracelog runs`, `flags`, `sql` and `show` start with the store and the tables only.
+
+On a big store most of what these commands cost is Python loading modules: the parsers (with Polars
+and protobuf), the ingest path and the report (Altair) were a second of CPU before the first query. The
+guard counts modules, not seconds: a fresh interpreter runs the command on a small store and says which
+of the heavy modules it loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES
+from tracelog import api
+from tracelog.cli.base import COMMAND_MODULES, cli
+
+HEAVY = (
+    "altair",
+    "vl_convert",
+    "polars",
+    "tracelog.parsers",
+    "tracelog.ingest",
+    "tracelog.api",
+    "tracelog.report",
+    "tracelog.cli.logs",
+    "tracelog.cli.model",
+)
+LOADED = """
+import json, sys
+from tracelog.cli import cli
+try:
+    cli.main(sys.argv[1:], prog_name="tracelog", standalone_mode=False)
+finally:
+    heavy = {heavy!r}
+    print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
+"""
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("startup") / "small.duckdb"
+    api.ingest(db, [str(SAMPLES / "megatron_lm_llama3_8b_h100.log")])
+    return db
+
+
+def loaded(db: Path, *args: str) -> tuple[list[str], str]:
+    """The heavy modules a fresh `tracelog --db DB ARGS...` loaded, and what it printed."""
+    code = LOADED.format(heavy=HEAVY)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--db", str(db), *args], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stderr.strip().splitlines()[-1]), done.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs",),
+        ("flags",),
+        ("sql", "SELECT count(*) AS n FROM iterations"),
+        ("show", "1"),
+        ("show", "1", "--iterations", "--limit", "3"),
+    ],
+    ids=" ".join,
+)
+def test_reading_commands_load_no_parser_polars_or_report(small_db: Path, args: tuple[str, ...]) -> None:
+    heavy, out = loaded(small_db, *args)
+    assert heavy == []
+    assert out.strip(), "the command printed nothing: the modules counted are not those of a real answer"
+
+
+def test_the_guard_sees_a_command_that_needs_the_parsers(small_db: Path) -> None:
+    """`ingest` must load the parsers: were the check blind (a wrong module name, output lost), this
+    fails."""
+    heavy, _ = loaded(small_db, "ingest", str(SAMPLES / "megatron_lm_llama3_8b_h100.log"))
+    assert {"tracelog.parsers", "tracelog.ingest", "tracelog.api", "tracelog.cli.logs"} <= set(heavy)
+
+
+def test_every_command_is_where_the_group_looks_for_it() -> None:
+    """A command registered by a module but missing from COMMAND_MODULES would be absent from
+    `tracelog --help` and unknown to `tracelog NAME`; one listed but never defined would fail there."""
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
+    listed = sorted(name for names in COMMAND_MODULES.values() for name in names)
+    assert sorted(cli.commands) == listed
+
+
+def test_a_mistyped_command_is_still_answered_with_the_close_ones() -> None:
+    """In a fresh process no command module is loaded yet: the suggestion must come from every name."""
+    done = subprocess.run([sys.executable, "-m", "tracelog", "rns"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "No such command 'rns'. Did you mean 'runs'?" in done.stderr
