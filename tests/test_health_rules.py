@@ -137,7 +137,9 @@ def test_a_row_rewritten_below_the_checked_line_is_checked_again(tmp_path: Path)
         run_id = int(store.scalar("SELECT run_id FROM runs"))
         progress.rewind(store.con, run_id, 30)
         assert store.con.execute("SELECT line_no FROM loss_spikes").fetchall() == [(21,)]
-        assert store.con.execute("SELECT checked_line, context_line FROM run_progress").fetchall() == [(29, 20)]
+        assert store.con.execute("SELECT checked_line, context_line FROM run_progress").fetchall() == [
+            (29, 20)
+        ]
         store.con.execute("UPDATE iterations SET lm_loss = 7.0 WHERE line_no = 35")
     tracelog.api.refresh(db)
     spikes, after = spikes_and_progress(db)
