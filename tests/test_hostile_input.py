@@ -62,7 +62,9 @@ def test_megatron_fast_path_ends_on_a_layout_that_reads_nothing() -> None:
     fast = rows_of(megatron.parse, text, fast=True)
     elapsed = time.perf_counter() - started
     slow = rows_of(megatron.parse, text, fast=False)
-    assert elapsed < 1.0
+    # it spun for ever before the fix; the fuzzer's limit per case, not a speed target (a first parse in a
+    # loaded test process takes about 1 s)
+    assert elapsed < 5.0
     assert fast.keys() == slow.keys()
     for name in fast:
         assert comparable(fast[name]) == comparable(slow[name]), name
@@ -149,7 +151,8 @@ def test_int64_columns_match_the_schema(store: Store) -> None:
         for (name,) in store.con.execute(
             "SELECT column_name FROM information_schema.columns c JOIN information_schema.tables t "
             "USING (table_name) WHERE t.table_type = 'BASE TABLE' AND c.data_type = 'BIGINT' AND table_name "
-            "NOT IN ('sources', 'schema_version', 'predictions', 'comparisons', 'flags', 'calibrations')"
+            "NOT IN ('sources', 'schema_version', 'predictions', 'comparisons', 'flags', 'calibrations', "
+            "'loss_spikes', 'run_progress')"
         ).fetchall()
     }
     assert bigint == INT64_COLUMNS

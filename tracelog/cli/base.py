@@ -129,8 +129,10 @@ class Group(click.Group):
             for module, names in COMMAND_MODULES.items():
                 if cmd_name in names:
                     importlib.import_module(module)
-                    accept_db_everywhere(self)
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:  # loaded here or by an import elsewhere (a test, a notebook)
+            accept_db_after(command)
+        return command
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -191,18 +193,18 @@ def _db_after_command(ctx: click.Context, _param: click.Parameter, value: str | 
         ctx.find_object(Context).db = value  # type: ignore[union-attr]
 
 
-def accept_db_everywhere(group: click.Group) -> None:
+def accept_db_after(command: click.Command) -> None:
     """`--db` after the command name too (`tracelog ingest run.log --db lab.duckdb`, as people type
-    it), on every command and subcommand; it wins over the one before the command name."""
-    for command in group.commands.values():
-        if isinstance(command, click.Group):
-            accept_db_everywhere(command)
-        elif not any(p.name == "db_after" for p in command.params):
-            command.params.append(
-                click.Option(
-                    ["--db", "db_after"],
-                    expose_value=False,
-                    callback=_db_after_command,
-                    help=f"DuckDB database file (or set {DB_ENVVAR}); also accepted before the command.",
-                )
+    it), on a command and every subcommand of a group; it wins over the one before the command name."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            accept_db_after(sub)
+    elif not any(p.name == "db_after" for p in command.params):
+        command.params.append(
+            click.Option(
+                ["--db", "db_after"],
+                expose_value=False,
+                callback=_db_after_command,
+                help=f"DuckDB database file (or set {DB_ENVVAR}); also accepted before the command.",
             )
+        )
