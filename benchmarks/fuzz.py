@@ -431,9 +431,15 @@ def child_case(cli: Any, duckdb: Any, db: str, path: str) -> dict[str, Any]:
 def worker() -> None:
     """Read 'db<TAB>path<TAB>result' lines on stdin; run each case in a forked child; answer one line
     of JSON per case. tracelog is imported once here, so a case costs its ingest, not the start-up."""
+    import importlib
+
     import duckdb
 
     from tracelog.cli import cli
+    from tracelog.cli.base import COMMAND_MODULES
+
+    for module in COMMAND_MODULES:  # the group loads a command's module when asked: here, once, not per case
+        importlib.import_module(module)
 
     for line in sys.stdin:
         db, path, result_path = line.rstrip("\n").split("\t")
