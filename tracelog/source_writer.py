@@ -39,6 +39,11 @@ class RunOptions:
     clusters: Clusters | None = None  # the [cluster.NAME] sections that apply (see `resolve`)
 
 
+def records(rows: Any) -> list[dict[str, Any]]:
+    """A batch's rows as dicts, whether the parser handed out a polars frame or a list of dicts."""
+    return rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows)
+
+
 class SourceWriter:
     """Writes one source's batches, mapping the parser's run/bench keys to database ids."""
 
@@ -81,6 +86,7 @@ class SourceWriter:
     def retract(self, rows: list[dict[str, Any]]) -> None:
         """Delete rows the last parse of a resumed source wrote at its end (`RETRACT_TABLE`), with the
         `bad_value` events about them: the resumed parse writes them again."""
+        first_rewritten: dict[int, int] = {}
         for row in rows:
             table, run_id = str(row["table"]), self.run_ids.get(int(row["run_key"]))
             if table not in RUN_CHILD_TABLES:
@@ -91,12 +97,15 @@ class SourceWriter:
                 f"DELETE FROM {table} WHERE run_id = ? AND line_no = ?", [run_id, int(row["line_no"])]
             )
             if table == "iterations":
-                progress.rewind(self.store.con, run_id, int(row["line_no"]))
+                line = int(row["line_no"])
+                first_rewritten[run_id] = min(line, first_rewritten.get(run_id, line))
             self.store.con.execute(
                 "DELETE FROM events WHERE source_id = ? AND kind = 'bad_value' AND line_no = ? "
                 "AND starts_with(text, ?)",
                 [self.source_id, int(row["line_no"]), f"{table}."],
             )
+        for run_id, line in first_rewritten.items():
+            progress.rewind(self.store.con, run_id, line)
 
     def run_id(self, key: int) -> int:
         if key not in self.run_ids:
@@ -122,11 +131,10 @@ class SourceWriter:
 
     def write(self, batch: Batch) -> None:
         if batch.table == RESUME_TABLE:
-            rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
-            self.resume_state = str(rows[0]["state"])
+            self.resume_state = str(records(batch.rows)[0]["state"])
             return
         if batch.table == RETRACT_TABLE:
-            self.retract(batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows))
+            self.retract(records(batch.rows))
             return
         if batch.table == "runs":
             self._update_entities("runs", "run_id", self.run_id, batch.rows)
@@ -167,10 +175,9 @@ class SourceWriter:
         return frame
 
     def _update_entities(self, table: str, id_col: str, make: Callable[..., int], rows: Any) -> None:
-        records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows)
         key_col = "run_key" if table == "runs" else "bench_key"
         columns = set(self.store.columns(table)) - {id_col, "source_id", key_col}
-        for record in records:
+        for record in records(rows):
             key = int(record[key_col])
             entity = make(key, record["tool"]) if table == "benches" and "tool" in record else make(key)
             values = {k: v for k, v in record.items() if k in columns and v is not None and k != "run_params"}

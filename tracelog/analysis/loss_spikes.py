@@ -27,14 +27,12 @@ def update(store: Store, threshold: float, scope: Scope) -> None:
     """Bring `loss_spikes` and `run_progress` up to the last line of every run in scope."""
     con = store.con
     runs = f"run_id IN (SELECT run_id FROM runs WHERE {scope.runs})"
-    # a run checked with another threshold is checked again from its first line
-    stale = f"{runs} AND rule = '{RULE}' AND threshold IS DISTINCT FROM $threshold"
+    # a run checked with another threshold is checked again from its first line: its progress goes, and
+    # a run with no progress row has no spikes kept either (both go together)
     con.execute(
-        f"DELETE FROM loss_spikes WHERE run_id IN (SELECT run_id FROM run_progress WHERE {stale})",
+        f"DELETE FROM run_progress WHERE {runs} AND rule = '{RULE}' AND threshold IS DISTINCT FROM $threshold",
         {"threshold": threshold},
     )
-    con.execute(f"DELETE FROM run_progress WHERE {stale}", {"threshold": threshold})
-    # a run with no progress row has no spikes kept either (both go together)
     con.execute(
         f"DELETE FROM loss_spikes WHERE {runs} AND run_id NOT IN "
         f"(SELECT run_id FROM run_progress WHERE rule = '{RULE}')"
