@@ -56,6 +56,7 @@ from tracelog.store import benches as bench_lookup
 from tracelog.store import export as exporter
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
+from tracelog.store.lake import DATA_PATH_ENVVAR, config_folder, is_lake
 
 if TYPE_CHECKING:  # Altair and vl-convert: loaded when a report is written, not at every start-up
     from tracelog.report import ReportResult
@@ -396,6 +397,15 @@ def clusters(db: Db = None, paths: Iterable[str] = ()) -> pd.DataFrame:
 def cluster_file(db: Db = None) -> Path:
     """The tracelog.toml `cluster add` and `cluster rm` edit: the one next to the database."""
     path = db.path if isinstance(db, Store) else str(db or default_db_path())
+    if is_lake(path):
+        folder = config_folder(path)
+        if folder is None:
+            raise TracelogError(
+                "a DuckLake store keeps its tracelog.toml in its data folder: give --data-path "
+                f"(or {DATA_PATH_ENVVAR}), a local or shared folder",
+                path,
+            )
+        return folder / cluster_config.CONFIG_NAME
     return Path(path).resolve().parent / cluster_config.CONFIG_NAME
 
 

@@ -22,6 +22,7 @@ import altair as alt
 from tracelog.errors import TracelogError
 from tracelog.report.sections import build
 from tracelog.store import Store, default_db_path
+from tracelog.store.lake import is_lake
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,9 +38,9 @@ def all_charts(
 ) -> dict[str, alt.TopLevelMixin]:
     """Every chart of the report over these runs and benches, by slug (`overlays`, `across-runs`,
     `busbw-all_reduce`, `run-7-iterations`, `p2p-3-bandwidth_uni_p2p_on`...), in the report's order."""
-    location = Path(db) if db is not None else Path(default_db_path())
-    if not location.exists():
-        raise TracelogError("no database here; ingest some logs first", str(location))
+    location = str(db) if db is not None else default_db_path()
+    if not is_lake(location) and not Path(location).exists():
+        raise TracelogError("no database here; ingest some logs first", location)
     with Store(location, read_only=True) as store:
         return build(store, runs, tags, benches).charts()
 

@@ -310,13 +310,12 @@ def _ingest_stream(
             source_id = previous
             kept = clear_for_reparse(store, source_id)
         else:
-            row = store.con.execute(
-                "INSERT INTO sources (path, fingerprint, bytes, format, parser_version, lines_total, "
-                "lines_parsed, lines_unparsed) VALUES (?, '', 0, ?, ?, 0, 0, 0) RETURNING source_id",
-                [path, parser.FORMAT, parser.VERSION],
-            ).fetchone()
-            assert row is not None
-            source_id = int(row[0])
+            source_id = store.new_id("source")
+            store.con.execute(
+                "INSERT INTO sources (source_id, path, fingerprint, bytes, format, parser_version, "
+                "lines_total, lines_parsed, lines_unparsed) VALUES (?, ?, '', 0, ?, ?, 0, 0, 0)",
+                [source_id, path, parser.FORMAT, parser.VERSION],
+            )
             kept = Kept()
         writer = SourceWriter(store, source_id, options, kept)
         batches = parser.parse(source) if parsed is None else iter(())

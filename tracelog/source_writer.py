@@ -17,6 +17,7 @@ import polars as pl
 from tracelog.clusters import Clusters
 from tracelog.parsers.base import RESUME_TABLE, RETRACT_TABLE, Batch
 from tracelog.store import Store, progress
+from tracelog.store.runs import set_tags
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
     MODEL_OUTPUT_TABLES,
@@ -109,24 +110,26 @@ class SourceWriter:
 
     def run_id(self, key: int) -> int:
         if key not in self.run_ids:
-            row = self.store.con.execute(
-                "INSERT INTO runs (run_id, source_id, run_key) VALUES (coalesce(?, nextval('run_ids')), ?, ?) "
-                "RETURNING run_id",
-                [self.kept.run_ids.get(key), self.source_id, key],
-            ).fetchone()
-            assert row is not None
-            self.run_ids[key] = int(row[0])
+            run_id = self.kept.run_ids.get(key)
+            if run_id is None:
+                run_id = self.store.new_id("run")
+            self.store.con.execute(
+                "INSERT INTO runs (run_id, source_id, run_key) VALUES (?, ?, ?)",
+                [run_id, self.source_id, key],
+            )
+            self.run_ids[key] = int(run_id)
         return self.run_ids[key]
 
     def bench_id(self, key: int, tool: str = "unknown") -> int:
         if key not in self.bench_ids:
-            row = self.store.con.execute(
-                "INSERT INTO benches (bench_id, source_id, bench_key, tool) "
-                "VALUES (coalesce(?, nextval('bench_ids')), ?, ?, ?) RETURNING bench_id",
-                [self.kept.bench_ids.get(key), self.source_id, key, tool],
-            ).fetchone()
-            assert row is not None
-            self.bench_ids[key] = int(row[0])
+            bench_id = self.kept.bench_ids.get(key)
+            if bench_id is None:
+                bench_id = self.store.new_id("bench")
+            self.store.con.execute(
+                "INSERT INTO benches (bench_id, source_id, bench_key, tool) VALUES (?, ?, ?, ?)",
+                [bench_id, self.source_id, key, tool],
+            )
+            self.bench_ids[key] = int(bench_id)
         return self.bench_ids[key]
 
     def write(self, batch: Batch) -> None:
@@ -208,10 +211,7 @@ class SourceWriter:
             if sets:
                 cols = ", ".join(f'"{k}" = ?' for k in sets)
                 self.store.con.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", [*sets.values(), run_id])
-            for key, value in opts.tags.items():
-                self.store.con.execute(
-                    "INSERT OR REPLACE INTO run_tags VALUES (?, ?, ?)", [run_id, key, value]
-                )
+            set_tags(self.store, run_id, opts.tags)
         bench_values = {
             "gpu_model": opts.gpu_model,
             "fabric": opts.fabric,

@@ -22,18 +22,22 @@ import duckdb
 from tracelog.errors import BUG_REPORT, TracelogError
 from tracelog.render import FORMATS
 from tracelog.store import DB_ENVVAR, DEFAULT_DB, Store, write_error
+from tracelog.store.lake import DATA_PATH_ENVVAR, is_lake
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (2): what a shell reports for a command stopped by Ctrl-C
 
 
 class Context:
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, data_path: str | None = None) -> None:
         self.db = db
+        self.data_path = data_path
         self._store: Any = None
 
     def store(self, read_only: bool = False, create: bool = False) -> Any:
         """The database of --db. Only a writing command (`ingest`) passes `create`: for the others a
         path with no database is a mistyped --db, not a new empty file."""
+        if self._store is None and is_lake(self.db):
+            self._store = Store(self.db, read_only=read_only, data_path=self.data_path)
         if self._store is None:
             exists = os.path.exists(self.db)
             if not exists and not create:
@@ -178,13 +182,20 @@ class Group(click.Group):
     envvar=DB_ENVVAR,
     default=DEFAULT_DB,
     show_default=True,
-    help=f"DuckDB database file (or set {DB_ENVVAR}).",
+    help=f"DuckDB database file, or a shared DuckLake store 'ducklake:postgres:dbname=... host=...' "
+    f"(or set {DB_ENVVAR}).",
+)
+@click.option(
+    "--data-path",
+    envvar=DATA_PATH_ENVVAR,
+    metavar="DIR",
+    help=f"Where a new DuckLake store keeps its Parquet files (or set {DATA_PATH_ENVVAR}); a shared folder.",
 )
 @click.version_option(package_name="tracelog")
 @click.pass_context
-def cli(ctx: click.Context, db: str) -> None:
+def cli(ctx: click.Context, db: str, data_path: str | None) -> None:
     """Training logs and fabric benchmarks in DuckDB, held against what the hardware allows."""
-    ctx.obj = Context(db)
+    ctx.obj = Context(db, data_path)
     ctx.call_on_close(ctx.obj.close)
 
 

@@ -15,6 +15,7 @@ from tracelog.errors import TracelogError
 from tracelog.report import html
 from tracelog.report.sections import DEFAULT_OUTPUT, POINTS_PER_RUN, Report, build
 from tracelog.store import Store, default_db_path
+from tracelog.store.lake import is_lake
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,9 +45,9 @@ def write_report(
     if isinstance(db, Store):
         store, owned = db, False
     else:
-        location = Path(db) if db is not None else Path(default_db_path())
-        if not location.exists():
-            raise TracelogError("no database here; ingest some logs first", str(location))
+        location = str(db) if db is not None else default_db_path()
+        if not is_lake(location) and not Path(location).exists():
+            raise TracelogError("no database here; ingest some logs first", location)
         store, owned = Store(location, read_only=True), True
     try:
         report = build(store, runs, tags, benches)

@@ -4,6 +4,8 @@ The store knows tables, not formats. Schema changes are numbered `.sql` files in
 order and recorded in `schema_version`, so an old database upgrades in place when it is opened; a database
 written by a newer tracelog (a version this code has no file for) is refused before anything is written.
 
+A `ducklake:` address opens a DuckLake store instead (see `store.lake`), shared by many writers.
+
 Only DuckDB files are opened: the header is read first (DuckDB's storage format: a uint64 checksum, then
 the magic bytes `DUCK` at offset 8; duckdb/duckdb `src/storage/magic_bytes.cpp`), because DuckDB itself
 answers a SQLite file by loading its sqlite extension, from the network if need be. Extension auto-install
@@ -23,6 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from tracelog.errors import TracelogError
+from tracelog.store import lake
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,6 +41,16 @@ CONNECT_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "autoload_known_extensions": False,
 }
 IN_MEMORY = ":memory:"
+# Ids a table takes from a sequence in the embedded file (schemas/001_init.sql) and from `tracelog_ids` in
+# a DuckLake store: table -> (id column, kind).
+AUTO_IDS = {
+    "sources": ("source_id", "source"),
+    "runs": ("run_id", "run"),
+    "benches": ("bench_id", "bench"),
+    "flags": ("flag_id", "flag"),
+}
+
+ConflictError = lake.ConflictError
 
 
 def default_db_path() -> str:
@@ -88,6 +101,12 @@ def write_error(exc: duckdb.Error, path: str) -> TracelogError | None:
     """
     text = str(exc)
     first = text.splitlines()[0] if text else type(exc).__name__
+    if lake.is_conflict(exc):
+        return ConflictError(
+            "another writer changed the store at the same moment and committed first; nothing of this "
+            "command was written: run it again",
+            path,
+        )
     if "No space left" in text or "disk is full" in text.lower():
         return TracelogError(
             "the disk is full: the database could not be written and is left as it was before this "
@@ -125,10 +144,31 @@ class Store:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, read_only: bool = False, create: bool = True
+        self,
+        path: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
+        create: bool = True,
+        data_path: str | None = None,
     ) -> None:
         self.path = str(path) if path is not None else default_db_path()
+        self.lake = lake.is_lake(self.path)
         self._columns: dict[str, list[str]] = {}
+        self._ids: dict[str, int] | None = None  # a DuckLake transaction's id counters, once read
+        self._in_transaction = False
+        self.data_path: str | None = None
+        if self.lake:
+            self.con = duckdb.connect(IN_MEMORY, config=CONNECT_CONFIG)
+            try:
+                lake.attach(self.con, self.path, lake.data_path(data_path), read_only)
+                self.data_path = lake.data_path(data_path) or lake.stored_data_path(self.con)
+                self._refuse_newer()
+                if not read_only:
+                    with write_errors(self.path):
+                        self.migrate()
+            except BaseException:
+                self.con.close()
+                raise
+            return
         check_database_file(self.path, create)
         try:
             self.con = duckdb.connect(self.path, read_only=read_only, config=CONNECT_CONFIG)
@@ -178,22 +218,67 @@ class Store:
             )
 
     def migrate(self) -> list[int]:
-        """Apply the schema files this database has not seen yet; returns the versions applied."""
-        self.con.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version "
-            "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)"
-        )
-        have = {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
+        """Apply the schema files this database has not seen yet; returns the versions applied.
+
+        In a DuckLake store several processes may open a new store at once: each schema file is one
+        transaction, and one that lost its commit looks again at what is applied (`lake.retrying`)."""
+        key = "" if self.lake else " PRIMARY KEY"
+        if self.lake:
+            lake.retrying(lambda: self.con.execute(_SCHEMA_VERSION_SQL.format(key=key)))
+        else:
+            self.con.execute(_SCHEMA_VERSION_SQL.format(key=key))
         applied = []
         for version, name, sql in migrations():
-            if version in have:
-                continue
-            with self.transaction():
-                self.con.execute(sql)
-                self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
-            applied.append(version)
+            if self.lake:
+                if lake.retrying(lambda v=version, n=name, q=sql: self._apply(v, n, q)):  # type: ignore[misc]
+                    applied.append(version)
+            elif self._apply(version, name, sql):
+                applied.append(version)
+        if applied and not self.lake:
+            # Into the file at once: DuckDB 1.5's WAL replay of an ALTER on a table with a `nextval`
+            # default fails ("no default database set"), so a crash before the first checkpoint would
+            # leave a new database that no longer opens.
+            self.con.execute("CHECKPOINT")
         self._columns.clear()
         return applied
+
+    def _apply(self, version: int, name: str, sql: str) -> bool:
+        if self.scalar("SELECT count(*) FROM schema_version WHERE version = ?", [version]):
+            return False
+        with self.transaction():
+            if self.lake:
+                sql = lake.dialect(sql) + (lake.IDS_TABLE_SQL if version == 1 else "")
+            self.con.execute(sql)
+            self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
+        return True
+
+    def new_id(self, kind: str, count: int = 1) -> int:
+        """The first of `count` new ids of a source, run, bench or flag.
+
+        The embedded file takes them from its sequences. A DuckLake store has none: inside the write
+        transaction its ids are the next ones of `tracelog_ids`, written back at commit, which conflicts
+        with every other write transaction (`store.lake`), so no two writers hand out the same id."""
+        if not self.lake:
+            first = self.scalar(f"SELECT nextval('{kind}_ids')")
+            for _ in range(count - 1):
+                self.scalar(f"SELECT nextval('{kind}_ids')")
+            return int(first)
+        if not self._in_transaction:
+            raise RuntimeError("a DuckLake id is taken inside a write transaction")
+        if self._ids is None:
+            self._ids = dict(self.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+        first = int(self._ids[kind])
+        self._ids[kind] = first + count
+        return first
+
+    def _bump_ids(self) -> None:
+        """Write a DuckLake transaction's ids back, and count the write (see `new_id`)."""
+        ids = self._ids or {}
+        cases = " ".join(f"WHEN '{kind}' THEN {int(value)}" for kind, value in ids.items())
+        expr = f"CASE kind {cases} ELSE next_id END" if cases else "next_id"
+        self.con.execute(
+            f"UPDATE tracelog_ids SET next_id = CASE WHEN kind = '{lake.WRITES}' THEN next_id + 1 ELSE {expr} END"
+        )
 
     @property
     def schema_version(self) -> int:
@@ -205,13 +290,20 @@ class Store:
         """All or nothing: an exception (or Ctrl-C) rolls back everything done inside."""
         with write_errors(self.path):
             self.con.execute("BEGIN TRANSACTION")
+            self._in_transaction, self._ids = True, None
             try:
                 yield
+                if self.lake and self.scalar(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelog_ids'"
+                ):
+                    self._bump_ids()
             except BaseException:
+                self._in_transaction, self._ids = False, None
                 # a failed write may have ended the transaction already; the first error is the one to show
                 with suppress(duckdb.Error):
                     self.con.execute("ROLLBACK")
                 raise
+            self._in_transaction, self._ids = False, None
             self.con.execute("COMMIT")
 
     @contextmanager
@@ -245,6 +337,10 @@ class Store:
         if frame.num_rows == 0:
             return 0
         wanted = set(self.columns(table))
+        if self.lake and table in AUTO_IDS and AUTO_IDS[table][0] not in frame.column_names:
+            column, kind = AUTO_IDS[table]
+            first = self.new_id(kind, frame.num_rows)
+            frame = frame.append_column(column, pa.array(range(first, first + frame.num_rows), pa.int64()))
         keep = [c for c in frame.column_names if c in wanted]
         _tracelog_batch = frame.select(keep)  # noqa: F841 (read by name: DuckDB's replacement scan)
         # A replacement scan of a local, not register/unregister: a view dropped inside a transaction stays
@@ -266,6 +362,12 @@ class Store:
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         row = self.con.execute(sql, params or []).fetchone()
         return row[0] if row else None
+
+
+_SCHEMA_VERSION_SQL = (
+    "CREATE TABLE IF NOT EXISTS schema_version "
+    "(version INTEGER{key}, name VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)"
+)
 
 
 def as_arrow(rows: Any) -> pa.Table:

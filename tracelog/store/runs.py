@@ -199,8 +199,14 @@ def show_run(
 
 def tag(store: Store, run_id: int, tags: dict[str, str]) -> None:
     with store.transaction():
-        for key, value in tags.items():
-            store.con.execute("INSERT OR REPLACE INTO run_tags VALUES (?, ?, ?)", [run_id, key, value])
+        set_tags(store, run_id, tags)
+
+
+def set_tags(store: Store, run_id: int, tags: dict[str, str]) -> None:
+    """A tag replaces the one of its key (delete, then insert: a DuckLake store has no keys to upsert on)."""
+    for key, value in tags.items():
+        store.con.execute("DELETE FROM run_tags WHERE run_id = ? AND key = ?", [run_id, key])
+        store.con.execute("INSERT INTO run_tags VALUES (?, ?, ?)", [run_id, key, value])
 
 
 def untag(store: Store, run_id: int, keys: list[str]) -> int:
@@ -208,20 +214,21 @@ def untag(store: Store, run_id: int, keys: list[str]) -> int:
     with store.transaction():
         removed = 0
         for key in keys:
-            row = store.con.execute(
-                "DELETE FROM run_tags WHERE run_id = ? AND key = ? RETURNING key", [run_id, key]
-            ).fetchall()
-            removed += len(row)
+            found = store.scalar("SELECT count(*) FROM run_tags WHERE run_id = ? AND key = ?", [run_id, key])
+            if found:
+                store.con.execute("DELETE FROM run_tags WHERE run_id = ? AND key = ?", [run_id, key])
+                removed += int(found)
     return removed
 
 
 def note(store: Store, run_id: int, text: str) -> None:
     """Append a line to the run's notes (lab notes accumulate; nothing is overwritten)."""
-    store.con.execute(
-        "UPDATE runs SET notes = CASE WHEN notes IS NULL OR notes = '' THEN ? ELSE notes || chr(10) || ? END "
-        "WHERE run_id = ?",
-        [text, text, run_id],
-    )
+    with store.transaction():
+        store.con.execute(
+            "UPDATE runs SET notes = CASE WHEN notes IS NULL OR notes = '' THEN ? ELSE notes || chr(10) || ? "
+            "END WHERE run_id = ?",
+            [text, text, run_id],
+        )
 
 
 def rename(store: Store, run_id: int, name: str) -> None:

@@ -1,0 +1,203 @@
+"""A DuckLake store: tracelog's tables in a lakehouse that many processes on many nodes write at once.
+
+`--db 'ducklake:postgres:dbname=tracelog host=db.cluster'` (or a DuckDB-file catalog,
+`ducklake:/shared/tracelog.ducklake`) attaches a DuckLake catalog, with the Parquet data under
+`--data-path` (`TRACELOG_DATA_PATH`; needed only when the store is created, DuckLake remembers it). Every
+query of tracelog runs on it unchanged: the catalog is attached and made the default.
+
+Offline by construction: the `ducklake` and `postgres` extensions are the binaries of the
+`duckdb-extension-ducklake` and `duckdb-extension-postgres` packages, loaded by path, with DuckDB's
+auto-install and auto-load off; nothing is downloaded. DuckDB loads a binary only into the version it was
+built for, which is why pyproject.toml pins `duckdb` and both packages to one version.
+
+What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported Features" and
+"Conflict Resolution"):
+- no sequences, primary keys or unique constraints, no `INSERT ... RETURNING`: the schema files are read
+  through `dialect()`, and ids come from the `tracelog_ids` table (see `Store.new_id`);
+- concurrent writers are settled optimistically at commit. Inserts from many transactions into one table
+  merge, but an update or delete conflicts with any other transaction's write to the same table, and the
+  loser's commit fails. Every write transaction of tracelog updates `tracelog_ids` (the ids it handed out,
+  and a write counter), so two write transactions that overlap always conflict: the first to commit wins,
+  the other fails whole and is retried (`retrying`). Ids taken as "the next free one" inside a transaction
+  are therefore never taken twice, and the same bytes ingested by two processes at once land once: the
+  retried one finds the other's source.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+
+from tracelog.errors import TracelogError
+
+PREFIX = "ducklake:"
+DATA_PATH_ENVVAR = "TRACELOG_DATA_PATH"
+ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
+# The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
+ID_KINDS = ("source", "run", "bench", "flag")
+WRITES = "writes"  # the row every write transaction bumps, so that any two of them conflict
+# (package, extension name as DuckDB loads it, file name in the wheel)
+EXTENSIONS = (
+    ("duckdb_extension_ducklake", "ducklake", "ducklake"),
+    ("duckdb_extension_postgres", "postgres_scanner", "postgres"),
+)
+RETRIES = 40  # a busy store: 8 writers each losing a few races still land
+RETRY_WAIT = 0.05  # seconds before the first retry, growing 1.5x, with jitter, capped at RETRY_WAIT_MAX
+RETRY_WAIT_MAX = 2.0
+
+T = TypeVar("T")
+
+
+class ConflictError(TracelogError):
+    """A write to a DuckLake store that lost its commit to another writer (nothing of it landed)."""
+
+
+def is_lake(db: str | os.PathLike[str] | None) -> bool:
+    return isinstance(db, str) and db.startswith(PREFIX)
+
+
+def data_path(given: str | None = None) -> str | None:
+    return given or os.environ.get(DATA_PATH_ENVVAR) or None
+
+
+def extension_files() -> list[tuple[str, Path]]:
+    """(name, path) of each extension binary the installed packages ship, of this duckdb's version."""
+    version = f"v{duckdb.__version__}"
+    found = []
+    for package, name, file_name in EXTENSIONS:
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise TracelogError(
+                f"a DuckLake store needs the Python package {package.replace('_', '-')}=={duckdb.__version__} "
+                "(of the same version as duckdb); install tracelog with its pinned dependencies"
+            )
+        path = Path(spec.origin).parent / "extensions" / version / f"{file_name}.duckdb_extension"
+        if not path.is_file():
+            have = sorted(
+                p.parent.name for p in Path(spec.origin).parent.glob("extensions/*/*.duckdb_extension")
+            )
+            raise TracelogError(
+                f"{package.replace('_', '-')} ships the extension for duckdb {', '.join(have) or 'no version'}, "
+                f"not {version}: install the versions pinned in tracelog's pyproject.toml"
+            )
+        found.append((name, path))
+    return found
+
+
+def _named_copy(name: str, path: Path) -> Path:
+    """The binary under the extension's own name (DuckDB derives the entry point from the file name, and
+    the postgres wheel calls its file `postgres`), copied once into a per-user cache. A copy is written
+    beside and renamed into place, never over a file another process may have loaded."""
+    if path.stem == name:
+        return path
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracelog" / "extensions"
+    target = cache / path.parent.name / f"{name}.duckdb_extension"
+    if target.is_file() and target.stat().st_size == path.stat().st_size:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=target.parent, suffix=".partial")
+    os.close(handle)
+    shutil.copyfile(path, partial)
+    os.replace(partial, target)
+    return target
+
+
+def attach(con: duckdb.DuckDBPyConnection, db: str, data: str | None, read_only: bool) -> None:
+    """Load the extensions from their packages and attach the store as the connection's default."""
+    for name, path in extension_files():
+        try:
+            con.execute(f"LOAD '{_named_copy(name, path)}'")
+        except duckdb.Error as exc:
+            raise TracelogError(
+                f"cannot load the {name} extension: {str(exc).splitlines()[0]}", str(path)
+            ) from None
+    options = []
+    if data:
+        options.append(f"DATA_PATH '{_quote(data)}'")
+    if read_only:
+        options.append("READ_ONLY")
+    suffix = f" ({', '.join(options)})" if options else ""
+    try:
+        con.execute(f"ATTACH '{_quote(db)}' AS {ALIAS}{suffix}")
+    except duckdb.Error as exc:
+        first = str(exc).splitlines()[0]
+        hint = "" if data else f"; a new store needs --data-path (or {DATA_PATH_ENVVAR})"
+        raise TracelogError(f"cannot attach the DuckLake store: {first}{hint}", db) from None
+    con.execute(f"USE {ALIAS}")
+
+
+def stored_data_path(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The data path DuckLake recorded when the store was created (its `ducklake_metadata` table)."""
+    try:
+        row = con.execute(
+            f"SELECT value FROM __ducklake_metadata_{ALIAS}.ducklake_metadata WHERE key = 'data_path'"
+        ).fetchone()
+    except duckdb.Error:
+        return None
+    return str(row[0]) if row and row[0] else None
+
+
+def config_folder(db: str) -> Path | None:
+    """Where a DuckLake store's tracelog.toml lives: its data folder, shared by everyone who writes it
+    (an embedded file's is the folder it is in)."""
+    folder = data_path()
+    return Path(folder) if folder and "://" not in folder else None
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def dialect(sql: str) -> str:
+    """A schema file as DuckLake takes it: sequences, their defaults and primary keys dropped (ids come
+    from `tracelog_ids`), and a boolean default written as the string literal DuckLake accepts in
+    `ADD COLUMN` ("cannot add a column with a non-literal default value")."""
+    sql = re.sub(r"CREATE SEQUENCE[^;]*;", "", sql)
+    sql = re.sub(r"DEFAULT nextval\('\w+'\)", "", sql)
+    sql = re.sub(r",\s*PRIMARY KEY \([^)]*\)", "", sql)
+    sql = sql.replace("PRIMARY KEY", "")
+    return re.sub(r"DEFAULT (true|false)\b", r"DEFAULT '\1'", sql)
+
+
+IDS_TABLE_SQL = (
+    "CREATE TABLE IF NOT EXISTS tracelog_ids (kind VARCHAR, next_id BIGINT);"
+    + "INSERT INTO tracelog_ids VALUES "
+    + ", ".join(f"('{kind}', 1)" for kind in (*ID_KINDS, WRITES))
+    + ";"
+)
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A commit that lost a race with another writer (DuckLake's "Failed to commit DuckLake transaction",
+    after its own retries of changes that did not conflict)."""
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and (
+        "Failed to commit DuckLake transaction" in text
+        or ("DuckLake" in text and "onflict" in text)
+        or "Transaction conflict" in text
+    )
+
+
+def retrying(work: Callable[[], T], attempts: int = RETRIES) -> T:
+    """`work` (one whole transaction) again after a commit lost to another writer, waiting a little
+    longer each time, with jitter so that the losers do not meet again."""
+    wait = RETRY_WAIT
+    for attempt in range(attempts):
+        try:
+            return work()
+        except (duckdb.Error, ConflictError) as exc:
+            if attempt == attempts - 1 or not (isinstance(exc, ConflictError) or is_conflict(exc)):
+                raise
+        time.sleep(wait * (0.5 + random.random()))
+        wait = min(wait * 1.5, RETRY_WAIT_MAX)
+    raise AssertionError("unreachable")
