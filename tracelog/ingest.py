@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -29,7 +30,7 @@ from tracelog import parsers, resolve
 from tracelog.errors import TracelogError
 from tracelog.files import PeekStream, file_sha256, has_newline, open_binary
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
-from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parser_for
+from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for
 from tracelog.parsers.base import LineSource, prefetched
 from tracelog.source_writer import (
     Kept,
@@ -38,7 +39,7 @@ from tracelog.source_writer import (
     clear_for_reparse,
     delete_source,
 )
-from tracelog.store import Store
+from tracelog.store import Store, lake
 from tracelog.store.merge import merge_run, same_run
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
@@ -126,11 +127,26 @@ def ingest_file(
     of a sample. `parsed` is the file already parsed by a worker (`parse_jobs`), used where it is parsed
     from its first byte; its spool is removed either way. Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
     `TracelogError` for one that fails while it streams (nothing of it lands then)."""
+    options = options or RunOptions()
     try:
-        return _ingest_file(store, path, format_id, options or RunOptions(), force, progress, verify, parsed)
+        if not store.lake:
+            return _ingest_file(store, path, format_id, options, force, progress, verify, parsed)
+        # A shared DuckLake store: the file is parsed before its transaction (the CPU-bound part, done
+        # by every writer at once), so that a commit lost to another writer (store.lake) costs only the
+        # writing again, from the spool. A file the store already knows by its path (grown, or the same)
+        # resumes or is found inside the transaction, as in the embedded file.
+        if parsed is None and path != "-" and not path.endswith(".gz") and not _known_path(store, path):
+            parsed = parse_to_spool(path, format_id, tempfile.gettempdir())
+        return lake.retrying(
+            lambda: _ingest_file(store, path, format_id, options, force, progress, verify, parsed)
+        )
     finally:
         if parsed is not None:
             parsed.discard()
+
+
+def _known_path(store: Store, path: str) -> bool:
+    return bool(store.scalar("SELECT count(*) FROM sources WHERE path = ?", [path]))
 
 
 def _ingest_file(

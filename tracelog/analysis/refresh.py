@@ -24,7 +24,7 @@ from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import bandwidth, health, iterations, model_rules
 from tracelog.analysis.scope import Scope
 from tracelog.errors import TracelogError
-from tracelog.store import Store
+from tracelog.store import Store, lake
 from tracelog.store.tables import BENCH_SUBJECT_KINDS, MODEL_OUTPUT_TABLES
 from tracelog.thresholds import DEFAULT, Thresholds
 
@@ -79,11 +79,17 @@ def refresh(
     keep every partition in memory), and a refresh that cannot run under the cap runs again without it.
     """
     scope = Scope.of(run_ids, bench_ids)
-    try:
-        with store.memory_limit(REFRESH_MEMORY_LIMIT):
+
+    def once() -> int:
+        try:
+            with store.memory_limit(REFRESH_MEMORY_LIMIT):
+                return _refresh(store, scope, thresholds, sources)
+        except duckdb.OutOfMemoryException:
             return _refresh(store, scope, thresholds, sources)
-    except duckdb.OutOfMemoryException:
-        return _refresh(store, scope, thresholds, sources)
+
+    # In a shared DuckLake store another writer may commit first: the refresh is done again over what
+    # it committed (see store.lake).
+    return lake.retrying(once) if store.lake else once()
 
 
 def _refresh(store: Store, scope: Scope, thresholds: Thresholds, sources: list[int] | None = None) -> int:
@@ -182,7 +188,8 @@ def refresh_pending(store: Store) -> dict[int, str]:
     """Redo the refresh of every source whose refresh failed or never ran (a kill during it); returns
     the sources whose refresh failed again, with what failed. A read-only store is left as it is."""
     if (
-        "refresh_pending" not in store.columns("sources")
+        store.read_only
+        or "refresh_pending" not in store.columns("sources")
         or store.scalar("SELECT current_setting('access_mode')") == "read_only"
     ):
         return {}

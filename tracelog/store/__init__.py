@@ -152,6 +152,7 @@ class Store:
     ) -> None:
         self.path = str(path) if path is not None else default_db_path()
         self.lake = lake.is_lake(self.path)
+        self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
         self._ids: dict[str, int] | None = None  # a DuckLake transaction's id counters, once read
         self._in_transaction = False

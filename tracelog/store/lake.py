@@ -54,6 +54,7 @@ EXTENSIONS = (
 RETRIES = 40  # a busy store: 8 writers each losing a few races still land
 RETRY_WAIT = 0.05  # seconds before the first retry, growing 1.5x, with jitter, capped at RETRY_WAIT_MAX
 RETRY_WAIT_MAX = 2.0
+ATTACH_ATTEMPTS = 10
 
 T = TypeVar("T")
 
@@ -128,7 +129,22 @@ def attach(con: duckdb.DuckDBPyConnection, db: str, data: str | None, read_only:
         options.append("READ_ONLY")
     suffix = f" ({', '.join(options)})" if options else ""
     try:
-        con.execute(f"ATTACH '{_quote(db)}' AS {ALIAS}{suffix}")
+        # Processes that open a new store at once race to create DuckLake's own catalog tables; the
+        # losers see "already exists" and attach again to the catalog the winner made.
+        wait = RETRY_WAIT
+        for attempt in range(ATTACH_ATTEMPTS):
+            try:
+                con.execute(f"ATTACH '{_quote(db)}' AS {ALIAS}{suffix}")
+                break
+            except duckdb.Error as exc:
+                text = str(exc)
+                racing = "Failed to initialize DuckLake" in text and (
+                    "duplicate key" in text or "already exists" in text
+                )
+                if not racing or attempt == ATTACH_ATTEMPTS - 1:
+                    raise
+                time.sleep(wait * (0.5 + random.random()))
+                wait = min(wait * 1.5, RETRY_WAIT_MAX)
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0]
         hint = "" if data else f"; a new store needs --data-path (or {DATA_PATH_ENVVAR})"
