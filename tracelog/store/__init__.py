@@ -25,6 +25,8 @@ import duckdb
 import pyarrow as pa
 
 from tracelog.errors import TracelogError
+from tracelog.locations import data_path as data_path_of
+from tracelog.locations import is_lake
 from tracelog.store import lake
 
 if TYPE_CHECKING:
@@ -151,7 +153,7 @@ class Store:
         data_path: str | None = None,
     ) -> None:
         self.path = str(path) if path is not None else default_db_path()
-        self.lake = lake.is_lake(self.path)
+        self.lake = is_lake(self.path)
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
         self._ids: dict[str, int] | None = None  # a DuckLake transaction's id counters, once read
@@ -160,8 +162,8 @@ class Store:
         if self.lake:
             self.con = duckdb.connect(IN_MEMORY, config=CONNECT_CONFIG)
             try:
-                lake.attach(self.con, self.path, lake.data_path(data_path), read_only)
-                self.data_path = lake.data_path(data_path) or lake.stored_data_path(self.con)
+                lake.attach(self.con, self.path, data_path_of(data_path), read_only)
+                self.data_path = data_path_of(data_path) or lake.stored_data_path(self.con)
                 self._refuse_newer()
                 if not read_only:
                     with write_errors(self.path):
@@ -228,8 +230,11 @@ class Store:
             lake.retrying(lambda: self.con.execute(_SCHEMA_VERSION_SQL.format(key=key)))
         else:
             self.con.execute(_SCHEMA_VERSION_SQL.format(key=key))
+        have = {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
         applied = []
         for version, name, sql in migrations():
+            if version in have:
+                continue
             if self.lake:
                 if lake.retrying(lambda v=version, n=name, q=sql: self._apply(v, n, q)):  # type: ignore[misc]
                     applied.append(version)

@@ -25,6 +25,7 @@ What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import random
@@ -34,14 +35,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 
 from tracelog.errors import TracelogError
+from tracelog.locations import DATA_PATH_ENVVAR
 
-PREFIX = "ducklake:"
-DATA_PATH_ENVVAR = "TRACELOG_DATA_PATH"
 ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
 # The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
 ID_KINDS = ("source", "run", "bench", "flag")
@@ -61,14 +61,6 @@ T = TypeVar("T")
 
 class ConflictError(TracelogError):
     """A write to a DuckLake store that lost its commit to another writer (nothing of it landed)."""
-
-
-def is_lake(db: str | os.PathLike[str] | None) -> bool:
-    return isinstance(db, str) and db.startswith(PREFIX)
-
-
-def data_path(given: str | None = None) -> str | None:
-    return given or os.environ.get(DATA_PATH_ENVVAR) or None
 
 
 def extension_files() -> list[tuple[str, Path]]:
@@ -163,13 +155,6 @@ def stored_data_path(con: duckdb.DuckDBPyConnection) -> str | None:
     return str(row[0]) if row and row[0] else None
 
 
-def config_folder(db: str) -> Path | None:
-    """Where a DuckLake store's tracelog.toml lives: its data folder, shared by everyone who writes it
-    (an embedded file's is the folder it is in)."""
-    folder = data_path()
-    return Path(folder) if folder and "://" not in folder else None
-
-
 def _quote(text: str) -> str:
     return text.replace("'", "''")
 
@@ -202,6 +187,19 @@ def is_conflict(exc: BaseException) -> bool:
         or ("DuckLake" in text and "onflict" in text)
         or "Transaction conflict" in text
     )
+
+
+def retried(function: Callable[..., T]) -> Callable[..., T]:
+    """A store function (its first argument the store) run again whole after a lost commit, when the
+    store is a DuckLake one."""
+
+    @functools.wraps(function)
+    def run(store: Any, *args: Any, **kwargs: Any) -> T:
+        if getattr(store, "lake", False):
+            return retrying(lambda: function(store, *args, **kwargs))
+        return function(store, *args, **kwargs)
+
+    return run
 
 
 def retrying(work: Callable[[], T], attempts: int = RETRIES) -> T:
