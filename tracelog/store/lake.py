@@ -31,9 +31,11 @@ import os
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +43,7 @@ import duckdb
 
 from tracelog.errors import TracelogError
 from tracelog.locations import DATA_PATH_ENVVAR
+from tracelog.locations import LAKE_PREFIX as PREFIX
 
 ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
 # The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
@@ -155,6 +158,39 @@ def stored_data_path(con: duckdb.DuckDBPyConnection) -> str | None:
     return str(row[0]) if row and row[0] else None
 
 
+# The key of the PostgreSQL advisory lock a writer holds from its first statement to its commit: any
+# 64-bit number of the application's choosing (PostgreSQL docs, "Advisory Lock Functions").
+WRITE_LOCK_KEY = 0x7472616365  # "trace"
+
+
+@contextmanager
+def write_lock(con: duckdb.DuckDBPyConnection, db: str) -> Iterator[None]:
+    """Hold the store's write lock around one write transaction, from before it reads the store until
+    after its commit returned.
+
+    With a PostgreSQL catalog the lock is a transaction-level advisory lock, taken on a second
+    connection (a cursor: its own DuckDB transaction, so its own PostgreSQL transaction) and let go when
+    that one ends, after the writer's commit; a killed writer's connection drops and lets it go. So
+    writers wait for each other instead of all writing and all but one writing again, and the next
+    writer's snapshot (taken at its first read, after the lock) has the last commit in it. The
+    optimistic retry stays for anything that writes without the lock."""
+    if not db.startswith(f"{PREFIX}postgres:"):
+        yield
+        return
+    lock = con.cursor()
+    try:
+        lock.execute("BEGIN TRANSACTION")
+        lock.execute(
+            f"CALL postgres_execute('__ducklake_metadata_{ALIAS}', "
+            f"'SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})')"
+        )
+        yield
+    finally:
+        with suppress(duckdb.Error):
+            lock.execute("ROLLBACK")
+        lock.close()
+
+
 def _quote(text: str) -> str:
     return text.replace("'", "''")
 
@@ -212,6 +248,9 @@ def retrying(work: Callable[[], T], attempts: int = RETRIES) -> T:
         except (duckdb.Error, ConflictError) as exc:
             if attempt == attempts - 1 or not (isinstance(exc, ConflictError) or is_conflict(exc)):
                 raise
+            lost = exc
+        if os.environ.get("TRACELOG_DEBUG_RETRIES"):
+            print(f"retry {attempt + 1}: {str(lost).splitlines()[0]}", file=sys.stderr)
         time.sleep(wait * (0.5 + random.random()))
         wait = min(wait * 1.5, RETRY_WAIT_MAX)
     raise AssertionError("unreachable")
