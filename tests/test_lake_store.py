@@ -1,0 +1,128 @@
+"""The DuckLake store without a server: a DuckDB-file catalog (`ducklake:/folder/catalog.ducklake`), which
+holds the same schema, ids and transactions as a PostgreSQL one (tests/test_lake.py runs many writers
+against a real PostgreSQL server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tracelog.errors import TracelogError
+from tracelog.ingest import ingest_file
+from tracelog.store import Store, lake, migrations
+
+from .conftest import SAMPLES, base_tables
+
+LLAMA = str(SAMPLES / "megatron_lm_llama3_8b_h100.log")
+BLOOM = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
+NCCL = str(SAMPLES / "nccl_all_reduce_8xa100.txt")
+
+
+@pytest.fixture
+def file_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("TRACELOG_DATA_PATH", str(tmp_path / "data"))
+    return f"ducklake:{tmp_path / 'catalog.ducklake'}"
+
+
+def test_the_dialect_takes_out_what_ducklake_lacks_and_nothing_else() -> None:
+    sql = (
+        "CREATE SEQUENCE IF NOT EXISTS run_ids START 1;\n"
+        "CREATE TABLE t (id INTEGER PRIMARY KEY DEFAULT nextval('run_ids'), k VARCHAR, PRIMARY KEY (id, k));\n"
+        "ALTER TABLE t ADD COLUMN IF NOT EXISTS done BOOLEAN DEFAULT false;\n"
+        "ALTER TABLE t ADD COLUMN IF NOT EXISTS n BIGINT DEFAULT 0;"
+    )
+    out = lake.dialect(sql)
+    assert "SEQUENCE" not in out and "nextval" not in out and "PRIMARY KEY" not in out
+    assert "DEFAULT 'false'" in out and "DEFAULT 0" in out
+    assert "CREATE TABLE t (id INTEGER  , k VARCHAR)" in out
+
+
+def test_every_schema_file_applies_to_a_new_lake_store(file_lake: str) -> None:
+    with Store(file_lake) as store:
+        assert store.lake
+        assert store.schema_version == max(v for v, _, _ in migrations())
+        assert {"sources", "runs", "iterations", "flags", "tracelog_ids"} <= set(base_tables(store.con))
+        kinds = dict(store.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+        assert kinds == {"source": 1, "run": 1, "bench": 1, "flag": 1, lake.WRITES: kinds[lake.WRITES]}
+    with Store(file_lake) as again:  # opening it again applies nothing twice
+        assert again.scalar("SELECT count(*) FROM schema_version") == len(migrations())
+
+
+def test_ids_come_from_the_store_and_each_write_is_counted(file_lake: str) -> None:
+    with Store(file_lake) as store:
+        writes = store.scalar("SELECT next_id FROM tracelog_ids WHERE kind = ?", [lake.WRITES])
+        with store.transaction():
+            assert store.new_id("run") == 1
+            assert store.new_id("run", 3) == 2
+            assert store.new_id("run") == 5
+            store.insert(
+                "flags",
+                [
+                    {"rule": "r", "severity": "info", "subject_kind": "run", "subject_id": 1, "message": "a"},
+                    {"rule": "r", "severity": "info", "subject_kind": "run", "subject_id": 1, "message": "b"},
+                ],
+            )
+        ids = dict(store.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+        assert ids["run"] == 6 and ids["flag"] == 3
+        assert ids[lake.WRITES] == writes + 1
+        assert store.con.execute("SELECT flag_id FROM flags ORDER BY 1").fetchall() == [(1,), (2,)]
+        with pytest.raises(ValueError), store.transaction():
+            store.new_id("run")
+            raise ValueError("rolled back")
+        assert store.scalar("SELECT next_id FROM tracelog_ids WHERE kind = 'run'") == 6  # not handed out
+        with pytest.raises(RuntimeError, match="inside a write transaction"):
+            store.new_id("run")
+
+
+def test_the_same_rows_land_in_a_lake_as_in_a_file(file_lake: str, tmp_path: Path) -> None:
+    with Store(tmp_path / "file.duckdb") as embedded, Store(file_lake) as shared:
+        for path in (LLAMA, BLOOM, NCCL):
+            assert ingest_file(embedded, path).status == "ingested"
+            assert ingest_file(shared, path).status == "ingested"
+        assert ingest_file(shared, LLAMA).status == "already ingested"
+        for table in base_tables(embedded.con):
+            if table in ("schema_version",):
+                continue
+            expect = embedded.scalar(f"SELECT count(*) FROM {table}")
+            assert shared.scalar(f"SELECT count(*) FROM {table}") == expect, table
+        same = "SELECT run_id, iteration, lm_loss::VARCHAR FROM iterations ORDER BY ALL"  # NaN as text
+        assert shared.con.execute(same).fetchall() == embedded.con.execute(same).fetchall()
+
+
+def test_a_lost_commit_is_retried_and_anything_else_is_not() -> None:
+    calls: list[int] = []
+
+    def loses_twice() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise duckdb.TransactionException("Failed to commit: Failed to commit DuckLake transaction.")
+        return "landed"
+
+    assert lake.retrying(loses_twice) == "landed" and len(calls) == 3
+
+    def broken() -> None:
+        calls.append(1)
+        raise duckdb.CatalogException("Table with name nope does not exist")
+
+    calls.clear()
+    with pytest.raises(duckdb.CatalogException):
+        lake.retrying(broken)
+    assert len(calls) == 1
+
+    def always_loses() -> None:
+        raise lake.ConflictError("another writer committed first")
+
+    with pytest.raises(lake.ConflictError):
+        lake.retrying(always_loses, attempts=2)
+
+
+def test_a_store_address_that_cannot_attach_names_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRACELOG_DATA_PATH", raising=False)
+    address = f"ducklake:{tmp_path / 'missing' / 'catalog.ducklake'}"
+    with pytest.raises(TracelogError) as caught:
+        Store(address)
+    assert str(caught.value).startswith(f"{address}: cannot attach the DuckLake store")
