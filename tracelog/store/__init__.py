@@ -165,20 +165,24 @@ class Store:
             # lock (4 writers on 2 cores: 3.4 CPU s per 25 MB log with one thread, 4.5-8.5 with two).
             config = CONNECT_CONFIG if read_only else {**CONNECT_CONFIG, "threads": 1}
             self.con = duckdb.connect(IN_MEMORY, config=config)
-            try:
+        else:
+            self.con = self._connect_file(create)
+        try:
+            if self.lake:
                 lake.attach(self.con, self.path, data_path_of(data_path), read_only)
                 self.data_path = data_path_of(data_path) or lake.stored_data_path(self.con)
-                self._refuse_newer()
-                if not read_only:
-                    with write_errors(self.path):
-                        self.migrate()
-            except BaseException:
-                self.con.close()
-                raise
-            return
+            self._refuse_newer()
+            if not read_only:
+                with write_errors(self.path):
+                    self.migrate()
+        except BaseException:
+            self.con.close()
+            raise
+
+    def _connect_file(self, create: bool) -> duckdb.DuckDBPyConnection:
         check_database_file(self.path, create)
         try:
-            self.con = duckdb.connect(self.path, read_only=read_only, config=CONNECT_CONFIG)
+            return duckdb.connect(self.path, read_only=self.read_only, config=CONNECT_CONFIG)
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower():
@@ -189,14 +193,6 @@ class Store:
             raise TracelogError(f"cannot open the database: {text.splitlines()[0]}", self.path) from None
         except duckdb.Error as exc:
             raise TracelogError(f"not a DuckDB database ({str(exc).splitlines()[0]})", self.path) from None
-        try:
-            self._refuse_newer()
-            if not read_only:
-                with write_errors(self.path):
-                    self.migrate()
-        except BaseException:
-            self.con.close()
-            raise
 
     def __enter__(self) -> Store:
         return self
