@@ -81,7 +81,7 @@ def tables(store: Store) -> list[str]:
 def counts(db: str | Path) -> dict[str, int]:
     """Rows per base table."""
     with Store(db, read_only=True, create=False) as store:
-        return {t: store.con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables(store)}
+        return {t: int(store.scalar(f'SELECT count(*) FROM "{t}"')) for t in tables(store)}
 
 
 def per_source(db: str | Path) -> dict[str, tuple[int, int]]:
@@ -98,9 +98,7 @@ def duplicate_ids(db: str | Path) -> dict[str, int]:
     """Per id column, how many ids are held by more than one row (0 everywhere in a sound store)."""
     with Store(db, read_only=True, create=False) as store:
         return {
-            column: store.con.execute(f"SELECT count(*) - count(DISTINCT {column}) FROM {table}").fetchone()[
-                0
-            ]
+            column: int(store.scalar(f"SELECT count(*) - count(DISTINCT {column}) FROM {table}"))
             for table, (column, _) in AUTO_IDS.items()
         }
 
