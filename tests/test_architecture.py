@@ -15,7 +15,7 @@ MAX_LINES = 600
 
 # Lowest first; a module may import its own layer and the layers below it.
 LAYERS = [
-    ("errors", "thresholds", "hardware", "hardware_lines", "clusters"),
+    ("errors", "thresholds", "hardware", "hardware_lines", "locations", "clusters"),
     ("store",),
     ("parsers",),
     ("files", "fingerprint", "parse_jobs", "source_writer", "resolve", "ingest"),

@@ -30,6 +30,7 @@ from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
+from tracelog.locations import DATA_PATH_ENVVAR, config_folder, is_lake
 from tracelog.queries import (
     Db,
     benches,
@@ -51,12 +52,11 @@ from tracelog.queries import (
     tag_run,
     untag_run,
 )
-from tracelog.store import Store, default_db_path
+from tracelog.store import Store, default_db_path, lake
 from tracelog.store import benches as bench_lookup
 from tracelog.store import export as exporter
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
-from tracelog.store.lake import DATA_PATH_ENVVAR, config_folder, is_lake
 
 if TYPE_CHECKING:  # Altair and vl-convert: loaded when a report is written, not at every start-up
     from tracelog.report import ReportResult
@@ -333,17 +333,27 @@ def set_hardware(
         raise TracelogError("nothing to set: give --gpu, --fabric, --nodes or --gpus-per-node")
     if bench_lookup.is_bench_ref(ref):
         bench_id = bench_lookup.resolve_bench(store, ref)
-        with store.transaction():
-            bench_lookup.set_columns(store, bench_id, values)
-            resolve.record_set(store, "benches", bench_id, values)
+        _set_bench(store, bench_id, values)
         refresher.refresh(store, [], [bench_id])
         return bench_id, bench_lookup.flag_count(store, bench_id)
     run_id = run_lookup.resolve_run(store, ref)
-    run_lookup.set_columns(store, run_id, values)
-    with store.transaction():
-        resolve.record_set(store, "runs", run_id, values)
+    _set_run(store, run_id, values)
     refresher.refresh(store, [run_id], [])
     return run_id, len(flag_list.flags(store, run_ids=[run_id]))
+
+
+@lake.retried
+def _set_bench(store: Store, bench_id: int, values: dict[str, object]) -> None:
+    with store.transaction():
+        bench_lookup.set_columns(store, bench_id, values)
+        resolve.record_set(store, "benches", bench_id, values)
+
+
+@lake.retried
+def _set_run(store: Store, run_id: int, values: dict[str, object]) -> None:
+    with store.transaction():
+        run_lookup.set_columns_in(store, run_id, values)
+        resolve.record_set(store, "runs", run_id, values)
 
 
 def report(

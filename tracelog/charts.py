@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 import altair as alt
 
 from tracelog.errors import TracelogError
+from tracelog.locations import is_lake
 from tracelog.report.sections import build
 from tracelog.store import Store, default_db_path
-from tracelog.store.lake import is_lake
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

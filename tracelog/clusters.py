@@ -28,7 +28,7 @@ from typing import Any
 
 from tracelog import hardware
 from tracelog.errors import TracelogError
-from tracelog.store.lake import config_folder, is_lake
+from tracelog.locations import config_folder
 
 CONFIG_NAME = "tracelog.toml"
 FACTS = ("gpu_model", "gpus_per_node", "fabric", "nics_per_node")
@@ -102,12 +102,10 @@ def config_files(db: str | None, paths: Sequence[str] = ()) -> list[Path]:
         here = Path(path).resolve()
         folder = here if here.is_dir() else here.parent
         candidates.extend(d / CONFIG_NAME for d in (folder, *folder.parents))
-    if is_lake(db):
-        folder = config_folder(str(db))
-        if folder is not None:
-            candidates.append(folder / CONFIG_NAME)
-    elif db and db != ":memory:":
-        candidates.append(Path(db).resolve().parent / CONFIG_NAME)
+    if db and db != ":memory:":
+        folder_of_db = config_folder(str(db))
+        if folder_of_db is not None:
+            candidates.append(folder_of_db / CONFIG_NAME)
     candidates.append(user_config())
     seen: dict[Path, None] = {}
     for candidate in candidates:

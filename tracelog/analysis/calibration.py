@@ -56,7 +56,7 @@ from tracelog.model.collectives import (
     predict_collective,
 )
 from tracelog.model.timing import predict_iteration
-from tracelog.store import Store
+from tracelog.store import Store, lake
 
 COMPUTE_SCALE = "compute_scale"
 ALPHA_US = "alpha_us"
@@ -489,6 +489,7 @@ def has_table(store: Store) -> bool:
     return bool(store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [TABLE]))
 
 
+@lake.retried
 def save(store: Store, fits: Sequence[Fit]) -> None:
     """Replace the rows of the fitted (constant, scope) pairs; other constants stay as they were."""
     if not fits:

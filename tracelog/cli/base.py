@@ -20,9 +20,9 @@ import click
 import duckdb
 
 from tracelog.errors import BUG_REPORT, TracelogError
+from tracelog.locations import DATA_PATH_ENVVAR, is_lake
 from tracelog.render import FORMATS
 from tracelog.store import DB_ENVVAR, DEFAULT_DB, Store, write_error
-from tracelog.store.lake import DATA_PATH_ENVVAR, is_lake
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (2): what a shell reports for a command stopped by Ctrl-C
 

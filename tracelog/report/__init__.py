@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracelog.errors import TracelogError
+from tracelog.locations import is_lake
 from tracelog.report import html
 from tracelog.report.sections import DEFAULT_OUTPUT, POINTS_PER_RUN, Report, build
 from tracelog.store import Store, default_db_path
-from tracelog.store.lake import is_lake
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

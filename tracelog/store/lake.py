@@ -25,23 +25,26 @@ What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 
 from tracelog.errors import TracelogError
+from tracelog.locations import DATA_PATH_ENVVAR
+from tracelog.locations import LAKE_PREFIX as PREFIX
 
-PREFIX = "ducklake:"
-DATA_PATH_ENVVAR = "TRACELOG_DATA_PATH"
 ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
 # The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
 ID_KINDS = ("source", "run", "bench", "flag")
@@ -61,14 +64,6 @@ T = TypeVar("T")
 
 class ConflictError(TracelogError):
     """A write to a DuckLake store that lost its commit to another writer (nothing of it landed)."""
-
-
-def is_lake(db: str | os.PathLike[str] | None) -> bool:
-    return isinstance(db, str) and db.startswith(PREFIX)
-
-
-def data_path(given: str | None = None) -> str | None:
-    return given or os.environ.get(DATA_PATH_ENVVAR) or None
 
 
 def extension_files() -> list[tuple[str, Path]]:
@@ -163,11 +158,37 @@ def stored_data_path(con: duckdb.DuckDBPyConnection) -> str | None:
     return str(row[0]) if row and row[0] else None
 
 
-def config_folder(db: str) -> Path | None:
-    """Where a DuckLake store's tracelog.toml lives: its data folder, shared by everyone who writes it
-    (an embedded file's is the folder it is in)."""
-    folder = data_path()
-    return Path(folder) if folder and "://" not in folder else None
+# The key of the PostgreSQL advisory lock a writer holds from its first statement to its commit: any
+# 64-bit number of the application's choosing (PostgreSQL docs, "Advisory Lock Functions").
+WRITE_LOCK_KEY = 0x7472616365  # "trace"
+
+
+@contextmanager
+def write_lock(con: duckdb.DuckDBPyConnection, db: str) -> Iterator[None]:
+    """Hold the store's write lock around one write transaction, from before it reads the store until
+    after its commit returned.
+
+    With a PostgreSQL catalog the lock is a transaction-level advisory lock, taken on a second
+    connection (a cursor: its own DuckDB transaction, so its own PostgreSQL transaction) and let go when
+    that one ends, after the writer's commit; a killed writer's connection drops and lets it go. So
+    writers wait for each other instead of all writing and all but one writing again, and the next
+    writer's snapshot (taken at its first read, after the lock) has the last commit in it. The
+    optimistic retry stays for anything that writes without the lock."""
+    if not db.startswith(f"{PREFIX}postgres:"):
+        yield
+        return
+    lock = con.cursor()
+    try:
+        lock.execute("BEGIN TRANSACTION")
+        lock.execute(
+            f"CALL postgres_execute('__ducklake_metadata_{ALIAS}', "
+            f"'SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})')"
+        )
+        yield
+    finally:
+        with suppress(duckdb.Error):
+            lock.execute("ROLLBACK")
+        lock.close()
 
 
 def _quote(text: str) -> str:
@@ -204,6 +225,19 @@ def is_conflict(exc: BaseException) -> bool:
     )
 
 
+def retried(function: Callable[..., T]) -> Callable[..., T]:
+    """A store function (its first argument the store) run again whole after a lost commit, when the
+    store is a DuckLake one."""
+
+    @functools.wraps(function)
+    def run(store: Any, *args: Any, **kwargs: Any) -> T:
+        if getattr(store, "lake", False):
+            return retrying(lambda: function(store, *args, **kwargs))
+        return function(store, *args, **kwargs)
+
+    return run
+
+
 def retrying(work: Callable[[], T], attempts: int = RETRIES) -> T:
     """`work` (one whole transaction) again after a commit lost to another writer, waiting a little
     longer each time, with jitter so that the losers do not meet again."""
@@ -214,6 +248,9 @@ def retrying(work: Callable[[], T], attempts: int = RETRIES) -> T:
         except (duckdb.Error, ConflictError) as exc:
             if attempt == attempts - 1 or not (isinstance(exc, ConflictError) or is_conflict(exc)):
                 raise
+            lost = exc
+        if os.environ.get("TRACELOG_DEBUG_RETRIES"):
+            print(f"retry {attempt + 1}: {str(lost).splitlines()[0]}", file=sys.stderr)
         time.sleep(wait * (0.5 + random.random()))
         wait = min(wait * 1.5, RETRY_WAIT_MAX)
     raise AssertionError("unreachable")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracelog.errors import TracelogError
-from tracelog.store import Store
+from tracelog.store import Store, lake
 from tracelog.store.flags import flags_sql
 from tracelog.store.tables import HARDWARE_SQL, MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
 
@@ -197,6 +197,7 @@ def show_run(
     return parts
 
 
+@lake.retried
 def tag(store: Store, run_id: int, tags: dict[str, str]) -> None:
     with store.transaction():
         set_tags(store, run_id, tags)
@@ -209,6 +210,7 @@ def set_tags(store: Store, run_id: int, tags: dict[str, str]) -> None:
         store.con.execute("INSERT INTO run_tags VALUES (?, ?, ?)", [run_id, key, value])
 
 
+@lake.retried
 def untag(store: Store, run_id: int, keys: list[str]) -> int:
     """Remove tags by key; returns how many were removed."""
     with store.transaction():
@@ -221,6 +223,7 @@ def untag(store: Store, run_id: int, keys: list[str]) -> int:
     return removed
 
 
+@lake.retried
 def note(store: Store, run_id: int, text: str) -> None:
     """Append a line to the run's notes (lab notes accumulate; nothing is overwritten)."""
     with store.transaction():
@@ -231,23 +234,32 @@ def note(store: Store, run_id: int, text: str) -> None:
         )
 
 
+@lake.retried
 def rename(store: Store, run_id: int, name: str) -> None:
-    store.con.execute("UPDATE runs SET name = ? WHERE run_id = ?", [name, run_id])
+    with store.transaction():
+        store.con.execute("UPDATE runs SET name = ? WHERE run_id = ?", [name, run_id])
 
 
+@lake.retried
 def set_columns(store: Store, run_id: int, values: dict[str, object]) -> None:
     """Set hardware columns of a run (gpu_model, fabric, nodes, gpus_per_node); the GPU count follows
     from nodes × GPUs per node where the log did not state it."""
+    with store.transaction():
+        set_columns_in(store, run_id, values)
+
+
+def set_columns_in(store: Store, run_id: int, values: dict[str, object]) -> None:
+    """`set_columns` inside the caller's transaction."""
     allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node"}
     assert set(values) <= allowed, set(values) - allowed
-    with store.transaction():
-        sets = ", ".join(f'"{k}" = ?' for k in values)
-        store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*values.values(), run_id])
-        store.con.execute(
-            "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE run_id = ?", [run_id]
-        )
+    sets = ", ".join(f'"{k}" = ?' for k in values)
+    store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*values.values(), run_id])
+    store.con.execute(
+        "UPDATE runs SET gpus = coalesce(gpus, nodes * gpus_per_node) WHERE run_id = ?", [run_id]
+    )
 
 
+@lake.retried
 def remove(store: Store, run_id: int) -> None:
     """Delete a run and every row that belongs to it, including the model's outputs about it."""
     with store.transaction():
