@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 
 from tests.conftest import ROOT, SAMPLES
@@ -212,3 +213,15 @@ def test_kill_9_of_a_writer_leaves_nothing_and_a_rerun_completes(
     code, output = finish(rerun)
     assert code == 0 and "ingested as megatron" in output, output
     assert counts(lake_db) == counts(embedded(tmp_path, [EIGHT[5], big_log]))
+
+
+def test_export_of_a_lake_store_has_every_table_with_its_rows(lake_db: str, tmp_path: Path) -> None:
+    """`tracelog export --parquet` reads a DuckLake store as it reads the file: every table, every row."""
+    assert tracelog(lake_db, "ingest", str(EIGHT[1]), str(EIGHT[5])).wait(PROCESS_TIMEOUT_S) == 0
+    out = tmp_path / "export"
+    code, output = finish(tracelog(lake_db, "export", "--parquet", str(out)))
+    assert code == 0, output
+    have = counts(lake_db)
+    assert have["iterations"] > 10 and have["collectives"] > 10
+    for table, rows in have.items():
+        assert ds.dataset(out / table, format="parquet", partitioning="hive").count_rows() == rows, table
