@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import postgres
 from tracelog.parsers.base import LineSource
 from tracelog.store import Store
+from tracelog.store.lake import DATA_PATH_ENVVAR
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_logs"
@@ -18,6 +21,46 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "test.duckdb"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.Server]:
+    """One PostgreSQL server for the whole run, holding a catalog database per DuckLake test."""
+    bin_dir = postgres.find_bin_dir()
+    if bin_dir is None:
+        pytest.skip(
+            "PostgreSQL's server binaries (initdb, pg_ctl, psql) are not installed, neither on PATH nor "
+            "in /usr/lib/postgresql/*/bin: the DuckLake store's catalog needs them (Debian: apt-get "
+            "install postgresql)"
+        )
+    server = postgres.Server(bin_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def lake_db(postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The `--db` of a new, empty DuckLake store: a fresh catalog database, and a fresh data folder in
+    TRACELOG_DATA_PATH (for this process and the ones it starts)."""
+    data = tmp_path / "lake-data"
+    data.mkdir()
+    monkeypatch.setenv(DATA_PATH_ENVVAR, str(data))
+    return postgres_server.address(postgres_server.create_database())
+
+
+@pytest.fixture(params=["file", "lake"])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A fresh database on each backend: the embedded file, then a DuckLake store. A test marked
+    `file_only` (it reads the file itself, or its lock) is skipped on the lake."""
+    if request.param == "file":
+        return tmp_path / "test.duckdb"
+    marker = request.node.get_closest_marker("file_only")
+    if marker is not None:
+        pytest.skip(f"embedded file only: {marker.args[0] if marker.args else 'needs a database file'}")
+    return str(request.getfixturevalue("lake_db"))
 
 
 @pytest.fixture

@@ -19,6 +19,12 @@ FAILURES = SAMPLES / "nccl_failures_back_to_back_8xh100.txt"
 NCCL_ROW_RX = re.compile(r"^\s+\d+\s+\d+\s+\w+\s+\w+\s+-?\d+\s+[\d.]+")
 
 
+@pytest.fixture
+def db_path(any_db: Path | str) -> Path | str:
+    """Every test here on both backends: the embedded file and a DuckLake store."""
+    return any_db
+
+
 def run(db: Path, *args: str):
     return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 

@@ -230,7 +230,10 @@ def test_flags_follow_bench_status_and_wrong_values(db_path: Path) -> None:
     assert flags == [(0, "nccl_data_error"), (1, "bench_incomplete"), (2, "bench_incomplete")]
 
 
-def test_a_grown_log_completes_its_bench(db_path: Path, tmp_path: Path) -> None:
+def test_a_grown_log_completes_its_bench(any_db: Path, tmp_path: Path) -> None:
+    """On both backends: the bench of a grown file is updated, not added again (a DuckLake store settles
+    updates unlike appends: they conflict with any other writer)."""
+    db_path = any_db
     full = (SAMPLES / "nccl_all_reduce_8xa100.txt").read_text()
     cut = full.index("   268435456")
     log = tmp_path / "all_reduce.log"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tests.conftest import SAMPLES
@@ -13,6 +14,12 @@ from tracelog.store import Store
 
 BLOOM = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
 LLAMA = str(SAMPLES / "megatron_lm_llama3_8b_h100.log")
+
+
+@pytest.fixture
+def db_path(any_db: Path | str) -> Path | str:
+    """Every test here on both backends: the embedded file and a DuckLake store."""
+    return any_db
 
 
 def run(db: Path, *args: str, input: str | bytes | None = None):

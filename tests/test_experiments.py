@@ -17,8 +17,9 @@ BLOOM = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "t.duckdb"
+def db(any_db: Path | str) -> Path | str:
+    """Two ingests, on each backend: the embedded file and a DuckLake store."""
+    path = any_db
     api.ingest(path, [BLOOM], name="bloom")
     api.ingest(path, [LLAMA], name="llama")
     return path

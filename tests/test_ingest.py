@@ -35,6 +35,13 @@ def counts(store: Store) -> dict[str, int]:
     return {t: store.scalar(f"SELECT count(*) FROM {t}") for t in tables}
 
 
+@pytest.fixture
+def db_path(any_db: Path | str) -> Path | str:
+    """The tests of the store and the database path on both backends: the embedded file and a DuckLake
+    store."""
+    return any_db
+
+
 def test_same_bytes_twice_is_one_source(store: Store, tmp_path: Path) -> None:
     first = ingest_file(store, str(LLAMA))
     before = counts(store)

@@ -253,6 +253,10 @@ class Store:
             return False
         with self.transaction():
             if self.lake:
+                # Asked again inside the transaction: another process may have committed this version
+                # between the look above and BEGIN, and then nothing here would conflict with it.
+                if self.scalar("SELECT count(*) FROM schema_version WHERE version = ?", [version]):
+                    return False
                 sql = lake.dialect(sql) + (lake.IDS_TABLE_SQL if version == 1 else "")
             self.con.execute(sql)
             self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])

@@ -1,0 +1,228 @@
+"""A DuckLake store written by many `tracelog` processes at once, as a team's jobs write it.
+
+Every writer and reader here is a real process (`python -m tracelog`) on a real PostgreSQL catalog: the
+store's whole promise is about processes that share nothing but the catalog and the data folder. What the
+store holds afterwards is checked against the same files ingested one by one into an embedded file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.conftest import ROOT, SAMPLES
+from tracelog import api
+from tracelog.store import AUTO_IDS, Store
+
+# Eight different files: every family of parser (Megatron-LM, Megatron-DeepSpeed, DeepSpeed, NeMo,
+# nccl-tests, p2pBandwidthLatencyTest, nvidia-smi topo).
+EIGHT = [
+    SAMPLES / name
+    for name in (
+        "megatron_deepspeed_bloom_ugly.log",
+        "megatron_lm_llama3_8b_h100.log",
+        "megatron_lm_moe_energy_timers.log",
+        "deepspeed_ugly_restart.log",
+        "nemo2_llama3_8b_pretrain.log",
+        "nccl_all_reduce_8xa100.txt",
+        "p2p_8xh100_p2p_read.txt",
+        "topo_8xh100_nics.txt",
+    )
+]
+LAKE_ONLY = {"tracelog_ids"}  # the id counters a DuckLake store keeps instead of sequences
+PROCESS_TIMEOUT_S = 600  # eight writers on two cores, each losing some commit races
+BIG_LOG_MB = 6  # large enough that a writer is caught parsing and caught writing
+KILL_WAIT_S = 120.0
+READER_PAUSE_S = 0.5  # between the reader's queries: most of the two cores stay with the writers
+# What a reader sees of every source it can see: its rows of iterations (through its runs) and of
+# unparsed. A source half written would show fewer than its file has.
+PER_SOURCE_SQL = (
+    "SELECT s.path, "
+    "(SELECT count(*) FROM iterations i JOIN runs r USING (run_id) WHERE r.source_id = s.source_id) AS it, "
+    "(SELECT count(*) FROM unparsed u WHERE u.source_id = s.source_id) AS un "
+    "FROM sources s UNION ALL "
+    "SELECT '<orphans>', (SELECT count(*) FROM iterations WHERE run_id NOT IN (SELECT run_id FROM runs)), "
+    "(SELECT count(*) FROM unparsed WHERE source_id NOT IN (SELECT source_id FROM sources))"
+)
+
+
+def tracelog(db: str | Path, *args: str) -> subprocess.Popen[str]:
+    """A `tracelog` process on `db` (TRACELOG_DATA_PATH comes with the environment)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracelog", "--db", str(db), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    return proc.returncode, out + err
+
+
+def tables(store: Store) -> list[str]:
+    return [
+        r[0]
+        for r in store.con.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_type = 'BASE TABLE' AND table_catalog = current_database()"
+        ).fetchall()
+        if r[0] not in LAKE_ONLY
+    ]
+
+
+def counts(db: str | Path) -> dict[str, int]:
+    """Rows per base table."""
+    with Store(db, read_only=True, create=False) as store:
+        return {t: int(store.scalar(f'SELECT count(*) FROM "{t}"')) for t in tables(store)}
+
+
+def per_source(db: str | Path) -> dict[str, tuple[int, int]]:
+    with Store(db, read_only=True, create=False) as store:
+        return {path: (it, un) for path, it, un in store.con.execute(PER_SOURCE_SQL).fetchall()}
+
+
+def sources(db: str | Path) -> set[tuple[str, str, int]]:
+    with Store(db, read_only=True, create=False) as store:
+        return set(store.con.execute("SELECT path, fingerprint, bytes FROM sources").fetchall())
+
+
+def duplicate_ids(db: str | Path) -> dict[str, int]:
+    """Per id column, how many ids are held by more than one row (0 everywhere in a sound store)."""
+    with Store(db, read_only=True, create=False) as store:
+        return {
+            column: int(store.scalar(f"SELECT count(*) - count(DISTINCT {column}) FROM {table}"))
+            for table, (column, _) in AUTO_IDS.items()
+        }
+
+
+def embedded(folder: Path, files: list[Path], name: str = "one-by-one.duckdb") -> Path:
+    """The files ingested one by one, each by its own call, into a new embedded file."""
+    db = folder / name
+    for path in files:
+        api.ingest(str(db), [str(path)])
+    return db
+
+
+@pytest.fixture(scope="module")
+def eight_embedded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return embedded(tmp_path_factory.mktemp("embedded"), EIGHT)
+
+
+def test_eight_writers_and_a_reader_at_once(eight_embedded: Path, lake_db: str) -> None:
+    """Eight processes ingest eight files at once while a ninth queries the store throughout: the reader
+    only ever sees whole files, and the store ends as the files ingested one by one would leave it."""
+    want_sources = per_source(eight_embedded)
+    assert want_sources.pop("<orphans>") == (0, 0)
+    assert sum(it for it, _ in want_sources.values()) > 50 and sum(un for _, un in want_sources.values()) > 10
+    writers = [tracelog(lake_db, "ingest", str(path)) for path in EIGHT]
+    seen: list[dict[str, tuple[int, int]]] = []
+    while any(w.poll() is None for w in writers) or not seen:
+        reader = tracelog(lake_db, "sql", PER_SOURCE_SQL, "--format", "csv")
+        code, output = finish(reader)
+        assert code == 0, output
+        lines = output.strip().splitlines()[1:]
+        seen.append({p: (int(it), int(un)) for p, it, un in (line.rsplit(",", 2) for line in lines)})
+        time.sleep(READER_PAUSE_S)
+    for writer in writers:
+        code, output = finish(writer)
+        assert code == 0, output
+    assert len(seen) >= 2, "the reader never queried while the writers worked"
+    for snapshot in seen:
+        assert snapshot.pop("<orphans>") == (0, 0), "rows of a run or source that is not committed"
+        for path, got in snapshot.items():
+            assert got == want_sources[path], f"{path} seen half written: {got} of {want_sources[path]}"
+    assert seen[-1] == want_sources
+    assert counts(lake_db) == counts(eight_embedded)
+    assert sources(lake_db) == sources(eight_embedded)
+    assert len(sources(lake_db)) == len(EIGHT)
+    assert duplicate_ids(lake_db) == {column: 0 for column, _ in AUTO_IDS.values()}
+    with Store(lake_db, read_only=True) as store:  # nine processes opened the new store at once
+        twice = "SELECT version FROM schema_version GROUP BY version HAVING count(*) > 1"
+        assert store.con.execute(twice).fetchall() == [], "a schema file applied twice"
+
+
+def test_the_same_file_from_three_processes_is_one_source(lake_db: str, tmp_path: Path) -> None:
+    path = EIGHT[0]
+    writers = [tracelog(lake_db, "ingest", str(path)) for _ in range(3)]
+    outputs = []
+    for writer in writers:
+        code, output = finish(writer)
+        assert code == 0, output
+        outputs.append(output)
+    assert sum("ingested as megatron" in o for o in outputs) == 1, outputs
+    assert sum("already ingested" in o for o in outputs) == 2, outputs
+    assert len(sources(lake_db)) == 1
+    assert counts(lake_db) == counts(embedded(tmp_path, [path]))
+    assert duplicate_ids(lake_db) == {column: 0 for column, _ in AUTO_IDS.values()}
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lake-big") / "megatron-big.log"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "generate_megatron_log.py"), str(BIG_LOG_MB), str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+def parquet_files(folder: Path) -> set[Path]:
+    return set(folder.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("phase", ["parsing", "writing"])
+def test_kill_9_of_a_writer_leaves_nothing_and_a_rerun_completes(
+    phase: str, big_log: Path, lake_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer killed while it parses (its spool growing, nothing sent yet) or while its transaction
+    writes Parquet files into the data folder (not committed yet) leaves no trace in the store."""
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spool_dir))
+    data = Path(os.environ["TRACELOG_DATA_PATH"])
+    assert tracelog(lake_db, "ingest", str(EIGHT[5])).wait(PROCESS_TIMEOUT_S) == 0  # the store exists
+    before_files, before = parquet_files(data), counts(lake_db)
+    writer = tracelog(lake_db, "ingest", str(big_log))
+    deadline = time.monotonic() + KILL_WAIT_S
+    caught = False
+    while writer.poll() is None and time.monotonic() < deadline:
+        spooled = any(spool_dir.glob("tracelog-*.batches"))
+        written = bool(parquet_files(data) - before_files)
+        if (phase == "parsing" and spooled and not written) or (phase == "writing" and written):
+            os.kill(writer.pid, signal.SIGKILL)
+            caught = True
+            break
+        time.sleep(0.002)
+    writer.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert caught, f"the writer ended before it was seen {phase}"
+    assert writer.returncode == -signal.SIGKILL
+    if phase == "writing":
+        assert parquet_files(data) - before_files, "killed before its transaction wrote anything"
+    assert counts(lake_db) == before, "rows of the killed writer are visible"
+    assert str(big_log) not in {path for path, _, _ in sources(lake_db)}
+    rerun = tracelog(lake_db, "ingest", str(big_log))
+    code, output = finish(rerun)
+    assert code == 0 and "ingested as megatron" in output, output
+    assert counts(lake_db) == counts(embedded(tmp_path, [EIGHT[5], big_log]))
+
+
+def test_export_of_a_lake_store_has_every_table_with_its_rows(lake_db: str, tmp_path: Path) -> None:
+    """`tracelog export --parquet` reads a DuckLake store as it reads the file: every table, every row."""
+    assert tracelog(lake_db, "ingest", str(EIGHT[1]), str(EIGHT[5])).wait(PROCESS_TIMEOUT_S) == 0
+    out = tmp_path / "export"
+    code, output = finish(tracelog(lake_db, "export", "--parquet", str(out)))
+    assert code == 0, output
+    have = counts(lake_db)
+    assert have["iterations"] > 10 and have["collectives"] > 10
+    for table, rows in have.items():
+        assert ds.dataset(out / table, format="parquet", partitioning="hive").count_rows() == rows, table
