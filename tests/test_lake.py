@@ -8,6 +8,8 @@ store holds afterwards is checked against the same files ingested one by one int
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -226,3 +228,31 @@ def test_export_of_a_lake_store_has_every_table_with_its_rows(lake_db: str, tmp_
     assert have["iterations"] > 10 and have["collectives"] > 10
     for table, rows in have.items():
         assert ds.dataset(out / table, format="parquet", partitioning="hive").count_rows() == rows, table
+
+
+def test_the_readme_team_commands_run_on_a_lake(lake_db: str, tmp_path: Path) -> None:
+    """The README's team block (which tests/test_docs.py leaves to this file): its exports pointed at
+    this test's store, the job's log a sample, each `tracelog` line run as written."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(
+        b for b in re.findall(r"^```sh\n(.*?)^```", readme, flags=re.S | re.M) if "export TRACELOG_DB=" in b
+    )
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    commands = [shlex.split(line) for line in lines if line.startswith("tracelog ")]
+    assert commands, "the team block has tracelog commands"
+    (tmp_path / "slurm-4242.out").write_bytes((SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes())
+    env = dict(os.environ, TRACELOG_DB=lake_db, SLURM_JOB_ID="4242")
+    for words in commands:
+        words = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w) for w in words]
+        done = subprocess.run(
+            [sys.executable, "-m", "tracelog", *words[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PROCESS_TIMEOUT_S,
+        )
+        assert done.returncode == 0, done.stderr
+    with Store(lake_db, read_only=True) as store:
+        assert store.scalar("SELECT count(*) FROM sources WHERE path LIKE '%slurm-4242.out'") == 1
+        assert store.scalar("SELECT count(*) FROM runs") == 2
