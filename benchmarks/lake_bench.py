@@ -3,8 +3,8 @@
     python benchmarks/lake_bench.py                 # 8 logs of 25 MB; 1, 2, 4 and 8 writers
     python benchmarks/lake_bench.py --mb 10 --logs 4 --writers 1 4
 
-Starts its own PostgreSQL server (Debian's `postgresql` binaries; as root through `runuser -u postgres`)
-on a free loopback port in a temporary folder, generates the logs into benchmarks/out (git-ignored, one
+Starts its own PostgreSQL server, as the tests do (tests/postgres.py: Debian's `postgresql` binaries, a
+free loopback port, a temporary folder), generates the logs into benchmarks/out (git-ignored, one
 seed each so that no two are the same bytes), then times, as whole processes from start-up to exit:
 
 - embedded: one `tracelog ingest` of every log into a fresh DuckDB file (the default store, one writer);
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,8 +32,10 @@ from pathlib import Path
 
 from generate_megatron_log import write_log
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests import postgres  # noqa: E402 (the tests' throwaway server, from the checkout)
+
 OUT = Path(__file__).parent / "out"
-PG_USER = "tracelog"
 
 
 @dataclass
@@ -47,72 +48,6 @@ class Timing:
     def row(self) -> str:
         rate = f"{self.megabytes / self.wall:7.1f}" if self.megabytes else "      -"
         return f"| {self.label} | {self.wall:.2f} | {rate} | {self.cpu:.2f} |"
-
-
-def pg_bin(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None)
-    if found is None:
-        sys.exit(f"{name} not found: install PostgreSQL (Debian: apt-get install postgresql)")
-    return str(found)
-
-
-def as_server_user(args: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_postgres(folder: Path) -> int:
-    port = free_port()
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-    data = folder / "data"
-    subprocess.run(
-        as_server_user([pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", PG_USER]),
-        check=True,
-        capture_output=True,
-    )
-    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    subprocess.run(
-        as_server_user(
-            [pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"]
-        ),
-        check=True,
-        capture_output=True,
-    )
-    return port
-
-
-def stop_postgres(folder: Path) -> None:
-    subprocess.run(
-        as_server_user([pg_bin("pg_ctl"), "-D", str(folder / "data"), "-m", "fast", "stop"]),
-        capture_output=True,
-    )
-
-
-def create_database(port: int, name: str) -> str:
-    subprocess.run(
-        [
-            pg_bin("psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            PG_USER,
-            "-d",
-            "postgres",
-            "-qc",
-            f"CREATE DATABASE {name}",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return f"ducklake:postgres:dbname={name} host=127.0.0.1 port={port} user={PG_USER}"
 
 
 def run_all(commands: list[list[str]], env: dict[str, str]) -> tuple[float, float]:
@@ -156,21 +91,22 @@ def main() -> int:
     total = sum(os.path.getsize(p) for p in logs) / 1e6
 
     work = Path(tempfile.mkdtemp(prefix="tracelog-lake-bench-"))
-    work.chmod(0o755)  # the server runs as the postgres user where this runs as root
-    server = work / "pg"
-    server.mkdir()
-    port = start_postgres(server)
+    bin_dir = postgres.find_bin_dir()
+    if bin_dir is None:
+        sys.exit("PostgreSQL's server binaries are not installed (Debian: apt-get install postgresql)")
+    server = postgres.Server(bin_dir)
+    server.start()
     env = dict(os.environ, PYTHONPYCACHEPREFIX=str(OUT / "pycache"))
     env.pop("TRACELOG_DB", None)
     timings: list[Timing] = []
-    commits: dict[str, int] = {}
+    commits: dict[int, int] = {}
     try:
         embedded = str(work / "embedded.duckdb")
         wall, cpu = run_all([tracelog(embedded, "ingest", *logs)], env)
         timings.append(Timing("embedded file, 1 writer", wall, cpu, total))
         stores = {"embedded": embedded}
         for writers in args.writers:
-            db = create_database(port, f"bench_w{writers}")
+            db = server.address(server.create_database())
             data = work / f"data-w{writers}"
             data.mkdir()
             lake_env = dict(env, TRACELOG_DATA_PATH=str(data))
@@ -182,14 +118,14 @@ def main() -> int:
                 Timing(f"DuckLake, {writers} writer{'s' if writers > 1 else ''}", wall, cpu, total)
             )
             stores[f"DuckLake ({writers} writers)"] = db
-            commits[db] = snapshot_count(db, lake_env)
+            commits[writers] = snapshot_count(db, lake_env)
         for label, db in (("embedded", stores["embedded"]), ("DuckLake", stores[list(stores)[-1]])):
             query_env = dict(env, TRACELOG_DATA_PATH=str(work / f"data-w{args.writers[-1]}"))
             for command in (["runs"], ["flags"], ["report", "-o", str(work / f"{label}.html")]):
                 wall, cpu = run_all([tracelog(db, *command)], query_env)
                 timings.append(Timing(f"{label}: tracelog {command[0]}", wall, cpu, 0.0))
     finally:
-        stop_postgres(server)
+        server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"{args.logs} logs of {args.mb} MB ({total:.0f} MB), {os.cpu_count()} cores")
@@ -197,8 +133,8 @@ def main() -> int:
     print("| --- | ---: | ---: | ---: |")
     for timing in timings:
         print(timing.row())
-    for db, count in commits.items():
-        print(f"{db.split()[0]}: {count} snapshots for {args.logs} files")
+    for writers, count in commits.items():
+        print(f"{writers} writers: {count} DuckLake snapshots for {args.logs} files")
     return 0
 
 
