@@ -256,3 +256,29 @@ def test_the_readme_team_commands_run_on_a_lake(lake_db: str, tmp_path: Path) ->
     with Store(lake_db, read_only=True) as store:
         assert store.scalar("SELECT count(*) FROM sources WHERE path LIKE '%slurm-4242.out'") == 1
         assert store.scalar("SELECT count(*) FROM runs") == 2
+
+
+def fits(frame: object) -> list[tuple[str, str, float]]:
+    """(constant, scope, value to 9 significant digits: sums may run in another order on another backend)."""
+    rows = frame[["constant", "scope", "value"]].itertuples(index=False)  # type: ignore[index]
+    return sorted((c, s, float(f"{v:.9g}")) for c, s, v in rows)
+
+
+def test_report_and_calibration_read_a_lake_as_they_read_a_file(lake_db: str, tmp_path: Path) -> None:
+    """The report (opened read-only) and `calibrate` (a write of its own) give on a DuckLake store what
+    they give on the embedded file holding the same files."""
+    files = [str(SAMPLES / n) for n in ("megatron_lm_llama3_8b_h100.log", "nccl_all_reduce_8xa100.txt")]
+    file_db = tmp_path / "same.duckdb"
+    for db in (file_db, lake_db):
+        with Store(db) as store:
+            api.ingest(store, files)
+    on_file = api.report(file_db, output=tmp_path / "file.html")
+    on_lake = api.report(lake_db, output=tmp_path / "lake.html")
+    assert on_lake.charts == on_file.charts > 0
+    assert on_lake.sections == on_file.sections
+    with Store(file_db) as store:
+        fitted_file = fits(api.calibrate(store))
+    with Store(lake_db) as store:
+        fitted_lake = fits(api.calibrate(store))
+        assert store.scalar("SELECT count(*) FROM calibrations") == len(fitted_lake)
+    assert fitted_lake == fitted_file and fitted_file  # the same constants, fitted to the same values
