@@ -127,17 +127,21 @@ def test_eight_writers_and_a_reader_at_once(eight_embedded: Path, lake_db: str) 
     assert sum(it for it, _ in want_sources.values()) > 50 and sum(un for _, un in want_sources.values()) > 10
     writers = [tracelog(lake_db, "ingest", str(path)) for path in EIGHT]
     seen: list[dict[str, tuple[int, int]]] = []
-    while any(w.poll() is None for w in writers) or not seen:
-        reader = tracelog(lake_db, "sql", PER_SOURCE_SQL, "--format", "csv")
-        code, output = finish(reader)
+
+    def read() -> dict[str, tuple[int, int]]:
+        code, output = finish(tracelog(lake_db, "sql", PER_SOURCE_SQL, "--format", "csv"))
         assert code == 0, output
         lines = output.strip().splitlines()[1:]
-        seen.append({p: (int(it), int(un)) for p, it, un in (line.rsplit(",", 2) for line in lines)})
+        return {p: (int(it), int(un)) for p, it, un in (line.rsplit(",", 2) for line in lines)}
+
+    while any(w.poll() is None for w in writers) or not seen:
+        seen.append(read())
         time.sleep(READER_PAUSE_S)
     for writer in writers:
         code, output = finish(writer)
         assert code == 0, output
     assert len(seen) >= 2, "the reader never queried while the writers worked"
+    seen.append(read())  # a query that began before the last commit may end after it: once more
     for snapshot in seen:
         assert snapshot.pop("<orphans>") == (0, 0), "rows of a run or source that is not committed"
         for path, got in snapshot.items():

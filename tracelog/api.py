@@ -182,7 +182,15 @@ def _ingest_files(
             try:
                 parsed = ahead.take(path) if ahead is not None else None
                 result = ingest_file(
-                    store, path, parser, options, force, advance, verify=verify, parsed=parsed
+                    store,
+                    path,
+                    parser,
+                    options,
+                    force,
+                    advance,
+                    verify=verify,
+                    parsed=parsed,
+                    within=refresher.refresh_landing if store.lake else None,
                 )
             except Unrecognised as exc:
                 # A folder's README or job script is not a failure; a file named on its own is.
@@ -199,8 +207,8 @@ def _ingest_files(
         if result.source_id is None or result.status == "skipped":
             continue
         pending = "SELECT refresh_pending FROM sources WHERE source_id = ?"
-        if result.status == "already ingested" and not store.scalar(pending, [result.source_id]):
-            continue
+        if not store.scalar(pending, [result.source_id]):
+            continue  # already refreshed: an unchanged file, or a new one in a DuckLake store
         try:
             result.warning = refresher.try_refresh_source(store, result.source_id)
             for into in result.merged.values():  # a run that gained this file's rows

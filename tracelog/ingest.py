@@ -47,6 +47,10 @@ INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Stor
 Progress = Callable[[int], None]
 
 
+class Deferred(TracelogError):
+    """What ran inside a file's transaction (`ingest_file(within=)`) failed: the file lands without it."""
+
+
 @dataclass
 class IngestResult:
     path: str
@@ -90,6 +94,9 @@ class IngestResult:
         )
 
 
+Within = Callable[[Store, IngestResult], None]
+
+
 class AlreadyIngested(Exception):
     def __init__(self, source_id: int) -> None:
         self.source_id = source_id
@@ -119,6 +126,7 @@ def ingest_file(
     progress: Progress | None = None,
     verify: bool = False,
     parsed: Parsed | None = None,
+    within: Within | None = None,
 ) -> IngestResult:
     """Ingest one file in one transaction: all of it, the rest of it once it grew, or nothing.
 
@@ -126,7 +134,11 @@ def ingest_file(
     parsed again from its start otherwise. `verify` re-hashes every MiB of a grown file's old bytes instead
     of a sample. `parsed` is the file already parsed by a worker (`parse_jobs`), used where it is parsed
     from its first byte; its spool is removed either way. Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
-    `TracelogError` for one that fails while it streams (nothing of it lands then)."""
+    `TracelogError` for one that fails while it streams (nothing of it lands then).
+
+    `within`, in a DuckLake store, is run inside a new file's transaction once its rows are written (the
+    refresh of its predictions and flags, so that the file lands with them in one commit beside other
+    writers); where it raises `Deferred`, the file lands without it."""
     options = options or RunOptions()
     try:
         if not store.lake:
@@ -137,9 +149,17 @@ def ingest_file(
         # resumes or is found inside the transaction, as in the embedded file.
         if parsed is None and path != "-" and not path.endswith(".gz") and not _known_path(store, path):
             parsed = parse_to_spool(path, format_id, tempfile.gettempdir())
-        return lake.retrying(
-            lambda: _ingest_file(store, path, format_id, options, force, progress, verify, parsed)
-        )
+        keys = lake.file_keys(path, parsed.fingerprint if parsed is not None else None)
+        try:
+            return lake.retrying(
+                lambda: _ingest_file(
+                    store, path, format_id, options, force, progress, verify, parsed, keys, within
+                )
+            )
+        except Deferred:
+            return lake.retrying(
+                lambda: _ingest_file(store, path, format_id, options, force, progress, verify, parsed, keys)
+            )
     finally:
         if parsed is not None:
             parsed.discard()
@@ -158,6 +178,8 @@ def _ingest_file(
     progress: Progress | None,
     verify: bool,
     parsed: Parsed | None,
+    lake_keys: tuple[int, ...] = (),
+    within: Within | None = None,
 ) -> IngestResult:
     plain_file = path != "-" and not path.endswith(".gz")
     size = os.path.getsize(path) if plain_file else None
@@ -227,8 +249,11 @@ def _ingest_file(
         parser = parser_for(stream, path, head, format_id)
         if parsed is not None and (parsed.format != parser.FORMAT or parsed.path != path):
             parsed = None
+        # A new file in a DuckLake store only inserts: it is written beside other writers (see
+        # Store.transaction), holding the locks of its path and bytes.
+        beside = lake_keys if lake_keys and previous is None and replace is None else None
         try:
-            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction():
+            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction(beside):
                 if replace is not None:
                     delete_source(store, replace)
                 result = _ingest_stream(
@@ -244,6 +269,8 @@ def _ingest_file(
                 )
                 if replace is not None:
                     result.status = "replaced"
+                if within is not None and beside is not None:
+                    within(store, result)
                 return result
         except AlreadyIngested as dup:
             return _already(store, path, dup.source_id)

@@ -24,6 +24,7 @@ from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import bandwidth, health, iterations, model_rules
 from tracelog.analysis.scope import Scope
 from tracelog.errors import TracelogError
+from tracelog.ingest import Deferred, IngestResult
 from tracelog.store import Store, lake
 from tracelog.store.tables import BENCH_SUBJECT_KINDS, MODEL_OUTPUT_TABLES
 from tracelog.thresholds import DEFAULT, Thresholds
@@ -95,32 +96,65 @@ def refresh(
 def _refresh(store: Store, scope: Scope, thresholds: Thresholds, sources: list[int] | None = None) -> int:
     """`sources`: those whose pending refresh this is (None with an unscoped refresh: all of them)."""
     with store.transaction():
-        if sources is None and scope.runs == scope.benches == "TRUE":
-            store.con.execute("UPDATE sources SET refresh_pending = false, refresh_error = NULL")
-        elif sources:
-            store.con.execute(
-                "UPDATE sources SET refresh_pending = false, refresh_error = NULL "
-                f"WHERE source_id IN ({', '.join(str(int(s)) for s in sources)})"
-            )
-        where = _subject_predicate(scope)
-        for table in MODEL_OUTPUT_TABLES:
-            store.con.execute(f"DELETE FROM {table} WHERE {where}")
-        runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
-        constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
-        outputs = (
-            predictions.predict_runs(store, scope, runs, constants),
-            predictions.predict_benches(store, scope, constants),
+        return _refresh_in(store, scope, thresholds, sources)
+
+
+def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: list[int] | None) -> int:
+    """The refresh, inside the caller's transaction."""
+    if sources is None and scope.runs == scope.benches == "TRUE":
+        store.con.execute("UPDATE sources SET refresh_pending = false, refresh_error = NULL")
+    elif sources:
+        store.con.execute(
+            "UPDATE sources SET refresh_pending = false, refresh_error = NULL "
+            f"WHERE source_id IN ({', '.join(str(int(s)) for s in sources)})"
         )
-        for output in outputs:
-            for table, rows in output.items():
-                if rows:
-                    store.insert(table, pd.DataFrame(rows))
-        loss_spikes.update(store, thresholds.loss_spike, scope)
-        flags = [flag for family in rule_families(runs) for flag in family(store, thresholds, scope)]
-        if flags:
-            frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])
-            store.insert("flags", frame)
+    where = _subject_predicate(scope)
+    for table in MODEL_OUTPUT_TABLES:
+        store.con.execute(f"DELETE FROM {table} WHERE {where}")
+    runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
+    constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
+    outputs = (
+        predictions.predict_runs(store, scope, runs, constants),
+        predictions.predict_benches(store, scope, constants),
+    )
+    for output in outputs:
+        for table, rows in output.items():
+            if rows:
+                store.insert(table, pd.DataFrame(rows))
+    loss_spikes.update(store, thresholds.loss_spike, scope)
+    flags = [flag for family in rule_families(runs) for flag in family(store, thresholds, scope)]
+    if flags:
+        frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])
+        store.insert("flags", frame)
     return len(flags)
+
+
+def refresh_landing(store: Store, result: IngestResult) -> None:
+    """A new file's predictions and flags, inside its own ingest transaction (`ingest_file(within=)`), so
+    that in a DuckLake store it lands with them in one commit beside other writers instead of updating
+    its source afterwards under the store's write lock. A file that joined another's run is left pending
+    (the joined run's refresh follows, as always). A failure is `Deferred`: the file lands without its
+    refresh, which then runs, or fails and is recorded, the usual way."""
+    if result.source_id is None or result.merged:
+        return
+    source_id = result.source_id
+    run_ids = [
+        r for (r,) in store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
+    ]
+    bench_ids = [
+        b
+        for (b,) in store.con.execute(
+            "SELECT bench_id FROM benches WHERE source_id = ?", [source_id]
+        ).fetchall()
+    ]
+    try:
+        _refresh_in(store, Scope.of(run_ids, bench_ids), DEFAULT, [source_id])
+    except (KeyboardInterrupt, duckdb.InterruptException):
+        raise
+    except Exception as exc:
+        if lake.is_conflict(exc) or isinstance(exc, lake.ConflictError):
+            raise
+        raise Deferred(f"refresh deferred: {type(exc).__name__}") from exc
 
 
 def refresh_source(store: Store, source_id: int, thresholds: Thresholds = DEFAULT) -> int:

@@ -158,6 +158,7 @@ class Store:
         self._columns: dict[str, list[str]] = {}
         self._ids: dict[str, int] | None = None  # a DuckLake transaction's id counters, once read
         self._in_transaction = False
+        self._exclusive = True  # the current transaction holds a DuckLake store's write lock
         self.data_path: str | None = None
         if self.lake:
             # A writer of a shared store runs one DuckDB thread: many writers run at once on a node (they
@@ -265,9 +266,11 @@ class Store:
     def new_id(self, kind: str, count: int = 1) -> int:
         """The first of `count` new ids of a source, run, bench or flag.
 
-        The embedded file takes them from its sequences. A DuckLake store has none: inside the write
-        transaction its ids are the next ones of `tracelog_ids`, written back at commit, which conflicts
-        with every other write transaction (`store.lake`), so no two writers hand out the same id."""
+        The embedded file takes them from its sequences. A DuckLake store has none: a transaction that
+        holds the store's write lock takes the next ones of `tracelog_ids` and writes them back at its
+        commit; one that runs beside other writers (a new file's ingest, see `transaction`) has them
+        handed out in a short locked transaction of their own (`lake.allocate`). Either way no two
+        writers are given the same id."""
         if not self.lake:
             first = self.scalar(f"SELECT nextval('{kind}_ids')")
             for _ in range(count - 1):
@@ -275,6 +278,8 @@ class Store:
             return int(first)
         if not self._in_transaction:
             raise RuntimeError("a DuckLake id is taken inside a write transaction")
+        if not self._exclusive:
+            return lake.allocate(self.con, self.path, kind, count)
         if self._ids is None:
             self._ids = dict(self.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
         first = int(self._ids[kind])
@@ -296,16 +301,22 @@ class Store:
         return int(row[0]) if row and row[0] is not None else 0
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """All or nothing: an exception (or Ctrl-C) rolls back everything done inside."""
-        with write_errors(self.path), self._write_lock():
+    def transaction(self, beside: tuple[int, ...] | None = None) -> Iterator[None]:
+        """All or nothing: an exception (or Ctrl-C) rolls back everything done inside.
+
+        In a DuckLake store a transaction holds the store's write lock, so that writers that update or
+        delete take turns (DuckLake would fail all but the first of them at commit). `beside` is for a
+        write that only inserts (a new file's ingest): it runs beside other writers, holding only the
+        locks of those keys (see `lake.file_keys`), and DuckLake merges its commit with theirs."""
+        exclusive = beside is None
+        keys = (lake.WRITE_LOCK_KEY,) if beside is None else beside
+        lock = lake.write_lock(self.con, self.path, keys) if self.lake else nullcontext()
+        with write_errors(self.path), lock:
             self.con.execute("BEGIN TRANSACTION")
-            self._in_transaction, self._ids = True, None
+            self._in_transaction, self._exclusive, self._ids = True, exclusive, None
             try:
                 yield
-                if self.lake and self.scalar(
-                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelog_ids'"
-                ):
+                if self.lake and exclusive and self._has_ids_table():
                     self._bump_ids()
             except BaseException:
                 self._in_transaction, self._ids = False, None
@@ -316,8 +327,10 @@ class Store:
             self._in_transaction, self._ids = False, None
             self.con.execute("COMMIT")
 
-    def _write_lock(self) -> Any:
-        return lake.write_lock(self.con, self.path) if self.lake else nullcontext()
+    def _has_ids_table(self) -> bool:
+        return bool(
+            self.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelog_ids'")
+        )
 
     @contextmanager
     def memory_limit(self, limit: str) -> Iterator[None]:

@@ -14,18 +14,20 @@ What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported
 "Conflict Resolution"):
 - no sequences, primary keys or unique constraints, no `INSERT ... RETURNING`: the schema files are read
   through `dialect()`, and ids come from the `tracelog_ids` table (see `Store.new_id`);
-- concurrent writers are settled optimistically at commit. Inserts from many transactions into one table
-  merge, but an update or delete conflicts with any other transaction's write to the same table, and the
-  loser's commit fails. Every write transaction of tracelog updates `tracelog_ids` (the ids it handed out,
-  and a write counter), so two write transactions that overlap always conflict: the first to commit wins,
-  the other fails whole and is retried (`retrying`). Ids taken as "the next free one" inside a transaction
-  are therefore never taken twice, and the same bytes ingested by two processes at once land once: the
-  retried one finds the other's source.
+- concurrent writers are settled optimistically at commit. Inserts from many transactions into one
+  table merge, but an update or delete conflicts with any other transaction's write to the same table,
+  and the loser's commit fails. So a write that updates or deletes holds the store's write lock
+  (`write_lock`, a PostgreSQL advisory lock held from before the transaction reads until after its
+  commit), and a new file's ingest, which only inserts, runs beside the others holding only the locks
+  of its path and bytes (`file_keys`: the same bytes from two processes land once). Ids come from
+  `tracelog_ids`, handed out under the write lock (`allocate`, or the locked transaction's own counter).
+  A commit lost all the same is done again (`retrying`; `TRACELOG_DEBUG_RETRIES=1` prints each).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import random
@@ -164,31 +166,70 @@ WRITE_LOCK_KEY = 0x7472616365  # "trace"
 
 
 @contextmanager
-def write_lock(con: duckdb.DuckDBPyConnection, db: str) -> Iterator[None]:
-    """Hold the store's write lock around one write transaction, from before it reads the store until
-    after its commit returned.
+def write_lock(
+    con: duckdb.DuckDBPyConnection, db: str, keys: tuple[int, ...] = (WRITE_LOCK_KEY,)
+) -> Iterator[None]:
+    """Hold advisory locks around one write transaction, from before it reads the store until after its
+    commit returned.
 
-    With a PostgreSQL catalog the lock is a transaction-level advisory lock, taken on a second
+    With a PostgreSQL catalog each lock is a transaction-level advisory lock, taken on a second
     connection (a cursor: its own DuckDB transaction, so its own PostgreSQL transaction) and let go when
-    that one ends, after the writer's commit; a killed writer's connection drops and lets it go. So
-    writers wait for each other instead of all writing and all but one writing again, and the next
-    writer's snapshot (taken at its first read, after the lock) has the last commit in it. The
-    optimistic retry stays for anything that writes without the lock."""
+    that one ends, after the writer's commit; a killed writer's connection drops and lets it go. The
+    next holder's snapshot (taken at its first read, after the lock) has the last commit in it. Keys are
+    taken in order, so two writers never wait for each other crosswise."""
     if not db.startswith(f"{PREFIX}postgres:"):
         yield
         return
     lock = con.cursor()
     try:
         lock.execute("BEGIN TRANSACTION")
-        lock.execute(
-            f"CALL postgres_execute('__ducklake_metadata_{ALIAS}', "
-            f"'SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})')"
-        )
+        for key in sorted(set(keys)):
+            lock.execute(
+                f"CALL postgres_execute('__ducklake_metadata_{ALIAS}', 'SELECT pg_advisory_xact_lock({key})')"
+            )
         yield
     finally:
         with suppress(duckdb.Error):
             lock.execute("ROLLBACK")
         lock.close()
+
+
+def file_keys(path: str, fingerprint: str | None) -> tuple[int, ...]:
+    """The lock keys of one file's ingest: its path (two processes growing one log take turns) and its
+    bytes (the same bytes from two processes: the second finds the first's source). 64-bit, signed, as
+    PostgreSQL's bigint takes them; the store's own write lock is a small number none of these hit."""
+    keys = [f"path:{path}"] + ([f"bytes:{fingerprint}"] if fingerprint else [])
+    return tuple(int.from_bytes(hashlib.sha256(k.encode()).digest()[:8], "big", signed=True) for k in keys)
+
+
+def allocate(con: duckdb.DuckDBPyConnection, db: str, kind: str, count: int) -> int:
+    """The first of `count` new ids of `kind`, handed out in a transaction of their own under the store's
+    write lock (retried if a writer without the lock committed to `tracelog_ids` first). For a writer
+    whose own transaction does not hold the lock: ids taken are never given again, even if that
+    transaction rolls back (a gap, as a sequence leaves)."""
+
+    def once() -> int:
+        with write_lock(con, db):
+            cursor = con.cursor()
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                row = cursor.execute(
+                    f"SELECT next_id FROM {ALIAS}.tracelog_ids WHERE kind = ?", [kind]
+                ).fetchone()
+                assert row is not None, kind
+                cursor.execute(
+                    f"UPDATE {ALIAS}.tracelog_ids SET next_id = next_id + ? WHERE kind = ?", [count, kind]
+                )
+                cursor.execute("COMMIT")
+                return int(row[0])
+            except BaseException:
+                with suppress(duckdb.Error):
+                    cursor.execute("ROLLBACK")
+                raise
+            finally:
+                cursor.close()
+
+    return retrying(once)
 
 
 def _quote(text: str) -> str:
