@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import ROOT, SAMPLES
 from tracelog import api
 from tracelog.store import AUTO_IDS, Store
+from tracelog.store.export import base_tables
 
 # Eight different files: every family of parser (Megatron-LM, Megatron-DeepSpeed, DeepSpeed, NeMo,
 # nccl-tests, p2pBandwidthLatencyTest, nvidia-smi topo).
@@ -71,14 +72,7 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
 
 
 def tables(store: Store) -> list[str]:
-    return [
-        r[0]
-        for r in store.con.execute(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_type = 'BASE TABLE' AND table_catalog = current_database()"
-        ).fetchall()
-        if r[0] not in LAKE_ONLY
-    ]
+    return [t for t in base_tables(store) if t not in LAKE_ONLY]
 
 
 def counts(db: str | Path) -> dict[str, int]:

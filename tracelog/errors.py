@@ -24,3 +24,8 @@ class TracelogError(Exception):
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
         return f"{where}{self.message}"
+
+
+class Deferred(TracelogError):
+    """What ran inside a file's ingest transaction (`ingest_file(within=)`: its refresh, in a DuckLake
+    store) failed: the file lands without it, and it is done, or its failure recorded, the usual way."""

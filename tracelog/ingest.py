@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from tracelog import parsers, resolve
-from tracelog.errors import TracelogError
+from tracelog.errors import Deferred, TracelogError
 from tracelog.files import PeekStream, file_sha256, has_newline, open_binary
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
 from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for
@@ -45,10 +45,6 @@ from tracelog.store.merge import merge_run, same_run
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
 Progress = Callable[[int], None]
-
-
-class Deferred(TracelogError):
-    """What ran inside a file's transaction (`ingest_file(within=)`) failed: the file lands without it."""
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -23,11 +23,13 @@ from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import bandwidth, health, iterations, model_rules
 from tracelog.analysis.scope import Scope
-from tracelog.errors import TracelogError
-from tracelog.ingest import Deferred, IngestResult
+from tracelog.errors import Deferred, TracelogError
 from tracelog.store import Store, lake
 from tracelog.store.tables import BENCH_SUBJECT_KINDS, MODEL_OUTPUT_TABLES
 from tracelog.thresholds import DEFAULT, Thresholds
+
+if TYPE_CHECKING:
+    from tracelog.ingest import IngestResult
 
 REFRESH_MEMORY_LIMIT = "384MB"
 """DuckDB's cap while a refresh runs. Since migration 004 the views and most rules are per-run aggregates
