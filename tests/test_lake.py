@@ -280,3 +280,45 @@ def test_report_and_calibration_read_a_lake_as_they_read_a_file(lake_db: str, tm
         fitted_lake = fits(api.calibrate(store))
         assert store.scalar("SELECT count(*) FROM calibrations") == len(fitted_lake)
     assert fitted_lake == fitted_file and fitted_file  # the same constants, fitted to the same values
+
+
+def test_a_lake_keeps_its_cluster_facts_in_its_data_folder(
+    lake_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cluster add` on a DuckLake store writes the tracelog.toml of its data folder, given on the command
+    line; later commands find it with no data path given at all (the store recorded its own)."""
+    data = Path(os.environ["TRACELOG_DATA_PATH"])
+    monkeypatch.delenv("TRACELOG_DATA_PATH")
+    add = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracelog",
+            "--db",
+            lake_db,
+            "--data-path",
+            str(data),
+            "cluster",
+            "add",
+            "lab",
+            "--gpu",
+            "a100-sxm4-80gb",
+            "--gpus-per-node",
+            "8",
+            "--host",
+            "node-*",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT_S,
+    )
+    assert add.returncode == 0, add.stderr
+    assert "[cluster.lab]" in (data / "tracelog.toml").read_text(encoding="utf-8")
+    listed = subprocess.run(
+        [sys.executable, "-m", "tracelog", "--db", lake_db, "cluster", "list", "--format", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT_S,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "lab,a100-sxm4-80gb,8" in listed.stdout

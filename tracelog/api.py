@@ -30,7 +30,7 @@ from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
-from tracelog.locations import DATA_PATH_ENVVAR, config_folder, is_lake
+from tracelog.locations import DATA_PATH_ENVVAR, config_folder
 from tracelog.queries import (
     Db,
     benches,
@@ -145,7 +145,7 @@ def ingest(
     store = connect(db)
     paths = list(paths)
     options = RunOptions(
-        clusters=cluster_config.load(store.path, paths),
+        clusters=cluster_config.load(store.path, paths, store.data_path),
         name=name,
         tags=dict(tags or {}),
         gpu_model=gpu_model,
@@ -393,8 +393,7 @@ def plan(db: Db, request: PlanRequest) -> pd.DataFrame:
 def clusters(db: Db = None, paths: Iterable[str] = ()) -> pd.DataFrame:
     """The `[cluster.NAME]` sections that apply to this database (and to files under `paths`), first
     found first, with the tracelog.toml each comes from."""
-    path = db.path if isinstance(db, Store) else str(db or default_db_path())
-    found = cluster_config.load(path, list(paths)).found
+    found = cluster_config.load(*_location(db, paths)).found
     rows = [
         {
             "name": c.name,
@@ -414,17 +413,24 @@ def clusters(db: Db = None, paths: Iterable[str] = ()) -> pd.DataFrame:
 
 def cluster_file(db: Db = None) -> Path:
     """The tracelog.toml `cluster add` and `cluster rm` edit: the one next to the database."""
-    path = db.path if isinstance(db, Store) else str(db or default_db_path())
-    if is_lake(path):
-        folder = config_folder(path)
-        if folder is None:
-            raise TracelogError(
-                "a DuckLake store keeps its tracelog.toml in its data folder: give --data-path "
-                f"(or {DATA_PATH_ENVVAR}), a local or shared folder",
-                path,
-            )
-        return folder / cluster_config.CONFIG_NAME
-    return Path(path).resolve().parent / cluster_config.CONFIG_NAME
+    path, _, data = _location(db)
+    folder = config_folder(path, data)
+    if folder is None:
+        raise TracelogError(
+            "a DuckLake store keeps its tracelog.toml in its data folder: give --data-path "
+            f"(or {DATA_PATH_ENVVAR}), a local or shared folder",
+            path,
+        )
+    return folder / cluster_config.CONFIG_NAME
+
+
+def _location(db: Db, paths: Iterable[str] = ()) -> tuple[str, list[str], str | None]:
+    """(the store's address, `paths`, its data folder) for the tracelog.toml lookup: an open store
+    knows its data folder (given, or the one a DuckLake store recorded); an address only the
+    environment's."""
+    if isinstance(db, Store):
+        return db.path, list(paths), db.data_path
+    return str(db or default_db_path()), list(paths), None
 
 
 def add_cluster(

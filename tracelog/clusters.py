@@ -93,7 +93,7 @@ def user_config() -> Path:
     return Path(base) / "tracelog" / CONFIG_NAME
 
 
-def config_files(db: str | None, paths: Sequence[str] = ()) -> list[Path]:
+def config_files(db: str | None, paths: Sequence[str] = (), data: str | None = None) -> list[Path]:
     """Every tracelog.toml that applies, in the order of the module docstring, each once."""
     candidates: list[Path] = []
     for path in paths:
@@ -103,7 +103,7 @@ def config_files(db: str | None, paths: Sequence[str] = ()) -> list[Path]:
         folder = here if here.is_dir() else here.parent
         candidates.extend(d / CONFIG_NAME for d in (folder, *folder.parents))
     if db and db != ":memory:":
-        folder_of_db = config_folder(str(db))
+        folder_of_db = config_folder(str(db), data)
         if folder_of_db is not None:
             candidates.append(folder_of_db / CONFIG_NAME)
     candidates.append(user_config())
@@ -168,11 +168,11 @@ def read_config(path: Path) -> list[Cluster]:
     return [parse_cluster(name, raw, str(path)) for name, raw in sections.items()]
 
 
-def load(db: str | None, paths: Sequence[str] = ()) -> Clusters:
+def load(db: str | None, paths: Sequence[str] = (), data: str | None = None) -> Clusters:
     """The clusters of every tracelog.toml that applies to these files and this database."""
     result = Clusters()
     names: set[str] = set()
-    for config in config_files(db, list(paths)):
+    for config in config_files(db, list(paths), data):
         result.files.append(str(config))
         for cluster in read_config(config):
             if cluster.name not in names:

@@ -20,10 +20,11 @@ def data_path(given: str | None = None) -> str | None:
     return given or os.environ.get(DATA_PATH_ENVVAR) or None
 
 
-def config_folder(db: str) -> Path | None:
+def config_folder(db: str, data: str | None = None) -> Path | None:
     """Where a store's tracelog.toml lives: an embedded file's folder, a DuckLake store's data folder
-    (shared by everyone who writes it; None where it is not a local path, or not known)."""
+    (`data`, the one the open store knows, or the environment's; shared by everyone who writes it; None
+    where it is not a local path, or not known)."""
     if not is_lake(db):
         return Path(db).resolve().parent
-    folder = data_path()
+    folder = data_path(data)
     return Path(folder) if folder and "://" not in folder else None

@@ -139,18 +139,8 @@ def refresh_landing(store: Store, result: IngestResult) -> None:
     refresh, which then runs, or fails and is recorded, the usual way."""
     if result.source_id is None or result.merged:
         return
-    source_id = result.source_id
-    run_ids = [
-        r for (r,) in store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
-    ]
-    bench_ids = [
-        b
-        for (b,) in store.con.execute(
-            "SELECT bench_id FROM benches WHERE source_id = ?", [source_id]
-        ).fetchall()
-    ]
     try:
-        _refresh_in(store, Scope.of(run_ids, bench_ids), DEFAULT, [source_id])
+        _refresh_in(store, Scope.of(*_subjects(store, result.source_id)), DEFAULT, [result.source_id])
     except (KeyboardInterrupt, duckdb.InterruptException):
         raise
     except Exception as exc:
@@ -161,14 +151,14 @@ def refresh_landing(store: Store, result: IngestResult) -> None:
 
 def refresh_source(store: Store, source_id: int, thresholds: Thresholds = DEFAULT) -> int:
     """Recompute the model's predictions and the flags for one source's runs and benches."""
-    run_ids = [
-        r[0] for r in store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
-    ]
-    bench_ids = [
-        b[0]
-        for b in store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
-    ]
-    return refresh(store, run_ids, bench_ids, thresholds, sources=[source_id])
+    return refresh(store, *_subjects(store, source_id), thresholds, sources=[source_id])
+
+
+def _subjects(store: Store, source_id: int) -> tuple[list[int], list[int]]:
+    """The run ids and bench ids of one source."""
+    runs = store.con.execute("SELECT run_id FROM runs WHERE source_id = ?", [source_id]).fetchall()
+    benches = store.con.execute("SELECT bench_id FROM benches WHERE source_id = ?", [source_id]).fetchall()
+    return [r for (r,) in runs], [b for (b,) in benches]
 
 
 class RefreshInterrupted(TracelogError):

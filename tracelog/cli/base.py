@@ -39,11 +39,22 @@ class Context:
         if self._store is None and is_lake(self.db):
             self._store = Store(self.db, read_only=read_only, data_path=self.data_path)
         if self._store is None:
-            exists = os.path.exists(self.db)
+            exists = self.exists()
             if not exists and not create:
                 raise TracelogError("no database at this path; ingest first or check --db", self.db)
             self._store = Store(self.db, read_only=read_only and exists, create=create)
         return self._store
+
+    def exists(self) -> bool:
+        """Whether --db names a store there is: a file that exists, or a DuckLake store (its catalog is
+        on a server; attaching it makes it if need be)."""
+        return is_lake(self.db) or os.path.exists(self.db)
+
+    def config_db(self) -> Any:
+        """What the tracelog.toml lookup is given: a file's address (nothing opened), or the DuckLake
+        store opened (it knows its data folder: --data-path, or the one it recorded; a new one is made,
+        as by any first command)."""
+        return self.store() if is_lake(self.db) else self.db
 
     def close(self) -> None:
         """Close the database when the command ends (a notebook or test running many commands in one

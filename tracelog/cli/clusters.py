@@ -54,7 +54,7 @@ def cluster_add(
     """
     with user_errors():
         config = api.add_cluster(
-            obj.db,
+            obj.config_db(),
             name,
             gpu=gpu,
             gpus_per_node=gpus_per_node,
@@ -81,7 +81,7 @@ def cluster_list(obj: Context, paths: tuple[str, ...], fmt: str) -> None:
         tracelog cluster list sample_logs/
     """
     with user_errors():
-        render(api.clusters(obj.db, paths), fmt)
+        render(api.clusters(obj.config_db(), paths), fmt)
 
 
 @cluster.command("rm")
@@ -95,5 +95,5 @@ def cluster_rm(obj: Context, name: str) -> None:
         tracelog cluster rm h100-lab
     """
     with user_errors():
-        config = api.remove_cluster(obj.db, name)
+        config = api.remove_cluster(obj.config_db(), name)
     click.echo(f"cluster {name} removed from {config}")

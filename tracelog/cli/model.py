@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -90,7 +89,7 @@ def predict(
         if run is not None:
             store = obj.store()
         else:  # a configuration alone: the database only lends its fitted constants, if it exists
-            store = obj.store(read_only=True) if os.path.exists(obj.db) and not uncalibrated else None
+            store = obj.store(read_only=True) if obj.exists() and not uncalibrated else None
         frame = api.predict(
             store,
             run,
@@ -203,7 +202,7 @@ def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: boo
             --seq 2048 --vocab 250880 --gbs 2048 --zero 1 --constraint 'mbs >= 2' --top 10
     """
     with user_errors():
-        db = obj.store(read_only=True) if os.path.exists(obj.db) else None
+        db = obj.store(read_only=True) if obj.exists() else None
         if uncalibrated:
             request["compute_scale"] = 1.0
         frame = api.plan(db, api.PlanRequest(constraints=constraints, **request))

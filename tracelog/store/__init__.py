@@ -159,6 +159,7 @@ class Store:
         self._ids: dict[str, int] | None = None  # a DuckLake transaction's id counters, once read
         self._in_transaction = False
         self._exclusive = True  # the current transaction holds a DuckLake store's write lock
+        self._ids_table = False  # `tracelog_ids` seen in a DuckLake store
         self.data_path: str | None = None
         if self.lake:
             # A writer of a shared store runs one DuckDB thread: many writers run at once on a node (they
@@ -328,9 +329,14 @@ class Store:
             self.con.execute("COMMIT")
 
     def _has_ids_table(self) -> bool:
-        return bool(
-            self.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelog_ids'")
-        )
+        """Whether `tracelog_ids` exists yet (not before schema file 1 is applied); asked until it does."""
+        if not self._ids_table:
+            self._ids_table = bool(
+                self.scalar(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelog_ids'"
+                )
+            )
+        return self._ids_table
 
     @contextmanager
     def memory_limit(self, limit: str) -> Iterator[None]:

@@ -50,7 +50,7 @@ from tracelog.locations import LAKE_PREFIX as PREFIX
 ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
 # The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
 ID_KINDS = ("source", "run", "bench", "flag")
-WRITES = "writes"  # the row every write transaction bumps, so that any two of them conflict
+WRITES = "writes"  # the row every transaction under the write lock bumps: a count of the store's writes
 # (package, extension name as DuckDB loads it, file name in the wheel)
 EXTENSIONS = (
     ("duckdb_extension_ducklake", "ducklake", "ducklake"),
