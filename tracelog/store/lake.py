@@ -60,6 +60,7 @@ RETRIES = 40  # a busy store: 8 writers each losing a few races still land
 RETRY_WAIT = 0.05  # seconds before the first retry, growing 1.5x, with jitter, capped at RETRY_WAIT_MAX
 RETRY_WAIT_MAX = 2.0
 ATTACH_ATTEMPTS = 10
+LAKE_EXTRA = "pip install 'tracelog[lake]' (duckdb and both extension packages of one version)"
 
 T = TypeVar("T")
 
@@ -76,8 +77,8 @@ def extension_files() -> list[tuple[str, Path]]:
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
             raise TracelogError(
-                f"a DuckLake store needs the Python package {package.replace('_', '-')}=={duckdb.__version__} "
-                "(of the same version as duckdb); install tracelog with its pinned dependencies"
+                f"a DuckLake store needs the Python package {package.replace('_', '-')}, of the same version "
+                f"as duckdb (here {duckdb.__version__}): {LAKE_EXTRA}"
             )
         path = Path(spec.origin).parent / "extensions" / version / f"{file_name}.duckdb_extension"
         if not path.is_file():
@@ -86,7 +87,7 @@ def extension_files() -> list[tuple[str, Path]]:
             )
             raise TracelogError(
                 f"{package.replace('_', '-')} ships the extension for duckdb {', '.join(have) or 'no version'}, "
-                f"not {version}: install the versions pinned in tracelog's pyproject.toml"
+                f"not {version}: {LAKE_EXTRA}"
             )
         found.append((name, path))
     return found
