@@ -248,13 +248,16 @@ def predict(
     fabric: str | None = None,
     efficiency: float | None = None,
     distributed_optimizer: bool | None = None,
+    attention_backend: str | None = None,
     calibrated: bool = True,
     **config: object,
 ) -> pd.DataFrame:
     """What the model predicts, with its parts (time, throughput, memory, FLOPs) and what it had to
     assume: for a stored run (`run`, with any value overridden by the keyword arguments), or for a
     configuration given as keywords (runs-table names: layers, hidden, heads, seq_len, vocab, gbs, mbs,
-    tp, pp, dp, ...). `gpu` and `fabric` are catalog ids; `efficiency` the share of the dense peak.
+    tp, pp, dp, ...). `gpu` and `fabric` are catalog ids; `efficiency` the share of the dense peak;
+    `attention_backend` how attention ran (flash, fused, unfused, local: Megatron-LM's names; a run's own
+    arguments say it, a configuration alone takes its framework's default, flash for Megatron-LM).
     The constants `calibrate` stored are used unless `calibrated` is False (the textbook model). Without
     a run, `db` is only read for those constants, and only when given."""
     if run is not None:
@@ -269,6 +272,7 @@ def predict(
         overrides,
         efficiency=efficiency,
         distributed_optimizer=distributed_optimizer,
+        attention_backend=attention_backend,
         calibrated=calibrated,
     )
 

@@ -562,12 +562,19 @@ def what_if(
     *,
     efficiency: float | None = None,
     distributed_optimizer: bool | None = None,
+    attention_backend: str | None = None,
     calibrated: bool = True,
 ) -> pd.DataFrame:
     """The prediction's parts for a stored run with `config` overriding its values (runs-table names,
     plus `gpu_model` and `fabric`), or for `config` alone when `run_id` is None. Nothing is written.
     With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
-    row says which); without, the textbook model."""
+    row says which); without, the textbook model. `attention_backend` (Megatron-LM's names, see
+    `inputs.ATTENTION_BACKENDS`) overrides how the run's attention ran; a configuration alone takes its
+    framework's default (`inputs.default_attention_backend`)."""
+    if attention_backend is not None and attention_backend not in run_inputs.ATTENTION_BACKENDS:
+        raise TracelogError(
+            f"unknown attention backend {attention_backend!r}; known: {', '.join(run_inputs.ATTENTION_BACKENDS)}"
+        )
     unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric"})
     if unknown:
         raise TracelogError(
@@ -582,6 +589,11 @@ def what_if(
     row.update({k: v for k, v in config.items() if v is not None})
     if distributed_optimizer is not None:
         params["use_distributed_optimizer"] = str(distributed_optimizer)
+    if attention_backend is None and run_id is None:
+        attention_backend = run_inputs.default_attention_backend(str(row.get("framework") or "megatron"))
+    if attention_backend is not None:
+        params = {k: v for k, v in params.items() if k != "use_flash_attn"}
+        params["attention_backend"] = attention_backend
     inputs = run_inputs.build(row, params)
     constants = calibration.load(store) if calibrated else TEXTBOOK
     rows = run_prediction(inputs, efficiency, constants)

@@ -55,6 +55,12 @@ from tracelog.store.benches import is_bench_ref
 @click.option("--precision", help="bf16, fp16, fp8 or fp32.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1))
 @click.option(
+    "--attention-backend",
+    type=click.Choice(["flash", "fused", "unfused", "local"]),
+    help="How attention ran (Megatron-LM's names).  [default: the run's arguments; without a run, "
+    "flash for Megatron-LM and NeMo, unfused for Megatron-DeepSpeed and DeepSpeed]",
+)
+@click.option(
     "--framework",
     type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed"]),
     help="Sets how gradients are kept (fp32 main grads in Megatron).  [default: megatron]",
@@ -69,6 +75,7 @@ def predict(
     fabric: str | None,
     efficiency: float | None,
     distributed_optimizer: bool | None,
+    attention_backend: str | None,
     uncalibrated: bool,
     fmt: str,
     **config: Any,
@@ -82,7 +89,8 @@ def predict(
         tracelog predict 176b-tp4
         tracelog predict 176b-tp4 --gpu h100-sxm5-80gb
         tracelog predict --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 --seq 2048 \\
-            --vocab 250880 --gbs 2048 --mbs 2 --tp 4 --pp 12 --dp 8 --recompute full --zero 1 --format json
+            --vocab 250880 --gbs 2048 --mbs 2 --tp 4 --pp 12 --dp 8 --recompute full --zero 1 \\
+            --framework megatron-deepspeed --format json
     """
     values = {k: v for k, v in config.items() if v is not None}
     with user_errors():
@@ -97,6 +105,7 @@ def predict(
             fabric=fabric,
             efficiency=efficiency,
             distributed_optimizer=distributed_optimizer,
+            attention_backend=attention_backend,
             calibrated=not uncalibrated,
             **values,
         )
