@@ -63,7 +63,7 @@ TARGETS = {
 MODEL_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "gbs", "mbs", "tp", "pp", "dp", "vp",
     "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
-    "framework", "gpu_model", "fabric", "pp_partition_method",
+    "framework", "gpu_model", "fabric", "pp_partition_method", "ffn_hidden", "query_groups", "swiglu", "cp",
 )  # fmt: skip
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
@@ -93,7 +93,14 @@ def load_published(data: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
     for run in data.get("run", []):
         row = {"kind": "published", **run}
-        if row.get("sec_per_it") is None and row.get("tflops_per_gpu"):
+        if row.get("sec_per_it") is None and row.get("tokens_per_sec_per_gpu"):
+            tokens = row["gbs"] * row["seq_len"]
+            row["sec_per_it"] = tokens / (row["tokens_per_sec_per_gpu"] * row["gpus"])
+            row["derived"] = (
+                f"sec/it = GBS x seq ({tokens} tokens) / ({row['tokens_per_sec_per_gpu']} tokens/s/GPU x "
+                f"{row['gpus']} GPUs)"
+            )
+        elif row.get("sec_per_it") is None and row.get("tflops_per_gpu"):
             flops = eq3_flops(row)
             row["sec_per_it"] = flops / (row["tflops_per_gpu"] * 1e12 * row["gpus"])
             row["derived"] = (
@@ -203,10 +210,18 @@ def _metric(table: pd.DataFrame, metric: str) -> float | None:
 def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
     """The model's sec/it, memory per GPU and the GPU's capacity for one row (`what_if`, no store)."""
     config = {k: row[k] for k in MODEL_KEYS if k in row and not _missing(row[k])}
-    for key in ("sequence_parallel",):
+    for key in ("sequence_parallel", "swiglu"):
         if key in config:
             config[key] = bool(config[key])
-    table = what_if(None, None, config)
+    flash = row.get("flash_attention")
+    optimizer = row.get("distributed_optimizer")
+    table = what_if(
+        None,
+        None,
+        config,
+        attention_backend=None if _missing(flash) else ("flash" if flash else "unfused"),
+        distributed_optimizer=None if _missing(optimizer) else bool(optimizer),
+    )
     return {
         "sec_per_it": _metric(table, "sec_per_it"),
         "gpu_memory_mib": _metric(table, "gpu_memory_mib"),

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CORPUS, ROOT
+from tracelog.model.flops import ModelConfig, flops_megatron_lm
 
 BENCH = ROOT / "benchmarks" / "fidelity.py"
 
@@ -38,9 +39,18 @@ def test_every_run_has_an_id_a_group_and_a_source():
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r["id"])
 def test_layout_is_consistent(run):
-    assert run["tp"] * run["pp"] * run["dp"] == run["gpus"]
+    assert run["tp"] * run["pp"] * run["dp"] * run.get("cp", 1) == run["gpus"]
     assert run["gbs"] % (run["dp"] * run["mbs"]) == 0
-    assert run["layers"] % (run["pp"] * run.get("vp", 1)) == 0
+    assert run.get("pipeline_slots", run["layers"]) % (run["pp"] * run.get("vp", 1)) == 0
+    if "tokens_per_sec_per_gpu" in run:  # the printed TFLOP/s is Megatron-LM's count at that throughput
+        seconds = run["gbs"] * run["seq_len"] / (run["tokens_per_sec_per_gpu"] * run["gpus"])
+        cfg = ModelConfig(
+            layers=run["layers"], hidden=run["hidden"], heads=run["heads"], seq_len=run["seq_len"],
+            vocab=run["vocab"], ffn_hidden=run["ffn_hidden"], query_groups=run["query_groups"],
+            swiglu=run["swiglu"], tied_embeddings=False,
+        )  # fmt: skip
+        tflops = flops_megatron_lm(cfg, run["gbs"]) / (seconds * run["gpus"] * 1e12)
+        assert tflops == pytest.approx(run["tflops_per_gpu"], rel=0.03), run["id"]
     assert run["heads"] % run["tp"] == 0 and run["hidden"] % run["heads"] == 0
 
 

@@ -118,13 +118,27 @@ def test_pipeline_sends_cross_the_stage_link_per_micro_batch() -> None:
     # Megatron sends s·b·h/t per rank (scatter/gather); DeepSpeed the whole s·b·h; interleaving v× more.
     megatron = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1)
     deepspeed = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, framework="megatron-deepspeed")
-    interleaved = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, vp=3)
+    interleaved = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, vp=3, overlap_p2p_comm=False)
     p2p = {
         name: predict_iteration(GPT3, t, A100, "ib-hdr-x8").p2p_s
         for name, t in (("megatron", megatron), ("deepspeed", deepspeed), ("interleaved", interleaved))
     }
     assert p2p["deepspeed"] > 4 * p2p["megatron"]
     assert p2p["interleaved"] == pytest.approx(3 * p2p["megatron"])
+
+
+def test_interleaved_sends_hide_behind_the_next_chunk_but_not_in_the_bubble() -> None:
+    # Megatron-LM --overlap-p2p-communication (default): steady-state sends overlap compute; warm-up and
+    # flush sends stay in the bubble, so the iteration is shorter by the steady sends alone.
+    shown = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, vp=3, overlap_p2p_comm=False)
+    hidden = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, vp=3)
+    a = predict_iteration(GPT3, shown, A100, "ib-hdr-x8")
+    b = predict_iteration(GPT3, hidden, A100, "ib-hdr-x8")
+    assert a.p2p_s > 0 and b.p2p_s == 0
+    assert b.bubble_s == pytest.approx(a.bubble_s)
+    assert a.total_s - b.total_s == pytest.approx(a.p2p_s)
+    deepspeed = TrainConfig(gbs=512, mbs=1, tp=8, pp=8, dp=1, vp=3, framework="megatron-deepspeed")
+    assert predict_iteration(GPT3, deepspeed, A100, "ib-hdr-x8").p2p_s > 0  # no such overlap there
 
 
 def test_bloom_final_layout_within_10_percent_of_the_published_time() -> None:

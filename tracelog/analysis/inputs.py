@@ -305,6 +305,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             overlap_grad_reduce=bool(inputs.flag("overlap_grad_reduce") or inputs.flag("overlap_comm")),
             overlap_param_gather=bool(inputs.flag("overlap_param_gather")),
             tp_comm_overlap=bool(inputs.flag("tp_comm_overlap")),
+            overlap_p2p_comm=inputs.flag("overlap_p2p_comm") is not False,
             framework=inputs.framework or "megatron",
             embedding_slots=embedding_slots(row, inputs),
         )

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tracelog.analysis import calibration
+from tracelog.analysis.inputs import ATTENTION_BACKENDS
 from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
@@ -142,6 +143,8 @@ def plan_layouts(
     recompute: str = "full",
     sequence_parallel: bool = False,
     fp32_grads: bool = True,
+    flash_attention: bool = True,
+    distributed_optimizer: bool = False,
     fabric: str | Link | None = None,
     compute_efficiency: float | None = None,
     compute_scale: float = 1.0,
@@ -161,6 +164,8 @@ def plan_layouts(
     device memory), bubble ((p−1)/m), dp_link (the link bounding the DP collectives; "(assumed)" marks
     the default fabric).
     Gradients are fp32 by default (Megatron's main grads, the BF16 optimizer of Megatron-DeepSpeed).
+    Attention is one flash kernel by default (`flash_attention`: Transformer Engine, Megatron-LM's default
+    since 2024): no s² scores in memory and no fused-softmax rule; False plans the unfused path.
     `compute_scale` multiplies the efficiency (the constant `tracelog calibrate` fits; 1 is textbook).
     Compute is timed per operation (model.gemm) unless a flat `compute_efficiency` is given. With `vp`,
     every layout that allows it runs the interleaved schedule with `vp` chunks per stage (Megatron-LM:
@@ -181,7 +186,17 @@ def plan_layouts(
 
     rows: list[dict[str, Any]] = []
     kinds: Counter[str] = Counter()
-    for layout, broken in layouts(gpus, gpus_per_node, cfg.layers, cfg.heads, gbs, cfg.seq_len):
+    spaces = layouts(
+        gpus,
+        gpus_per_node,
+        cfg.layers,
+        cfg.heads,
+        gbs,
+        cfg.seq_len,
+        require_fused_softmax=not flash_attention,
+        query_groups=cfg.query_groups,
+    )
+    for layout, broken in spaces:
         reasons = list(broken)
         failed = _failed_constraints(checks, layout.names(cfg.layers, cfg.heads, cfg.hidden, cfg.seq_len))
         reasons += failed
@@ -199,6 +214,8 @@ def plan_layouts(
                 zero_stage=zero_stage,
                 precision=precision,
                 fp32_grads=fp32_grads,
+                flash_attention=flash_attention,
+                distributed_optimizer=distributed_optimizer,
                 vp=vp if vp and interleaving_ok(layout, cfg.layers, vp) else None,
             )
             row["vp"] = train.chunks
@@ -254,6 +271,8 @@ def plan_layouts(
     notes.append(
         f"assumed: ZeRO-{zero_stage}, {precision}, {recompute} recompute, "
         f"{'fp32' if fp32_grads else precision} grads, sequence parallel {'on' if sequence_parallel else 'off'}, "
+        f"{'flash' if flash_attention else 'unfused'} attention"
+        f"{', distributed optimizer' if distributed_optimizer else ''}, "
         + (
             f"{compute_efficiency * compute_scale:.0%} of the {peak:g} TFLOPS dense {precision} peak of {g.id}"
             if compute_efficiency is not None
@@ -369,6 +388,11 @@ class PlanRequest:
     seq_len: int
     vocab: int
     gbs: int
+    ffn_hidden: int | None = None
+    query_groups: int | None = None
+    swiglu: bool = False
+    attention_backend: str = "flash"
+    distributed_optimizer: bool = False
     gpus_per_node: int = 8
     zero_stage: int = 0
     precision: str = "bf16"
@@ -392,7 +416,14 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         heads=request.heads,
         seq_len=request.seq_len,
         vocab=request.vocab,
+        ffn_hidden=request.ffn_hidden,
+        query_groups=request.query_groups,
+        swiglu=request.swiglu,
     )
+    if request.attention_backend not in ATTENTION_BACKENDS:
+        raise TracelogError(
+            f"unknown attention backend {request.attention_backend!r}; known: {', '.join(ATTENTION_BACKENDS)}"
+        )
     frame = plan_layouts(
         cfg,
         request.gpus,
@@ -403,6 +434,8 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         precision=request.precision,
         recompute=request.recompute,
         sequence_parallel=request.sequence_parallel,
+        flash_attention=request.attention_backend in ("flash", "fused"),
+        distributed_optimizer=request.distributed_optimizer,
         fabric=request.fabric,
         compute_efficiency=request.efficiency,
         vp=request.vp,

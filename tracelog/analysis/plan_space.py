@@ -1,8 +1,8 @@
 """The search space of the planner: which DP×TP×PP×MBS layouts are legal for a model on a cluster.
 
 Legality is arithmetic, not prediction: TP stays within a node and divides the heads, PP divides the
-layers, DP·TP·PP uses every GPU, GBS divides into DP·MBS micro-batches, and Megatron's fused softmax
-kernel needs (MBS·heads/TP) divisible by 4 (Megatron-LM `FusedScaleMaskSoftmax.is_kernel_available`:
+layers, DP·TP·PP uses every GPU, GBS divides into DP·MBS micro-batches, and, where attention
+materialises its scores, Megatron's fused softmax kernel needs (MBS·heads/TP) divisible by 4 (Megatron-LM `FusedScaleMaskSoftmax.is_kernel_available`:
 `attn_batches % 4 == 0` with attn_batches = b·np). User constraints are small Python expressions over
 the layout's names, checked without `eval` and bounded in size (no power operator, small literals).
 """
@@ -66,8 +66,11 @@ def layouts(
     gbs: int,
     seq_len: int,
     require_fused_softmax: bool = True,
+    query_groups: int | None = None,
 ) -> Iterator[tuple[Layout, list[str]]]:
-    """Every layout that uses all GPUs, with the rules it breaks (empty when legal)."""
+    """Every layout that uses all GPUs, with the rules it breaks (empty when legal). The fused softmax
+    rule holds only where attention materialises its scores (`require_fused_softmax`); with grouped-query
+    attention TP also divides the key/value groups (Megatron-LM's `num_query_groups % tp` check)."""
     for tp in divisors(gpus_per_node):
         for pp in divisors(gpus // tp) if gpus % tp == 0 else []:
             dp = gpus // (tp * pp)
@@ -79,6 +82,8 @@ def layouts(
                     broken.append(f"layers {layers} not divisible by PP {pp}")
                 if gbs % (dp * mbs):
                     broken.append(f"GBS {gbs} not divisible by DP·MBS {dp * mbs}")
+                if query_groups and query_groups != heads and query_groups % tp:
+                    broken.append(f"query groups {query_groups} not divisible by TP {tp}")
                 if require_fused_softmax and not heads % tp and not fused_softmax_ok(mbs, heads, tp, seq_len):
                     broken.append(f"fused softmax needs MBS·heads/TP = {mbs * heads // tp} divisible by 4")
                 yield Layout(dp, tp, pp, mbs, gbs, gpus, gpus_per_node), broken

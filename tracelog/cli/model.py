@@ -168,6 +168,17 @@ def set_(
 @click.option("--seq", "seq_len", type=click.IntRange(min=1), required=True, help="Sequence length.")
 @click.option("--vocab", type=click.IntRange(min=1), required=True, help="Vocabulary size (padded).")
 @click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size in samples.")
+@click.option("--ffn-hidden", type=click.IntRange(min=1), help="MLP width.  [default: 4 x hidden]")
+@click.option("--query-groups", type=click.IntRange(min=1), help="GQA key/value groups.  [default: heads]")
+@click.option("--swiglu", is_flag=True, help="SwiGLU MLP (three GEMMs).")
+@click.option(
+    "--attention-backend",
+    type=click.Choice(["flash", "fused", "unfused", "local"]),
+    default="flash",
+    show_default=True,
+    help="How attention runs (Megatron-LM's names): unfused materialises the s x s scores.",
+)
+@click.option("--distributed-optimizer", is_flag=True, help="Megatron's distributed optimizer.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option(
     "--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."

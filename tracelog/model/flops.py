@@ -125,6 +125,7 @@ class TrainConfig:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    overlap_p2p_comm: bool = True
     framework: str = "megatron"
     embedding_slots: bool = False
 

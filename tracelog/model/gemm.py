@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
 from tracelog.model.flops import ModelConfig, TrainConfig
-from tracelog.model.memory import DTYPE_BYTES
+from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes
 from tracelog.model.quantization import gemm_quantization
 
 MATMUL_SHARE: dict[str, float] = {
@@ -197,9 +197,12 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     Element-wise work: two layer norms (read and write s·b·h), two bias-dropout-residual adds (read two,
     write one, plus a one-byte mask), the bias-activation of the MLP (GeLU: read and write its width;
     SwiGLU: read two halves, write one); with sequence parallelism they run on s·b·h/t."""
-    precision = normalize_precision(train.precision)
+    linear_precision = normalize_precision(train.precision)
+    # FP8 training runs only the linear layers' GEMMs in FP8; attention and everything else in BF16
+    precision = "bf16" if linear_precision in LOW_PRECISION_GEMMS else linear_precision
     peak_flops = peak_tflops(gpu, precision) * 1e12
-    act = DTYPE_BYTES.get(precision, 2)
+    linear_peak = peak_tflops(gpu, linear_precision) * 1e12
+    act = storage_bytes(linear_precision)
     t = train.tp
     s = cfg.seq_len // train.cp
     s_kv = cfg.seq_len  # context parallelism splits the queries; each rank attends to all keys
@@ -211,7 +214,10 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     up = 2 * ffn if cfg.swiglu else ffn
     scale = compute_scale * FRAMEWORK_SHARE.get(train.framework, 1.0)
 
-    ops = [_gemm("qkv", m, (q + 2 * kv) // t, h, gpu, peak_flops, act, scale, precision=precision)]
+    def linear(name: str, rows: int, cols: int, inner: int) -> Op:
+        return _gemm(name, rows, cols, inner, gpu, linear_peak, act, scale, precision=linear_precision)
+
+    ops = [linear("qkv", m, (q + 2 * kv) // t, h)]
     batch = train.mbs * heads_per_rank
     if train.flash_attention:
         flops = 4.0 * batch * s * s_kv * d / 2  # QKᵀ and AV, causal: half the tiles
@@ -229,9 +235,14 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
         scores = batch * s * s_kv
         ops.append(_memory("softmax_dropout", scores * (2 * act + 2 * act + 1), gpu, kernels=2))
         ops.append(_gemm("context", s, d, s_kv, gpu, peak_flops, act, scale, batch, precision))
-    ops.append(_gemm("proj", m, h, q // t, gpu, peak_flops, act, scale, precision=precision))
-    ops.append(_gemm("mlp_up", m, up // t, h, gpu, peak_flops, act, scale, precision=precision))
-    ops.append(_gemm("mlp_down", m, h, ffn // t, gpu, peak_flops, act, scale, precision=precision))
+    ops.append(linear("proj", m, h, q // t))
+    ops.append(linear("mlp_up", m, up // t, h))
+    ops.append(linear("mlp_down", m, h, ffn // t))
+    if linear_precision in LOW_PRECISION_GEMMS:
+        # Transformer Engine casts each linear GEMM's input to FP8 and writes its transpose for the weight
+        # gradient (`cast_transpose`): read 2 bytes, write 1 + 1 per element of the four inputs
+        inputs = m * (h + q // t + h + ffn // t)
+        ops.append(_memory("fp8_casts", inputs * (act + 2), gpu, kernels=4))
     rows = m * h / (t if train.sequence_parallel else 1)
     activation = m * (up // t) * act + m * (ffn // t) * act
     ops += [
@@ -245,9 +256,11 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
 def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale: float = 1.0) -> Op:
     """The output layer of the last pipeline stage: M × V/t × h, vocabulary split over TP ranks (Megatron
     pads V to a multiple of 128·t, `--make-vocab-size-divisible-by`)."""
+    # the output layer stays in BF16 under FP8 training (LOW_PRECISION_GEMMS)
     precision = normalize_precision(train.precision)
+    precision = "bf16" if precision in LOW_PRECISION_GEMMS else precision
     peak_flops = peak_tflops(gpu, precision) * 1e12
-    act = DTYPE_BYTES.get(precision, 2)
+    act = storage_bytes(precision)
     padded = -(-cfg.vocab // (128 * train.tp)) * 128 * train.tp
     m = train.mbs * cfg.seq_len // train.cp
     scale = compute_scale * FRAMEWORK_SHARE.get(train.framework, 1.0)

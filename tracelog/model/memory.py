@@ -14,6 +14,21 @@ from tracelog.hardware import Gpu, normalize_precision
 from tracelog.model.flops import ModelConfig, Recompute, TrainConfig, params_from_config, stage_split
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+LOW_PRECISION_GEMMS = ("fp8", "fp4")
+"""Precisions that only the GEMMs of linear layers run in. Transformer Engine's FP8 recipes (NVIDIA
+Transformer Engine docs, "Using FP8 with Transformer Engine": FP8 is used for the matrix multiplications
+of `Linear`-type modules, while other operations keep higher precision) cast each GEMM's inputs to FP8
+and keep the weights, the activations between operations, attention, the output layer and every
+communication in BF16."""
+
+
+def storage_bytes(precision: str) -> int:
+    """Bytes per element of the weights, activations and communication of a run trained in `precision`
+    (2 for FP8 and FP4 training: BF16, see LOW_PRECISION_GEMMS)."""
+    precision = normalize_precision(precision)
+    return 2 if precision in LOW_PRECISION_GEMMS else DTYPE_BYTES.get(precision, 2)
+
 ADAM_STATE_BYTES = 12
 """fp32 master weights, momentum and variance: K = 12 in the ZeRO paper (Rajbhandari et al. 2020 §3.1)."""
 
@@ -67,7 +82,7 @@ def state_bytes(train: TrainConfig) -> StateBytes:
         )
     if train.distributed_optimizer and train.zero_stage <= 1:
         return megatron_state_bytes(d, distributed_optimizer=True)
-    weight = DTYPE_BYTES.get(precision, 2)
+    weight = storage_bytes(precision)
     grad = 4 if train.fp32_grads else weight
     return zero_state_bytes(train.zero_stage, d, weight, grad)
 
@@ -267,7 +282,7 @@ def activations_per_gpu(
         total += _layer_activations(cfg, train, "none")
     if stage == "last" or p == 1:
         total += 4 * (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp
-    act_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    act_bytes = storage_bytes(train.precision)
     sbh = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden
     return total + deepspeed_pipe_buffers(train, stage) * sbh * act_bytes
 
@@ -285,7 +300,7 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     than fp16 ZeRO-1 the BigScience tr11 notes record. Megatron-LM's contiguous fp32 gradient buffer and
     its distributed optimizer's shards are the `grads` and `optimizer` parts already; its buckets are
     views into that buffer."""
-    dtype = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    dtype = storage_bytes(train.precision)
     if train.framework not in DEEPSPEED_FRAMEWORKS or dtype == 4:
         return 0.0
     if train.fp32_grads:

@@ -23,7 +23,7 @@ from tracelog.model.gemm import (
     logits_forward_op,
     optimizer_step_seconds,
 )
-from tracelog.model.memory import DTYPE_BYTES, embedding_params_per_gpu, transformer_params_per_gpu
+from tracelog.model.memory import embedding_params_per_gpu, storage_bytes, transformer_params_per_gpu
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.52
 """The flat share of the dense peak used when `compute_efficiency` is given instead of the per-operation
@@ -90,7 +90,7 @@ def tp_comm_seconds(
     if train.tp == 1:
         return 0.0
     g = _resolve_gpu(gpu)
-    act_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    act_bytes = storage_bytes(train.precision)
     size = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * act_bytes
     bottleneck = link_for(train.tp, gpus_per_node, g, _resolve_link(fabric))
     one = predict_collective(
@@ -135,7 +135,7 @@ def dp_traffic(
         return DataParallelTraffic(0.0, 0.0, 0.0, 0.0)
     g = _resolve_gpu(gpu)
     params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
-    weight_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    weight_bytes = storage_bytes(train.precision)
     grad_bytes = 4 if (train.fp32_grads or train.distributed_optimizer) else weight_bytes
     bottleneck = link_for(d, gpus_per_node, g, _resolve_link(fabric), stride=train.tp)
     bw = bottleneck.unidirectional_gbps
@@ -246,7 +246,7 @@ def p2p_seconds(
     if train.pp == 1:
         return 0.0
     g = _resolve_gpu(gpu)
-    act_bytes = DTYPE_BYTES.get(normalize_precision(train.precision), 2)
+    act_bytes = storage_bytes(train.precision)
     size = (
         (cfg.seq_len // train.cp)
         * train.mbs
@@ -307,9 +307,14 @@ def predict_iteration(
     compute_s = per_mb * m + optimizer_s
     tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
     tp_s = max(0.0, tp_total - 3 * gemm_s) if train.tp_comm_overlap else tp_total
-    p2p_s = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    p2p_total = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
     fraction = bubble_fraction(train.pp, m, train.chunks)
-    bubble_s = fraction * (per_mb * m + tp_s + p2p_s)
+    bubble_s = fraction * (per_mb * m + tp_s + p2p_total)
+    # Megatron-LM's interleaved schedule sends a chunk's activations while the next chunk computes
+    # (`--overlap-p2p-communication`, on unless `--no-overlap-p2p-communication`; arguments.py: it acts on
+    # the interleaved schedule only, and not in warm-up and flush, whose sends the bubble term holds)
+    hidden = train.framework == "megatron" and train.chunks > 1 and train.overlap_p2p_comm
+    p2p_s = 0.0 if hidden else p2p_total
     dp = dp_traffic(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
     reduce_s, gather_s = dp.reduce_s, dp.gather_s
     if overlap_dp or train.overlap_grad_reduce:
