@@ -20,7 +20,14 @@ from tracelog.errors import TracelogError
 # slot of its own (`--pp-partition-method 'type:transformer|embedding'`, tr11 chronicles), i.e. 72 slots.
 # BLOOM ran Megatron-DeepSpeed, whose attention materialises the scores (no flash kernel in 2022).
 BLOOM = dict(
-    gpus=384, gpu="a100-sxm4-80gb", layers=72, hidden=14336, heads=64, seq_len=2048, vocab=250880, gbs=2048,
+    gpus=384,
+    gpu="a100-sxm4-80gb",
+    layers=72,
+    hidden=14336,
+    heads=64,
+    seq_len=2048,
+    vocab=250880,
+    gbs=2048,
     attention_backend="unfused",
 )
 BLOOM_ARGS = [

@@ -29,6 +29,7 @@ def storage_bytes(precision: str) -> int:
     precision = normalize_precision(precision)
     return 2 if precision in LOW_PRECISION_GEMMS else DTYPE_BYTES.get(precision, 2)
 
+
 ADAM_STATE_BYTES = 12
 """fp32 master weights, momentum and variance: K = 12 in the ZeRO paper (Rajbhandari et al. 2020 §3.1)."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracelog.errors import TracelogError
-from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
+from tracelog.hardware import Gpu, Link, link, peak_tflops
 from tracelog.hardware import gpu as catalog_gpu
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
