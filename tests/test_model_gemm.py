@@ -12,6 +12,7 @@ from tracelog.model.gemm import (
     logits_forward_op,
     no_tensor_core_factor,
 )
+from tracelog.model.memory import memory_per_gpu
 from tracelog.model.timing import dp_traffic, predict_iteration, stage_compute
 
 A100 = hardware.gpu("a100-sxm4-80gb")
@@ -173,3 +174,47 @@ def test_plan_interleaving_divides_the_bubble() -> None:
     assert (chunked.pred_sec_per_it_vp < chunked.pred_sec_per_it).all()
     kept = joined[joined.vp_vp == 1]  # layouts the interleaved schedule does not allow keep 1F1B
     assert (kept.bubble_vp == kept.bubble).all()
+
+
+# Llama 3 70B (Grattafiori et al. 2024, Table 3: 80 layers, h 8192, 64 heads, 8 KV heads, FFN 28672,
+# vocabulary 128256), the layer of the Megatron-Bridge DGX-H100 recipe: TP 4, sequence parallel, flash.
+LLAMA3_70B = ModelConfig(
+    layers=80, hidden=8192, heads=64, seq_len=8192, vocab=128256, ffn_hidden=28672, query_groups=8,
+    swiglu=True, tied_embeddings=False,
+)  # fmt: skip
+
+
+def _llama_layer(precision: str) -> dict[str, object]:
+    train = TrainConfig(
+        gbs=128, mbs=1, tp=4, sequence_parallel=True, flash_attention=True, precision=precision
+    )
+    return {op.name: op for op in layer_forward_ops(LLAMA3_70B, train, H100)}
+
+
+def test_fp8_runs_only_the_linear_gemms_in_fp8() -> None:
+    bf16, fp8 = _llama_layer("bf16"), _llama_layer("fp8")
+    for name in ("qkv", "proj", "mlp_up", "mlp_down"):  # twice the peak, at most twice as fast
+        assert bf16[name].time_s / 2.05 < fp8[name].time_s < bf16[name].time_s
+    # attention and the element-wise work are the BF16 kernels of the BF16 layer, to the nanosecond
+    for name in ("attention", "layernorms", "bias_dropout_residual", "activation"):
+        assert fp8[name].time_s == pytest.approx(bf16[name].time_s)
+    assert "fp8_casts" in fp8 and "fp8_casts" not in bf16
+    # the casts read each linear input once in BF16 and write it twice in FP8 (itself and its transpose)
+    m = 8192
+    inputs = m * (8192 + 8192 // 4 + 8192 + 28672 // 4)
+    assert fp8["fp8_casts"].bytes == inputs * 4
+    assert sum(o.time_s for o in fp8.values()) > 0.5 * sum(o.time_s for o in bf16.values())
+
+
+def test_fp8_keeps_bf16_activations_weights_and_communication() -> None:
+    def parts(precision: str):
+        train = TrainConfig(
+            gbs=128, mbs=1, tp=4, pp=8, dp=2, vp=5, sequence_parallel=True, flash_attention=True,
+            distributed_optimizer=True, precision=precision,
+        )  # fmt: skip
+        return predict_iteration(LLAMA3_70B, train, H100, "ib-ndr-x8"), memory_per_gpu(LLAMA3_70B, train)
+
+    (t16, m16), (t8, m8) = parts("bf16"), parts("fp8")
+    assert t8.tp_comm_s == pytest.approx(t16.tp_comm_s)  # the same BF16 all-gathers and reduce-scatters
+    assert m8.total == pytest.approx(m16.total)
+    assert 0.5 * t16.compute_s < t8.compute_s < 0.8 * t16.compute_s

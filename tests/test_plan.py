@@ -3,6 +3,7 @@ constraints, the assumed fabric and the runs a store already measured."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from tracelog import api
 from tracelog.analysis.plan import USABLE_MEMORY_FRACTION
+from tracelog.analysis.plan_space import layouts
 from tracelog.cli import cli
 from tracelog.errors import TracelogError
 
@@ -282,3 +284,56 @@ def test_unknown_gpu_and_empty_space_are_errors(tmp_path: Path) -> None:
     assert any("layers 70 not divisible by PP 12" in r for r in reasons)
     with pytest.raises(TracelogError, match="has no bf16 peak"):
         api.plan(None, api.PlanRequest(**dict(BLOOM, gpu="v100-sxm2-32gb")))
+
+
+# Llama 3 70B (Grattafiori et al. 2024, Table 3) on 64 H100 at sequence 8192, as the Megatron-Bridge
+# DGX-H100 recipe trains it (GBS 128, no recomputation, sequence parallel, distributed optimizer).
+LLAMA3_70B = dict(
+    gpus=64, gpu="h100-sxm5-80gb", layers=80, hidden=8192, heads=64, seq_len=8192, vocab=128256, gbs=128,
+    ffn_hidden=28672, query_groups=8, swiglu=True, recompute="none", sequence_parallel=True,
+    distributed_optimizer=True, fabric="ib-ndr-x8",
+)  # fmt: skip
+
+
+def test_llama_plans_with_flash_attention_and_not_without() -> None:
+    flash = api.plan(None, api.PlanRequest(**LLAMA3_70B, top=None, include_rejected=True))
+    unfused = api.plan(
+        None, api.PlanRequest(**LLAMA3_70B, attention_backend="unfused", top=None, include_rejected=True)
+    )
+    assert (flash.rejected == "").sum() > 0
+    assert any("flash attention" in note for note in flash.attrs["notes"])
+    # the same layout, with and without the s x s scores: 5·a·s/(h·t) more per token and layer at s 8192
+    one, two = layout(flash, dp=1, tp=8, pp=8, mbs=1), layout(unfused, dp=1, tp=8, pp=8, mbs=1)
+    assert two.mem_gib > 3 * one.mem_gib
+    assert two.rejected.startswith("needs ")
+
+
+def test_the_fused_softmax_rule_is_the_unfused_kernels_only() -> None:
+    # 6 heads: MBS·heads/TP = 3 or 6 for MBS 1 and TP 2 is not a multiple of 4
+    unfused = [b for _, b in layouts(8, 8, 4, 6, 64, 2048, require_fused_softmax=True)]
+    flash = [b for _, b in layouts(8, 8, 4, 6, 64, 2048, require_fused_softmax=False)]
+    assert any("fused softmax" in reason for broken in unfused for reason in broken)
+    assert not any("fused softmax" in reason for broken in flash for reason in broken)
+
+
+def test_tensor_parallelism_divides_the_query_groups() -> None:
+    frame = api.plan(
+        None, api.PlanRequest(**dict(LLAMA3_70B, query_groups=2), top=None, include_rejected=True)
+    )
+    assert frame[frame.tp.isin([4, 8])].rejected.str.contains("query groups 2 not divisible by TP").all()
+    assert not frame[frame.tp <= 2].rejected.str.contains("query groups").any()
+
+
+def test_plan_cli_takes_the_llama_shape() -> None:
+    args = [
+        "plan", "--gpus", "64", "--gpu", "h100-sxm5-80gb", "--layers", "80", "--hidden", "8192", "--heads", "64",
+        "--seq", "8192", "--vocab", "128256", "--gbs", "128", "--ffn-hidden", "28672", "--query-groups", "8",
+        "--swiglu", "--recompute", "none", "--sequence-parallel", "--distributed-optimizer",
+        "--fabric", "ib-ndr-x8", "--format", "csv",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(io.StringIO(result.stdout))
+    expected = api.plan(None, api.PlanRequest(**LLAMA3_70B))
+    assert frame["pred_sec_per_it"].round(6).tolist() == expected["pred_sec_per_it"].round(6).tolist()
+    assert "flash attention, distributed optimizer" in result.stderr
