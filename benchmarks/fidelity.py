@@ -65,6 +65,8 @@ MODEL_KEYS = (
     "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
     "framework", "gpu_model", "fabric", "pp_partition_method", "ffn_hidden", "query_groups", "swiglu", "cp",
 )  # fmt: skip
+# What a row may say of the framework's overlaps, as the run's own arguments would (Megatron-LM's names).
+RUN_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
 Predictor = Callable[[Mapping[str, Any]], Mapping[str, float | None]]
@@ -221,6 +223,7 @@ def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
         config,
         attention_backend=None if _missing(flash) else ("flash" if flash else "unfused"),
         distributed_optimizer=None if _missing(optimizer) else bool(optimizer),
+        run_params={k: str(bool(row[k])) for k in RUN_FLAGS if k in row and not _missing(row[k])},
     )
     return {
         "sec_per_it": _metric(table, "sec_per_it"),

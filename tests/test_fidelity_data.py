@@ -194,3 +194,17 @@ def test_score_memory_and_oom():
     assert result["memory"]["within_target"] == 0
     # OOM rows: 90 MiB over an 80 MiB GPU, 50 MiB under it
     assert result["oom"] == {"n": 2, "predicted_over_capacity": 1, "met": False}
+
+
+def test_nemotron4_340b_shapes_give_the_readmes_model_flops():
+    # dgxc-benchmarking nemotron4-340b/README.md, "MFU formula": model flops for GBS=1 = 8.62124e15, and
+    # its worked example: MFU = 64 * 8.62124e15 / 4.31 / 256 / 989e12 = 50.5%.
+    (run,) = [r for r in RUNS if r["id"] == "dgxc-nemotron4-340b-h100-bf16"]
+    cfg = ModelConfig(
+        layers=run["layers"], hidden=run["hidden"], heads=run["heads"], seq_len=run["seq_len"],
+        vocab=run["vocab"], ffn_hidden=run["ffn_hidden"], query_groups=run["query_groups"],
+        swiglu=run["swiglu"], tied_embeddings=False,
+    )  # fmt: skip
+    assert flops_megatron_lm(cfg, 1, causal_halved=False) == pytest.approx(8.62124e15, rel=1e-5)
+    mfu = run["gbs"] * 8.62124e15 / run["sec_per_it"] / run["gpus"] / 989e12
+    assert 100 * mfu == pytest.approx(50.5, abs=0.1)  # the README truncates 50.56

@@ -563,6 +563,7 @@ def what_if(
     efficiency: float | None = None,
     distributed_optimizer: bool | None = None,
     attention_backend: str | None = None,
+    run_params: dict[str, str] | None = None,
     calibrated: bool = True,
 ) -> pd.DataFrame:
     """The prediction's parts for a stored run with `config` overriding its values (runs-table names,
@@ -570,7 +571,9 @@ def what_if(
     With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
     row says which); without, the textbook model. `attention_backend` (Megatron-LM's names, see
     `inputs.ATTENTION_BACKENDS`) overrides how the run's attention ran; a configuration alone takes its
-    framework's default (`inputs.default_attention_backend`)."""
+    framework's default (`inputs.default_attention_backend`). `run_params` are run parameters as a log
+    prints them (`overlap_grad_reduce`, `overlap_param_gather`, `tp_comm_overlap`, ...: "True"/"False"),
+    over the run's own."""
     if attention_backend is not None and attention_backend not in run_inputs.ATTENTION_BACKENDS:
         raise TracelogError(
             f"unknown attention backend {attention_backend!r}; known: {', '.join(run_inputs.ATTENTION_BACKENDS)}"
@@ -587,6 +590,7 @@ def what_if(
     else:
         row, params = {"run_id": 0, "framework": "megatron"}, {}  # the store only lends its constants
     row.update({k: v for k, v in config.items() if v is not None})
+    params = {**params, **(run_params or {})}
     if distributed_optimizer is not None:
         params["use_distributed_optimizer"] = str(distributed_optimizer)
     if attention_backend is None and run_id is None:
