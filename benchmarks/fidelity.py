@@ -64,6 +64,7 @@ MODEL_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "gbs", "mbs", "tp", "pp", "dp", "vp",
     "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
     "framework", "gpu_model", "fabric", "pp_partition_method", "ffn_hidden", "query_groups", "swiglu", "cp",
+    "dropout",
 )  # fmt: skip
 # What a row may say of the framework's overlaps, as the run's own arguments would (Megatron-LM's names).
 RUN_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
@@ -212,7 +213,7 @@ def _metric(table: pd.DataFrame, metric: str) -> float | None:
 def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
     """The model's sec/it, memory per GPU and the GPU's capacity for one row (`what_if`, no store)."""
     config = {k: row[k] for k in MODEL_KEYS if k in row and not _missing(row[k])}
-    for key in ("sequence_parallel", "swiglu"):
+    for key in ("sequence_parallel", "swiglu", "dropout"):
         if key in config:
             config[key] = bool(config[key])
     flash = row.get("flash_attention")
@@ -277,6 +278,9 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
     within = int(((ratio - 1).abs() <= TARGETS["memory_within"]).sum())
     oom = df[df["oom"].astype("boolean").fillna(False).astype(bool)]
     oom_over = int((oom["predicted_mib"].astype(float) > oom["capacity_mib"].astype(float)).sum())
+    # every timed row ran on its GPUs, so it fit: the model should not put it over capacity
+    ran = df[df["sec_per_it"].notna() & df["predicted_mib"].notna()]
+    ran_over = ran["predicted_mib"].astype(float) > ran["capacity_mib"].astype(float)
     return {
         "rows": len(df),
         "timed": len(timed),
@@ -305,6 +309,11 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
             "met": bool(abs(median_ratio - 1) <= TARGETS["memory_within"]),
         },
         "oom": {"n": len(oom), "predicted_over_capacity": oom_over, "met": oom_over == len(oom)},
+        "ran": {
+            "n": len(ran),
+            "predicted_over_capacity": [str(i) for i in ran.loc[ran_over, "id"]],
+            "met": not ran_over.any(),
+        },
         "table": [_row_out(r) for r in timed.to_dict("records")],
     }
 
@@ -415,12 +424,15 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
                 else ""
             ),
         ]
-    m, o = result["memory"], result["oom"]
+    m, o, r = result["memory"], result["oom"], result["ran"]
     lines += [
         "",
         f"memory: measured/predicted median {m['median_measured_over_predicted']:.2f} over {m['n']} rows, "
         f"{m['within_target']} within +-{_pct(m['target'])}   target within {_pct(m['target'])}  {_ok(m['met'])}",
         f"OOM rows predicted over capacity: {o['predicted_over_capacity']} of {o['n']}   target all  {_ok(o['met'])}",
+        f"rows that ran, predicted over capacity: {len(r['predicted_over_capacity'])} of {r['n']}"
+        + (f" ({', '.join(r['predicted_over_capacity'])})" if r["predicted_over_capacity"] else "")
+        + f"   target none  {_ok(r['met'])}",
     ]
     return "\n".join(lines)
 

@@ -193,6 +193,7 @@ LLAMA_405B = ModelConfig(
     tied_embeddings=False,
     learned_positions=False,
     bias=False,
+    dropout=False,
 )
 
 
@@ -216,9 +217,13 @@ def test_flash_attention_takes_llama_405b_activations_from_hundreds_of_gib_to_te
     # m = 2048/64 = 32 ≥ p: the first stage holds p micro-batches of its ⌈126/16⌉ = 8 layers (16 × 8).
     unfused = activations_per_gpu(LLAMA_405B, _llama_layout(flash=False), stage="first")
     fused = activations_per_gpu(LLAMA_405B, _llama_layout(flash=True), stage="first")
-    assert unfused == pytest.approx(128 * sbh * (34 / 8 + 5 * 128 * 8192 / (16384 * 8)))
-    assert fused == pytest.approx(128 * sbh * 34 / 8)
-    assert unfused / 2**30 > 600 and fused / 2**30 < 70
+    # per token and layer, in units of h: layer-norm, QKV and MLP inputs 8 (no dropout masks); Q and the
+    # projection input 2 + 2; K and V 2 · 2 · (8 groups × 128)/16384 = 0.25; SwiGLU's two halves
+    # 2 · 2 · 53248/16384 = 13 and the down input 6.5: 31.75 where GPT-3's shapes give 34
+    per_layer = (8 + 4 + 0.25 + 13 + 6.5) / 8
+    assert unfused == pytest.approx(128 * sbh * (per_layer + 2 * 128 * 8192 / (16384 * 8)))
+    assert fused == pytest.approx(128 * sbh * per_layer)
+    assert unfused / 2**30 > 300 and fused / 2**30 < 70
 
 
 def test_llama_405b_with_flash_and_recomputation_fits_h100_well() -> None:
@@ -448,3 +453,31 @@ def test_the_busiest_stage_holds_the_ceiling_of_layers_over_stages() -> None:
     train = TrainConfig(gbs=2048, mbs=2, tp=4, pp=12, dp=8)
     per_layer = transformer_params_per_gpu(cfg, TrainConfig(gbs=2048, mbs=2, tp=4, pp=82, dp=8))
     assert transformer_params_per_gpu(cfg, train) == pytest.approx(7 * per_layer)
+
+
+def test_layer_widths_reduce_to_korthikanti_table_2_for_gpt3_shapes() -> None:
+    # q = kv = h, f = 4h, GeLU, dropout: the widths' terms are Table 2's 10 + 24/t to the byte
+    for tp, sp in ((1, False), (8, False), (8, True)):
+        default = activation_bytes_per_layer(2048, 1, 12288, 96, tp, sp)
+        explicit = activation_bytes_per_layer(
+            2048,
+            1,
+            12288,
+            96,
+            tp,
+            sp,
+            q_width=12288,
+            kv_width=12288,
+            ffn=4 * 12288,
+            gated=False,
+            dropout=True,
+        )
+        assert explicit == default
+    # grouped-query attention keeps g·d for K and V: 8 of 64 groups saves 2·2·(7/8)·h per token over t
+    mha = activation_bytes_per_layer(8192, 1, 8192, 64, 4, True, flash_attention=True)
+    gqa = activation_bytes_per_layer(8192, 1, 8192, 64, 4, True, flash_attention=True, kv_width=1024)
+    assert mha - gqa == pytest.approx(8192 * 4 * (7 / 8) * 8192 / 4)
+    # no dropout: two masks of h bytes per token fewer, and the unfused scores keep their softmax alone
+    drop = activation_bytes_per_layer(2048, 1, 4096, 32, 1)
+    none = activation_bytes_per_layer(2048, 1, 4096, 32, 1, dropout=False)
+    assert drop - none == pytest.approx(2048 * (2 * 4096 + 3 * 32 * 2048))

@@ -258,7 +258,25 @@ def _model_config(row: dict[str, Any], inputs: RunInputs) -> ModelConfig | None:
         tied_embeddings=not untied if untied is not None else True,
         learned_positions=position in (None, "learned_absolute"),
         bias=bias if bias is not None else True,
+        dropout=_dropout(row, inputs),
     )
+
+
+def _dropout(row: dict[str, Any], inputs: RunInputs) -> bool:
+    """Whether the run keeps dropout masks: a `dropout` value given, else the run's `hidden_dropout` and
+    `attention_dropout` (Megatron's arguments, or a NeMo configuration's keys ending so), else Megatron-LM's
+    default of 0.1: masks kept."""
+    given = row.get("dropout")
+    if given is not None and given == given:
+        return bool(given)
+    rates = []
+    for name, value in inputs.run_params.items():
+        if name.rsplit(".", 1)[-1] in ("hidden_dropout", "attention_dropout"):
+            try:
+                rates.append(float(value))
+            except (TypeError, ValueError):
+                continue
+    return not rates or any(rate > 0 for rate in rates)
 
 
 def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:

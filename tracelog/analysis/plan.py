@@ -391,6 +391,7 @@ class PlanRequest:
     ffn_hidden: int | None = None
     query_groups: int | None = None
     swiglu: bool = False
+    dropout: bool = True
     attention_backend: str = "flash"
     distributed_optimizer: bool = False
     gpus_per_node: int = 8
@@ -419,6 +420,7 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         ffn_hidden=request.ffn_hidden,
         query_groups=request.query_groups,
         swiglu=request.swiglu,
+        dropout=request.dropout,
     )
     if request.attention_backend not in ATTENTION_BACKENDS:
         raise TracelogError(

@@ -551,7 +551,7 @@ def prediction_table(rows: list[Row]) -> pd.DataFrame:
 PREDICT_CONFIG_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "query_groups", "swiglu", "params",
     "gbs", "mbs", "tp", "pp", "dp", "cp", "vp", "sequence_parallel", "recompute", "zero_stage", "precision",
-    "gpus", "nodes", "gpus_per_node", "framework", "pp_partition_method",
+    "gpus", "nodes", "gpus_per_node", "framework", "pp_partition_method", "dropout",
 )  # fmt: skip
 
 

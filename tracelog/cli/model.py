@@ -39,6 +39,11 @@ from tracelog.store.benches import is_bench_ref
 @click.option("--query-groups", type=click.IntRange(min=1), help="GQA key/value groups.  [default: heads]")
 @click.option("--swiglu", is_flag=True, default=None, help="SwiGLU MLP (three GEMMs).")
 @click.option(
+    "--dropout/--no-dropout",
+    default=None,
+    help="Dropout above zero, whose masks stay for the backward pass.  [default: the run's; else on]",
+)
+@click.option(
     "--params", type=click.IntRange(min=1), help="Parameter count, when known (else from the shapes)."
 )
 @click.option("--gbs", type=click.IntRange(min=1), help="Global batch size.")
@@ -171,6 +176,12 @@ def set_(
 @click.option("--ffn-hidden", type=click.IntRange(min=1), help="MLP width.  [default: 4 x hidden]")
 @click.option("--query-groups", type=click.IntRange(min=1), help="GQA key/value groups.  [default: heads]")
 @click.option("--swiglu", is_flag=True, help="SwiGLU MLP (three GEMMs).")
+@click.option(
+    "--dropout/--no-dropout",
+    default=True,
+    show_default=True,
+    help="Dropout above zero (Megatron-LM's default 0.1), whose masks stay for the backward pass.",
+)
 @click.option(
     "--attention-backend",
     type=click.Choice(["flash", "fused", "unfused", "local"]),

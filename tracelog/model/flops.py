@@ -21,7 +21,9 @@ class ModelConfig:
     (plain multi-head attention), `kv_channels` to h/heads; `params`, when given, overrides the count
     from the shapes. MoE: `num_experts` routed experts with `moe_topk` per token on every
     `moe_layer_freq`-th layer, each of width `moe_ffn_hidden` (default `ffn_hidden`), plus an optional
-    shared expert of width `moe_shared_ffn_hidden`."""
+    shared expert of width `moe_shared_ffn_hidden`. `dropout`: hidden and attention dropout above zero
+    (Megatron-LM's default 0.1; Llama, Nemotron and most recipes since 2023 train without), whose masks
+    are kept for the backward pass."""
 
     layers: int
     hidden: int
@@ -41,10 +43,19 @@ class ModelConfig:
     moe_ffn_hidden: int | None = None
     moe_layer_freq: int = 1
     moe_shared_ffn_hidden: int | None = None
+    dropout: bool = True
 
     @property
     def ffn(self) -> int:
         return self.ffn_hidden if self.ffn_hidden is not None else 4 * self.hidden
+
+    @property
+    def token_ffn(self) -> int:
+        """The FFN width a token passes through: dense layers' f; for MoE the routed top-k experts plus
+        the shared expert, as if one GEMM (token dispatch and grouped GEMMs are not modelled)."""
+        if self.num_experts and self.moe_layers == self.layers:
+            return (self.moe_ffn_hidden or self.ffn) * self.moe_topk + (self.moe_shared_ffn_hidden or 0)
+        return self.ffn
 
     @property
     def groups(self) -> int:

@@ -270,11 +270,7 @@ def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
 
 
 def _mlp_width(cfg: ModelConfig) -> int:
-    """The FFN width a token passes through: dense layers' f; for MoE the routed top-k experts plus the
-    shared expert, as if one GEMM (token dispatch and grouped GEMMs are not modelled)."""
-    if cfg.num_experts and cfg.moe_layers == cfg.layers:
-        return (cfg.moe_ffn_hidden or cfg.ffn) * cfg.moe_topk + (cfg.moe_shared_ffn_hidden or 0)
-    return cfg.ffn
+    return cfg.token_ffn
 
 
 def optimizer_step_seconds(local_params: float, gpu: Gpu) -> float:

@@ -97,6 +97,12 @@ def activation_bytes_per_layer(
     sequence_parallel: bool = False,
     recompute: Recompute = "none",
     flash_attention: bool = False,
+    *,
+    q_width: int | None = None,
+    kv_width: int | None = None,
+    ffn: int | None = None,
+    gated: bool = False,
+    dropout: bool = True,
 ) -> float:
     """Activation memory of one transformer layer, 16-bit activations (Korthikanti et al. 2022, Table 2):
     no parallelism s·b·h·(34 + 5as/h); tensor parallel s·b·h·(10 + 24/t + 5as/(ht)); tensor + sequence
@@ -104,17 +110,28 @@ def activation_bytes_per_layer(
     sequence parallel + selective s·b·h·34/t; full recompute keeps only the layer input, 2·s·b·h (§4.1),
     divided by t when it is sequence-parallel. Flash attention (Dao et al. 2022 §3.1) never materialises
     the s×s scores, softmax and dropout mask: the 5as/h term goes, as with selective recomputation (its
-    per-row softmax statistics, 4·a·s·b/t bytes, are under 0.1% of the rest and left out)."""
+    per-row softmax statistics, 4·a·s·b/t bytes, are under 0.1% of the rest and left out).
+
+    The 10 and 24 are §4.1's sum for GPT-3's shapes, per token: the two layer-norm inputs (4h), the QKV
+    input (2h), the MLP input (2h) and two dropout masks (2h) stay whole without sequence parallelism;
+    Q and K (4h), V (2h), the projection input (2h), the GeLU input (8h = 2·4h) and output (8h) split over
+    t. The same terms from the layer's own widths: Q and the projection input 2q each, K and V 2kv each
+    (grouped-query attention keeps g·d, not h), the MLP's up output 2·f (2·2f gated, SwiGLU keeps both
+    halves) and its down input 2·f; no masks without dropout (`dropout=False`: the 2h masks go, and the
+    unfused attention keeps its softmax output alone, 2as/h instead of 5as/h). With the defaults (q = kv
+    = h, f = 4h, ungated, dropout) the result is Table 2's to the byte."""
     s, b, h, a, t = seq_len, mbs, hidden, heads, tp
     sbh = s * b * h
-    attention = 0.0 if flash_attention else 5 * a * s / (h * t)
     if recompute == "full":
         return 2 * sbh / (t if sequence_parallel else 1)
-    if t == 1:
-        return sbh * 34 if recompute == "selective" else sbh * (34 + attention)
-    if sequence_parallel:
-        return sbh * 34 / t if recompute == "selective" else sbh * (34 / t + attention)
-    return sbh * (10 + 24 / t) if recompute == "selective" else sbh * (10 + 24 / t + attention)
+    q = q_width if q_width is not None else h
+    kv = kv_width if kv_width is not None else h
+    f = ffn if ffn is not None else 4 * h
+    whole = 4 * h + 2 * h + 2 * h + (2 * h if dropout else 0)  # per token, bytes
+    split = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (2 * f if gated else f) + 2 * f
+    scores = 0.0 if flash_attention or recompute == "selective" else (5 if dropout else 2) * a * s / t
+    per_token = (whole / t if sequence_parallel else whole) + split / t
+    return s * b * (per_token + scores)
 
 
 MIB = 2**20
@@ -253,6 +270,11 @@ def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recomput
         train.sequence_parallel,
         recompute,
         train.flash_attention,
+        q_width=cfg.heads * cfg.head_dim,
+        kv_width=cfg.groups * cfg.head_dim,
+        ffn=cfg.token_ffn,
+        gated=cfg.swiglu,
+        dropout=cfg.dropout,
     )
 
 
