@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tracelog import api
 from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.refresh import keep_steady_state
 from tracelog.analysis.rules import health
 from tracelog.analysis.scope import Scope
 from tracelog.store import Store
@@ -231,4 +232,42 @@ def test_generated_runs_keep_their_marks(tmp_path: Path, runs: list) -> None:
     with Store(db) as store:
         store.insert("iterations", pd.DataFrame(rows))
         store.insert("runs", pd.DataFrame({"run_id": range(1, len(runs) + 1), "source_id": 0, "run_key": 0}))
+        check_store(store)  # no refresh yet: every run computed from its rows
+        # kept by a refresh (schema 013): the same figures, now read from run_steady_cache
+        keep_steady_state(store, Scope.of(None, None))
+        assert store.scalar("SELECT count(*) FROM run_steady_cache") == len(runs)
         check_store(store)
+        # rows changed behind the refresh's back: a run whose count or last line moved is computed again
+        store.con.execute(
+            "DELETE FROM iterations WHERE run_id = 1 AND line_no = (SELECT max(line_no) FROM iterations WHERE run_id = 1)"
+        )
+        store.con.execute(
+            "UPDATE iterations SET line_no = line_no + 100000 WHERE run_id = 2 AND line_no = (SELECT max(line_no) FROM iterations WHERE run_id = 2)"
+        )
+        check_store(store)
+
+
+def test_a_refresh_keeps_each_runs_steady_state_and_reads_it_back(tmp_path: Path) -> None:
+    db = tmp_path / "k.duckdb"
+    api.ingest(
+        db,
+        [str(SAMPLES / "megatron_lm_llama3_8b_h100.log"), str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")],
+    )
+    with Store(db) as store:
+        kept = store.con.execute(
+            "SELECT c.run_id FROM run_steady_cache c JOIN (SELECT run_id, count(*) AS n, max(line_no) AS last "
+            "FROM iterations GROUP BY run_id) l ON l.run_id = c.run_id AND l.n = c.iterations_logged "
+            "AND l.last = c.last_line ORDER BY 1"
+        ).fetchall()
+        with_rows = store.con.execute("SELECT DISTINCT run_id FROM iterations ORDER BY 1").fetchall()
+        assert kept == with_rows and kept
+        # the kept figures are what the runs' rows give (the medians computed with no row kept)
+        cached = store.con.execute("SELECT * FROM run_steady ORDER BY run_id").fetchall()
+        store.con.execute("DELETE FROM run_steady_cache")
+        assert_same_rows(store.con.execute("SELECT * FROM run_steady ORDER BY run_id").fetchall(), cached)
+        # a cached row that no longer matches its run's rows is never read: a wrong median planted in it
+        keep_steady_state(store, Scope.of(None, None))
+        store.con.execute("UPDATE run_steady_cache SET sec_per_it = -1, last_line = last_line - 1")
+        assert store.scalar("SELECT min(sec_per_it) FROM run_steady") > 0
+        store.con.execute("UPDATE run_steady_cache SET last_line = last_line + 1")
+        assert store.scalar("SELECT min(sec_per_it) FROM run_steady") == -1  # matching rows are read as kept

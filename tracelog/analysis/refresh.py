@@ -113,6 +113,7 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
     where = _subject_predicate(scope)
     for table in MODEL_OUTPUT_TABLES:
         store.con.execute(f"DELETE FROM {table} WHERE {where}")
+    keep_steady_state(store, scope)
     runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
     constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
     outputs = (
@@ -129,6 +130,26 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
         frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])
         store.insert("flags", frame)
     return len(flags)
+
+
+STEADY_COLUMNS = (
+    "run_id, iterations_logged, last_iteration, steady_lines, sec_per_it, samples_per_s, tflops_reported, "
+    "final_loss, skipped_iterations, nan_iterations"
+)
+
+
+def keep_steady_state(store: Store, scope: Scope) -> None:
+    """The steady-state medians of the runs in scope, computed once here and kept (`run_steady_cache`,
+    schema 013) with the count and last line of the rows they describe, so that reading commands take
+    them instead of sorting every logged line again; the model inputs read right after take them too."""
+    runs = f"SELECT run_id FROM runs WHERE {scope.runs}"
+    store.con.execute(f"DELETE FROM run_steady_cache WHERE run_id IN ({runs})")
+    store.con.execute(
+        f"INSERT INTO run_steady_cache ({STEADY_COLUMNS}, last_line) "
+        f"SELECT {', '.join('s.' + c for c in STEADY_COLUMNS.split(', '))}, l.last_line "
+        "FROM run_steady s JOIN (SELECT run_id, max(line_no) AS last_line FROM iterations "
+        f"WHERE run_id IN ({runs}) GROUP BY run_id) l USING (run_id)"
+    )
 
 
 def refresh_landing(store: Store, result: IngestResult) -> None:
