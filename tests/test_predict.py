@@ -307,3 +307,33 @@ def test_nodes_given_at_ingest_reach_a_bench(tmp_path: Path) -> None:
     assert api.sql(db, "SELECT count(*) FROM predictions WHERE metric = 'busbw_gbps'").iloc[0, 0] > 0
     assumed = api.sql(db, "SELECT detail FROM predictions WHERE metric = 'inputs'").iloc[0, 0]
     assert "ib-hdr-x8" in assumed
+
+
+# Llama 3 70B (Grattafiori et al. 2024, Table 3) at sequence 8192 on H100, given without a log
+LLAMA3_70B_CONFIG = dict(
+    gpu="h100-sxm5-80gb", fabric="ib-ndr-x8", layers=80, hidden=8192, heads=64, query_groups=8,
+    ffn_hidden=28672, swiglu=True, seq_len=8192, vocab=128256, gbs=128, mbs=1, tp=4, pp=8, dp=2, vp=5,
+    recompute="none", sequence_parallel=True, precision="bf16", gpus_per_node=8,
+)  # fmt: skip
+
+
+def _figure(frame, metric: str) -> float:
+    return float(frame.loc[frame.metric == metric, "value"].iloc[0])
+
+
+def test_a_configuration_alone_takes_its_frameworks_attention_and_says_so() -> None:
+    megatron = api.predict(None, **LLAMA3_70B_CONFIG)
+    deepspeed = api.predict(None, **dict(LLAMA3_70B_CONFIG, framework="megatron-deepspeed"))
+    told = api.predict(None, attention_backend="unfused", **LLAMA3_70B_CONFIG)
+    said = " ".join(megatron.loc[megatron.metric == "inputs_assumed", "source"].astype(str))
+    assert "attention not given: flash, megatron's default" in said
+    said = " ".join(deepspeed.loc[deepspeed.metric == "inputs_assumed", "source"].astype(str))
+    assert "attention not given: unfused, megatron-deepspeed's default" in said
+    assert "attention not given" not in " ".join(
+        told.loc[told.metric == "inputs_assumed", "source"].astype(str)
+    )
+    # the s x s scores at sequence 8192: hundreds of GiB unfused, tens with flash
+    assert _figure(told, "gpu_memory_mib") > 4 * _figure(megatron, "gpu_memory_mib")
+    assert _figure(megatron, "gpu_memory_mib") < 120 * 1024
+    with pytest.raises(Exception, match="unknown attention backend"):
+        api.predict(None, attention_backend="magic", **LLAMA3_70B_CONFIG)

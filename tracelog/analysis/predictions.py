@@ -593,12 +593,17 @@ def what_if(
     params = {**params, **(run_params or {})}
     if distributed_optimizer is not None:
         params["use_distributed_optimizer"] = str(distributed_optimizer)
+    assumed = None
     if attention_backend is None and run_id is None:
-        attention_backend = run_inputs.default_attention_backend(str(row.get("framework") or "megatron"))
+        framework = str(row.get("framework") or "megatron")
+        attention_backend = run_inputs.default_attention_backend(framework)
+        assumed = f"attention not given: {attention_backend}, {framework}'s default (--attention-backend)"
     if attention_backend is not None:
         params = {k: v for k, v in params.items() if k != "use_flash_attn"}
         params["attention_backend"] = attention_backend
     inputs = run_inputs.build(row, params)
+    if assumed:
+        inputs.assumptions.append(assumed)
     constants = calibration.load(store) if calibrated else TEXTBOOK
     rows = run_prediction(inputs, efficiency, constants)
     return prediction_table(rows)
