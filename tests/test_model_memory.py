@@ -481,3 +481,12 @@ def test_layer_widths_reduce_to_korthikanti_table_2_for_gpt3_shapes() -> None:
     drop = activation_bytes_per_layer(2048, 1, 4096, 32, 1)
     none = activation_bytes_per_layer(2048, 1, 4096, 32, 1, dropout=False)
     assert drop - none == pytest.approx(2048 * (2 * 4096 + 3 * 32 * 2048))
+
+
+def test_fp8_linear_layers_keep_their_inputs_in_one_byte() -> None:
+    # Llama 3 70B layer, TP 4 + SP, flash, no dropout: QKV and MLP inputs (h each, sequence-parallel) and
+    # the down projection's input (f/t) at 1 byte instead of 2; the projection adds an FP8 copy (q/t)
+    kwargs = dict(flash_attention=True, kv_width=1024, ffn=28672, gated=True, dropout=False)
+    bf16 = activation_bytes_per_layer(8192, 1, 8192, 64, 4, True, **kwargs)
+    fp8 = activation_bytes_per_layer(8192, 1, 8192, 64, 4, True, fp8_inputs=True, **kwargs)
+    assert bf16 - fp8 == pytest.approx(8192 * (8192 + 8192 + 28672 - 8192) / 4)

@@ -103,6 +103,7 @@ def activation_bytes_per_layer(
     ffn: int | None = None,
     gated: bool = False,
     dropout: bool = True,
+    fp8_inputs: bool = False,
 ) -> float:
     """Activation memory of one transformer layer, 16-bit activations (Korthikanti et al. 2022, Table 2):
     no parallelism s·b·h·(34 + 5as/h); tensor parallel s·b·h·(10 + 24/t + 5as/(ht)); tensor + sequence
@@ -119,7 +120,12 @@ def activation_bytes_per_layer(
     (grouped-query attention keeps g·d, not h), the MLP's up output 2·f (2·2f gated, SwiGLU keeps both
     halves) and its down input 2·f; no masks without dropout (`dropout=False`: the 2h masks go, and the
     unfused attention keeps its softmax output alone, 2as/h instead of 5as/h). With the defaults (q = kv
-    = h, f = 4h, ungated, dropout) the result is Table 2's to the byte."""
+    = h, f = 4h, ungated, dropout) the result is Table 2's to the byte.
+
+    `fp8_inputs`: Transformer Engine's FP8 linear layers keep the FP8 cast of their input for the weight
+    gradient instead of the 16-bit tensor (`te.Linear` and `LayerNormLinear` save the quantized input): the
+    QKV and MLP inputs and the down projection's input take 1 byte per element, not 2, while the output
+    projection keeps an FP8 copy of the attention output beside the 16-bit one attention keeps."""
     s, b, h, a, t = seq_len, mbs, hidden, heads, tp
     sbh = s * b * h
     if recompute == "full":
@@ -127,8 +133,11 @@ def activation_bytes_per_layer(
     q = q_width if q_width is not None else h
     kv = kv_width if kv_width is not None else h
     f = ffn if ffn is not None else 4 * h
-    whole = 4 * h + 2 * h + 2 * h + (2 * h if dropout else 0)  # per token, bytes
-    split = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (2 * f if gated else f) + 2 * f
+    linear_input = 1 if fp8_inputs else 2  # bytes per element of a linear layer's saved input
+    whole = 4 * h + linear_input * h + linear_input * h + (2 * h if dropout else 0)  # per token, bytes
+    split = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (2 * f if gated else f) + linear_input * f
+    if fp8_inputs:
+        split += q  # the projection's FP8 copy of the attention output
     scores = 0.0 if flash_attention or recompute == "selective" else (5 if dropout else 2) * a * s / t
     per_token = (whole / t if sequence_parallel else whole) + split / t
     return s * b * (per_token + scores)
@@ -275,6 +284,7 @@ def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recomput
         ffn=cfg.token_ffn,
         gated=cfg.swiglu,
         dropout=cfg.dropout,
+        fp8_inputs=normalize_precision(train.precision) in LOW_PRECISION_GEMMS,
     )
 
 
