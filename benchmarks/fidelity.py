@@ -12,7 +12,7 @@ from `published_runs.toml`, line by line of the notes. Papers' rows are in `publ
 with its source; where a paper prints TFLOP/s and not seconds (Narayanan et al. 2021, Table 1), the
 sec/it is derived with the paper's own FLOPs count, eq. 3, and the derivation is kept with the row.
 
-Each row is predicted by the model (`tracelog.analysis.predictions.what_if`, nothing written) and scored:
+Each row is predicted by the model (`tracelog.analysis.what_if.what_if`, nothing written) and scored:
 - time error = predicted / measured − 1; the median |error| of the chronicles rows and of the others,
   the rows worse than 25 %, the worst ten;
 - Spearman ρ of predicted against measured sec/it within each group of one model measured the same
@@ -43,7 +43,8 @@ import pandas as pd
 from tracelog import api
 from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
-from tracelog.analysis.predictions import infer, what_if
+from tracelog.analysis.predictions import infer
+from tracelog.analysis.what_if import what_if
 from tracelog.model.flops import ModelConfig, flops_narayanan
 
 HERE = Path(__file__).resolve().parent

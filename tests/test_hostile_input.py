@@ -152,7 +152,7 @@ def test_int64_columns_match_the_schema(store: Store) -> None:
             "SELECT column_name FROM information_schema.columns c JOIN information_schema.tables t "
             "USING (table_name) WHERE t.table_type = 'BASE TABLE' AND c.data_type = 'BIGINT' AND table_name "
             "NOT IN ('sources', 'schema_version', 'predictions', 'comparisons', 'flags', 'calibrations', "
-            "'loss_spikes', 'run_progress')"
+            "'loss_spikes', 'run_progress', 'run_steady_cache')"
         ).fetchall()
     }
     assert bigint == INT64_COLUMNS

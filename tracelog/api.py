@@ -24,10 +24,11 @@ import pandas as pd
 from tracelog import clusters as cluster_config
 from tracelog import files, parse_jobs, resolve
 from tracelog import hardware as catalog
-from tracelog.analysis import calibration, predictions, side_by_side
+from tracelog.analysis import calibration, side_by_side
 from tracelog.analysis import refresh as refresher
 from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
+from tracelog.analysis.what_if import what_if
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
 from tracelog.locations import DATA_PATH_ENVVAR, config_folder
@@ -266,7 +267,7 @@ def predict(
         store = connect(db, read_only=True) if db is not None and calibrated else None
     run_id = run_lookup.resolve_run(store, run) if store is not None and run is not None else None
     overrides = {**config, "gpu_model": gpu, "fabric": fabric}
-    return predictions.what_if(
+    return what_if(
         store,
         run_id,
         overrides,
