@@ -368,6 +368,14 @@ ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local")
 pick a flash or cuDNN fused kernel, as `flash` and `fused` do)."""
 
 
+def backend_is_flash(backend: str) -> bool:
+    """Whether an `--attention-backend` given by name (one of ATTENTION_BACKENDS) runs without
+    materialising the scores: flash and fused do, unfused and local do not."""
+    if backend not in ATTENTION_BACKENDS:
+        raise TracelogError(f"unknown attention backend {backend!r}; known: {', '.join(ATTENTION_BACKENDS)}")
+    return backend in ("flash", "fused")
+
+
 def default_attention_backend(framework: str | None) -> str:
     """How attention runs for a configuration given without a log (`tracelog predict --layers ...`,
     `tracelog plan`): each framework's default today. Megatron-LM builds its layers with Transformer

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tracelog.analysis import calibration
-from tracelog.analysis.inputs import ATTENTION_BACKENDS
+from tracelog.analysis.inputs import backend_is_flash
 from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
@@ -422,10 +422,6 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         swiglu=request.swiglu,
         dropout=request.dropout,
     )
-    if request.attention_backend not in ATTENTION_BACKENDS:
-        raise TracelogError(
-            f"unknown attention backend {request.attention_backend!r}; known: {', '.join(ATTENTION_BACKENDS)}"
-        )
     frame = plan_layouts(
         cfg,
         request.gpus,
@@ -436,7 +432,7 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         precision=request.precision,
         recompute=request.recompute,
         sequence_parallel=request.sequence_parallel,
-        flash_attention=request.attention_backend in ("flash", "fused"),
+        flash_attention=backend_is_flash(request.attention_backend),
         distributed_optimizer=request.distributed_optimizer,
         fabric=request.fabric,
         compute_efficiency=request.efficiency,

@@ -39,10 +39,8 @@ def what_if(
     framework's default (`inputs.default_attention_backend`). `run_params` are run parameters as a log
     prints them (`overlap_grad_reduce`, `overlap_param_gather`, `tp_comm_overlap`, ...: "True"/"False"),
     over the run's own."""
-    if attention_backend is not None and attention_backend not in run_inputs.ATTENTION_BACKENDS:
-        raise TracelogError(
-            f"unknown attention backend {attention_backend!r}; known: {', '.join(run_inputs.ATTENTION_BACKENDS)}"
-        )
+    if attention_backend is not None:
+        run_inputs.backend_is_flash(attention_backend)  # a name Megatron-LM knows, or an error
     unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric"})
     if unknown:
         raise TracelogError(

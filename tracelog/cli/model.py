@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tracelog import api
+from tracelog.analysis.inputs import ATTENTION_BACKENDS
 from tracelog.cli.base import (
     Context,
     cli,
@@ -61,7 +62,7 @@ from tracelog.store.benches import is_bench_ref
 @click.option("--gpus-per-node", type=click.IntRange(min=1))
 @click.option(
     "--attention-backend",
-    type=click.Choice(["flash", "fused", "unfused", "local"]),
+    type=click.Choice(ATTENTION_BACKENDS),
     help="How attention ran (Megatron-LM's names).  [default: the run's arguments; without a run, "
     "flash for Megatron-LM and NeMo, unfused for Megatron-DeepSpeed and DeepSpeed]",
 )
@@ -184,7 +185,7 @@ def set_(
 )
 @click.option(
     "--attention-backend",
-    type=click.Choice(["flash", "fused", "unfused", "local"]),
+    type=click.Choice(ATTENTION_BACKENDS),
     default="flash",
     show_default=True,
     help="How attention runs (Megatron-LM's names): unfused materialises the s x s scores.",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
 from tracelog.model.flops import ModelConfig, TrainConfig
-from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes
+from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes, storage_precision
 from tracelog.model.quantization import gemm_quantization
 
 MATMUL_SHARE: dict[str, float] = {
@@ -199,7 +199,7 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     SwiGLU: read two halves, write one); with sequence parallelism they run on s·b·h/t."""
     linear_precision = normalize_precision(train.precision)
     # FP8 training runs only the linear layers' GEMMs in FP8; attention and everything else in BF16
-    precision = "bf16" if linear_precision in LOW_PRECISION_GEMMS else linear_precision
+    precision = storage_precision(linear_precision)
     peak_flops = peak_tflops(gpu, precision) * 1e12
     linear_peak = peak_tflops(gpu, linear_precision) * 1e12
     act = storage_bytes(linear_precision)
@@ -210,7 +210,7 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     h, d = cfg.hidden, cfg.head_dim
     q, kv = cfg.heads * d, cfg.groups * d
     heads_per_rank = max(1, cfg.heads // t)
-    ffn = _mlp_width(cfg)
+    ffn = cfg.token_ffn
     up = 2 * ffn if cfg.swiglu else ffn
     scale = compute_scale * FRAMEWORK_SHARE.get(train.framework, 1.0)
 
@@ -257,8 +257,7 @@ def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     """The output layer of the last pipeline stage: M × V/t × h, vocabulary split over TP ranks (Megatron
     pads V to a multiple of 128·t, `--make-vocab-size-divisible-by`)."""
     # the output layer stays in BF16 under FP8 training (LOW_PRECISION_GEMMS)
-    precision = normalize_precision(train.precision)
-    precision = "bf16" if precision in LOW_PRECISION_GEMMS else precision
+    precision = storage_precision(train.precision)
     peak_flops = peak_tflops(gpu, precision) * 1e12
     act = storage_bytes(precision)
     padded = -(-cfg.vocab // (128 * train.tp)) * 128 * train.tp
@@ -267,10 +266,6 @@ def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     return _gemm(
         "logits", m, padded // train.tp, cfg.hidden, gpu, peak_flops, act, scale, precision=precision
     )
-
-
-def _mlp_width(cfg: ModelConfig) -> int:
-    return cfg.token_ffn
 
 
 def optimizer_step_seconds(local_params: float, gpu: Gpu) -> float:

@@ -23,11 +23,16 @@ and keep the weights, the activations between operations, attention, the output 
 communication in BF16."""
 
 
-def storage_bytes(precision: str) -> int:
-    """Bytes per element of the weights, activations and communication of a run trained in `precision`
-    (2 for FP8 and FP4 training: BF16, see LOW_PRECISION_GEMMS)."""
+def storage_precision(precision: str) -> str:
+    """The precision of a run's weights, activations, communication and every kernel but its linear
+    GEMMs: BF16 for FP8 and FP4 training (LOW_PRECISION_GEMMS), the training precision otherwise."""
     precision = normalize_precision(precision)
-    return 2 if precision in LOW_PRECISION_GEMMS else DTYPE_BYTES.get(precision, 2)
+    return "bf16" if precision in LOW_PRECISION_GEMMS else precision
+
+
+def storage_bytes(precision: str) -> int:
+    """Bytes per element of the weights, activations and communication of a run trained in `precision`."""
+    return DTYPE_BYTES.get(storage_precision(precision), 2)
 
 
 ADAM_STATE_BYTES = 12
