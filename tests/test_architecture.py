@@ -31,6 +31,9 @@ LAZY_IMPORTS = {
     # command, if the library surface loaded them up front. Only this one is deferred, and not to dodge
     # a cycle (the report imports nothing above it).
     ("tracelog.api", "tracelog.report"),
+    # The refresh brings the model, the rules and pandas: half of what `tracelog runs` cost to start.
+    # `queries` loads it only to redo an owed refresh or recompute one.
+    ("tracelog.queries", "tracelog.analysis.refresh"),
 }
 PURE = {
     "parsers": {"parsers", "errors"},  # text in, records out: no store, no model

@@ -21,6 +21,8 @@ from tracelog import api
 from tracelog.cli.base import COMMAND_MODULES, cli
 
 HEAVY = (
+    "pandas",  # half of a reading command's start-up: a printed table is built from plain rows
+    "tracelog.analysis.refresh",  # the model and the rules: loaded only when a refresh is owed
     "altair",
     "vl_convert",
     "polars",
@@ -80,6 +82,23 @@ def test_the_guard_sees_a_command_that_needs_the_parsers(small_db: Path) -> None
     fails."""
     heavy, _ = loaded(small_db, "ingest", str(SAMPLES / "megatron_lm_llama3_8b_h100.log"))
     assert {"tracelog.parsers", "tracelog.ingest", "tracelog.api", "tracelog.cli.logs"} <= set(heavy)
+
+
+def test_a_store_owing_a_refresh_loads_it_and_is_refreshed(tmp_path: Path) -> None:
+    """The refresh is skipped at start-up only because none is owed: a store whose last ingest was killed
+    before its refresh gets it from the next reading command."""
+    db = tmp_path / "owed.duckdb"
+    api.ingest(db, [str(SAMPLES / "megatron_lm_llama3_8b_h100.log")])
+    store = api.connect(db)
+    store.con.execute("UPDATE sources SET refresh_pending = true")
+    store.con.execute("DELETE FROM predictions")
+    store.close()
+    heavy, out = loaded(db, "runs", "--format", "csv")
+    assert "tracelog.analysis.refresh" in heavy
+    store = api.connect(db, read_only=True)
+    assert store.scalar("SELECT count(*) FROM sources WHERE refresh_pending") == 0
+    assert store.scalar("SELECT count(*) FROM predictions") > 0
+    store.close()
 
 
 def test_every_command_is_where_the_group_looks_for_it() -> None:

@@ -12,15 +12,18 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from tracelog.analysis import refresh as refresher
-from tracelog.store import Store
+from tracelog.store import Store, refresh_state
 from tracelog.store import benches as bench_lookup
 from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
 from tracelog.thresholds import DEFAULT
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import pandas as pd
+
+    from tracelog.store.rows import Rows
 
 Db = Store | str | os.PathLike[str] | None
 
@@ -31,14 +34,26 @@ def connect(db: Db = None, *, read_only: bool = False) -> Store:
     A writable store first redoes the refresh of any file whose predictions and flags are still owed (a
     refresh that failed, or was killed, after the file landed); one that fails again stays recorded."""
     store = db if isinstance(db, Store) else Store(db, read_only=read_only)
-    if not read_only:
-        refresher.refresh_pending(store)
+    if not read_only and refresh_state.pending_sources(store):
+        refresher().refresh_pending(store)
     return store
 
 
-def runs(db: Db = None, *, tags: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary)."""
-    return run_lookup.runs(connect(db), tags)
+def refresher() -> ModuleType:
+    """The refresh, loaded when a command changes what it computes or one is owed: the model, the rules
+    and pandas are most of a reading command's start-up (0.4-0.5 s on 2 cores), and `runs`, `flags`,
+    `show` and `sql` seldom need them."""
+    from tracelog.analysis import refresh
+
+    return refresh
+
+
+def runs(db: Db = None, *, tags: dict[str, str] | None = None, rows: bool = False) -> pd.DataFrame | Rows:
+    """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary).
+
+    `rows=True` (in every listing here) returns plain `Rows` instead of a DataFrame: what `tracelog runs`
+    prints as a table, without loading pandas."""
+    return run_lookup.runs(connect(db), tags, rows=rows)
 
 
 def resolve_run(db: Db, ref: str | int) -> int:
@@ -52,11 +67,11 @@ def run_label(db: Db, ref: str | int) -> tuple[int, str | None]:
 
 
 def show_run(
-    db: Db, ref: str | int, *, iterations: bool = False, limit: int | None = None
-) -> dict[str, pd.DataFrame]:
+    db: Db, ref: str | int, *, iterations: bool = False, limit: int | None = None, rows: bool = False
+) -> dict[str, pd.DataFrame] | dict[str, Rows]:
     """One run: summary, configuration, tags, parameters, the trend of sec/it, loss and TFLOP/s, timers,
     peak memory per rank and flags; with `iterations`, its iteration lines (the first `limit`)."""
-    return run_lookup.show_run(connect(db), ref, iterations=iterations, limit=limit)
+    return run_lookup.show_run(connect(db), ref, iterations=iterations, limit=limit, rows=rows)
 
 
 def benches(db: Db = None, *, tool: str | None = None) -> pd.DataFrame:
@@ -74,9 +89,10 @@ def show_bench(db: Db, ref: str | int) -> dict[str, pd.DataFrame]:
     return bench_lookup.show_bench(connect(db), ref)
 
 
-def sql(db: Db, query: str) -> pd.DataFrame:
+def sql(db: Db, query: str, *, rows: bool = False) -> pd.DataFrame | Rows:
     """Any SQL over the store."""
-    return connect(db).query(query)
+    store = connect(db)
+    return store.rows(query) if rows else store.query(query)
 
 
 def sources(db: Db = None) -> pd.DataFrame:
@@ -89,7 +105,7 @@ def tag_run(db: Db, ref: str | int, tags: dict[str, str]) -> int:
     store = connect(db)
     run_id = run_lookup.resolve_run(store, ref)
     run_lookup.tag(store, run_id, tags)
-    refresher.refresh(store, [run_id], [])
+    refresher().refresh(store, [run_id], [])
     return run_id
 
 
@@ -124,13 +140,13 @@ def remove_run(db: Db, ref: str | int) -> int:
 
 def refresh(db: Db = None, *, thresholds: dict[str, str] | None = None) -> int:
     """Recompute every prediction, comparison and flag; returns the number of flags."""
-    return refresher.refresh_all(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
+    return refresher().refresh_all(connect(db), thresholds=DEFAULT.with_overrides(thresholds or {}))
 
 
 def refresh_errors(db: Db = None) -> list[tuple[str, str]]:
     """(path, what failed) of each file whose predictions and flags could not be refreshed; every
     command that opens the store for writing tries them again."""
-    return refresher.refresh_errors(connect(db))
+    return refresh_state.refresh_errors(connect(db))
 
 
 def flags(
@@ -140,11 +156,12 @@ def flags(
     rule: str | None = None,
     runs: list[str | int] | None = None,
     tags: dict[str, str] | None = None,
-) -> pd.DataFrame:
+    rows: bool = False,
+) -> pd.DataFrame | Rows:
     """Flags, most severe first: rule, subject, measured against expected, message and a hint."""
     store = connect(db)
     run_ids = [run_lookup.resolve_run(store, r) for r in runs] if runs else None
     if tags:
         tagged = run_lookup.tagged_run_ids(store, tags)
         run_ids = tagged if run_ids is None else [r for r in run_ids if r in tagged]
-    return flag_list.flags(store, severity, rule, run_ids)
+    return flag_list.flags(store, severity, rule, run_ids, rows=rows)

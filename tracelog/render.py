@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+import sys
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+from tracelog.store.rows import Rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json", "markdown")
 SCREEN_ROWS = 50
@@ -17,9 +23,18 @@ SCREEN_ROWS = 50
 and markdown, the formats for machines and documents, print every row."""
 
 
+def _missing(value: Any) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    pandas = sys.modules.get("pandas")  # pd.NA and NaT come only in a frame, which means pandas is loaded
+    return pandas is not None and (value is pandas.NA or value is pandas.NaT)
+
+
 def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+    if _missing(value):
         return ""
+    if isinstance(value, Decimal):
+        value = float(value)
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
     if isinstance(value, list | tuple):
@@ -31,18 +46,39 @@ FOLDED_TEXT_WIDTH = 24
 """Width a text column is counted at when fitting a table: rich folds longer names onto more lines."""
 
 
-def pick_columns(frame: pd.DataFrame, columns: str | None) -> pd.DataFrame:
+def pick_columns(frame: pd.DataFrame | Rows, columns: str | None) -> Any:
     """The columns named in `--columns a,b,c`, in that order; an unknown name lists the known ones."""
     if not columns:
         return frame
     wanted = [c.strip() for c in columns.split(",") if c.strip()]
-    unknown = [c for c in wanted if c not in frame.columns]
+    unknown = [c for c in wanted if c not in list(frame.columns)]
     if unknown:
         raise click.BadParameter(
             f"no column {', '.join(unknown)}; columns: {', '.join(map(str, frame.columns))}",
             param_hint="--columns",
         )
-    return frame[wanted]
+    return frame.select(wanted) if isinstance(frame, Rows) else frame[wanted]
+
+
+def as_rows(frame: pd.DataFrame | Rows) -> Rows:
+    """A frame's rows as printed in a table (a frame means pandas is loaded)."""
+    if isinstance(frame, Rows):
+        return frame
+    types = sys.modules["pandas"].api.types
+    return Rows(
+        [str(c) for c in frame.columns],
+        [bool(types.is_numeric_dtype(frame[c])) for c in frame.columns],
+        list(frame.itertuples(index=False, name=None)),
+    )
+
+
+def as_frame(rows: pd.DataFrame | Rows) -> pd.DataFrame:
+    """Rows as a DataFrame, for the formats pandas writes (csv, json, markdown)."""
+    if not isinstance(rows, Rows):
+        return rows
+    import pandas as pd  # only a machine format from plain rows needs it; a table does not
+
+    return pd.DataFrame.from_records(rows.data, columns=rows.columns)
 
 
 def _header(column: Any) -> str:
@@ -51,30 +87,35 @@ def _header(column: Any) -> str:
     return str(column).replace("_", " ")
 
 
-def fit_columns(frame: pd.DataFrame, width: int) -> tuple[pd.DataFrame, list[str]]:
+def fit_columns(frame: Rows, width: int) -> tuple[Rows, list[str]]:
     """The leading columns whose cells fit in `width` characters of rich table, and the names left out.
     Commands list their most useful columns first, so the right of a wide table goes."""
     used = 1  # the left border
     kept: list[str] = []
-    for column in frame.columns:
-        header = max(len(word) for word in _header(column).split())  # headers wrap between words
-        cells = [len(_cell(v)) for v in frame[column]]
+    for column, numeric in zip(frame.columns, frame.numeric, strict=True):
+        header = max((len(word) for word in _header(column).split()), default=0)  # wraps between words
+        cells = [len(_cell(v)) for v in frame.column(column)]
         need = max([header, *cells])
-        if not pd.api.types.is_numeric_dtype(frame[column]):
+        if not numeric:
             need = min(need, max(FOLDED_TEXT_WIDTH, header))
         if kept and used + need + 3 > width:
             break
         used += need + 3  # padding either side and the column's border
-        kept.append(str(column))
-    return frame[kept], [str(c) for c in frame.columns if str(c) not in kept]
+        kept.append(column)
+    return frame.select(kept), [c for c in frame.columns if c not in kept]
 
 
 def render(
-    frame: pd.DataFrame, fmt: str = "table", title: str | None = None, columns: str | None = None
+    frame: pd.DataFrame | Rows, fmt: str = "table", title: str | None = None, columns: str | None = None
 ) -> None:
-    """Print a frame. Log-derived text is printed literally (rich markup is not interpreted). A table fits
-    the terminal's width (or $COLUMNS): the columns past it are named, not wrapped into a wall of text."""
-    frame = pick_columns(frame, columns)
+    """Print a frame, or plain rows. Log-derived text is printed literally (rich markup is not
+    interpreted). A table fits the terminal's width (or $COLUMNS): the columns past it are named, not
+    wrapped into a wall of text."""
+    picked = pick_columns(frame, columns)
+    if fmt == "table":
+        _table(picked, title)
+        return
+    frame = as_frame(picked)
     if fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "json":
@@ -84,32 +125,31 @@ def render(
             click.echo(f"### {title}\n")
         click.echo(frame.astype(object).where(frame.notna(), "").to_markdown(index=False))
         click.echo()
+
+
+def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
+    """A rich table: as many rows as the terminal shows (SCREEN_ROWS in a pipe), columns that fit."""
+    console = Console(markup=False, emoji=False, highlight=False)
+    rows = max(10, console.size.height - 8) if console.is_terminal else SCREEN_ROWS
+    fits = console.is_terminal or bool(os.environ.get("COLUMNS"))
+    hidden: list[str] = []
+    shown = as_rows(frame.head(rows))
+    if fits:
+        shown, hidden = fit_columns(shown, console.width)
     else:
-        console = Console(markup=False, emoji=False, highlight=False)
-        rows = max(10, console.size.height - 8) if console.is_terminal else SCREEN_ROWS
-        fits = console.is_terminal or bool(os.environ.get("COLUMNS"))
-        hidden: list[str] = []
-        shown = frame.head(rows)
-        if fits:
-            shown, hidden = fit_columns(shown, console.width)
-        else:
-            console = Console(markup=False, emoji=False, highlight=False, width=100_000)
-        table = Table(title=title, show_lines=False, header_style="bold")
-        for column in shown.columns:
-            numeric = pd.api.types.is_numeric_dtype(shown[column])
-            label = _header(column) if fits else str(column)
-            table.add_column(label, justify="right" if numeric else "left", overflow="fold")
-        for row in shown.itertuples(index=False):
-            table.add_row(*(_cell(v) for v in row))
-        console.print(table)
-        if hidden:
-            console.print(
-                f"{len(hidden)} more columns do not fit: {', '.join(hidden)} "
-                "(--columns to choose, --format csv for all)"
-            )
-        if frame.empty:
-            console.print("(no rows)")
-        elif len(frame) > rows:
-            console.print(
-                f"... {len(frame) - rows:,} more rows: --format csv, json or markdown prints them all"
-            )
+        console = Console(markup=False, emoji=False, highlight=False, width=100_000)
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for column, numeric in zip(shown.columns, shown.numeric, strict=True):
+        label = _header(column) if fits else str(column)
+        table.add_column(label, justify="right" if numeric else "left", overflow="fold")
+    for row in shown.data:
+        table.add_row(*(_cell(v) for v in row))
+    console.print(table)
+    if hidden:
+        console.print(
+            f"{len(hidden)} more columns do not fit: {', '.join(hidden)} (--columns to choose, --format csv for all)"
+        )
+    if len(frame) == 0:
+        console.print("(no rows)")
+    elif len(frame) > rows:
+        console.print(f"... {len(frame) - rows:,} more rows: --format csv, json or markdown prints them all")

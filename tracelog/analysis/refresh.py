@@ -25,6 +25,7 @@ from tracelog.analysis.rules import bandwidth, health, iterations, model_rules
 from tracelog.analysis.scope import Scope
 from tracelog.errors import Deferred, TracelogError
 from tracelog.store import Store, lake
+from tracelog.store.refresh_state import pending_sources
 from tracelog.store.tables import BENCH_SUBJECT_KINDS, MODEL_OUTPUT_TABLES
 from tracelog.thresholds import DEFAULT, Thresholds
 
@@ -200,15 +201,6 @@ def refresh_all(store: Store, thresholds: Thresholds = DEFAULT) -> int:
         return int(store.scalar("SELECT count(*) FROM flags"))
 
 
-def refresh_errors(store: Store) -> list[tuple[str, str]]:
-    """(path, what failed) of every file whose predictions and flags could not be refreshed."""
-    if "refresh_error" not in store.columns("sources"):
-        return []
-    return store.con.execute(
-        "SELECT path, refresh_error FROM sources WHERE refresh_error IS NOT NULL ORDER BY source_id"
-    ).fetchall()
-
-
 def try_refresh_source(store: Store, source_id: int, thresholds: Thresholds = DEFAULT) -> str | None:
     """`refresh_source`, a failure recorded on the source and returned as a sentence instead of raised.
 
@@ -234,17 +226,8 @@ def try_refresh_source(store: Store, source_id: int, thresholds: Thresholds = DE
 def refresh_pending(store: Store) -> dict[int, str]:
     """Redo the refresh of every source whose refresh failed or never ran (a kill during it); returns
     the sources whose refresh failed again, with what failed. A read-only store is left as it is."""
-    if (
-        store.read_only
-        or "refresh_pending" not in store.columns("sources")
-        or store.scalar("SELECT current_setting('access_mode')") == "read_only"
-    ):
-        return {}
-    pending = store.con.execute(
-        "SELECT source_id FROM sources WHERE refresh_pending ORDER BY source_id"
-    ).fetchall()
     failed = {}
-    for (source_id,) in pending:
+    for source_id in pending_sources(store):
         message = try_refresh_source(store, source_id)
         if message is not None:
             failed[source_id] = message

@@ -2,6 +2,8 @@
 
 They call `tracelog.queries` (the part of the library surface `api` re-exports) and never `api`
 itself, so that `tracelog runs` or `tracelog flags` starts without the parsers, Polars or the report.
+A table is printed from plain rows (`rows=True`), without pandas; csv, json and markdown, which pandas
+writes, ask for DataFrames.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from tracelog import queries
 from tracelog.cli.base import Context, cli, columns_option, format_option, parse_tags, pass_ctx, user_errors
 from tracelog.render import render
 from tracelog.store.benches import is_bench_ref
+from tracelog.store.rows import Rows
 
 
 @cli.command()
@@ -30,7 +33,7 @@ def runs(obj: Context, tags: tuple[str, ...], fmt: str, columns: str | None) -> 
         tracelog runs --columns name,gpu_model,sec_per_it,sec_per_it_predicted
     """
     with user_errors():
-        render(queries.runs(obj.store(), tags=parse_tags(tags)), fmt, columns=columns)
+        render(queries.runs(obj.store(), tags=parse_tags(tags), rows=fmt == "table"), fmt, columns=columns)
 
 
 @cli.command()
@@ -61,12 +64,17 @@ def show(obj: Context, ref: str, fmt: str, iterations: bool, limit: int | None) 
         if is_bench_ref(ref):
             parts = queries.show_bench(store, ref)
         else:
-            parts = queries.show_run(store, ref, iterations=iterations or limit is not None, limit=limit)
+            parts = queries.show_run(
+                store, ref, iterations=iterations or limit is not None, limit=limit, rows=fmt == "table"
+            )
     summary = parts.pop("summary")
-    render(summary.T.reset_index().set_axis(["field", "value"], axis=1), fmt, title="summary")
+    if isinstance(summary, Rows):
+        render(summary.fields(), fmt, title="summary")
+    else:
+        render(summary.T.reset_index().set_axis(["field", "value"], axis=1), fmt, title="summary")
     parts.pop("run", None)
     for title, frame in parts.items():
-        if not frame.empty:
+        if len(frame):
             render(frame, fmt, title=title)
 
 
@@ -84,7 +92,7 @@ def sql(obj: Context, query: str, fmt: str, columns: str | None) -> None:
         tracelog sql "FROM flags WHERE severity = 'critical'" --format json
     """
     with user_errors():
-        render(queries.sql(obj.store(), query), fmt, columns=columns)
+        render(queries.sql(obj.store(), query, rows=fmt == "table"), fmt, columns=columns)
 
 
 @cli.command()
@@ -243,7 +251,12 @@ def flags(
         if refresh or thresholds:
             queries.refresh(store, thresholds=parse_tags(thresholds))
         frame = queries.flags(
-            store, severity=severity, rule=rule, runs=list(runs) or None, tags=parse_tags(tags)
+            store,
+            severity=severity,
+            rule=rule,
+            runs=list(runs) or None,
+            tags=parse_tags(tags),
+            rows=fmt == "table",
         )
         for path, error in queries.refresh_errors(store):
             click.echo(f"Warning: {path}: {error}; its flags are missing", err=True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from tracelog.errors import TracelogError
 from tracelog.store.flags import flags_sql
 from tracelog.store.tables import HARDWARE_SQL
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tracelog.store import Store
 
 P2P_MATRICES = (
@@ -111,7 +111,9 @@ def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
     one = [bench_id]
     return {
         "summary": store.query(BENCHES_SQL.format(where="WHERE b.bench_id = ?", detail=DETAIL_COLUMNS), one),
-        "hardware": store.query(HARDWARE_SQL.format(table="bench_hardware", id_col="bench_id"), one),
+        "hardware": store.query(
+            HARDWARE_SQL.format(table="bench_hardware", id_col="bench_id", id=int(bench_id))
+        ),
         "params": store.query(
             "SELECT name, value, line_no FROM bench_params WHERE bench_id = ? ORDER BY line_no, name", one
         ),

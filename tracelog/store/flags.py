@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tracelog.store import Store
+    from tracelog.store.rows import Rows
 
 FLAG_LIST_COLUMNS = (
     "f.flag_id, f.severity, f.rule, f.subject_kind || ' ' || f.subject_id AS subject, "
@@ -34,8 +35,10 @@ def flags(
     severity: str | None = None,
     rule: str | None = None,
     run_ids: list[int] | None = None,
-) -> pd.DataFrame:
-    """Flags, most severe first, with a readable subject name."""
+    *,
+    rows: bool = False,
+) -> pd.DataFrame | Rows:
+    """Flags, most severe first, with a readable subject name (as plain `Rows` with `rows`)."""
     clauses, params = [], []
     if severity:
         clauses.append("f.severity = ?")
@@ -46,4 +49,5 @@ def flags(
     if run_ids is not None:
         ids = ", ".join(str(int(r)) for r in run_ids) or "NULL"
         clauses.append(f"f.subject_kind = 'run' AND f.subject_id IN ({ids})")
-    return store.query(flags_sql(" AND ".join(clauses) or "TRUE"), params)
+    fetch = store.rows if rows else store.query
+    return fetch(flags_sql(" AND ".join(clauses) or "TRUE"), params)

@@ -4,12 +4,16 @@ hardware a log did not name, removal)."""
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracelog.errors import TracelogError
-from tracelog.store import Store, lake
+from tracelog.store import Store, lake, literal
 from tracelog.store.flags import flags_sql
+from tracelog.store.rows import Rows
 from tracelog.store.tables import HARDWARE_SQL, MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RUN_LIST_COLUMNS = [
     # most useful first: a table cut to the terminal's width keeps the left of this list
@@ -69,25 +73,27 @@ def run_label(store: Store, ref: str | int) -> tuple[int, str | None]:
     return run_id, store.scalar("SELECT name FROM runs WHERE run_id = ?", [run_id])
 
 
-def runs(store: Store, tags: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary)."""
+def runs(store: Store, tags: dict[str, str] | None = None, *, rows: bool = False) -> pd.DataFrame | Rows:
+    """One row per run: configuration and steady-state medians (warm-up excluded; see run_summary); as
+    plain `Rows` with `rows` (for a table printed without pandas)."""
     where, params = _tag_filter(tags)
     cols = ", ".join(RUN_LIST_COLUMNS)
-    return store.query(f"SELECT {cols} FROM run_summary {PREDICTED_SQL}{where} ORDER BY run_id", params)
+    fetch = store.rows if rows else store.query
+    return fetch(f"SELECT {cols} FROM run_summary {PREDICTED_SQL}{where} ORDER BY run_id", params)
 
 
 def resolve_run(store: Store, ref: str | int) -> int:
     """A run by id, by unique name, or by a unique prefix of its name; ambiguity lists the candidates."""
     text = str(ref).strip()
-    if text.isdigit() and store.scalar("SELECT count(*) FROM runs WHERE run_id = ?", [int(text)]):
+    if text.isdigit() and store.scalar(f"SELECT count(*) FROM runs WHERE run_id = {literal(int(text))}"):
         return int(text)
-    exact = store.con.execute("SELECT run_id FROM runs WHERE name = ?", [text]).fetchall()
+    exact = store.con.execute(f"SELECT run_id FROM runs WHERE name = {literal(text)}").fetchall()
     if len(exact) == 1:
         return int(exact[0][0])
     found = (
         exact
         or store.con.execute(
-            "SELECT run_id FROM runs WHERE starts_with(name, ?) ORDER BY run_id", [text]
+            f"SELECT run_id FROM runs WHERE starts_with(name, {literal(text)}) ORDER BY run_id"
         ).fetchall()
     )
     if len(found) == 1:
@@ -125,13 +131,13 @@ def sparkline(values: list[float | None]) -> str:
     return "".join(" " if v is None or v != v else SPARK[round((v - lo) * scale)] for v in values)
 
 
-def trend(store: Store, run_id: int, points: int = TREND_POINTS) -> pd.DataFrame:
+def trend(store: Store, run_id: int, points: int = TREND_POINTS) -> list[dict[str, Any]]:
     """sec/it, loss and TFLOP/s over the run in `points` buckets of its log lines (aggregated in DuckDB,
     so it costs the same for a thousand iterations or millions): first, last, lowest, highest, sparkline."""
-    buckets = store.query(TREND_SQL.replace("$points", str(int(points))).replace("$run", str(int(run_id))))
+    buckets = store.rows(TREND_SQL.replace("$points", str(int(points))).replace("$run", str(int(run_id))))
     rows = []
     for column, label in (("sec_per_it", "sec/it"), ("lm_loss", "lm loss"), ("tflops", "TFLOP/s")):
-        values = [None if pd.isna(v) else float(v) for v in buckets[column]]
+        values = [None if v is None or v != v else float(v) for v in buckets.column(column)]
         known = [v for v in values if v is not None]
         if not known:
             continue
@@ -143,56 +149,59 @@ def trend(store: Store, run_id: int, points: int = TREND_POINTS) -> pd.DataFrame
                 "lowest": min(known),
                 "highest": max(known),
                 "over iterations": sparkline(values),
-                "from": int(buckets["first_it"].min()),
-                "to": int(buckets["last_it"].max()),
+                "from": int(min(v for v in buckets.column("first_it") if v is not None)),
+                "to": int(max(v for v in buckets.column("last_it") if v is not None)),
             }
         )
-    return pd.DataFrame(rows)
+    return rows
 
 
 def show_run(
-    store: Store, ref: str | int, *, iterations: bool = False, limit: int | None = None
-) -> dict[str, pd.DataFrame]:
+    store: Store, ref: str | int, *, iterations: bool = False, limit: int | None = None, rows: bool = False
+) -> dict[str, pd.DataFrame] | dict[str, Rows]:
     """One run: summary, configuration, tags, parameters, the trend of sec/it, loss and TFLOP/s, timers,
     peak memory per rank and flags, each aggregated in DuckDB so a run of millions of iterations shows
-    as fast as a short one. With `iterations`, its iteration lines too (the first `limit` when given)."""
+    as fast as a short one. With `iterations`, its iteration lines too (the first `limit` when given);
+    with `rows`, each part as plain `Rows`."""
     run_id = resolve_run(store, ref)
-    one = [run_id]
+    run = literal(run_id)  # not bound: see `literal`
+    fetch = store.rows if rows else store.query
+    trend_rows = trend(store, run_id)
+    if rows:
+        trend_part: Any = Rows.from_records(trend_rows)
+    else:
+        import pandas as pd  # the library's DataFrames; a printed table does without
+
+        trend_part = pd.DataFrame(trend_rows)
     parts = {
-        "summary": store.query("SELECT * FROM run_summary WHERE run_id = ?", one),
-        "run": store.query("SELECT * FROM runs WHERE run_id = ?", one),
-        "hardware": store.query(HARDWARE_SQL.format(table="run_hardware", id_col="run_id"), one),
-        "tags": store.query("SELECT key, value FROM run_tags WHERE run_id = ? ORDER BY key", one),
-        "params": store.query(
-            "SELECT name, value, line_no FROM run_params WHERE run_id = ? ORDER BY line_no", one
-        ),
-        "trend": trend(store, run_id),
-        "timers": store.query(
+        "summary": fetch(f"SELECT * FROM run_summary WHERE run_id = {run}"),
+        "run": fetch(f"SELECT * FROM runs WHERE run_id = {run}"),
+        "hardware": fetch(HARDWARE_SQL.format(table="run_hardware", id_col="run_id", id=run)),
+        "tags": fetch(f"SELECT key, value FROM run_tags WHERE run_id = {run} ORDER BY key"),
+        "params": fetch(f"SELECT name, value, line_no FROM run_params WHERE run_id = {run} ORDER BY line_no"),
+        "trend": trend_part,
+        "timers": fetch(
             "SELECT name, count(*) AS lines, median(time_ms) AS median_ms, max(time_ms) AS max_ms "
-            "FROM timers WHERE run_id = ? GROUP BY name ORDER BY median_ms DESC",
-            one,
+            f"FROM timers WHERE run_id = {run} GROUP BY name ORDER BY median_ms DESC"
         ),
-        "memory": store.query(
+        "memory": fetch(
             "SELECT rank, count(*) AS reports, max(max_allocated_mib) AS max_allocated_mib, "
             "max(max_reserved_mib) AS max_reserved_mib, arg_max(iteration, max_reserved_mib) AS at_iteration, "
-            "arg_max(line_no, max_reserved_mib) AS line_no FROM memory WHERE run_id = ? "
-            "GROUP BY rank ORDER BY max_reserved_mib DESC NULLS LAST, rank",
-            one,
+            f"arg_max(line_no, max_reserved_mib) AS line_no FROM memory WHERE run_id = {run} "
+            "GROUP BY rank ORDER BY max_reserved_mib DESC NULLS LAST, rank"
         ),
-        "flags": store.query(
+        "flags": fetch(
             flags_sql(
-                "f.subject_kind = 'run' AND f.subject_id = ?",
+                f"f.subject_kind = 'run' AND f.subject_id = {run}",
                 "f.severity, f.rule, f.row_ref, f.measured, f.expected, f.ratio, f.message, f.hint",
-            ),
-            one,
+            )
         ),
     }
     if iterations:
-        parts["iterations"] = store.query(
+        parts["iterations"] = fetch(
             "SELECT iteration, elapsed_s, tflops_reported, samples_per_s, lm_loss, loss_scale, grad_norm, "
-            "skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = ? ORDER BY line_no"
-            + (f" LIMIT {int(limit)}" if limit is not None else ""),
-            one,
+            f"skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = {run} ORDER BY line_no"
+            + (f" LIMIT {int(limit)}" if limit is not None else "")
         )
     return parts
 

@@ -35,7 +35,7 @@ SEVERITIES = ("critical", "warning", "info")
 BENCH_SUBJECT_KINDS = ("bench", "collective", "p2p", "links")
 
 HARDWARE_SQL = """
-SELECT fact, value, source, detail FROM {table} WHERE {id_col} = ?
+SELECT fact, value, source, detail FROM {table} WHERE {id_col} = {id}
 ORDER BY list_position(['gpu_model', 'gpus_per_node', 'fabric', 'nics_per_node'], fact)
 """
 """Where each hardware fact of a run or bench came from (see `tracelog.resolve`)."""
