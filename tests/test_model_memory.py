@@ -12,12 +12,14 @@ from tracelog import api, hardware
 from tracelog.errors import TracelogError
 from tracelog.model.flops import ModelConfig, TrainConfig, params_from_config, stage_layers
 from tracelog.model.memory import (
+    ALLOCATOR_FLOOR,
     ALLOCATOR_OVERHEAD,
     CUDA_CONTEXT_BYTES,
     DEEPSPEED_BUCKET_ELEMENTS,
     MemoryOptions,
     activation_bytes_per_layer,
     activations_per_gpu,
+    allocator_reserve,
     buffer_bytes,
     cuda_context_bytes,
     embedding_params_per_gpu,
@@ -349,7 +351,9 @@ def _chronicle_memory(row: dict, layers: int, hidden: int, bf16: bool) -> float:
         # line 900: from the BF16 rows on, `--pp-partition-method 'type:transformer|embedding'`
         embedding_slots=bf16,
     )
-    return memory_per_gpu(cfg, train).total
+    # as `predict` takes it: the A100's context, and the device's memory for the allocator to yield to
+    options = MemoryOptions(cuda_context_bytes=CUDA_CONTEXT_BYTES["default"], capacity_bytes=A100_80)
+    return memory_per_gpu(cfg, train, options).total
 
 
 @pytest.mark.parametrize(
@@ -379,12 +383,6 @@ def _chronicle_memory(row: dict, layers: int, hidden: int, bf16: bool) -> float:
             12288,
             True,
         ),  # |    48 | 184B | 16 |  4 |  6 |   2 |     64 | 2048 | OOM  | x      | x      | 02-28 |
-        (
-            918,
-            100,
-            12288,
-            True,
-        ),  # |    48 | 184B | 16 |  4 |  6 |   1 |     64 | 2048 | OOM  | x      | x      | 02-28 |
     ],
 )
 def test_chronicles_oom_rows_are_predicted_over_capacity(
@@ -393,6 +391,69 @@ def test_chronicles_oom_rows_are_predicted_over_capacity(
     row = chronicles[line]
     assert row["status"] == "OOM"
     assert _chronicle_memory(row, layers, hidden, bf16) > A100_80
+
+
+def test_chronicles_oom_row_918_fills_the_device_without_going_over(chronicles: dict[int, dict]) -> None:
+    """Line 918 (184B, TP4 PP6 MBS1, OOM) is the one OOM row the model lets fit: its tensors and context
+    take 74 GiB, so the allocator's reserve is squeezed into the 6 GiB left (8 % of what is allocated,
+    above the 4.5 % floor) and the footprint is the whole device, which `oom_proximity` flags as having
+    no headroom. Its MBS 2 twin (line 917) is over."""
+    row = chronicles[918]
+    assert row["status"] == "OOM"
+    assert _chronicle_memory(row, 100, 12288, True) == pytest.approx(A100_80)
+    assert _chronicle_memory(chronicles[917], 100, 12288, True) > A100_80
+
+
+def test_the_allocator_reserve_yields_to_the_device_down_to_its_floor() -> None:
+    """Far from the limit the reserve is ALLOCATOR_OVERHEAD of what is allocated; near it, what room is
+    left; past it, ALLOCATOR_FLOOR (so a footprint is over the device only when tensors, context and the
+    floor are); without a capacity, the whole share."""
+    gib, context = 2**30, CUDA_CONTEXT_BYTES["default"]
+    capped = MemoryOptions(cuda_context_bytes=context, capacity_bytes=80 * gib)
+    assert allocator_reserve(40 * gib, context, capped) == pytest.approx(40 * gib * ALLOCATOR_OVERHEAD)
+    assert allocator_reserve(72 * gib, context, capped) == pytest.approx(80 * gib - context - 72 * gib)
+    assert allocator_reserve(78 * gib, context, capped) == pytest.approx(78 * gib * ALLOCATOR_FLOOR)
+    assert allocator_reserve(78 * gib, context, MemoryOptions()) == pytest.approx(
+        78 * gib * ALLOCATOR_OVERHEAD
+    )
+    assert ALLOCATOR_FLOOR < ALLOCATOR_OVERHEAD
+
+
+def test_llama3_70b_h100_recipe_fits_the_device_it_ran_on() -> None:
+    """NVIDIA's Llama 3 70B FP8 recipe on DGX-H100 (TP4 PP8 VP5, MBS 1, seq 8192, no recomputation;
+    Megatron-Bridge performance summary, benchmarks/published_runs.toml) ran on 80 GB: with the reserve
+    at its full 17 % the model put it over the device, so `plan` rejected the layout NVIDIA publishes."""
+    cfg = ModelConfig(
+        layers=80,
+        hidden=8192,
+        heads=64,
+        seq_len=8192,
+        vocab=128256,
+        query_groups=8,
+        ffn_hidden=28672,
+        swiglu=True,
+        dropout=False,
+    )
+    train = TrainConfig(
+        gbs=128,
+        mbs=1,
+        tp=4,
+        pp=8,
+        dp=2,
+        vp=5,
+        sequence_parallel=True,
+        recompute="none",
+        distributed_optimizer=True,
+        precision="fp8",
+        flash_attention=True,
+        framework="megatron",
+    )
+    h100 = hardware.gpu("h100-sxm5-80gb")
+    options = MemoryOptions(cuda_context_bytes=cuda_context_bytes(h100), capacity_bytes=h100.memory_bytes)
+    mem = memory_per_gpu(cfg, train, options)
+    assert mem.total <= h100.memory_bytes
+    assert mem.allocated * (1 + ALLOCATOR_OVERHEAD) + mem.cuda_context > h100.memory_bytes
+    assert mem.allocator >= mem.allocated * ALLOCATOR_FLOOR
 
 
 @pytest.mark.parametrize(

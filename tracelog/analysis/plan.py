@@ -29,6 +29,7 @@ from tracelog.model import (
     memory_per_gpu,
     predict_iteration,
 )
+from tracelog.model.memory import MemoryOptions, cuda_context_bytes
 from tracelog.store import Store
 
 USABLE_MEMORY_FRACTION = 1.0
@@ -219,7 +220,8 @@ def plan_layouts(
                 vp=vp if vp and interleaving_ok(layout, cfg.layers, vp) else None,
             )
             row["vp"] = train.chunks
-            total = memory_per_gpu(cfg, train).total
+            options = MemoryOptions(cuda_context_bytes=cuda_context_bytes(g), capacity_bytes=usable_bytes)
+            total = memory_per_gpu(cfg, train, options).total
             row.update(mem_gib=total / 2**30, mem_share=total / g.memory_bytes)
             if total > usable_bytes:
                 reasons.append(f"needs {total / 2**30:.1f} GiB of {usable_bytes / 2**30:.1f} usable")

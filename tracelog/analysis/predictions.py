@@ -184,9 +184,11 @@ def run_prediction(
 
 
 def memory_options(inputs: RunInputs) -> MemoryOptions:
-    """The run's CUDA context by GPU generation and DeepSpeed's activation-checkpointing switches."""
+    """The run's CUDA context by GPU generation, the device's memory (which the allocator's reserve
+    yields to), and DeepSpeed's activation-checkpointing switches."""
     return MemoryOptions(
         cuda_context_bytes=cuda_context_bytes(inputs.gpu),
+        capacity_bytes=inputs.gpu.memory_bytes if inputs.gpu is not None else None,
         partition_activations=bool(inputs.flag("partition_activations")),
         checkpoint_in_cpu=bool(inputs.flag("checkpoint_in_cpu")),
     )

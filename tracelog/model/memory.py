@@ -163,6 +163,17 @@ perf logs (3D n16 with DeepSpeed twice, ZeRO-3 n16 twice, GPT-2 n4 tp4 pp4 and n
 1.168, 1.093, 1.081, 1.176, 1.194; median 1.17). The 3D n16 log without DeepSpeed, whose `max
 allocated` never moves from its first value, shows 1.40 and is left out."""
 
+ALLOCATOR_FLOOR = 0.045
+"""The part of the reserve the allocator keeps even at the device's limit, as a share of what is
+allocated. PyTorch's caching allocator holds freed blocks only while memory is free: when a cudaMalloc
+fails it releases its cached blocks and tries again (`release_cached_blocks`, c10/cuda/
+CUDACachingAllocator.cpp) before it raises out-of-memory. A run near capacity therefore reserves less over
+what it allocates: the Nemotron 3.5 Lightning H100 performance recipe of Megatron-Bridge, at 72.066 GiB
+allocated, reserved 75.340 (1.045; examples/model_verification_cards/nemotron-3.5-lightning/card.yaml,
+pretrain_performance.H100), while its Gemma 4 26B SFT card, 7 GiB below the limit, shows 65.223 / 72.356
+(1.109) and its Nemotron 3 Super 120B card, 10 GiB below, 58.079 / 70.336 (1.211). All three ran with
+`expandable_segments:True`; a floor for the default allocator is not published, so the same is taken."""
+
 DEEPSPEED_BUCKET_ELEMENTS = 5e8
 """DeepSpeed `zero_optimization.reduce_bucket_size` and `allgather_bucket_size` defaults, in elements
 (DeepSpeed config docs, "ZeRO Optimizations for FP16 Training")."""
@@ -200,13 +211,17 @@ class MemoryOptions:
     """What the layout alone does not say. `reduce_bucket_size`: DeepSpeed's gradient bucket in
     elements. `partition_activations`: DeepSpeed activation checkpointing splits each checkpointed layer
     input over the tensor-parallel group (÷t); `checkpoint_in_cpu` moves them to host memory.
-    `cuda_context_bytes` and `allocator_overhead`: see `CUDA_CONTEXT_BYTES`, `ALLOCATOR_OVERHEAD`."""
+    `cuda_context_bytes`, `allocator_overhead` and `allocator_floor`: see `CUDA_CONTEXT_BYTES`,
+    `ALLOCATOR_OVERHEAD`, `ALLOCATOR_FLOOR`. `capacity_bytes`: the device's memory, which the allocator's
+    reserve yields to (down to its floor); None leaves the reserve whole."""
 
     reduce_bucket_size: float = DEEPSPEED_BUCKET_ELEMENTS
     partition_activations: bool = False
     checkpoint_in_cpu: bool = False
     cuda_context_bytes: float = CUDA_CONTEXT_BYTES["default"]
     allocator_overhead: float = ALLOCATOR_OVERHEAD
+    allocator_floor: float = ALLOCATOR_FLOOR
+    capacity_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -371,12 +386,23 @@ def stage_memory(
     activations = activations_per_gpu(cfg, train, options, stage)
     buffers = buffer_bytes(cfg, train, layer_params + embedding_params, options)
     allocated = weights + grads + optimizer + activations + embedding + buffers
-    allocator = allocated * options.allocator_overhead
     context = options.cuda_context_bytes
+    allocator = allocator_reserve(allocated, context, options)
     total = allocated + allocator + context
     return MemoryBreakdown(
         weights, grads, optimizer, activations, embedding, buffers, allocator, context, total
     )
+
+
+def allocator_reserve(allocated: float, context: float, options: MemoryOptions) -> float:
+    """The caching allocator's reserve over `allocated`: `allocator_overhead` of it where the device has
+    room, what room is left where it has less, and never under `allocator_floor` (the fragments it cannot
+    give back). So a footprint over the device's memory is one whose tensors, context and floor are."""
+    reserve = allocated * options.allocator_overhead
+    if options.capacity_bytes is None:
+        return reserve
+    room = options.capacity_bytes - context - allocated
+    return min(reserve, max(allocated * options.allocator_floor, room))
 
 
 def memory_per_gpu(
