@@ -132,6 +132,11 @@ def check_store(store: Store) -> None:
     assert store.columns("iteration_phase") == [
         d[0] for d in con.execute("SELECT * FROM old_phase").description
     ]
+    # the marks the rules read (014) are iteration_phase's, line for line, without the window's `n`
+    assert_same_rows(
+        con.execute("SELECT * EXCLUDE (n) FROM iteration_phase ORDER BY run_id, line_no").fetchall(),
+        con.execute("SELECT * FROM iteration_marks ORDER BY run_id, line_no").fetchall(),
+    )
     assert_same_rows(
         con.execute(OLD_RUN_STEADY).fetchall(), con.execute("SELECT * FROM run_steady").fetchall()
     )

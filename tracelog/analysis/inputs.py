@@ -42,7 +42,7 @@ LEFT JOIN (
     WITH lines AS NOT MATERIALIZED (
         SELECT i.run_id, i.warmup, i.global_batch_size, coalesce(i.tflops_reported, m.value) AS tflops
              , coalesce(i.tflops_reported, m.value) * i.elapsed_s AS tflop
-        FROM iteration_phase i
+        FROM iteration_marks i
         LEFT JOIN iteration_metrics m
           ON m.run_id = i.run_id AND m.iteration = i.iteration AND m.key = 'effective tera flops per gpu'
     ), present AS (

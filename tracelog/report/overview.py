@@ -150,7 +150,7 @@ def differences(store: Store, a: int, b: int) -> dict[str, pd.DataFrame | int | 
         FROM (
             SELECT run_id, unnest(['sec/it', 'TFLOP/s per GPU', 'samples/s', 'lm loss', 'grad norm']) AS metric,
                    unnest([elapsed_s, tflops_reported, samples_per_s, lm_loss, grad_norm]) AS v
-            FROM iteration_phase WHERE run_id IN ({a}, {b}) AND NOT warmup
+            FROM iteration_marks WHERE run_id IN ({a}, {b}) AND NOT warmup
         ) GROUP BY metric HAVING a IS NOT NULL OR b IS NOT NULL
         ORDER BY list_position(['sec/it', 'TFLOP/s per GPU', 'samples/s', 'lm loss', 'grad norm'], metric)
         """

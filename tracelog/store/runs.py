@@ -200,7 +200,7 @@ def show_run(
     if iterations:
         parts["iterations"] = fetch(
             "SELECT iteration, elapsed_s, tflops_reported, samples_per_s, lm_loss, loss_scale, grad_norm, "
-            f"skipped, nan, warmup, line_no FROM iteration_phase WHERE run_id = {run} ORDER BY line_no"
+            f"skipped, nan, warmup, line_no FROM iteration_marks WHERE run_id = {run} ORDER BY line_no"
             + (f" LIMIT {int(limit)}" if limit is not None else "")
         )
     return parts
