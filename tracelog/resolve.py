@@ -27,11 +27,17 @@ SCAN_LIMIT = 5000
 before training starts, so the first few thousand are enough and a long log costs no more."""
 
 SCAN_SQL = f"""
-SELECT line_no, text FROM unparsed
-WHERE source_id = $source AND line_no > $since AND ({" OR ".join(f"contains(text, '{w}')" for w in hardware_lines.SCAN_WORDS)})
-ORDER BY line_no LIMIT {SCAN_LIMIT}
+WITH hits AS (
+    SELECT line_no, text FROM unparsed
+    WHERE source_id = $source AND line_no > $since AND ({" OR ".join(f"contains(text, '{w}')" for w in hardware_lines.SCAN_WORDS)})
+    ORDER BY line_no LIMIT {SCAN_LIMIT}
+)
+-- each hit with the unparsed line after it (a GPU's name may follow its nvidia-smi header), by a join:
+-- a list of the hits' next line numbers probed per row cost 0.7 s on a 350,000-line log
+SELECT h.line_no, h.text, n.text AS next_text
+FROM hits h LEFT JOIN unparsed n ON n.source_id = $source AND n.line_no = h.line_no + 1
+ORDER BY h.line_no
 """
-NEXT_SQL = "SELECT line_no, text FROM unparsed WHERE source_id = $source AND list_contains($lines, line_no)"
 HOSTS_SQL = f"""
 SELECT DISTINCT regexp_extract(text, '{hardware_lines.NCCL_LINE}', 1) AS host
 FROM unparsed WHERE source_id = $source AND line_no > $since AND contains(text, '] NCCL ')
@@ -53,12 +59,7 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
     facts: dict[str, Decided] = {}
     hosts: dict[str, None] = {}
     hits = store.con.execute(SCAN_SQL, {"source": source_id, "since": since}).fetchall()
-    after = [int(line_no) + 1 for line_no, _ in hits]
-    following = (
-        dict(store.con.execute(NEXT_SQL, {"source": source_id, "lines": after}).fetchall()) if hits else {}
-    )
-    for line_no, text in hits:
-        next_text = following.get(int(line_no) + 1)
+    for line_no, text, next_text in hits:
         world = hardware_lines.world_info(text)
         if world is not None:
             hosts.update(dict.fromkeys(world))
