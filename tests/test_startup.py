@@ -110,6 +110,19 @@ def test_every_command_is_where_the_group_looks_for_it() -> None:
     assert sorted(cli.commands) == listed
 
 
+def test_help_lists_every_command_as_click_would_without_loading_them(small_db: Path) -> None:
+    """`tracelog --help` reads each command's line from its module's source; it must print what the
+    loaded commands themselves would, and load none of the heavy modules to do it."""
+    heavy, lazy = loaded(small_db, "--help")
+    assert heavy == []
+    every = "import importlib; from tracelog.cli.base import COMMAND_MODULES; "
+    every += "[importlib.import_module(m) for m in COMMAND_MODULES]; "
+    every += "from tracelog.cli import cli; cli.main(['--help'], prog_name='tracelog')"
+    loaded_help = subprocess.run([sys.executable, "-c", every], capture_output=True, text=True).stdout
+    assert lazy.splitlines() == loaded_help.splitlines()
+    assert all(f"  {name} " in lazy for names in COMMAND_MODULES.values() for name in names)
+
+
 def test_a_mistyped_command_is_still_answered_with_the_close_ones() -> None:
     """In a fresh process no command module is loaded yet: the suggestion must come from every name."""
     done = subprocess.run([sys.executable, "-m", "tracelog", "rns"], capture_output=True, text=True)
