@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from tracelog import clusters as cluster_config
 from tracelog import files, parse_jobs, resolve
 from tracelog import hardware as catalog
@@ -60,6 +58,8 @@ from tracelog.store import flags as flag_list
 from tracelog.store import runs as run_lookup
 
 if TYPE_CHECKING:  # Altair and vl-convert: loaded when a report is written, not at every start-up
+    import pandas as pd
+
     from tracelog.report import ReportResult
 
 ProgressFor = Callable[[str], AbstractContextManager[Progress | None]]
@@ -225,6 +225,8 @@ def _ingest_files(
 def export_parquet(db: Db, directory: str, *, overwrite: bool = False) -> pd.DataFrame:
     """Every table as Parquet under `directory`, hive-partitioned by run, bench or source where rows hang
     off one (see `store.export`); one row per table: its name, rows, folder and partition column."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     done = exporter.export_parquet(connect(db, read_only=True), directory, overwrite=overwrite)
     return pd.DataFrame([vars(e) for e in done])
 
@@ -398,6 +400,8 @@ def plan(db: Db, request: PlanRequest) -> pd.DataFrame:
 def clusters(db: Db = None, paths: Iterable[str] = ()) -> pd.DataFrame:
     """The `[cluster.NAME]` sections that apply to this database (and to files under `paths`), first
     found first, with the tracelog.toml each comes from."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     found = cluster_config.load(*_location(db, paths)).found
     rows = [
         {

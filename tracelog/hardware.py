@@ -12,11 +12,12 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracelog.errors import TracelogError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 # The dtypes the catalog records a peak for: the training precisions and fp64, listed for reference only
@@ -250,6 +251,8 @@ def peak_tflops(g: Gpu | str, precision: str) -> float:
 
 def catalog(kind: str = "gpus") -> pd.DataFrame:
     """The catalog as a table for listing: `gpus` or `links`."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     if kind == "links":
         return pd.DataFrame(
             [
@@ -293,6 +296,8 @@ def catalog(kind: str = "gpus") -> pd.DataFrame:
 
 def describe(entry_id: str) -> pd.DataFrame:
     """One GPU or link in full: every figure with the source it comes from (field, value, source)."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     key = entry_id.strip().casefold()
     if key in _catalog().gpus:
         g = _catalog().gpus[key]

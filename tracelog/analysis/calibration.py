@@ -39,10 +39,9 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
-import pandas as pd
 
 from tracelog.analysis.inputs import RunInputs
 from tracelog.errors import TracelogError
@@ -57,6 +56,9 @@ from tracelog.model.collectives import (
 )
 from tracelog.model.timing import predict_iteration
 from tracelog.store import Store, lake
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COMPUTE_SCALE = "compute_scale"
 ALPHA_US = "alpha_us"
@@ -492,6 +494,8 @@ def has_table(store: Store) -> bool:
 @lake.retried
 def save(store: Store, fits: Sequence[Fit]) -> None:
     """Replace the rows of the fitted (constant, scope) pairs; other constants stay as they were."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     if not fits:
         return
     with store.transaction():
@@ -519,6 +523,8 @@ def load(store: Store | None) -> Constants:
 
 def table(store: Store) -> pd.DataFrame:
     """The stored constants, one row each, as `tracelog calibrate` prints them."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     if not has_table(store):
         return pd.DataFrame(columns=list(COLUMNS))
     return store.query(f"SELECT * FROM {TABLE} ORDER BY constant, scope")
@@ -526,6 +532,8 @@ def table(store: Store) -> pd.DataFrame:
 
 def fits_frame(fits: Sequence[Fit]) -> pd.DataFrame:
     """Fits as a table: constant, scope, value, textbook value, n, and the three errors."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     return pd.DataFrame(
         [
             {

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracelog.analysis import calibration
 from tracelog.analysis.inputs import backend_is_flash
@@ -31,6 +29,9 @@ from tracelog.model import (
 )
 from tracelog.model.memory import MemoryOptions, cuda_context_bytes
 from tracelog.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 USABLE_MEMORY_FRACTION = 1.0
 """Share of device memory a layout may fill. The whole device: the memory model's total already holds
@@ -173,6 +174,8 @@ def plan_layouts(
     more than 2 stages, layers per stage divisible by vp, at least pp micro-batches), which divides
     the bubble by vp at the cost of vp times the pipeline sends; the `vp` column says which did.
     """
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     _check_shape(cfg, gpus, gpus_per_node, gbs)
     g = gpu if isinstance(gpu, Gpu) else catalog_gpu(gpu)
     precision = normalize_precision(precision)

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracelog import hardware
 from tracelog.analysis import calibration
@@ -59,6 +57,9 @@ from tracelog.model.flops import (
 from tracelog.model.memory import MemoryOptions, cuda_context_bytes, memory_per_gpu
 from tracelog.model.timing import bubble_fraction, predict_iteration
 from tracelog.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Row = dict[str, Any]
 
@@ -516,6 +517,8 @@ def prediction_table(rows: list[Row]) -> pd.DataFrame:
     the predictions-table name (`sec_per_it`, `mfu`), `flops_<formula>` for the FLOPs of one formula
     (`flops_narayanan-96`), `inputs_missing`/`inputs_assumed` for the notes. It is the last column, so
     readers that take columns by position keep working."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     out = []
     for row in rows:
         if row["metric"] == "inputs":

@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pandas as pd
+import polars as pl
 
 from tracelog.analysis import calibration, loss_spikes, predictions
 from tracelog.analysis import inputs as run_inputs
@@ -124,13 +124,40 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
     for output in outputs:
         for table, rows in output.items():
             if rows:
-                store.insert(table, pd.DataFrame(rows))
+                store.insert(table, _frame(rows))
     loss_spikes.update(store, thresholds.loss_spike, scope)
     flags = [flag for family in rule_families(runs) for flag in family(store, thresholds, scope)]
     if flags:
-        frame = pd.DataFrame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags])
-        store.insert("flags", frame)
+        store.insert("flags", _frame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags]))
     return len(flags)
+
+
+def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Rows as a Polars frame for `Store.insert`: Polars builds it without pandas, which an Arrow table
+    built from Python lists loads (pyarrow looks for pandas objects among the values), 0.3 s of every
+    ingest's start-up. Every row's keys count, and numbers are one type per column."""
+    return pl.from_dicts(_numbers_as_one_type(rows), infer_schema_length=None)
+
+
+def _numbers_as_one_type(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose columns mix integers and floats (a FLOP count beside a ratio) with every number of such
+    a column a float, as a DOUBLE column stores it (a column typed from its first values would refuse the
+    others, or an integer beyond 2^53 as a double)."""
+    mixed = {
+        key
+        for key in {k for row in rows for k in row}
+        if any(isinstance(row.get(key), float) for row in rows)
+        and any(isinstance(row.get(key), int) and not isinstance(row.get(key), bool) for row in rows)
+    }
+    if not mixed:
+        return rows
+    return [
+        {
+            k: float(v) if k in mixed and isinstance(v, int) and not isinstance(v, bool) else v
+            for k, v in row.items()
+        }
+        for row in rows
+    ]
 
 
 STEADY_COLUMNS = (

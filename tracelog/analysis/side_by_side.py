@@ -6,11 +6,14 @@ first run given, so `tracelog compare BASELINE CANDIDATE...` reads as "candidate
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tracelog.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONFIG_COLUMNS = [
     "name",
@@ -58,6 +61,8 @@ def _ids(run_ids: list[int]) -> str:
 
 def config_side_by_side(store: Store, run_ids: list[int], all_params: bool = False) -> pd.DataFrame:
     """One row per parameter, one column per run; only the parameters that differ unless `all_params`."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     cols = ", ".join(f'CAST("{c}" AS VARCHAR) AS "{c}"' for c in CONFIG_COLUMNS)
     wide = store.query(f"SELECT run_id, {cols} FROM runs WHERE run_id IN ({_ids(run_ids)})")
     long_cols = wide.melt(id_vars="run_id", var_name="parameter", value_name="value")
@@ -99,6 +104,8 @@ def matched_loss_iteration(store: Store, run_ids: list[int]) -> int | None:
 
 def metrics_side_by_side(store: Store, run_ids: list[int]) -> pd.DataFrame:
     """Steady-state metrics per run with the delta and ratio against the first run."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     summary = store.query(f"SELECT * FROM run_summary WHERE run_id IN ({_ids(run_ids)})").set_index("run_id")
     rows = []
     metrics = dict(METRICS)
@@ -158,7 +165,7 @@ def _metric_row(metric: str, values: Mapping[int, object], run_ids: list[int], h
 
 
 def _num(value: object) -> float | None:
-    if value is None or value is pd.NA:
+    if value is None or value is sys.modules["pandas"].NA:  # a frame's missing value: pandas is loaded
         return None
     try:
         number = float(value)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ overridden (`tracelog predict RUN --gpu ...`), or a configuration given alone (`
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
@@ -12,6 +12,9 @@ from tracelog.analysis.calibration import TEXTBOOK
 from tracelog.analysis.predictions import prediction_table, run_prediction
 from tracelog.errors import TracelogError
 from tracelog.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PREDICT_CONFIG_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "query_groups", "swiglu", "params",

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, gpu_intra_node_link, link
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _ring(n: int) -> float:
@@ -151,6 +154,8 @@ def predict_curve(
     efficiency: float = DEFAULT_LINK_EFFICIENCY,
 ) -> pd.DataFrame:
     """`predict_collective` over message sizes, one row per size (columns as the store names them)."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     rows = [
         predict_collective(op, s, n_ranks, link_unidir_gbps, alpha_us, efficiency).__dict__
         for s in sizes_bytes
@@ -522,6 +527,8 @@ def nccl_curve(
     link_efficiency: dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """`predict_nccl` over message sizes, one row per size."""
+    import pandas as pd  # loaded by what returns a frame, not at start-up
+
     return pd.DataFrame([predict_nccl(op, s, place, alpha_us, link_efficiency).__dict__ for s in sizes_bytes])
 
 
