@@ -11,6 +11,8 @@ from tracelog import api
 from tracelog.store import Store, progress
 from tracelog.thresholds import DEFAULT, Thresholds
 
+from .conftest import SAMPLES
+
 
 def write_log(path: Path, rows: list[dict]) -> Path:
     lines = []
@@ -144,3 +146,29 @@ def test_a_row_rewritten_below_the_checked_line_is_checked_again(tmp_path: Path)
     tracelog.api.refresh(db)
     spikes, after = spikes_and_progress(db)
     assert [line for line, *_ in spikes] == [21, 35, 46] and after == before[1]
+
+
+def test_each_files_own_refresh_writes_what_a_full_refresh_writes(tmp_path: Path) -> None:
+    """An ingest refreshes only its file's runs and benches, and skips the rule families and predictions
+    that cannot find anything in them (bench rules after a training log, run rules after a bench): what
+    they wrote, file by file, is what one refresh of the whole store writes."""
+    db = tmp_path / "all.duckdb"
+    logs = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.suffix in (".log", ".txt", ".json"))
+    api.ingest(db, [str(p) for p in logs])
+
+    def outputs() -> dict[str, list[tuple]]:
+        with Store(db, read_only=True) as store:
+            return {
+                "predictions": store.con.execute(
+                    "SELECT * EXCLUDE (computed_at) FROM predictions ORDER BY ALL"
+                ).fetchall(),
+                "comparisons": store.con.execute("SELECT * FROM comparisons ORDER BY ALL").fetchall(),
+                "flags": store.con.execute("SELECT * EXCLUDE (flag_id) FROM flags ORDER BY ALL").fetchall(),
+            }
+
+    file_by_file = outputs()
+    assert all(file_by_file.values()), {k: len(v) for k, v in file_by_file.items()}
+    kinds = {row[2] for row in file_by_file["flags"]}  # subject_kind: runs and benches both flagged
+    assert {"run", "bench"} <= kinds, kinds
+    api.refresh(db)
+    assert outputs() == file_by_file

@@ -18,3 +18,14 @@ class Scope:
             return f"{column} IN ({', '.join(str(int(i)) for i in ids)})" if ids else "FALSE"
 
         return cls(predicate("run_id", run_ids), predicate("bench_id", bench_ids))
+
+    @property
+    def has_runs(self) -> bool:
+        """Whether any run can be in scope: a refresh after a bench skips every query about runs (in a
+        DuckLake store each is a round of catalog questions), and one after a training log every query
+        about benches."""
+        return self.runs != "FALSE"
+
+    @property
+    def has_benches(self) -> bool:
+        return self.benches != "FALSE"
