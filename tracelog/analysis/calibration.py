@@ -487,8 +487,10 @@ def fit_collectives(curves: Iterable[BenchCurve]) -> list[Fit]:
 
 
 def has_table(store: Store) -> bool:
-    """Whether the store has the calibrations table (a read-only store of an older schema has not)."""
-    return bool(store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [TABLE]))
+    """Whether the store has the calibrations table (a read-only store of an older schema has not). A
+    writable store was brought to the newest schema when it opened; the store keeps a table's columns
+    once looked up, so a refresh per file does not ask the catalog again."""
+    return not store.read_only or bool(store.columns(TABLE))
 
 
 @lake.retried
