@@ -367,8 +367,18 @@ class Store:
             self.con.execute(f"SET memory_limit = '{previous}'")
 
     def columns(self, table: str) -> list[str]:
-        """The table's columns, looked up once per store (the schema changes only through `migrate`)."""
-        if table not in self._columns:
+        """The table's columns, looked up once per store (the schema changes only through `migrate`): the
+        first lookup reads every table's at once, as an ingest writes a dozen tables and a DuckLake catalog
+        answers each question from PostgreSQL."""
+        if not self._columns:
+            rows = self.con.execute(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_catalog = current_database() AND table_schema = current_schema() "
+                "ORDER BY table_name, ordinal_position"
+            ).fetchall()
+            for name, column in rows:
+                self._columns.setdefault(name, []).append(column)
+        if table not in self._columns:  # another catalog's, or none: asked by name, as before
             rows = self.con.execute(
                 "SELECT column_name FROM information_schema.columns "
                 f"WHERE table_name = {literal(table)} ORDER BY ordinal_position"
