@@ -10,8 +10,10 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from tracelog import api
 from tracelog.cli import cli
 from tracelog.cli import logs as cli_logs
+from tracelog.render import render
 
 from .conftest import SAMPLES
 
@@ -99,3 +101,27 @@ def test_no_progress_bar_off_a_terminal(tmp_path: Path) -> None:
     progress = cli_logs.IngestProgress(Console(file=io.StringIO()))
     with progress(str(LLAMA)) as advance:
         assert advance is None
+
+
+def test_a_table_from_plain_rows_is_the_table_from_the_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`runs`, `flags`, `show` and `sql` print their tables from plain rows (no pandas); the table must be
+    the one the DataFrame of the same query printed: alignment, number format, empty cells, fitting."""
+
+    db = tmp_path / "t.duckdb"
+    api.ingest(
+        db, [str(SAMPLES / "megatron_lm_llama3_8b_h100.log"), str(SAMPLES / "nccl_all_reduce_8xa100.txt")]
+    )
+    monkeypatch.setenv("COLUMNS", "120")
+    for query in ("runs", "flags", "sql"):
+        if query == "sql":
+            sql = "SELECT run_id, iteration, elapsed_s, lm_loss, ts, 1.50::DECIMAL(5, 2) AS d FROM iterations"
+            frame, rows = api.sql(db, sql), api.sql(db, sql, rows=True)
+        else:
+            frame, rows = getattr(api, query)(db), getattr(api, query)(db, rows=True)
+        assert len(rows) == len(frame) > 0
+        render(frame, "table", title=query)
+        from_frame = capsys.readouterr().out
+        render(rows, "table", title=query)
+        assert capsys.readouterr().out == from_frame
