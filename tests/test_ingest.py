@@ -300,7 +300,9 @@ def failing_rule(*args: object, **kwargs: object) -> list[dict[str, object]]:
 def test_a_failed_refresh_leaves_the_file_landed_and_the_next_file_ingested(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a run rule and a bench rule: a file's refresh runs only the families its runs or benches need
     monkeypatch.setattr(health, "evaluate", failing_rule)
+    monkeypatch.setattr(bandwidth, "evaluate", failing_rule)
     results = api.ingest(store, [str(LLAMA), str(NCCL)])
     assert [type(r).__name__ for r in results] == ["IngestResult", "IngestResult"]
     assert [r.status for r in results] == ["ingested", "ingested"]  # type: ignore[union-attr]

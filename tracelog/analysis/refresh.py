@@ -60,7 +60,7 @@ def rule_families(runs: list[RunInputs] | None = None, scope: Scope | None = Non
     loaded for the refresh (the model rules load them otherwise). With `scope`, only the families that
     can find something in it: a scope without runs skips the run rules, one without benches the bench
     rules."""
-    families = [
+    families: list[tuple[str, Family]] = [
         ("model_rules", partial(model_rules.evaluate, runs=runs)),
         ("bandwidth", bandwidth.evaluate),
         ("health", health.evaluate),
