@@ -51,26 +51,17 @@ FLAG_COLUMNS = (
 Family = Callable[[Store, Thresholds, Scope], list[dict[str, Any]]]
 
 
-RUN_FAMILIES = ("model_rules", "health")
-"""The families whose rules read runs only; the others (bandwidth, iterations) read benches only."""
-
-
-def rule_families(runs: list[RunInputs] | None = None, scope: Scope | None = None) -> list[Family]:
-    """Every rule family, in the order their flags are written; `runs` are the model inputs already
-    loaded for the refresh (the model rules load them otherwise). With `scope`, only the families that
-    can find something in it: a scope without runs skips the run rules, one without benches the bench
-    rules."""
-    families: list[tuple[str, Family]] = [
-        ("model_rules", partial(model_rules.evaluate, runs=runs)),
-        ("bandwidth", bandwidth.evaluate),
-        ("health", health.evaluate),
-        ("iterations", iterations.evaluate),
+def rule_families(runs: list[RunInputs], scope: Scope) -> list[Family]:
+    """The rule families that can find something in `scope`, in the order their flags are written: the
+    run families (model, health) when runs are in it, the bench families (bandwidth, iterations) when
+    benches are. `runs` are the model inputs already loaded for the refresh."""
+    families: list[tuple[bool, Family]] = [  # (reads runs, else benches; the family)
+        (True, partial(model_rules.evaluate, runs=runs)),
+        (False, bandwidth.evaluate),
+        (True, health.evaluate),
+        (False, iterations.evaluate),
     ]
-    if scope is None:
-        return [family for _, family in families]
-    return [
-        family for name, family in families if (scope.has_runs if name in RUN_FAMILIES else scope.has_benches)
-    ]
+    return [family for of_runs, family in families if (scope.has_runs if of_runs else scope.has_benches)]
 
 
 def _subject_predicate(scope: Scope) -> str:
@@ -125,22 +116,20 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
     where = _subject_predicate(scope)
     for table in MODEL_OUTPUT_TABLES:
         store.con.execute(f"DELETE FROM {table} WHERE {where}")
+    constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
     runs: list[RunInputs] = []
+    outputs = []
     if scope.has_runs:
         keep_steady_state(store, scope)
         runs = [predictions.infer(run) for run in run_inputs.load(store, where=scope.runs)]
-    constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
-    outputs = []
-    if scope.has_runs:
         outputs.append(predictions.predict_runs(store, scope, runs, constants))
+        loss_spikes.update(store, thresholds.loss_spike, scope)
     if scope.has_benches:
         outputs.append(predictions.predict_benches(store, scope, constants))
     for output in outputs:
         for table, rows in output.items():
             if rows:
                 store.insert(table, _frame(rows))
-    if scope.has_runs:
-        loss_spikes.update(store, thresholds.loss_spike, scope)
     flags = [flag for family in rule_families(runs, scope) for flag in family(store, thresholds, scope)]
     if flags:
         store.insert("flags", _frame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags]))

@@ -152,6 +152,15 @@ def write_errors(path: str) -> Iterator[None]:
         raise error from None
 
 
+@contextmanager
+def sql_errors() -> Iterator[None]:
+    """A failed query (the user's SQL, or the store's) as one line naming DuckDB's complaint."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise TracelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
+
+
 class Store:
     """One open database. Use as a context manager, or call `close()`.
 
@@ -405,17 +414,13 @@ class Store:
         return frame.num_rows
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-        try:
+        with sql_errors():
             return self.con.execute(sql, params or []).df()
-        except duckdb.Error as exc:
-            raise TracelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
 
     def rows(self, sql: str, params: list[Any] | None = None) -> Rows:
         """The result as plain rows, for a command printing a table (no pandas loaded)."""
-        try:
+        with sql_errors():
             return Rows.fetch(self.con.execute(sql, params or []))
-        except duckdb.Error as exc:
-            raise TracelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
 
     def sources(self) -> pd.DataFrame:
         """The ingested files, with their hash, format and line counts."""

@@ -9,7 +9,7 @@ writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,9 +56,9 @@ class Rows:
         )
 
     @classmethod
-    def from_records(cls, records: Sequence[dict[str, Any]], columns: Iterable[str] = ()) -> Rows:
-        """Rows from dicts of one shape (the first's keys, or `columns` when there are none)."""
-        names = list(records[0]) if records else list(columns)
+    def from_records(cls, records: Sequence[dict[str, Any]]) -> Rows:
+        """Rows from dicts of one shape (the first's keys)."""
+        names = list(records[0]) if records else []
         data = [tuple(r.get(c) for c in names) for r in records]
         numeric = [
             all(isinstance(row[i], int | float) for row in data if row[i] is not None) and bool(data)
@@ -68,10 +68,6 @@ class Rows:
 
     def __len__(self) -> int:
         return len(self.data)
-
-    @property
-    def empty(self) -> bool:
-        return not self.data
 
     def column(self, name: str) -> list[Any]:
         i = self.columns.index(name)
