@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -69,7 +73,7 @@ def test_a_second_parallel_ingest_finds_every_file_already_there(serial: Path, t
     results = api.ingest(str(db), [str(SAMPLES)], jobs=2)
     assert {r.status for r in results if isinstance(r, api.IngestResult)} <= {"already ingested", "skipped"}
     assert dump(db) == dump(serial)
-    assert not list(Path(parse_jobs.tempfile.gettempdir()).glob("tracelog-jobs-*/*.batches"))
+    assert not list(Path(parse_jobs.spool_folder()).rglob("*.batches"))
 
 
 def test_a_file_that_fails_in_a_worker_fails_in_order_and_the_others_land(tmp_path: Path) -> None:
@@ -104,3 +108,38 @@ def test_a_grown_log_resumes_in_the_writer(tmp_path: Path) -> None:
             "already ingested",
         ]
     assert dump(tmp_path / "j.duckdb") == dump(tmp_path / "s.duckdb")
+
+
+def test_spool_folders_of_killed_ingests_are_swept_once_stale(tmp_path: Path) -> None:
+    """A SIGKILLed ingest cannot remove its spools; the next ingest removes them, but only where the owner
+    is gone and the folder has not changed for an hour."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    hour = parse_jobs.STALE_AFTER_S
+    folders = {
+        "dead, old": (gone.pid, hour + 60),
+        "dead, recent": (gone.pid, 60),
+        "alive, old": (os.getpid(), hour + 60),
+    }
+    for name, (pid, age) in folders.items():
+        folder = tmp_path / f"{parse_jobs.SPOOL_PREFIX}{pid}-{name.replace(', ', '_')}"
+        folder.mkdir()
+        (folder / "tracelog-x.batches").write_bytes(b"spooled")
+        os.utime(folder, (time.time() - age, time.time() - age))
+    (tmp_path / "someone-elses").mkdir()
+    removed = parse_jobs.sweep_stale_spools(str(tmp_path))
+    assert [Path(p).name for p in removed] == [f"{parse_jobs.SPOOL_PREFIX}{gone.pid}-dead_old"]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(
+        [
+            f"{parse_jobs.SPOOL_PREFIX}{gone.pid}-dead_recent",
+            f"{parse_jobs.SPOOL_PREFIX}{os.getpid()}-alive_old",
+            "someone-elses",
+        ]
+    )
+
+
+def test_this_process_spools_under_its_own_folder() -> None:
+    folder = Path(parse_jobs.spool_folder())
+    assert folder.name.startswith(f"{parse_jobs.SPOOL_PREFIX}{os.getpid()}-") and folder.is_dir()
+    assert parse_jobs.spool_folder() == str(folder)

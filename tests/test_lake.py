@@ -196,7 +196,7 @@ def test_kill_9_of_a_writer_leaves_nothing_and_a_rerun_completes(
     deadline = time.monotonic() + KILL_WAIT_S
     caught = False
     while writer.poll() is None and time.monotonic() < deadline:
-        spooled = any(spool_dir.glob("tracelog-*.batches"))
+        spooled = any(spool_dir.glob("tracelog-spool-*/*.batches"))
         written = bool(parquet_files(data) - before_files)
         if (phase == "parsing" and spooled and not written) or (phase == "writing" and written):
             os.kill(writer.pid, signal.SIGKILL)

@@ -20,7 +20,6 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -30,7 +29,7 @@ from tracelog import parsers, resolve
 from tracelog.errors import Deferred, TracelogError
 from tracelog.files import PeekStream, file_sha256, has_newline, open_binary
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
-from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for
+from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for, spool_folder
 from tracelog.parsers.base import LineSource, prefetched
 from tracelog.source_writer import (
     Kept,
@@ -144,7 +143,7 @@ def ingest_file(
         # writing again, from the spool. A file the store already knows by its path (grown, or the same)
         # resumes or is found inside the transaction, as in the embedded file.
         if parsed is None and path != "-" and not path.endswith(".gz") and not _known_path(store, path):
-            parsed = parse_to_spool(path, format_id, tempfile.gettempdir())
+            parsed = parse_to_spool(path, format_id, spool_folder())
         keys = lake.file_keys(path, parsed.fingerprint if parsed is not None else None)
         try:
             return lake.retrying(

@@ -14,12 +14,16 @@ ingest.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import gzip
 import multiprocessing
 import os
 import pickle
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +38,8 @@ from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 AHEAD_PER_JOB = 2  # files parsed ahead of the writer, per worker: keeps every worker busy, bounds the spool
+SPOOL_PREFIX = "tracelog-spool-"  # then the pid of the process that owns the folder
+STALE_AFTER_S = 3600.0  # a dead owner's folder untouched this long is swept
 
 
 class Unrecognised(TracelogError):
@@ -70,6 +76,50 @@ class Parsed:
     def discard(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.spool)
+
+
+@functools.cache
+def spool_folder() -> str:
+    """This process's folder for spools, made on first use and removed at exit.
+
+    A process killed with SIGKILL cannot remove its folder, and a spool is as large as the parsed file;
+    so the folders of owners that are gone are swept first. Not the moment the owner is gone: where
+    containers share a /tmp but not a pid namespace, a live owner can look dead, so its folder must
+    also have been untouched for an hour."""
+    sweep_stale_spools(tempfile.gettempdir())
+    folder = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def sweep_stale_spools(parent: str, now: float | None = None) -> list[str]:
+    """Remove the spool folders under `parent` whose owner is no longer running and that have not changed
+    for `STALE_AFTER_S`; returns the folders removed."""
+    now = time.time() if now is None else now
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            if not entry.name.startswith(SPOOL_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            owner = entry.name[len(SPOOL_PREFIX) :].split("-", 1)[0]
+            try:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+            except OSError:
+                continue
+            if owner.isdigit() and stale and not _running(int(owner)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def detect_head(stream: BinaryIO, path: str) -> list[bytes]:
@@ -151,7 +201,7 @@ class ParsedAhead:
     jobs` ahead; `take(path)` waits for a file's parse and hands it over (None: the writer parses it)."""
 
     def __init__(self, paths: list[str], format_id: str | None, jobs: int) -> None:
-        self._folder = tempfile.mkdtemp(prefix="tracelog-jobs-")
+        self._folder = tempfile.mkdtemp(dir=spool_folder())
         # Not fork: a child would inherit the writer's DuckDB and its threads mid-flight. A fork server
         # imports the parsers once and forks the workers from that clean process.
         context = multiprocessing.get_context("forkserver")
@@ -203,5 +253,7 @@ __all__ = [
     "detect_head",
     "parse_to_spool",
     "parser_for",
+    "spool_folder",
+    "sweep_stale_spools",
     "worker_count",
 ]
