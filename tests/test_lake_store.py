@@ -126,3 +126,48 @@ def test_a_store_address_that_cannot_attach_names_itself(
     with pytest.raises(TracelogError) as caught:
         Store(address)
     assert str(caught.value).startswith(f"{address}: cannot attach the DuckLake store")
+
+
+def test_a_new_store_makes_every_table_at_one_schema_version(file_lake: str) -> None:
+    """A reader of a DuckLake store loads the catalog of every schema version its tables' rows were
+    written at; schema files applied one transaction each made a new store with a dozen of them."""
+    with Store(file_lake) as store:
+        meta = f"__ducklake_metadata_{lake.ALIAS}"
+        tables = store.con.execute(
+            f"SELECT count(*), count(DISTINCT begin_snapshot) FROM {meta}.ducklake_table "
+            "WHERE end_snapshot IS NULL"
+        ).fetchone()
+        assert tables is not None and tables[0] > 20 and tables[1] == 1
+        assert (
+            store.scalar(f"SELECT count(DISTINCT schema_version) FROM {meta}.ducklake_schema_versions") == 1
+        )
+
+
+def test_extension_signatures_are_checked_on_first_load_and_again_when_a_binary_changes(
+    file_lake: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = lake.Binaries()
+    assert not first.verified
+    with Store(file_lake) as store:  # loads them with the check on, and records them
+        assert store.scalar("SELECT current_setting('allow_unsigned_extensions')") is False
+    again = lake.Binaries()
+    assert again.verified and again.paths == first.paths
+    with Store(file_lake) as store:
+        assert store.scalar("SELECT current_setting('allow_unsigned_extensions')") is True
+    # The postgres binary is the cache's copy (here under tmp_path): change one byte of it, keeping its
+    # size, and the check runs again, and refuses it.
+    copy = next(p for p in first.paths if str(p).startswith(str(tmp_path)))
+    with copy.open("r+b") as out:
+        out.seek(copy.stat().st_size // 2)
+        byte = out.read(1)
+        out.seek(-1, 1)
+        out.write(bytes([byte[0] ^ 0xFF]))
+    assert not lake.Binaries().verified
+    with pytest.raises(TracelogError, match="cannot load the postgres_scanner extension"):
+        Store(file_lake)
+    copy.unlink()  # the next open copies it afresh from its package, and checks it
+    assert not lake.Binaries().verified
+    with Store(file_lake):
+        pass
+    assert lake.Binaries().verified

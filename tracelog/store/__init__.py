@@ -185,16 +185,20 @@ class Store:
         self._ids_table = False  # `tracelog_ids` seen in a DuckLake store
         self.data_path: str | None = None
         if self.lake:
-            # A writer of a shared store runs one DuckDB thread: many writers run at once on a node (they
-            # are the parallelism), and DuckDB's idle workers spin while their writer waits for the write
-            # lock (4 writers on 2 cores: 3.4 CPU s per 25 MB log with one thread, 4.5-8.5 with two).
-            config = CONNECT_CONFIG if read_only else {**CONNECT_CONFIG, "threads": 1}
+            binaries = lake.Binaries()
+            config = {**CONNECT_CONFIG, "allow_unsigned_extensions": binaries.verified}
+            if not read_only:
+                # A writer of a shared store runs one DuckDB thread: many writers run at once on a node
+                # (they are the parallelism), and DuckDB's idle workers spin while their writer waits for
+                # the write lock (4 writers on 2 cores: 3.4 CPU s per 25 MB log with one thread, 4.5-8.5
+                # with two).
+                config["threads"] = 1
             self.con = duckdb.connect(IN_MEMORY, config=config)
         else:
             self.con = self._connect_file(create)
         try:
             if self.lake:
-                lake.attach(self.con, self.path, data_path_of(data_path), read_only)
+                lake.attach(self.con, self.path, data_path_of(data_path), read_only, binaries)
                 self.data_path = data_path_of(data_path) or lake.stored_data_path(self.con)
             self._refuse_newer()
             if not read_only:
@@ -231,45 +235,41 @@ class Store:
     def _refuse_newer(self) -> None:
         """A database from a newer tracelog has tables this code would misread or silently drop columns
         of; nothing runs against it (and nothing is written: this is the first query)."""
-        known = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-        ).fetchone()
-        if not known or not known[0]:
-            return
-        have, latest = self.schema_version, latest_version()
-        if have > latest:
+        have, latest = self._applied(), latest_version()
+        if have and max(have) > latest:
             raise TracelogError(
-                f"this database has schema version {have}, written by a newer tracelog; this one knows "
-                f"versions up to {latest}. Upgrade tracelog ({UPGRADE_COMMAND}, or install from a newer "
-                "checkout) to open it",
+                f"this database has schema version {max(have)}, written by a newer tracelog; this one "
+                f"knows versions up to {latest}. Upgrade tracelog ({UPGRADE_COMMAND}, or install from a "
+                "newer checkout) to open it",
                 self.path,
             )
 
-    def migrate(self) -> list[int]:
-        """Apply the schema files this database has not seen yet; returns the versions applied.
+    def _applied(self) -> set[int] | None:
+        """The schema versions applied; None where there is no `schema_version` table yet (a new store).
 
-        In a DuckLake store several processes may open a new store at once: each schema file is one
-        transaction, and one that lost its commit looks again at what is applied (`lake.retrying`)."""
-        key = "" if self.lake else " PRIMARY KEY"
+        Asked of the table itself, not of information_schema: in a DuckLake store that means reading
+        the whole catalog from PostgreSQL, and every command opens a store."""
+        try:
+            return {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
+        except duckdb.CatalogException:
+            return None
+
+    def migrate(self) -> list[int]:
+        """Apply the schema files this database has not seen yet; returns the versions applied."""
+        have = self._applied()
+        pending = [m for m in migrations() if have is None or m[0] not in have]
+        if not pending:
+            return []
         if self.lake:
-            lake.retrying(lambda: self.con.execute(_SCHEMA_VERSION_SQL.format(key=key)))
+            applied = lake.retrying(lambda: self._apply_together(pending))
         else:
-            self.con.execute(_SCHEMA_VERSION_SQL.format(key=key))
-        have = {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
-        applied = []
-        for version, name, sql in migrations():
-            if version in have:
-                continue
-            if self.lake:
-                if lake.retrying(lambda v=version, n=name, q=sql: self._apply(v, n, q)):  # type: ignore[misc]
-                    applied.append(version)
-            elif self._apply(version, name, sql):
-                applied.append(version)
-        if applied and not self.lake:
-            # Into the file at once: DuckDB 1.5's WAL replay of an ALTER on a table with a `nextval`
-            # default fails ("no default database set"), so a crash before the first checkpoint would
-            # leave a new database that no longer opens.
-            self.con.execute("CHECKPOINT")
+            self.con.execute(_SCHEMA_VERSION_SQL.format(key=" PRIMARY KEY"))
+            applied = [version for version, name, sql in pending if self._apply(version, name, sql)]
+            if applied:
+                # Into the file at once: DuckDB 1.5's WAL replay of an ALTER on a table with a `nextval`
+                # default fails ("no default database set"), so a crash before the first checkpoint
+                # would leave a new database that no longer opens.
+                self.con.execute("CHECKPOINT")
         self._columns.clear()
         return applied
 
@@ -277,15 +277,28 @@ class Store:
         if self.scalar("SELECT count(*) FROM schema_version WHERE version = ?", [version]):
             return False
         with self.transaction():
-            if self.lake:
-                # Asked again inside the transaction: another process may have committed this version
-                # between the look above and BEGIN, and then nothing here would conflict with it.
-                if self.scalar("SELECT count(*) FROM schema_version WHERE version = ?", [version]):
-                    return False
-                sql = lake.dialect(sql) + (lake.IDS_TABLE_SQL if version == 1 else "")
             self.con.execute(sql)
             self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
         return True
+
+    def _apply_together(self, pending: list[tuple[int, str, str]]) -> list[int]:
+        """A DuckLake store's pending schema files in one transaction (retried whole when another process
+        opening the same new store commits first; what it applied is then looked at again).
+
+        Together, because DuckLake keeps the catalog of every schema version that a table's rows were
+        written at, and a reader loads each one it meets (some fifteen PostgreSQL queries apiece): a store
+        made one schema file at a time made `tracelog runs` load eight."""
+        with self.transaction():
+            self.con.execute(_SCHEMA_VERSION_SQL.format(key=""))
+            have = {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
+            applied = []
+            for version, name, sql in pending:
+                if version in have:
+                    continue
+                self.con.execute(lake.dialect(sql) + (lake.IDS_TABLE_SQL if version == 1 else ""))
+                self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
+                applied.append(version)
+        return applied
 
     def new_id(self, kind: str, count: int = 1) -> int:
         """The first of `count` new ids of a source, run, bench or flag.

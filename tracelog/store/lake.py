@@ -8,7 +8,9 @@ query of tracelog runs on it unchanged: the catalog is attached and made the def
 Offline by construction: the `ducklake` and `postgres` extensions are the binaries of the
 `duckdb-extension-ducklake` and `duckdb-extension-postgres` packages, loaded by path, with DuckDB's
 auto-install and auto-load off; nothing is downloaded. DuckDB loads a binary only into the version it was
-built for, which is why pyproject.toml pins `duckdb` and both packages to one version.
+built for, which is why pyproject.toml pins `duckdb` and both packages to one version. Each binary's
+signature is checked by DuckDB at the first load of that file, and not again while the file is the same
+(`Binaries`): the check reads and hashes 80 MB, most of a reading command's time on a store.
 
 What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported Features" and
 "Conflict Resolution"):
@@ -93,14 +95,55 @@ def extension_files() -> list[tuple[str, Path]]:
     return found
 
 
+class Binaries:
+    """The extension binaries to load, and whether DuckDB has checked their signatures before.
+
+    DuckDB checks an extension's signature on every LOAD: 0.2 s of reading and hashing, each time a
+    command opens a store. Once a LOAD with the check on has passed, the file's identity (path, size,
+    modification time, inode) is recorded in the per-user cache; while every binary still matches its
+    record, the connection skips the check (`allow_unsigned_extensions`). A file replaced (an upgrade, a
+    reinstall) is checked again. What this trusts: that a binary rewritten in place keeps none of those
+    four, short of someone who may write the user's site-packages, and who could as well change
+    tracelog's own code there. The setting also lets `tracelog sql` LOAD an unsigned extension by path,
+    which the user's own `duckdb -unsigned` allows anyway."""
+
+    def __init__(self) -> None:
+        self.paths = [_named_copy(name, path) for name, path in extension_files()]
+        self.record = _cache_dir() / f"v{duckdb.__version__}" / "verified"
+        try:
+            known = set(self.record.read_text(encoding="utf-8").splitlines())
+        except OSError:
+            known = set()
+        self.verified = all(_identity(p) in known for p in self.paths)
+
+    def remember(self) -> None:
+        """Record the binaries as checked (after their LOAD passed with the check on)."""
+        if self.verified:
+            return
+        with suppress(OSError):
+            self.record.parent.mkdir(parents=True, exist_ok=True)
+            handle, partial = tempfile.mkstemp(dir=self.record.parent, suffix=".partial")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write("".join(f"{_identity(p)}\n" for p in self.paths))
+            os.replace(partial, self.record)
+
+
+def _identity(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns} {stat.st_ino} {path}"
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracelog" / "extensions"
+
+
 def _named_copy(name: str, path: Path) -> Path:
     """The binary under the extension's own name (DuckDB derives the entry point from the file name, and
     the postgres wheel calls its file `postgres`), copied once into a per-user cache. A copy is written
     beside and renamed into place, never over a file another process may have loaded."""
     if path.stem == name:
         return path
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracelog" / "extensions"
-    target = cache / path.parent.name / f"{name}.duckdb_extension"
+    target = _cache_dir() / path.parent.name / f"{name}.duckdb_extension"
     if target.is_file() and target.stat().st_size == path.stat().st_size:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -111,15 +154,18 @@ def _named_copy(name: str, path: Path) -> Path:
     return target
 
 
-def attach(con: duckdb.DuckDBPyConnection, db: str, data: str | None, read_only: bool) -> None:
+def attach(
+    con: duckdb.DuckDBPyConnection, db: str, data: str | None, read_only: bool, binaries: Binaries
+) -> None:
     """Load the extensions from their packages and attach the store as the connection's default."""
-    for name, path in extension_files():
+    for path in binaries.paths:
         try:
-            con.execute(f"LOAD '{_named_copy(name, path)}'")
+            con.execute(f"LOAD '{path}'")
         except duckdb.Error as exc:
             raise TracelogError(
-                f"cannot load the {name} extension: {str(exc).splitlines()[0]}", str(path)
+                f"cannot load the {path.stem} extension: {str(exc).splitlines()[0]}", str(path)
             ) from None
+    binaries.remember()
     options = []
     if data:
         options.append(f"DATA_PATH '{_quote(data)}'")
