@@ -38,7 +38,7 @@ from tracelog.source_writer import (
     clear_for_reparse,
     delete_source,
 )
-from tracelog.store import Store, lake
+from tracelog.store import Store, lake, literal
 from tracelog.store.merge import merge_run, same_run
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
@@ -393,7 +393,7 @@ def _ingest_stream(
     given = {"gpu_model": options.gpu_model, "fabric": options.fabric, "gpus_per_node": options.gpus_per_node}
     since = resume.lines_total if resume is not None else 0
     resolve.resolve_source(store, source_id, path, given, options.clusters, since)
-    merged = _merge_same_runs(store, writer)
+    merged = _merge_same_runs(store, writer, parser.FORMAT)
     before_unparsed = resume.lines_unparsed if resume is not None else 0
     unparsed = before_unparsed + writer.unparsed
     store.con.execute(
@@ -431,11 +431,22 @@ def _ingest_stream(
     )
 
 
-def _merge_same_runs(store: Store, writer: SourceWriter) -> dict[int, int]:
+def _merge_same_runs(store: Store, writer: SourceWriter, file_format: str) -> dict[int, int]:
     """Runs of this file that an earlier file already describes (its event files, its text log) join
     that run (see `store.merge`)."""
     formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
-    merged = {}
+    merged: dict[int, int] = {}
+    if (
+        not writer.run_ids
+        or not formats
+        or not (
+            file_format in formats
+            or store.scalar(
+                f"SELECT count(*) FROM sources WHERE format IN ({', '.join(map(literal, sorted(formats)))})"
+            )
+        )
+    ):
+        return merged  # nothing to match: asked once per file, not once per run
     for run_id in writer.run_ids.values():
         into = same_run(store, run_id, formats)
         if into is not None:

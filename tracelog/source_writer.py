@@ -265,8 +265,11 @@ class Kept:
                     store.con.execute(
                         f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*known.values(), entity]
                     )
-        # Runs the new parse no longer has (not expected of a file that only grew) lose their tags.
-        store.con.execute("DELETE FROM run_tags WHERE run_id NOT IN (SELECT run_id FROM runs)")
+        # Runs the new parse no longer has (not expected of a file that only grew) lose their tags. Only a
+        # parse again keeps tags to lose: a new file asks nothing (each statement is a round of catalog
+        # queries in a DuckLake store).
+        if self.run_ids:
+            store.con.execute("DELETE FROM run_tags WHERE run_id NOT IN (SELECT run_id FROM runs)")
 
 
 def clear_for_reparse(store: Store, source_id: int) -> Kept:
