@@ -24,16 +24,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
-
-from google.protobuf.message import DecodeError
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.util import tensor_util
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tracelog.errors import TracelogError
 from tracelog.parsers.base import Batch, Emitter, LineSource, guarded
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.tfrecord import Records, header_ok
+
+if TYPE_CHECKING:
+    from tensorboard.compat.proto.event_pb2 import Event
 
 FORMAT = "tensorboard"
 VERSION = "1"
@@ -87,8 +87,19 @@ def detect_binary(head: bytes, path: str) -> int:
     return 50 if NAME_MARK in os.path.basename(path) else 0
 
 
+def _tensor_util() -> ModuleType:
+    """TensorBoard's protobuf and tensor modules, loaded by the first events file: 0.12 s that every
+    ingest of a text log would pay at start-up if the parser loaded them with itself."""
+    from tensorboard.util import tensor_util
+
+    return tensor_util
+
+
 @guarded
 def parse(source: LineSource) -> Iterator[Batch]:
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto.event_pb2 import Event
+
     reader = Records(source)
     state = _State()
     for record_no, payload in reader.records():
@@ -251,7 +262,7 @@ class _State:
 
     def _text(self, record_no: int, tag: str, value: Any) -> None:
         try:
-            text = tensor_util.make_ndarray(value.tensor)
+            text = _tensor_util().make_ndarray(value.tensor)
             flat = [
                 t.decode("utf-8", errors="replace") if isinstance(t, bytes) else str(t) for t in text.flat
             ]
@@ -280,7 +291,7 @@ def _scalar(value: Any) -> float | None:
         return float(value.simple_value)
     if kind == "tensor" and not value.tensor.tensor_shape.dim and value.tensor.dtype not in (0, 7):
         try:
-            return float(tensor_util.make_ndarray(value.tensor).item())
+            return float(_tensor_util().make_ndarray(value.tensor).item())
         except (ValueError, TypeError):
             return None
     return None
