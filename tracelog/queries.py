@@ -34,8 +34,10 @@ def connect(db: Db = None, *, read_only: bool = False) -> Store:
     A writable store first redoes the refresh of any file whose predictions and flags are still owed (a
     refresh that failed, or was killed, after the file landed); one that fails again stays recorded."""
     store = db if isinstance(db, Store) else Store(db, read_only=read_only)
-    if not read_only and refresh_state.pending_sources(store):
-        refresher().refresh_pending(store)
+    if not read_only and not store.owed_refresh_checked:
+        if refresh_state.pending_sources(store):
+            refresher().refresh_pending(store)
+        store.owed_refresh_checked = True  # asked once per store: a command calls several of these
     return store
 
 

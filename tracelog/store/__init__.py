@@ -183,6 +183,7 @@ class Store:
         self._in_transaction = False
         self._exclusive = True  # the current transaction holds a DuckLake store's write lock
         self._ids_table = False  # `tracelog_ids` seen in a DuckLake store
+        self.owed_refresh_checked = False  # set once `queries.connect` has redone any refresh owed
         self.data_path: str | None = None
         if self.lake:
             binaries = lake.Binaries()
@@ -200,10 +201,10 @@ class Store:
             if self.lake:
                 lake.attach(self.con, self.path, data_path_of(data_path), read_only, binaries)
                 self.data_path = data_path_of(data_path) or lake.stored_data_path(self.con)
-            self._refuse_newer()
+            have = self._refuse_newer()
             if not read_only:
                 with write_errors(self.path):
-                    self.migrate()
+                    self.migrate(have)
         except BaseException:
             self.con.close()
             raise
@@ -232,9 +233,10 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
-    def _refuse_newer(self) -> None:
+    def _refuse_newer(self) -> set[int] | None:
         """A database from a newer tracelog has tables this code would misread or silently drop columns
-        of; nothing runs against it (and nothing is written: this is the first query)."""
+        of; nothing runs against it (and nothing is written: this is the first query). Returns the
+        versions applied (`_applied`)."""
         have, latest = self._applied(), latest_version()
         if have and max(have) > latest:
             raise TracelogError(
@@ -243,6 +245,7 @@ class Store:
                 "newer checkout) to open it",
                 self.path,
             )
+        return have
 
     def _applied(self) -> set[int] | None:
         """The schema versions applied; None where there is no `schema_version` table yet (a new store).
@@ -254,9 +257,10 @@ class Store:
         except duckdb.CatalogException:
             return None
 
-    def migrate(self) -> list[int]:
-        """Apply the schema files this database has not seen yet; returns the versions applied."""
-        have = self._applied()
+    def migrate(self, have: set[int] | None = None) -> list[int]:
+        """Apply the schema files this database has not seen yet; returns the versions applied. `have`:
+        the versions applied, where the caller has just read them."""
+        have = self._applied() if have is None else have
         pending = [m for m in migrations() if have is None or m[0] not in have]
         if not pending:
             return []
