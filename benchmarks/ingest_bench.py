@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from generate_megatron_log import write_log
@@ -115,7 +116,8 @@ def machine() -> str:
         if Path("/proc/cpuinfo").exists()
         else platform.processor()
     )
-    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()}"
+    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("duckdb", "polars", "pyarrow"))
+    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()}, {versions}"
 
 
 def main() -> None:
