@@ -149,10 +149,14 @@ def test_extension_signatures_are_checked_on_first_load_and_again_when_a_binary_
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     first = lake.Binaries()
     assert not first.verified
+    another_install = f"1 2 3 {tmp_path / 'other-venv' / 'ducklake.duckdb_extension'}"
+    first.record.parent.mkdir(parents=True, exist_ok=True)  # the postgres copy made it
+    first.record.write_text(another_install + "\n", encoding="utf-8")
     with Store(file_lake) as store:  # loads them with the check on, and records them
         assert store.scalar("SELECT current_setting('allow_unsigned_extensions')") is False
     again = lake.Binaries()
     assert again.verified and again.paths == first.paths
+    assert another_install in again.record.read_text(encoding="utf-8").splitlines()  # kept beside ours
     with Store(file_lake) as store:
         assert store.scalar("SELECT current_setting('allow_unsigned_extensions')") is True
     # The postgres binary is the cache's copy (here under tmp_path): change one byte of it, keeping its

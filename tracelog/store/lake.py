@@ -111,20 +111,23 @@ class Binaries:
         self.paths = [_named_copy(name, path) for name, path in extension_files()]
         self.record = _cache_dir() / f"v{duckdb.__version__}" / "verified"
         try:
-            known = set(self.record.read_text(encoding="utf-8").splitlines())
+            self._known = self.record.read_text(encoding="utf-8").splitlines()
         except OSError:
-            known = set()
-        self.verified = all(_identity(p) in known for p in self.paths)
+            self._known = []
+        self.verified = all(_identity(p) in self._known for p in self.paths)
 
     def remember(self) -> None:
-        """Record the binaries as checked (after their LOAD passed with the check on)."""
+        """Record the binaries as checked (after their LOAD passed with the check on). The records of other
+        installs (another virtual environment's binaries, same user) are kept."""
         if self.verified:
             return
+        mine = {str(p) for p in self.paths}
+        others = [line for line in self._known if line.split(" ", 3)[-1] not in mine]
         with suppress(OSError):
             self.record.parent.mkdir(parents=True, exist_ok=True)
             handle, partial = tempfile.mkstemp(dir=self.record.parent, suffix=".partial")
             with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write("".join(f"{_identity(p)}\n" for p in self.paths))
+                out.write("".join(f"{line}\n" for line in [*others, *map(_identity, self.paths)]))
             os.replace(partial, self.record)
 
 
