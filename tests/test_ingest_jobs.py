@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -143,3 +144,23 @@ def test_this_process_spools_under_its_own_folder() -> None:
     folder = Path(parse_jobs.spool_folder())
     assert folder.name.startswith(f"{parse_jobs.SPOOL_PREFIX}{os.getpid()}-") and folder.is_dir()
     assert parse_jobs.spool_folder() == str(folder)
+
+
+def test_a_parse_that_raises_leaves_no_spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C or a fault inside a parser: no `Parsed` comes back to own the spool, so none may be left."""
+    from tracelog import parsers
+
+    megatron = parsers.by_format("megatron")
+    real = megatron.parse
+
+    def breaks_after_one_batch(source: object, **kwargs: object) -> Iterator[object]:
+        batches = real(source, **kwargs)
+        yield next(batches)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(megatron, "parse", breaks_after_one_batch)
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        parse_jobs.parse_to_spool(str(SAMPLES / "megatron_lm_llama3_8b_h100.log"), "megatron", str(folder))
+    assert list(folder.iterdir()) == []

@@ -167,18 +167,23 @@ def parse_to_spool(path: str, format_id: str | None, folder: str) -> Parsed | No
         source.on_bytes.append(digest.update)
         handle, spool = tempfile.mkstemp(prefix="tracelog-", suffix=".batches", dir=folder)
         error = None
-        with os.fdopen(handle, "wb") as out:
-            try:
-                for batch in prefetched(parser.parse(source), PREFETCH_BATCHES):
-                    pickle.dump(batch, out, protocol=pickle.HIGHEST_PROTOCOL)
-                committed = source.bytes_read - source.pending_bytes
-                fingerprint, digests = digest.result(committed, path)
-            except TracelogError as exc:
-                error = (exc.message, exc.path if exc.path is not None else path, exc.line)
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                error = (f"read failed after line {source.lines_total}: {exc}", path, None)
-            finally:
-                digest.close()
+        try:
+            with os.fdopen(handle, "wb") as out:
+                try:
+                    for batch in prefetched(parser.parse(source), PREFETCH_BATCHES):
+                        pickle.dump(batch, out, protocol=pickle.HIGHEST_PROTOCOL)
+                    committed = source.bytes_read - source.pending_bytes
+                    fingerprint, digests = digest.result(committed, path)
+                except TracelogError as exc:
+                    error = (exc.message, exc.path if exc.path is not None else path, exc.line)
+                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                    error = (f"read failed after line {source.lines_total}: {exc}", path, None)
+                finally:
+                    digest.close()
+        except BaseException:  # Ctrl-C, or a fault in a parser: no Parsed owns the spool, so remove it here
+            with contextlib.suppress(OSError):
+                os.remove(spool)
+            raise
         if error is not None:
             committed, fingerprint, digests = 0, "", b""
         return Parsed(
