@@ -28,15 +28,17 @@ def update(store: Store, threshold: float, scope: Scope) -> None:
     con = store.con
     runs = f"run_id IN (SELECT run_id FROM runs WHERE {scope.runs})"
     # a run checked with another threshold is checked again from its first line: its progress goes, and
-    # a run with no progress row has no spikes kept either (both go together)
-    con.execute(
-        f"DELETE FROM run_progress WHERE {runs} AND rule = '{RULE}' AND threshold IS DISTINCT FROM $threshold",
-        {"threshold": threshold},
-    )
-    con.execute(
-        f"DELETE FROM loss_spikes WHERE {runs} AND run_id NOT IN "
-        f"(SELECT run_id FROM run_progress WHERE rule = '{RULE}')"
-    )
+    # a run with no progress row has no spikes kept either (both go together); new runs have neither
+    if not scope.new:
+        con.execute(
+            f"DELETE FROM run_progress WHERE {runs} AND rule = '{RULE}' "
+            "AND threshold IS DISTINCT FROM $threshold",
+            {"threshold": threshold},
+        )
+        con.execute(
+            f"DELETE FROM loss_spikes WHERE {runs} AND run_id NOT IN "
+            f"(SELECT run_id FROM run_progress WHERE rule = '{RULE}')"
+        )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE loss_window AS
@@ -65,12 +67,13 @@ def update(store: Store, threshold: float, scope: Scope) -> None:
         """,
         {"threshold": threshold},
     )
-    con.execute(
-        f"""
-        DELETE FROM run_progress
-        WHERE rule = '{RULE}' AND run_id IN (SELECT DISTINCT run_id FROM loss_window)
-        """
-    )
+    if not scope.new:
+        con.execute(
+            f"""
+            DELETE FROM run_progress
+            WHERE rule = '{RULE}' AND run_id IN (SELECT DISTINCT run_id FROM loss_window)
+            """
+        )
     con.execute(
         f"""
         INSERT INTO run_progress

@@ -114,7 +114,7 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
             f"WHERE source_id IN ({', '.join(str(int(s)) for s in sources)})"
         )
     where = _subject_predicate(scope)
-    for table in MODEL_OUTPUT_TABLES:
+    for table in MODEL_OUTPUT_TABLES if not scope.new else ():
         store.con.execute(f"DELETE FROM {table} WHERE {where}")
     constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
     runs: list[RunInputs] = []
@@ -175,7 +175,8 @@ def keep_steady_state(store: Store, scope: Scope) -> None:
     schema 013) with the count and last line of the rows they describe, so that reading commands take
     them instead of sorting every logged line again; the model inputs read right after take them too."""
     runs = f"SELECT run_id FROM runs WHERE {scope.runs}"
-    store.con.execute(f"DELETE FROM run_steady_cache WHERE run_id IN ({runs})")
+    if not scope.new:
+        store.con.execute(f"DELETE FROM run_steady_cache WHERE run_id IN ({runs})")
     store.con.execute(
         f"INSERT INTO run_steady_cache ({STEADY_COLUMNS}, last_line) "
         f"SELECT {', '.join('s.' + c for c in STEADY_COLUMNS.split(', '))}, l.last_line "
@@ -193,7 +194,8 @@ def refresh_landing(store: Store, result: IngestResult) -> None:
     if result.source_id is None or result.merged:
         return
     try:
-        _refresh_in(store, Scope.of(*_subjects(store, result.source_id)), DEFAULT, [result.source_id])
+        scope = Scope.of(*_subjects(store, result.source_id), new=True)
+        _refresh_in(store, scope, DEFAULT, [result.source_id])
     except (KeyboardInterrupt, duckdb.InterruptException):
         raise
     except Exception as exc:
