@@ -260,6 +260,14 @@ class Store:
     def migrate(self, have: set[int] | None = None) -> list[int]:
         """Apply the schema files this database has not seen yet; returns the versions applied. `have`:
         the versions applied, where the caller has just read them."""
+        if not self.lake:
+            # A writable open of the file runs the statements it always ran: this no-op once the table
+            # exists, then the versions read again. An open without them made a database killed while its
+            # ingest committed come back, in 4 of 14 tries, with the file's timer rows and without their
+            # run (tests/test_faults.py, commit-SIGKILL; none in 20 with them). Which of the two matters,
+            # and why, is not understood yet.
+            self.con.execute(_SCHEMA_VERSION_SQL.format(key=" PRIMARY KEY"))
+            have = None
         have = self._applied() if have is None else have
         pending = [m for m in migrations() if have is None or m[0] not in have]
         if not pending:
@@ -267,7 +275,6 @@ class Store:
         if self.lake:
             applied = lake.retrying(lambda: self._apply_together(pending))
         else:
-            self.con.execute(_SCHEMA_VERSION_SQL.format(key=" PRIMARY KEY"))
             applied = [version for version, name, sql in pending if self._apply(version, name, sql)]
             if applied:
                 # Into the file at once: DuckDB 1.5's WAL replay of an ALTER on a table with a `nextval`
