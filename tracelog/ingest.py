@@ -38,8 +38,8 @@ from tracelog.source_writer import (
     clear_for_reparse,
     delete_source,
 )
-from tracelog.store import Store, lake, literal
-from tracelog.store.merge import merge_run, same_run
+from tracelog.store import Store, lake
+from tracelog.store.merge import may_match, merge_run, same_run
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
@@ -436,17 +436,8 @@ def _merge_same_runs(store: Store, writer: SourceWriter, file_format: str) -> di
     that run (see `store.merge`)."""
     formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
     merged: dict[int, int] = {}
-    if (
-        not writer.run_ids
-        or not formats
-        or not (
-            file_format in formats
-            or store.scalar(
-                f"SELECT count(*) FROM sources WHERE format IN ({', '.join(map(literal, sorted(formats)))})"
-            )
-        )
-    ):
-        return merged  # nothing to match: asked once per file, not once per run
+    if not writer.run_ids or not may_match(store, file_format, formats):
+        return merged
     for run_id in writer.run_ids.values():
         into = same_run(store, run_id, formats)
         if into is not None:

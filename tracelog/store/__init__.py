@@ -259,7 +259,8 @@ class Store:
 
     def migrate(self, have: set[int] | None = None) -> list[int]:
         """Apply the schema files this database has not seen yet; returns the versions applied. `have`:
-        the versions applied, where the caller has just read them."""
+        the versions applied, where the caller has just read them (a DuckLake store takes them; the file
+        reads them again, see below)."""
         if not self.lake:
             # A writable open of the file runs the statements it always ran: this no-op once the table
             # exists, then the versions read again. An open without them made a database killed while its
@@ -267,8 +268,9 @@ class Store:
             # run (tests/test_faults.py, commit-SIGKILL; none in 20 with them). Which of the two matters,
             # and why, is not understood yet.
             self.con.execute(_SCHEMA_VERSION_SQL.format(key=" PRIMARY KEY"))
-            have = None
-        have = self._applied() if have is None else have
+            have = self._applied()
+        elif have is None:
+            have = self._applied()
         pending = [m for m in migrations() if have is None or m[0] not in have]
         if not pending:
             return []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelog.store import Store
+from tracelog.store import Store, literal
 from tracelog.store.tables import DERIVED_RUN_TABLES, MODEL_OUTPUT_TABLES
 
 # Three points: two runs with one or two equal losses by chance (the first iterations of runs with the
@@ -40,19 +40,27 @@ ROW_KEYS = {
 RUN_KEEP = ("run_id", "source_id", "run_key", "name", "notes", "line_start", "line_end")
 
 
+def may_match(store: Store, file_format: str, formats: set[str]) -> bool:
+    """Whether a file of `file_format` can share a run with anything stored: it is of `formats`, or a
+    file of `formats` is stored. Asked once per file, before `same_run` for each of its runs: a text log's
+    ingest costs no join when no event files are stored (and in a DuckLake store each question is a round
+    of catalog queries)."""
+    if file_format in formats:
+        return True
+    if not formats:
+        return False
+    listed = ", ".join(literal(f) for f in sorted(formats))
+    return bool(store.scalar(f"SELECT count(*) FROM sources WHERE format IN ({listed})"))
+
+
 def same_run(store: Store, run_id: int, formats: set[str]) -> int | None:
-    """The earlier run that `run_id` describes too, or None."""
+    """The earlier run that `run_id` describes too, or None (callers ask `may_match` first)."""
     mine = store.con.execute(
         "SELECT s.format, s.path FROM runs r JOIN sources s USING (source_id) WHERE r.run_id = ?", [run_id]
     ).fetchone()
     if mine is None:
         return None
     my_format, my_path = mine
-    if my_format not in formats and not store.scalar(
-        "SELECT count(*) FROM runs r JOIN sources s USING (source_id) WHERE list_contains(?, s.format)",
-        [sorted(formats)],
-    ):
-        return None  # nothing to match: a text log's ingest costs no join when no event files are stored
     if my_format in formats and my_path != "-":
         folder = Path(my_path).resolve().parent
         for other, path in store.con.execute(
