@@ -16,7 +16,7 @@ from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
 from tracelog.cli import cli
 from tracelog.hardware import link
-from tracelog.model.collectives import BUSBW_FACTOR, RING_STEPS
+from tracelog.model.collectives import BUSBW_FACTOR, RING_STEPS, Placement, predict_nccl
 
 BLOOM_LOG = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
 
@@ -182,6 +182,126 @@ def test_bench_predictions_use_the_fitted_link(tmp_path: Path) -> None:
     assert plateau["value"].iloc[0] == pytest.approx(0.83 * 300, rel=0.01)
     assert plateau["value"].iloc[0] != pytest.approx(textbook["value"].iloc[0], rel=0.01)
     assert "calibrated" in plateau["formula"].iloc[0]
+
+
+# --- fabrics: multi-node benches ----------------------------------------------------------------------
+
+A100_NODES = Placement(32, 4, link("nvlink3"), link("ib-hdr-x8"), "ampere")
+"""Four DGX A100 nodes of 8 GPUs, 8 HDR NICs each: the ring's network bound is e_net × 200 GB/s."""
+
+
+def nccl_model_times(op: str, place: Placement, alpha: dict, efficiency: dict) -> list[tuple[int, float]]:
+    """(size, time µs) of a curve NCCL's cost model gives at these constants, 1 KiB to 4 GiB."""
+    sizes = [1024 * 4**k for k in range(12)]
+    return [(s, predict_nccl(op, s, place, alpha, efficiency).time_us) for s in sizes]
+
+
+def nccl_tests_multi_node(op: str, times: list[tuple[int, float]], nodes: int = 4, per_node: int = 8) -> str:
+    """An `{op}_perf` output over `nodes` hosts of `per_node` A100s with the given times."""
+    ranks = nodes * per_node
+    factor = BUSBW_FACTOR[op](ranks)
+    lines = [
+        "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4294967296 step: 4(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+        *(
+            f"#  Rank {r:3d} Group  0 Pid {4000 + r:5d} on dgx-a{r // per_node:02d} device  {r % per_node} "
+            "[0x07] NVIDIA A100-SXM4-80GB"
+            for r in range(ranks)
+        ),
+        "#",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+        "   busbw #wrong",
+    ]
+    for size, time in times:
+        alg = size / time / 1e3
+        cells = f"{time:10.2f} {alg:7.2f} {alg * factor:7.2f}       0"
+        redop = "sum" if op in ("all_reduce", "reduce_scatter") else "none"
+        lines.append(f"{size:12d} {size // 4:13d}     float {redop:>7}      -1 {cells} {cells}")
+    lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 50.0", "#"]
+    return "\n".join(lines) + "\n"
+
+
+def fabric_curve(bench_id: int, op: str, alpha_net: float, e_net: float) -> calibration.FabricCurve:
+    times = nccl_model_times(op, A100_NODES, {"net": alpha_net}, {"net": e_net})
+    sizes, us = zip(*times, strict=True)
+    return calibration.FabricCurve(bench_id, op, A100_NODES, tuple(map(float, sizes)), us)
+
+
+def test_fabric_alpha_and_efficiency_recovered_under_nccls_cost_model() -> None:
+    curves = [fabric_curve(1, "all_reduce", 6.0, 0.6), fabric_curve(2, "all_gather", 6.0, 0.6)]
+    fits = {f.constant: f for f in calibration.fit_fabrics(curves)}
+    assert fits["alpha_us"].scope == fits["link_efficiency"].scope == "ib-hdr-x8"
+    assert fits["alpha_us"].value == pytest.approx(6.0, rel=0.03)
+    assert fits["link_efficiency"].value == pytest.approx(0.6, rel=0.01)
+    assert fits["alpha_us"].default_value == 14.0  # NCCL's network step, Simple protocol
+    assert fits["link_efficiency"].subject_ids == (1, 2)
+    assert fits["link_efficiency"].heldout == "leave-one-bench-out"
+    assert fits["link_efficiency"].fit_error < 0.01
+    assert fits["link_efficiency"].heldout_error < 0.01  # each bench predicted from the other
+    # the textbook network (14 µs, 96% of the NICs) misses these rows by far more than the fit
+    assert fits["link_efficiency"].uncalibrated_error > 10 * fits["link_efficiency"].fit_error
+
+
+def test_many_benches_of_one_fabric_are_held_out_in_five_folds() -> None:
+    curves = [fabric_curve(i, "all_reduce", 20.0, 0.45) for i in range(1, 8)]
+    fits = {f.constant: f for f in calibration.fit_fabrics(curves)}
+    assert fits["alpha_us"].heldout == "5-fold over benches"
+    assert fits["alpha_us"].value == pytest.approx(20.0, rel=0.03)
+    assert fits["link_efficiency"].value == pytest.approx(0.45, rel=0.01)
+
+
+def test_a_fabric_fit_starts_from_the_fitted_intra_node_link() -> None:
+    # times made with NVLink at α 1.5 µs and e 0.83: the network fit only recovers its own pair when the
+    # intra-node link's fitted constants are in place
+    intra = calibration.Constants(collectives={"nvlink3": (1.5, 0.83)})
+    times = nccl_model_times(
+        "all_reduce", A100_NODES, {"nvlink": 1.5, "net": 9.0}, {"nvlink": 0.83, "net": 0.7}
+    )
+    sizes, us = zip(*times, strict=True)
+    curve = calibration.FabricCurve(1, "all_reduce", A100_NODES, tuple(map(float, sizes)), us)
+    alpha, efficiency = calibration.fit_fabric([curve], intra)
+    assert alpha == pytest.approx(9.0, rel=0.03)
+    assert efficiency == pytest.approx(0.7, rel=0.01)
+    assert max(abs(x) for x in calibration.fabric_errors([curve], intra, alpha, efficiency)) < 0.01
+
+
+def test_calibrate_fits_a_multi_node_bench_and_its_prediction_uses_the_fabric(tmp_path: Path) -> None:
+    single = tmp_path / "all_reduce_1x8.txt"
+    single.write_text(nccl_tests_text(alpha_us=1.5, efficiency=0.83))
+    multi = tmp_path / "all_reduce_4x8.txt"
+    times = nccl_model_times("all_reduce", A100_NODES, {"net": 9.0}, {"net": 0.55})
+    multi.write_text(nccl_tests_multi_node("all_reduce", times))
+    db = tmp_path / "c.duckdb"
+    api.ingest(db, [str(single)])
+    api.ingest(db, [str(multi)], fabric="ib-hdr-x8")
+    bench = int(api.sql(db, "SELECT max(bench_id) AS b FROM benches")["b"].iloc[0])
+    where = f"subject_kind = 'collective' AND subject_id = {bench}"
+
+    def plateau() -> tuple[float, str]:
+        row = api.sql(
+            db,
+            f"SELECT value, formula FROM predictions WHERE {where} AND metric = 'model_plateau_busbw_gbps'",
+        )
+        return float(row["value"].iloc[0]), str(row["formula"].iloc[0])
+
+    textbook, formula = plateau()
+    assert textbook == pytest.approx(0.96 * 200)  # the ring over 8 HDR NICs at NCCL's 96%
+    assert "calibrated" not in formula
+    fitted = api.calibrate(db)
+    scopes = dict(zip(fitted["constant"] + "/" + fitted["scope"], fitted["value"], strict=True))
+    assert scopes["link_efficiency/ib-hdr-x8"] == pytest.approx(0.55, rel=0.02)
+    # the single-node link is fitted on the single-node bench alone (its rows follow α 1.5, e 0.83)
+    assert scopes["link_efficiency/nvlink3"] == pytest.approx(0.83, rel=0.01)
+    value, formula = plateau()
+    assert "calibrated" in formula
+    assert value == pytest.approx(0.55 * 200, rel=0.02)
+    ratio = api.sql(db, f"SELECT ratio FROM comparisons WHERE {where} AND metric = 'peak_busbw_gbps'")
+    assert float(ratio["ratio"].iloc[0]) == pytest.approx(1.0, abs=0.03)  # 4 GB sits at the fitted plateau
+    kept = api.calibrations(db)
+    fabric = kept[(kept["scope"] == "ib-hdr-x8") & (kept["constant"] == "alpha_us")]
+    assert [int(b) for b in fabric["subject_ids"].iloc[0]] == [bench]
 
 
 # --- the store, predict and the CLI -------------------------------------------------------------------

@@ -289,7 +289,8 @@ def calibrate(
 ) -> pd.DataFrame:
     """Fit the model's free constants to the measured runs and benches (only `runs`, runs with `tags`,
     `benches` when given): a compute scale per GPU model and precision from runs with a steady sec/it,
-    α and the link efficiency per link from nccl-tests benches. Each is stored in `calibrations` with
+    α and the link efficiency per intra-node link from single-node nccl-tests benches and per fabric
+    from multi-node ones (`analysis.calibration`). Each is stored in `calibrations` with
     the subjects it came from, replacing an earlier fit of the same constant and scope, and every
     prediction, comparison and flag is recomputed with them. Returns one row per constant: value,
     textbook value, n, the error at the fit, on subjects left out of the fit, and uncalibrated."""

@@ -38,10 +38,8 @@ from tracelog.errors import TracelogError
 from tracelog.hardware import bench_link
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
-    Placement,
     bench_placement,
     fit_alpha_beta,
-    link_class,
     normalize_op,
     plateau_busbw,
     predict_nccl,
@@ -341,7 +339,7 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
             op = normalize_op(collective or "")
         except TracelogError:
             continue
-        rows = _measured_rows(store, int(bench_id))
+        rows = calibration.measured_times(store, int(bench_id))
         if not rows or not ranks:
             continue
         subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
@@ -364,20 +362,6 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
     return {"predictions": predictions, "comparisons": comparisons}
 
 
-def _measured_rows(store: Store, bench_id: int) -> list[tuple[Any, ...]]:
-    """(size, median time, peak busbw) per message size of one bench: its out-of-place rows, or its
-    in-place ones when it has no others (torch.distributed's all_reduce, as all_reduce_bench times it)."""
-    for placement in ("out-of-place", "in-place"):
-        rows = store.con.execute(
-            "SELECT size_bytes, median(time_us), max(busbw_gbps) FROM collectives WHERE bench_id = ? "
-            "AND placement = ? AND time_us > 0 GROUP BY size_bytes ORDER BY size_bytes",
-            [bench_id, placement],
-        ).fetchall()
-        if rows:
-            return rows
-    return []
-
-
 def _bench_curve(
     op: str,
     rows: list[tuple[Any, ...]],
@@ -395,7 +379,7 @@ def _bench_curve(
     try:
         fabric = hardware.link(fabric_id) if fabric_id else None
         place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric)
-        alpha, efficiency = _calibrated_classes(place, constants)
+        alpha, efficiency = calibration.link_classes(place, constants)
         plateau, best = plateau_busbw(op, place, efficiency)
         curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
     except TracelogError as exc:
@@ -441,16 +425,6 @@ def _bench_curve(
             }
         )
     return predicted, compared
-
-
-def _calibrated_classes(place: Placement, constants: Constants) -> tuple[dict[str, float], dict[str, float]]:
-    """α and efficiency per link class from the constants fitted to the bench's own links, if any."""
-    alpha: dict[str, float] = {}
-    efficiency: dict[str, float] = {}
-    for lk in (place.intra, place.fabric):
-        if lk is not None and constants.is_calibrated_link(lk.id):
-            alpha[link_class(lk)], efficiency[link_class(lk)] = constants.collective(lk.id)
-    return alpha, efficiency
 
 
 def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:

@@ -257,7 +257,8 @@ def calibrate(
     """Fit the model's free constants to the runs and benches in the database and keep them.
 
     A compute scale per GPU model and precision (a multiplier on the GEMMs' sustained efficiency) from runs with a
-    measured sec/it; α and the bandwidth efficiency per link from nccl-tests benches. Each constant is
+    measured sec/it; α and the bandwidth efficiency per intra-node link from single-node nccl-tests
+    benches, and per fabric (the network between nodes) from multi-node ones. Each constant is
     printed with its error on the runs or benches it was fitted on, on those left out of the fit
     (leave-one-out), and uncalibrated: the median |ln(predicted/measured)|. Predictions, comparisons and
     flags are recomputed with them; `predict --uncalibrated` and `plan --uncalibrated` show the
