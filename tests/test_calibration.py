@@ -12,11 +12,12 @@ from click.testing import CliRunner
 
 from tests.conftest import SAMPLES
 from tracelog import api
-from tracelog.analysis import calibration
+from tracelog.analysis import calibration, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.cli import cli
 from tracelog.hardware import link
 from tracelog.model.collectives import BUSBW_FACTOR, RING_STEPS, Placement, predict_nccl
+from tracelog.model.timing import predict_iteration
 
 BLOOM_LOG = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
 
@@ -302,6 +303,36 @@ def test_calibrate_fits_a_multi_node_bench_and_its_prediction_uses_the_fabric(tm
     kept = api.calibrations(db)
     fabric = kept[(kept["scope"] == "ib-hdr-x8") & (kept["constant"] == "alpha_us")]
     assert [int(b) for b in fabric["subject_ids"].iloc[0]] == [bench]
+
+
+def test_a_run_across_nodes_uses_the_fabric_fit_for_what_crosses_nodes(bloom) -> None:
+    db, run_id = bloom
+    with api.connect(db) as store:
+        (run,) = [predictions.infer(r) for r in run_inputs.load(store, where=f"run_id = {run_id}")]
+    assert run.fabric is not None and run.fabric.id == "opa-100-x4"  # 48 nodes: DP 8 x TP 4 spans them
+    textbook = calibration.for_run(run, calibration.TEXTBOOK)
+    fitted = calibration.for_run(
+        run, calibration.Constants(collectives={"opa-100-x4": (40.0, 0.25), "nvlink3": (1.5, 0.83)})
+    )
+    assert (fitted.alpha_us, fitted.link_efficiency) == (1.5, 0.83)  # TP 4 stays inside a node
+    assert (fitted.net_alpha_us, fitted.net_link_efficiency) == (40.0, 0.25)
+    assert fitted.calibrated and not textbook.calibrated
+    assert run.cfg is not None and run.train is not None and run.gpu is not None
+
+    def breakdown(used: calibration.RunConstants):
+        return predict_iteration(
+            run.cfg, run.train, run.gpu, run.fabric, gpus_per_node=run.gpus_per_node, **used.timing
+        )
+
+    before, after = breakdown(textbook), breakdown(fitted)
+    assert after.tp_comm_s < before.tp_comm_s  # NVLink at its fitted e 0.83, not the textbook 0.78
+    # the data-parallel groups (8 ranks 4 apart) and the pipeline sends cross Omni-Path: a quarter of
+    # the NICs' bandwidth instead of 0.78 makes them about three times slower
+    assert 2.5 < after.dp_comm_total_s / before.dp_comm_total_s < 3.5
+    assert after.p2p_s > 2 * before.p2p_s
+    # a fabric fit alone leaves the intra-node pair at the textbook one
+    net_only = calibration.for_run(run, calibration.Constants(collectives={"opa-100-x4": (40.0, 0.25)}))
+    assert (net_only.alpha_us, net_only.link_efficiency) == calibration.TEXTBOOK.collective(None)
 
 
 # --- the store, predict and the CLI -------------------------------------------------------------------

@@ -37,6 +37,9 @@ Constants:
   Simple, the intra-node link at its own constants). That model is a minimum over algorithms, not
   linear, so the pair is found by a grid search on ln α and ln e, refined around the best point, of
   the mean squared ln(predicted / measured) time over the benches' rows.
+
+A run's collectives take the pair of its GPU's intra-node link inside a node and the pair of its fabric
+across nodes (`run_collective_constants`); a link without a fit keeps the textbook pair.
 """
 
 from __future__ import annotations
@@ -179,12 +182,12 @@ def predicted_sec_per_it(
     efficiency: float | None = None,
 ) -> float:
     """The model's sec/it of a run at a compute scale (collectives at `constants`' values for the GPU's
-    intra-node link when the run fits in one node); `efficiency` a flat share of the peak instead of the
-    per-operation model, as `predict_iteration` takes it."""
+    intra-node link and the run's fabric, `run_collective_constants`); `efficiency` a flat share of the
+    peak instead of the per-operation model, as `predict_iteration` takes it."""
     cfg, train, gpu = inputs.cfg, inputs.train, inputs.gpu
     if cfg is None or train is None or gpu is None:
         raise TracelogError(f"run {inputs.run_id}: no time prediction ({'; '.join(inputs.missing)})")
-    alpha_us, link_efficiency = run_collective_constants(inputs, constants)
+    alpha_us, link_efficiency, net_alpha_us, net_link_efficiency = run_collective_constants(inputs, constants)
     time = predict_iteration(
         cfg,
         train,
@@ -194,19 +197,28 @@ def predicted_sec_per_it(
         gpus_per_node=inputs.gpus_per_node,
         alpha_us=alpha_us,
         link_efficiency=link_efficiency,
+        net_alpha_us=net_alpha_us,
+        net_link_efficiency=net_link_efficiency,
         compute_scale=scale,
     )
     return time.total_s
 
 
-def run_collective_constants(inputs: RunInputs, constants: Constants) -> tuple[float, float]:
-    """α and link efficiency for a run's collectives. `predict_iteration` takes one pair for the TP and
-    DP groups alike, so a fitted pair is used only where both run over the one link it was fitted on:
-    the GPU's intra-node link, for a run within one node."""
-    gpu = inputs.gpu
-    if gpu is None or not gpu.intra_node_link or (inputs.gpus or 1) > inputs.gpus_per_node:
-        return DEFAULT_ALPHA_US, DEFAULT_LINK_EFFICIENCY
-    return constants.collective(gpu.intra_node_link)
+def run_collective_constants(inputs: RunInputs, constants: Constants) -> tuple[float, float, float, float]:
+    """α and link efficiency of a run's collectives inside a node (those fitted to the GPU's intra-node
+    link) and across nodes (those fitted to the run's fabric). Where a link has no fit its pair is the
+    textbook one: a fitted NVLink says nothing about the network, nor a fitted network about NVLink."""
+    textbook = TEXTBOOK.collective(None)
+    gpu, fabric = inputs.gpu, inputs.fabric
+    intra = textbook
+    if gpu is not None and gpu.intra_node_link and constants.is_calibrated_link(gpu.intra_node_link):
+        intra = constants.collective(gpu.intra_node_link)
+    net = (
+        constants.collective(fabric.id)
+        if fabric is not None and constants.is_calibrated_link(fabric.id)
+        else textbook
+    )
+    return (*intra, *net)
 
 
 class TimingConstants(TypedDict):
@@ -215,27 +227,42 @@ class TimingConstants(TypedDict):
     compute_scale: float
     alpha_us: float
     link_efficiency: float
+    net_alpha_us: float
+    net_link_efficiency: float
 
 
 @dataclass(frozen=True)
 class RunConstants:
-    """The constants one run's prediction uses, and how a prediction records them."""
+    """The constants one run's prediction uses, and how a prediction records them: `alpha_us` and
+    `link_efficiency` for collectives inside a node, `net_alpha_us` and `net_link_efficiency` for those
+    across nodes."""
 
     compute_scale: float
     alpha_us: float
     link_efficiency: float
     scope: str
+    net_alpha_us: float = DEFAULT_ALPHA_US
+    net_link_efficiency: float = DEFAULT_LINK_EFFICIENCY
 
     @property
     def timing(self) -> TimingConstants:
         """Keyword arguments of `predict_iteration`."""
         return TimingConstants(
-            compute_scale=self.compute_scale, alpha_us=self.alpha_us, link_efficiency=self.link_efficiency
+            compute_scale=self.compute_scale,
+            alpha_us=self.alpha_us,
+            link_efficiency=self.link_efficiency,
+            net_alpha_us=self.net_alpha_us,
+            net_link_efficiency=self.net_link_efficiency,
         )
 
     @property
     def calibrated(self) -> bool:
-        return self.compute_scale != 1.0 or (self.alpha_us, self.link_efficiency) != TEXTBOOK.collective(None)
+        textbook = TEXTBOOK.collective(None)
+        return (
+            self.compute_scale != 1.0
+            or (self.alpha_us, self.link_efficiency) != textbook
+            or (self.net_alpha_us, self.net_link_efficiency) != textbook
+        )
 
     @property
     def source(self) -> str:
@@ -250,9 +277,10 @@ class RunConstants:
 def for_run(inputs: RunInputs, constants: Constants) -> RunConstants:
     """The compute scale of the run's GPU and precision and its collectives' α and efficiency."""
     gpu_id = inputs.gpu.id if inputs.gpu is not None else None
-    alpha_us, link_efficiency = run_collective_constants(inputs, constants)
+    alpha_us, link_efficiency, net_alpha_us, net_link_efficiency = run_collective_constants(inputs, constants)
     scope = compute_scope(gpu_id, inputs.precision) if gpu_id else ""
-    return RunConstants(constants.compute_scale(gpu_id, inputs.precision), alpha_us, link_efficiency, scope)
+    scale = constants.compute_scale(gpu_id, inputs.precision)
+    return RunConstants(scale, alpha_us, link_efficiency, scope, net_alpha_us, net_link_efficiency)
 
 
 def timed_runs(runs: Iterable[RunInputs], efficiency: float | None = None) -> list[RunInputs]:

@@ -211,6 +211,12 @@ def node_nics(fabric: Link) -> tuple[int, float]:
     )
 
 
+def spans_nodes(n_ranks: int, gpus_per_node: int, stride: int = 1) -> bool:
+    """Whether a group of `n_ranks` ranks `stride` apart leaves its node (Megatron's rank order puts
+    consecutive ranks on one node): its collectives then cross the network (`link_for`)."""
+    return n_ranks > 1 and (gpus_per_node <= 1 or (n_ranks - 1) * stride >= gpus_per_node)
+
+
 def link_for(
     n_ranks: int,
     gpus_per_node: int,
@@ -233,7 +239,7 @@ def link_for(
             f"need positive ranks, GPUs per node and stride; got {n_ranks}, {gpus_per_node}, {stride}"
         )
     intra = gpu_intra_node_link(gpu) if n_ranks > 1 and gpus_per_node > 1 else None
-    if (n_ranks - 1) * stride < gpus_per_node and intra is not None:
+    if not spans_nodes(n_ranks, gpus_per_node, stride) and intra is not None:
         return intra
     if fabric_link is None:
         raise TracelogError(

@@ -14,6 +14,7 @@ from tracelog.model.collectives import (
     DEFAULT_LINK_EFFICIENCY,
     link_for,
     predict_collective,
+    spans_nodes,
 )
 from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, stage_layers
 from tracelog.model.gemm import (
@@ -65,6 +66,21 @@ def bubble_fraction(pp: int, microbatches: int, chunks: int = 1) -> float:
     return (pp - 1) / (chunks * microbatches)
 
 
+def _group_constants(
+    alpha_us: float,
+    link_efficiency: float,
+    net: tuple[float, float] | None,
+    n_ranks: int,
+    gpus_per_node: int,
+    stride: int = 1,
+) -> tuple[float, float]:
+    """(α, e) of a group of `n_ranks` ranks `stride` apart: `net`, the fabric's pair, when the group
+    spans nodes (`spans_nodes`) and one is given, else the intra-node pair."""
+    if net is not None and spans_nodes(n_ranks, gpus_per_node, stride):
+        return net
+    return alpha_us, link_efficiency
+
+
 def _resolve_gpu(gpu: Gpu | str) -> Gpu:
     return gpu if isinstance(gpu, Gpu) else catalog_gpu(gpu)
 
@@ -81,6 +97,7 @@ def tp_comm_seconds(
     gpus_per_node: int = 8,
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+    net: tuple[float, float] | None = None,
 ) -> float:
     """Tensor-parallel all-reduces of one iteration on one GPU: per layer and microbatch 2 in the forward
     and 2 in the backward pass, each of s·b·h activations (Narayanan et al. 2021 §3.2; Shoeybi et al.
@@ -93,6 +110,7 @@ def tp_comm_seconds(
     act_bytes = storage_bytes(train.precision)
     size = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * act_bytes
     bottleneck = link_for(train.tp, gpus_per_node, g, _resolve_link(fabric))
+    alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, train.tp, gpus_per_node)
     one = predict_collective(
         "all_reduce", size, train.tp, bottleneck.unidirectional_gbps, alpha_us, link_efficiency
     )
@@ -124,6 +142,7 @@ def dp_traffic(
     gpus_per_node: int = 8,
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+    net: tuple[float, float] | None = None,
 ) -> DataParallelTraffic:
     """Data-parallel gradient traffic of one iteration on one GPU, over the params it holds
     (params/(tp·pp) plus its embedding): an all-reduce of the grads without sharding; a reduce-scatter of
@@ -139,6 +158,7 @@ def dp_traffic(
     grad_bytes = 4 if (train.fp32_grads or train.distributed_optimizer) else weight_bytes
     bottleneck = link_for(d, gpus_per_node, g, _resolve_link(fabric), stride=train.tp)
     bw = bottleneck.unidirectional_gbps
+    alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, d, gpus_per_node, train.tp)
     if train.framework == "deepspeed" or train.framework == "megatron-deepspeed":
         bucket = min(params, DEEPSPEED_BUCKET_ELEMENTS)
     else:
@@ -170,9 +190,10 @@ def dp_comm_seconds(
     gpus_per_node: int = 8,
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+    net: tuple[float, float] | None = None,
 ) -> float:
     """All the DP traffic of one iteration on one GPU in seconds, overlapped or not (see `dp_traffic`)."""
-    return dp_traffic(cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency).total_s
+    return dp_traffic(cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency, net).total_s
 
 
 @dataclass(frozen=True)
@@ -236,6 +257,7 @@ def p2p_seconds(
     gpus_per_node: int = 8,
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+    net: tuple[float, float] | None = None,
 ) -> float:
     """Pipeline sends per micro-batch between stages, on the critical path of 1F1B: the activations
     forward and their gradients backward, s·b·h values each (Narayanan et al. 2021 §2.2). Megatron splits
@@ -254,7 +276,9 @@ def p2p_seconds(
         * act_bytes
         / (train.tp if train.framework == "megatron" else 1)
     )
-    bottleneck = link_for(2, gpus_per_node, g, _resolve_link(fabric), stride=train.tp * train.dp * train.cp)
+    stride = train.tp * train.dp * train.cp
+    bottleneck = link_for(2, gpus_per_node, g, _resolve_link(fabric), stride=stride)
+    alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, 2, gpus_per_node, stride)
     one = predict_collective("sendrecv", size, 2, bottleneck.unidirectional_gbps, alpha_us, link_efficiency)
     return 2 * train.chunks * train.microbatches * one.time_us * 1e-6
 
@@ -270,6 +294,8 @@ def predict_iteration(
     gpus_per_node: int = 8,
     alpha_us: float = DEFAULT_ALPHA_US,
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+    net_alpha_us: float | None = None,
+    net_link_efficiency: float | None = None,
     overlap_dp: bool = False,
 ) -> TimeBreakdown:
     """Seconds per iteration = compute + TP communication + pipeline sends + bubble + exposed DP traffic.
@@ -284,7 +310,9 @@ def predict_iteration(
     last bucket, or what the backward pass cannot cover, is exposed; `overlap_param_gather` hides the
     all-gather behind the next forward pass likewise; `overlap_dp` forces both. TP collectives are
     exposed unless `tp_comm_overlap` (Megatron `--tp-comm-overlap`: split GEMMs pipelined with their
-    collectives), which hides them behind the layer's GEMMs."""
+    collectives), which hides them behind the layer's GEMMs. `alpha_us` and `link_efficiency` are the
+    collectives' α per step and link efficiency; `net_alpha_us` and `net_link_efficiency` replace them
+    for the groups that span nodes (`spans_nodes`)."""
     if compute_efficiency is not None and not 0 < compute_efficiency <= 1:
         raise TracelogError(f"compute efficiency must be in (0, 1], got {compute_efficiency}")
     g = _resolve_gpu(gpu)
@@ -305,9 +333,15 @@ def predict_iteration(
             * sum(op.time_s for op in stage.layer_ops if op.kind != "memory")
         )
     compute_s = per_mb * m + optimizer_s
-    tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    net = None
+    if net_alpha_us is not None or net_link_efficiency is not None:
+        net = (
+            alpha_us if net_alpha_us is None else net_alpha_us,
+            link_efficiency if net_link_efficiency is None else net_link_efficiency,
+        )
+    tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
     tp_s = max(0.0, tp_total - 3 * gemm_s) if train.tp_comm_overlap else tp_total
-    p2p_total = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    p2p_total = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
     fraction = bubble_fraction(train.pp, m, train.chunks)
     bubble_s = fraction * (per_mb * m + tp_s + p2p_total)
     # Megatron-LM's interleaved schedule sends a chunk's activations while the next chunk computes
@@ -315,7 +349,7 @@ def predict_iteration(
     # the interleaved schedule only, and not in warm-up and flush, whose sends the bubble term holds)
     hidden = train.framework == "megatron" and train.chunks > 1 and train.overlap_p2p_comm
     p2p_s = 0.0 if hidden else p2p_total
-    dp = dp_traffic(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency)
+    dp = dp_traffic(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
     reduce_s, gather_s = dp.reduce_s, dp.gather_s
     if overlap_dp or train.overlap_grad_reduce:
         reduce_s = max(dp.last_reduce_s, dp.reduce_s - backward)
