@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tests.conftest import SAMPLES
 from tracelog import api
-from tracelog.analysis import calibration, predictions
+from tracelog.analysis import calibration, link_fit, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.cli import cli
 from tracelog.hardware import link
@@ -160,8 +160,8 @@ def test_alpha_and_efficiency_recovered_from_an_nccl_tests_table(tmp_path: Path)
     db = tmp_path / "c.duckdb"
     api.ingest(db, [str(path)])
     with api.connect(db) as store:
-        curves = calibration.bench_curves(store)
-        fits = {f.constant: f for f in calibration.fit_collectives(curves)}
+        curves = link_fit.bench_curves(store)
+        fits = {f.constant: f for f in link_fit.fit_collectives(curves)}
     assert fits["alpha_us"].scope == "nvlink3"
     assert fits["alpha_us"].value == pytest.approx(1.5, rel=0.02)
     assert fits["link_efficiency"].value == pytest.approx(0.83, rel=0.01)
@@ -224,15 +224,15 @@ def nccl_tests_multi_node(op: str, times: list[tuple[int, float]], nodes: int = 
     return "\n".join(lines) + "\n"
 
 
-def fabric_curve(bench_id: int, op: str, alpha_net: float, e_net: float) -> calibration.FabricCurve:
+def fabric_curve(bench_id: int, op: str, alpha_net: float, e_net: float) -> link_fit.FabricCurve:
     times = nccl_model_times(op, A100_NODES, {"net": alpha_net}, {"net": e_net})
     sizes, us = zip(*times, strict=True)
-    return calibration.FabricCurve(bench_id, op, A100_NODES, tuple(map(float, sizes)), us)
+    return link_fit.FabricCurve(bench_id, op, A100_NODES, tuple(map(float, sizes)), us)
 
 
 def test_fabric_alpha_and_efficiency_recovered_under_nccls_cost_model() -> None:
     curves = [fabric_curve(1, "all_reduce", 6.0, 0.6), fabric_curve(2, "all_gather", 6.0, 0.6)]
-    fits = {f.constant: f for f in calibration.fit_fabrics(curves)}
+    fits = {f.constant: f for f in link_fit.fit_fabrics(curves)}
     assert fits["alpha_us"].scope == fits["link_efficiency"].scope == "ib-hdr-x8"
     assert fits["alpha_us"].value == pytest.approx(6.0, rel=0.03)
     assert fits["link_efficiency"].value == pytest.approx(0.6, rel=0.01)
@@ -247,7 +247,7 @@ def test_fabric_alpha_and_efficiency_recovered_under_nccls_cost_model() -> None:
 
 def test_many_benches_of_one_fabric_are_held_out_in_five_folds() -> None:
     curves = [fabric_curve(i, "all_reduce", 20.0, 0.45) for i in range(1, 8)]
-    fits = {f.constant: f for f in calibration.fit_fabrics(curves)}
+    fits = {f.constant: f for f in link_fit.fit_fabrics(curves)}
     assert fits["alpha_us"].heldout == "5-fold over benches"
     assert fits["alpha_us"].value == pytest.approx(20.0, rel=0.03)
     assert fits["link_efficiency"].value == pytest.approx(0.45, rel=0.01)
@@ -261,11 +261,11 @@ def test_a_fabric_fit_starts_from_the_fitted_intra_node_link() -> None:
         "all_reduce", A100_NODES, {"nvlink": 1.5, "net": 9.0}, {"nvlink": 0.83, "net": 0.7}
     )
     sizes, us = zip(*times, strict=True)
-    curve = calibration.FabricCurve(1, "all_reduce", A100_NODES, tuple(map(float, sizes)), us)
-    alpha, efficiency = calibration.fit_fabric([curve], intra)
+    curve = link_fit.FabricCurve(1, "all_reduce", A100_NODES, tuple(map(float, sizes)), us)
+    alpha, efficiency = link_fit.fit_fabric([curve], intra)
     assert alpha == pytest.approx(9.0, rel=0.03)
     assert efficiency == pytest.approx(0.7, rel=0.01)
-    assert max(abs(x) for x in calibration.fabric_errors([curve], intra, alpha, efficiency)) < 0.01
+    assert max(abs(x) for x in link_fit.fabric_errors([curve], intra, alpha, efficiency)) < 0.01
 
 
 def test_calibrate_fits_a_multi_node_bench_and_its_prediction_uses_the_fabric(tmp_path: Path) -> None:

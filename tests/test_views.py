@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tracelog import api
 from tracelog.analysis import inputs as run_inputs
-from tracelog.analysis.refresh import keep_steady_state
+from tracelog.analysis.refresh import STEADY_SQL, found_marks, keep_steady_state
 from tracelog.analysis.rules import health
 from tracelog.analysis.scope import Scope
 from tracelog.store import Store
@@ -165,6 +165,29 @@ def check_store(store: Store) -> None:
         for f in health.straggler_steps(store, LOW, scope)
     ]
     assert_same_rows(con.execute(OLD_STRAGGLER, [LOW.straggler]).fetchall(), stragglers)
+
+    # within a refresh the marks come from each run's cut found once (`found_marks`): the same marks line
+    # for line, the same steady-state figures kept from them, the same flags
+    found = found_marks(store, scope)
+    assert found.marks != "iteration_marks"
+    assert_same_rows(
+        con.execute(f"SELECT * FROM {found.marks} ORDER BY run_id, line_no").fetchall(),
+        con.execute("SELECT * FROM iteration_marks ORDER BY run_id, line_no").fetchall(),
+    )
+    steady = STEADY_SQL.format(marks=found.marks, runs="SELECT run_id FROM runs")
+    assert_same_rows(
+        con.execute(OLD_RUN_STEADY).fetchall(),
+        con.execute(f"SELECT * EXCLUDE (last_line) FROM ({steady}) ORDER BY run_id").fetchall(),
+    )
+    for rule in (
+        health.nan_and_skipped,
+        health.loss_scale_collapse,
+        health.sec_per_it_drift,
+        health.straggler_steps,
+    ):
+        by_run = sorted(rule(store, LOW, found), key=repr)  # GROUP BY gives no order of runs
+        assert by_run == sorted(rule(store, LOW, scope), key=repr), rule.__name__
+    assert run_inputs.load_rows(store, marks=found.marks) == run_inputs.load_rows(store)
 
 
 def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:

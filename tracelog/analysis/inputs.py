@@ -42,7 +42,7 @@ LEFT JOIN (
     WITH lines AS NOT MATERIALIZED (
         SELECT i.run_id, i.warmup, i.global_batch_size, coalesce(i.tflops_reported, m.value) AS tflops
              , coalesce(i.tflops_reported, m.value) * i.elapsed_s AS tflop
-        FROM iteration_marks i
+        FROM {marks} i
         LEFT JOIN iteration_metrics m
           ON m.run_id = i.run_id AND m.iteration = i.iteration AND m.key = 'effective tera flops per gpu'
     ), present AS (
@@ -395,18 +395,22 @@ def with_recompute(inputs: RunInputs, recompute: str, reason: str) -> RunInputs:
     )
 
 
-def load_rows(store: Store, where: str = "TRUE") -> list[tuple[dict[str, Any], dict[str, str]]]:
+def load_rows(
+    store: Store, where: str = "TRUE", marks: str = "iteration_marks"
+) -> list[tuple[dict[str, Any], dict[str, str]]]:
     """(runs row with its measured medians, run parameters) of the runs matching a predicate over
-    `run_id`: what `build` takes, for callers that change a value first (`tracelog predict --gpu`)."""
+    `run_id`: what `build` takes, for callers that change a value first (`tracelog predict --gpu`).
+    `marks`: the relation of warm-up marks (`Scope.marks`)."""
     params: dict[int, dict[str, str]] = {}
     for run_id, name, value in store.con.execute(PARAMS_SQL.format(where=where)).fetchall():
         params.setdefault(int(run_id), {})[name] = value
-    cursor = store.con.execute(RUNS_SQL.format(where=where.replace("run_id", "r.run_id")))
+    cursor = store.con.execute(RUNS_SQL.format(where=where.replace("run_id", "r.run_id"), marks=marks))
     columns = [d[0] for d in cursor.description]
     rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     return [(row, params.get(int(row["run_id"]), {})) for row in rows]
 
 
-def load(store: Store, where: str = "TRUE") -> list[RunInputs]:
-    """Model inputs of the runs matching a SQL predicate over `run_id` (all runs by default)."""
-    return [build(row, params) for row, params in load_rows(store, where)]
+def load(store: Store, where: str = "TRUE", marks: str = "iteration_marks") -> list[RunInputs]:
+    """Model inputs of the runs matching a SQL predicate over `run_id` (all runs by default); `marks` as
+    `load_rows` takes it."""
+    return [build(row, params) for row, params in load_rows(store, where, marks)]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracelog import hardware
-from tracelog.analysis import calibration
+from tracelog.analysis import calibration, link_fit
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.calibration import TEXTBOOK, Constants
 from tracelog.analysis.inputs import RunInputs
@@ -339,7 +339,7 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
             op = normalize_op(collective or "")
         except TracelogError:
             continue
-        rows = calibration.measured_times(store, int(bench_id))
+        rows = link_fit.measured_times(store, int(bench_id))
         if not rows or not ranks:
             continue
         subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
@@ -379,7 +379,7 @@ def _bench_curve(
     try:
         fabric = hardware.link(fabric_id) if fabric_id else None
         place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric)
-        alpha, efficiency = calibration.link_classes(place, constants)
+        alpha, efficiency = link_fit.link_classes(place, constants)
         plateau, best = plateau_busbw(op, place, efficiency)
         curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
     except TracelogError as exc:

@@ -13,6 +13,10 @@ class Scope:
     # own ingest, in a DuckLake store): nothing of theirs is stored to delete first, and in a DuckLake
     # store each DELETE is a round of catalog questions (six of them, 0.2 s of a 25 MB log's ingest).
     new: bool = False
+    # The relation the rules read warm-up marks from: the `iteration_marks` view, which finds each run's
+    # warm-up cut again for every query, or within a refresh a view over the cut found once for the runs
+    # in scope (`refresh.found_marks`).
+    marks: str = "iteration_marks"
 
     @classmethod
     def of(

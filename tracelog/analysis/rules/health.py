@@ -20,7 +20,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
                sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
                min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip
-        FROM iteration_marks WHERE {scope.runs} GROUP BY run_id
+        FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
         """
     ).fetchall()
     flags = []
@@ -73,7 +73,7 @@ def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]
         f"""
         SELECT run_id, max(loss_scale) AS top, arg_min(loss_scale, line_no) AS low, min(loss_scale) AS lowest,
                arg_min(line_no, loss_scale) AS at_line
-        FROM iteration_marks WHERE {scope.runs} AND NOT warmup AND loss_scale > 0 GROUP BY run_id
+        FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND loss_scale > 0 GROUP BY run_id
         HAVING max(loss_scale) > 1 AND min(loss_scale) <= 1
         """
     ).fetchall()
@@ -132,7 +132,7 @@ def sec_per_it_drift(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         f"""
         WITH steady AS MATERIALIZED (
             SELECT run_id, line_no, elapsed_s
-            FROM iteration_marks WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
+            FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
         ),
         sizes AS (
             SELECT run_id, count(*) AS n, (count(*) + 4) // 5 AS first_lines, count(*) // 5 AS last_lines
@@ -180,7 +180,7 @@ def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         f"""
         WITH steady AS NOT MATERIALIZED (
             SELECT run_id, iteration, line_no, elapsed_s
-            FROM iteration_marks WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0
+            FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0
         ),
         typical AS (SELECT run_id, median(elapsed_s) AS typical FROM steady GROUP BY run_id)
         SELECT run_id, count(*), arg_max(s.iteration, s.elapsed_s), max(s.elapsed_s), any_value(t.typical),
