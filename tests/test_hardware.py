@@ -224,6 +224,7 @@ def test_every_link_figure_is_quoted_by_its_source() -> None:
         ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"),
         ("NVIDIA H20", "h20"),
         ("NVIDIA GH200 480GB", "gh200-96gb"),  # the 96GB HBM3 superchip, named after its LPDDR5X
+        ("NVIDIA GH200 120GB", "gh200-96gb"),  # the same module as HPE Cray EX nodes print it (97871 MiB)
         ("NVIDIA GH200 144G HBM3e", "gh200-144gb"),
         ("NVIDIA B200", "b200-sxm-180gb"),
         ("NVIDIA B300 SXM6 AC", "b300-sxm6-288gb"),
