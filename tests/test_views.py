@@ -200,6 +200,22 @@ def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:
         check_store(store)
 
 
+def test_drift_fifths_found_across_many_buckets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # buckets of 5 line numbers: the lines where a fifth ends are found several buckets in, and the flags
+    # are still those of ntile(5) (check_store holds the drift rule against OLD_DRIFT)
+    monkeypatch.setattr(health, "FIFTH_BUCKET_LINES", 5)
+    db = tmp_path / "b.duckdb"
+    for log in (
+        "megatron_lm_llama3_8b_h100.log",
+        "megatron_deepspeed_bloom_ugly.log",
+        "deepspeed_zero2_gpt2_1b3.log",
+    ):
+        api.ingest(db, [str(SAMPLES / log)])
+    with Store(db) as store:
+        assert store.scalar("SELECT max(line_no) FROM iterations") > 10 * 5
+        check_store(store)
+
+
 @pytest.mark.skipif(not corpus_files("megatron"), reason="public corpus not present")
 def test_corpus_keeps_its_marks(tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
