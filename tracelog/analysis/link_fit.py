@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -54,8 +55,8 @@ from tracelog.model.collectives import (
 from tracelog.store import Store
 
 ROW_FOLDS = 5
-"""Folds over message sizes when a link has a single bench to leave out; a fabric's benches are left
-out one by one up to this many, in this many folds beyond."""
+"""Folds over message sizes when a link has a single bench to leave out; a link's benches (inside a node
+or across nodes) are left out one by one up to this many, in this many folds beyond."""
 COLLECTIVE_ESTIMATOR = "least squares of t = steps*alpha + S*f/(e*B), residuals relative to measured t"
 FABRIC_ESTIMATOR = (
     "grid search of the mean squared ln(predicted/measured) time under NCCL's cost model (predict_nccl), "
@@ -159,27 +160,41 @@ def curve_error(curves: Sequence[BenchCurve], alpha_us: float, efficiency: float
     return out
 
 
-def _row_folds(curve: BenchCurve, folds: int) -> list[tuple[BenchCurve, BenchCurve]]:
+Curve = TypeVar("Curve", "BenchCurve", "FabricCurve")
+
+
+def _row_folds(curve: Curve, folds: int) -> list[tuple[Curve, Curve]]:
     """(fit part, held-out part) of one bench: every `folds`-th size held out in turn."""
     out = []
+    n = len(curve.sizes_bytes)
     for k in range(folds):
-        keep = [i for i in range(len(curve.sizes_bytes)) if i % folds != k]
-        held = [i for i in range(len(curve.sizes_bytes)) if i % folds == k]
+        keep = [i for i in range(n) if i % folds != k]
+        held = [i for i in range(n) if i % folds == k]
         if len(keep) < 2 or not held:
             continue
 
-        def part(idx: list[int]) -> BenchCurve:
-            return BenchCurve(
-                curve.bench_id,
-                curve.op,
-                curve.ranks,
-                curve.link,
-                tuple(curve.sizes_bytes[i] for i in idx),
-                tuple(curve.times_us[i] for i in idx),
+        def part(idx: list[int]) -> Curve:
+            return replace(
+                curve,
+                sizes_bytes=tuple(curve.sizes_bytes[i] for i in idx),
+                times_us=tuple(curve.times_us[i] for i in idx),
             )
 
         out.append((part(keep), part(held)))
     return out
+
+
+def held_out_splits(members: list[Curve]) -> tuple[str, list[tuple[list[Curve], list[Curve]]]]:
+    """How a link's benches are held out, and the (fit, held-out) splits: one by one up to ROW_FOLDS
+    benches, in ROW_FOLDS folds beyond, and a single bench over its message sizes."""
+    if len(members) > ROW_FOLDS:
+        folds = [(
+            [m for i, m in enumerate(members) if i % ROW_FOLDS != k], members[k::ROW_FOLDS]
+        ) for k in range(ROW_FOLDS)]  # fmt: skip
+        return f"{ROW_FOLDS}-fold over benches", folds
+    if len(members) > 1:
+        return "leave-one-bench-out", [(members[:i] + members[i + 1 :], [m]) for i, m in enumerate(members)]
+    return f"{ROW_FOLDS}-fold over message sizes", [([f], [h]) for f, h in _row_folds(members[0], ROW_FOLDS)]
 
 
 def fit_collectives(curves: Iterable[BenchCurve]) -> list[Fit]:
@@ -193,13 +208,7 @@ def fit_collectives(curves: Iterable[BenchCurve]) -> list[Fit]:
             alpha, efficiency = fit_alpha_efficiency(members)
         except TracelogError:
             continue
-        splits: list[tuple[list[BenchCurve], list[BenchCurve]]]
-        if len(members) > 1:
-            heldout_kind = "leave-one-bench-out"
-            splits = [(members[:i] + members[i + 1 :], [m]) for i, m in enumerate(members)]
-        else:
-            heldout_kind = f"{ROW_FOLDS}-fold over message sizes"
-            splits = [([fit], [held]) for fit, held in _row_folds(members[0], ROW_FOLDS)]
+        heldout_kind, splits = held_out_splits(members)
         held_errors: list[float] = []
         for fit_part, held_part in splits:
             try:
@@ -207,29 +216,51 @@ def fit_collectives(curves: Iterable[BenchCurve]) -> list[Fit]:
             except TracelogError:
                 continue
             held_errors += curve_error(held_part, a, e)
-        alpha_fit = Fit(
-            constant=ALPHA_US,
-            scope=link_id,
-            value=alpha,
-            default_value=DEFAULT_ALPHA_US,
-            unit="us",
-            subject_kind="bench",
-            subject_ids=tuple(c.bench_id for c in members),
-            fit_error=median(curve_error(members, alpha, efficiency)),
-            heldout_error=median(held_errors) if held_errors else None,
-            uncalibrated_error=median(curve_error(members, DEFAULT_ALPHA_US, DEFAULT_LINK_EFFICIENCY)),
-            heldout=heldout_kind,
-            estimator=COLLECTIVE_ESTIMATOR,
+        fits += _fit_pair(
+            link_id,
+            members,
+            (alpha, efficiency),
+            (DEFAULT_ALPHA_US, DEFAULT_LINK_EFFICIENCY),
+            (
+                median(curve_error(members, alpha, efficiency)),
+                median(held_errors) if held_errors else None,
+                median(curve_error(members, DEFAULT_ALPHA_US, DEFAULT_LINK_EFFICIENCY)),
+            ),
+            heldout_kind,
+            COLLECTIVE_ESTIMATOR,
         )
-        efficiency_fit = replace(
-            alpha_fit,
-            constant=LINK_EFFICIENCY,
-            value=efficiency,
-            default_value=DEFAULT_LINK_EFFICIENCY,
-            unit="ratio",
-        )
-        fits += [alpha_fit, efficiency_fit]
     return fits
+
+
+def _fit_pair(
+    scope: str,
+    members: Sequence[BenchCurve] | Sequence[FabricCurve],
+    values: tuple[float, float],
+    defaults: tuple[float, float],
+    errors: tuple[float, float | None, float],
+    heldout: str,
+    estimator: str,
+) -> list[Fit]:
+    """`alpha_us` and `link_efficiency` of one link as two rows sharing their subjects and their errors
+    (at the fit, held out, uncalibrated)."""
+    alpha = Fit(
+        constant=ALPHA_US,
+        scope=scope,
+        value=values[0],
+        default_value=defaults[0],
+        unit="us",
+        subject_kind="bench",
+        subject_ids=tuple(c.bench_id for c in members),
+        fit_error=errors[0],
+        heldout_error=errors[1],
+        uncalibrated_error=errors[2],
+        heldout=heldout,
+        estimator=estimator,
+    )
+    efficiency = replace(
+        alpha, constant=LINK_EFFICIENCY, value=values[1], default_value=defaults[1], unit="ratio"
+    )
+    return [alpha, efficiency]
 
 
 # --- fabrics: the network between nodes -----------------------------------------------------------
@@ -375,27 +406,6 @@ def fit_fabric(curves: Sequence[FabricCurve], constants: Constants = TEXTBOOK) -
     return math.exp(best[1]), math.exp(best[2])
 
 
-def _fabric_folds(curve: FabricCurve, folds: int) -> list[tuple[FabricCurve, FabricCurve]]:
-    """(fit part, held-out part) of one bench: every `folds`-th size held out in turn."""
-    out = []
-    n = len(curve.sizes_bytes)
-    for k in range(folds):
-        keep = [i for i in range(n) if i % folds != k]
-        held = [i for i in range(n) if i % folds == k]
-        if len(keep) < 2 or not held:
-            continue
-
-        def part(idx: list[int]) -> FabricCurve:
-            return replace(
-                curve,
-                sizes_bytes=tuple(curve.sizes_bytes[i] for i in idx),
-                times_us=tuple(curve.times_us[i] for i in idx),
-            )
-
-        out.append((part(keep), part(held)))
-    return out
-
-
 def fit_fabrics(curves: Iterable[FabricCurve], constants: Constants = TEXTBOOK) -> list[Fit]:
     """`alpha_us` and `link_efficiency` per fabric (two rows sharing subjects and errors); `constants`
     hold the intra-node links' fits, made first."""
@@ -405,19 +415,7 @@ def fit_fabrics(curves: Iterable[FabricCurve], constants: Constants = TEXTBOOK) 
     fits = []
     for fabric_id, members in sorted(by_fabric.items()):
         alpha, efficiency = fit_fabric(members, constants)
-        splits: list[tuple[list[FabricCurve], list[FabricCurve]]]
-        if len(members) > ROW_FOLDS:
-            heldout_kind = f"{ROW_FOLDS}-fold over benches"
-            splits = [
-                ([m for i, m in enumerate(members) if i % ROW_FOLDS != k], members[k::ROW_FOLDS])
-                for k in range(ROW_FOLDS)
-            ]
-        elif len(members) > 1:
-            heldout_kind = "leave-one-bench-out"
-            splits = [(members[:i] + members[i + 1 :], [m]) for i, m in enumerate(members)]
-        else:
-            heldout_kind = f"{ROW_FOLDS}-fold over message sizes"
-            splits = [([fit], [held]) for fit, held in _fabric_folds(members[0], ROW_FOLDS)]
+        heldout_kind, splits = held_out_splits(members)
         held_errors: list[float] = []
         for fit_part, held_part in splits:
             a, e = fit_fabric(fit_part, constants)
@@ -428,26 +426,17 @@ def fit_fabrics(curves: Iterable[FabricCurve], constants: Constants = TEXTBOOK) 
         ) -> float:
             return median([abs(x) for x in fabric_errors(members, constants, alpha_us, eff)])
 
-        alpha_fit = Fit(
-            constant=ALPHA_US,
-            scope=fabric_id,
-            value=alpha,
-            default_value=DEFAULT_ALPHA_US_BY_CLASS["net"],
-            unit="us",
-            subject_kind="bench",
-            subject_ids=tuple(c.bench_id for c in members),
-            fit_error=median_abs(alpha, efficiency),
-            heldout_error=median(held_errors) if held_errors else None,
-            uncalibrated_error=median_abs(None, None),
-            heldout=heldout_kind,
-            estimator=FABRIC_ESTIMATOR,
+        fits += _fit_pair(
+            fabric_id,
+            members,
+            (alpha, efficiency),
+            (DEFAULT_ALPHA_US_BY_CLASS["net"], DEFAULT_NET_EFFICIENCY),
+            (
+                median_abs(alpha, efficiency),
+                median(held_errors) if held_errors else None,
+                median_abs(None, None),
+            ),
+            heldout_kind,
+            FABRIC_ESTIMATOR,
         )
-        efficiency_fit = replace(
-            alpha_fit,
-            constant=LINK_EFFICIENCY,
-            value=efficiency,
-            default_value=DEFAULT_NET_EFFICIENCY,
-            unit="ratio",
-        )
-        fits += [alpha_fit, efficiency_fit]
     return fits
