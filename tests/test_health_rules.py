@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import tracelog
 from tracelog import api
+from tracelog.analysis.rules import health
+from tracelog.analysis.scope import Scope
 from tracelog.store import Store, progress
 from tracelog.thresholds import DEFAULT, Thresholds
 
@@ -70,6 +74,24 @@ def test_straggler_step_is_info(tmp_path: Path) -> None:
     rows[20] = {"ms": 1600.0}
     (flag,) = flags_for(tmp_path, rows)
     assert flag["severity"] == "info" and "iteration 21" in flag["message"]
+
+
+def test_ties_name_the_first_line_whatever_order_the_rows_were_stored_in(tmp_path: Path) -> None:
+    # rows stored last line first (a merge or a parallel insert stores them in any order): the rules that
+    # name one line among equals still name the first
+    rows = [
+        {"run_id": 1, "iteration": n * 10, "line_no": n, "elapsed_s": 1.6 if n in (12, 20, 24) else 1.0,
+         "loss_scale": 65536.0 if n <= 12 else 1.0}
+        for n in range(30, 0, -1)
+    ]  # fmt: skip
+    with Store(tmp_path / "o.duckdb") as store:
+        store.insert("iterations", pd.DataFrame(rows))
+        store.insert("runs", pd.DataFrame({"run_id": [1], "source_id": [0], "run_key": [0]}))
+        everything = Scope.of(None, None)
+        (straggler,) = health.straggler_steps(store, dataclasses.replace(DEFAULT, straggler=1.5), everything)
+        (collapse,) = health.loss_scale_collapse(store, DEFAULT, everything)
+    assert straggler["row_ref"] == "line 12" and "iteration 120" in straggler["message"]
+    assert collapse["row_ref"] == "line 13"
 
 
 def test_fp16_loss_scale_collapse(tmp_path: Path) -> None:

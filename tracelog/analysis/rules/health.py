@@ -71,10 +71,18 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
-        SELECT run_id, max(loss_scale) AS top, arg_min(loss_scale, line_no) AS low, min(loss_scale) AS lowest,
-               arg_min(line_no, loss_scale) AS at_line
-        FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND loss_scale > 0 GROUP BY run_id
-        HAVING max(loss_scale) > 1 AND min(loss_scale) <= 1
+        WITH scales AS NOT MATERIALIZED (
+            SELECT run_id, line_no, loss_scale FROM {scope.marks}
+            WHERE {scope.runs} AND NOT warmup AND loss_scale > 0
+        ),
+        collapsed AS (
+            SELECT run_id, max(loss_scale) AS top, arg_min(loss_scale, line_no) AS low, min(loss_scale) AS lowest
+            FROM scales GROUP BY run_id HAVING max(loss_scale) > 1 AND min(loss_scale) <= 1
+        )
+        -- the first line at the lowest scale (many lines share it; arg_min would pick any of them)
+        SELECT c.run_id, c.top, c.low, c.lowest, min(s.line_no) AS at_line
+        FROM collapsed c JOIN scales s ON s.run_id = c.run_id AND s.loss_scale = c.lowest
+        GROUP BY ALL
         """
     ).fetchall()
     return [
@@ -199,8 +207,8 @@ def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0
         ),
         typical AS (SELECT run_id, median(elapsed_s) AS typical FROM steady GROUP BY run_id)
-        SELECT run_id, count(*), arg_max(s.iteration, s.elapsed_s), max(s.elapsed_s), any_value(t.typical),
-               arg_max(s.line_no, s.elapsed_s)
+        SELECT run_id, count(*), arg_max(s.iteration, [s.elapsed_s, -s.line_no]), max(s.elapsed_s),
+               any_value(t.typical), arg_max(s.line_no, [s.elapsed_s, -s.line_no])  -- the first of the slowest
         FROM steady s JOIN typical t USING (run_id) WHERE s.elapsed_s > ? * t.typical GROUP BY run_id
         """,
         [t.straggler],
