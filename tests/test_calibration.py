@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,19 @@ def test_fabric_alpha_and_efficiency_recovered_under_nccls_cost_model() -> None:
     assert fits["link_efficiency"].heldout_error < 0.01  # each bench predicted from the other
     # the textbook network (14 µs, 96% of the NICs) misses these rows by far more than the fit
     assert fits["link_efficiency"].uncalibrated_error > 10 * fits["link_efficiency"].fit_error
+
+
+def test_a_fit_left_on_its_bound_is_said_so() -> None:
+    healthy = [fabric_curve(1, "all_reduce", 6.0, 0.6)]
+    assert link_fit.bound_notes(link_fit.fit_fabrics(healthy)) == []
+    # a 5 ms fixed cost on every call (what a bench with a slow start shows): no α up to 1 ms explains it
+    slow = fabric_curve(2, "all_reduce", 6.0, 0.6)
+    slow = replace(slow, times_us=tuple(t + 5000.0 for t in slow.times_us))
+    fits = link_fit.fit_fabrics([slow])
+    alpha = next(f for f in fits if f.constant == "alpha_us")
+    assert alpha.value == pytest.approx(link_fit.ALPHA_RANGE_US[1])
+    (note,) = link_fit.bound_notes(fits)
+    assert note.startswith("alpha_us of ib-hdr-x8 stops at the bound") and "benches 2" in note
 
 
 def test_many_benches_of_one_fabric_are_held_out_in_five_folds() -> None:

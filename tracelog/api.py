@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tracelog import clusters as cluster_config
 from tracelog import files, parse_jobs, resolve
 from tracelog import hardware as catalog
-from tracelog.analysis import calibration, side_by_side
+from tracelog.analysis import calibration, link_fit, side_by_side
 from tracelog.analysis import refresh as refresher
 from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
@@ -306,7 +306,9 @@ def calibrate(
             "nothing to calibrate: no run with a measured sec/it and the inputs to predict it "
             "(shapes, layout, --gpu), and no nccl-tests bench on a known link"
         )
-    return calibration.fits_frame(fits)
+    frame = calibration.fits_frame(fits)
+    frame.attrs["notes"] = link_fit.bound_notes(fits)
+    return frame
 
 
 def _id_predicate(column: str, ids: list[int] | None) -> str:

@@ -232,6 +232,28 @@ def fit_collectives(curves: Iterable[BenchCurve]) -> list[Fit]:
     return fits
 
 
+def bound_notes(fits: Iterable[Fit]) -> list[str]:
+    """A sentence for each fabric constant the grid search left on a bound of its range
+    (`ALPHA_RANGE_US`, `EFFICIENCY_RANGE`): the benches' curve is outside what the model explains."""
+    ranges = {ALPHA_US: ALPHA_RANGE_US, LINK_EFFICIENCY: EFFICIENCY_RANGE}
+    notes = []
+    for fit in fits:
+        low, high = ranges.get(fit.constant, (None, None))
+        if fit.estimator != FABRIC_ESTIMATOR or low is None or high is None:
+            continue
+        if math.isclose(fit.value, low, rel_tol=1e-6) or math.isclose(fit.value, high, rel_tol=1e-6):
+            what = (
+                "a fixed cost per call that no per-step latency explains"
+                if fit.constant == ALPHA_US
+                else "a bandwidth the fabric's NICs do not bound"
+            )
+            notes.append(
+                f"{fit.constant} of {fit.scope} stops at the bound of its search ({fit.value:g}): its benches "
+                f"{', '.join(str(b) for b in fit.subject_ids)} show {what}; read that constant as a bound"
+            )
+    return notes
+
+
 def _fit_pair(
     scope: str,
     members: Sequence[BenchCurve] | Sequence[FabricCurve],

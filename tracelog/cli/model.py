@@ -281,3 +281,6 @@ def calibrate(
                 store, runs=list(runs) or None, tags=parse_tags(tags) or None, benches=list(benches) or None
             )
     render(frame, fmt)
+    sys.stdout.flush()  # the notes go to stderr: after the table, also when both go to one pipe
+    for note in frame.attrs.get("notes", []):
+        click.echo(note, err=True)
