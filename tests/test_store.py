@@ -186,3 +186,35 @@ def test_ingest_creates_the_database(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     with Store(db, read_only=True) as store:
         assert store.scalar("SELECT count(*) FROM runs") > 0
+
+
+def test_rows_left_without_their_run_by_an_unclean_stop_are_swept_when_the_file_opens(tmp_path: Path) -> None:
+    # What a kill during a commit left now and then (DuckDB 1.5): a file's timer rows, written to the
+    # database before the commit, without its source and run. A process that stops without closing the
+    # file leaves its write-ahead log; the next open replays it, sees that stop, and sweeps the orphans.
+    import subprocess
+    import sys
+
+    from tracelog import api
+
+    db = tmp_path / "unclean.duckdb"
+    log = str(SAMPLES / "megatron_lm_llama3_8b_h100.log")
+    api.ingest(db, [log])
+    with Store(db) as store:
+        first = {t: store.scalar(f"SELECT count(*) FROM {t}") for t in ("runs", "iterations", "timers")}
+    assert first["timers"] > 0
+    code = (
+        "import os, duckdb\n"
+        f"con = duckdb.connect({str(db)!r})\n"
+        "con.execute('DELETE FROM sources')\n"
+        "con.execute('DELETE FROM runs')\n"
+        "os._exit(0)\n"  # no close: the write-ahead log stays beside the file
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert Path(f"{db}.wal").exists()
+    with Store(db) as store:
+        left = {t: store.scalar(f"SELECT count(*) FROM {t}") for t in ("iterations", "timers", "memory")}
+        assert left == {"iterations": 0, "timers": 0, "memory": 0}
+    api.ingest(db, [log])  # the file is new again, and comes back whole
+    with Store(db) as store:
+        assert {t: store.scalar(f"SELECT count(*) FROM {t}") for t in first} == first

@@ -27,7 +27,7 @@ import pyarrow as pa
 from tracelog.errors import TracelogError
 from tracelog.locations import data_path as data_path_of
 from tracelog.locations import is_lake
-from tracelog.store import lake
+from tracelog.store import lake, recovery
 from tracelog.store.rows import Rows
 
 if TYPE_CHECKING:
@@ -196,6 +196,7 @@ class Store:
                 config["threads"] = 1
             self.con = duckdb.connect(IN_MEMORY, config=config)
         else:
+            unclean = not read_only and recovery.unclean_stop(self.path)
             self.con = self._connect_file(create)
         try:
             if self.lake:
@@ -205,6 +206,8 @@ class Store:
             if not read_only:
                 with write_errors(self.path):
                     self.migrate(have)
+                    if not self.lake and unclean:
+                        recovery.sweep_orphans(self.con)
         except BaseException:
             self.con.close()
             raise
