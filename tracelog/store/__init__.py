@@ -207,10 +207,16 @@ class Store:
                 with write_errors(self.path):
                     self.migrate(have)
                     if not self.lake and unclean:
-                        recovery.sweep_orphans(self.con)
+                        self._sweep_orphans()
         except BaseException:
             self.con.close()
             raise
+
+    def _sweep_orphans(self) -> None:
+        """Delete what an unclean stop left without its source, run or bench (`store.recovery`)."""
+        with self.transaction():
+            for sql in recovery.orphan_deletes():
+                self.con.execute(sql)
 
     def _connect_file(self, create: bool) -> duckdb.DuckDBPyConnection:
         check_database_file(self.path, create)

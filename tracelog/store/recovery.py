@@ -10,7 +10,7 @@ and the next ingest of that file writes it whole, as after any failed ingest.
 
 from __future__ import annotations
 
-from typing import Any
+import os
 
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
@@ -23,13 +23,12 @@ from tracelog.store.tables import (
 
 def unclean_stop(path: str) -> bool:
     """Whether the database file at `path` was left with a write-ahead log (its process did not close it)."""
-    import os
-
     return os.path.exists(f"{path}.wal")
 
 
-def sweep_orphans(con: Any) -> int:
-    """Delete the rows whose source, run or bench no longer exists, parents first; returns how many."""
+def orphan_deletes() -> list[str]:
+    """The statements that delete the rows whose source, run or bench no longer exists, parents first
+    (`Store` runs them in one transaction when it opens a file after an unclean stop)."""
     statements = [
         f"DELETE FROM {table} WHERE source_id NOT IN (SELECT source_id FROM sources)"
         for table in SOURCE_CHILD_TABLES
@@ -51,14 +50,4 @@ def sweep_orphans(con: Any) -> int:
         f"OR (subject_kind IN ({kinds}) AND subject_id NOT IN (SELECT bench_id FROM benches))"
         for table in MODEL_OUTPUT_TABLES
     ]
-    deleted = 0
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for sql in statements:
-            row = con.execute(sql).fetchone()
-            deleted += int(row[0]) if row else 0
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return deleted
+    return statements
