@@ -166,16 +166,8 @@ def run_collective_constants(inputs: RunInputs, constants: Constants) -> tuple[f
     """α and link efficiency of a run's collectives inside a node (those fitted to the GPU's intra-node
     link) and across nodes (those fitted to the run's fabric). Where a link has no fit its pair is the
     textbook one: a fitted NVLink says nothing about the network, nor a fitted network about NVLink."""
-    textbook = TEXTBOOK.collective(None)
-    gpu, fabric = inputs.gpu, inputs.fabric
-    intra = textbook
-    if gpu is not None and gpu.intra_node_link and constants.is_calibrated_link(gpu.intra_node_link):
-        intra = constants.collective(gpu.intra_node_link)
-    net = (
-        constants.collective(fabric.id)
-        if fabric is not None and constants.is_calibrated_link(fabric.id)
-        else textbook
-    )
+    intra = constants.collective(inputs.gpu.intra_node_link if inputs.gpu is not None else None)
+    net = constants.collective(inputs.fabric.id if inputs.fabric is not None else None)
     return (*intra, *net)
 
 
