@@ -65,7 +65,7 @@ MODEL_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "gbs", "mbs", "tp", "pp", "dp", "vp",
     "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
     "framework", "gpu_model", "fabric", "pp_partition_method", "ffn_hidden", "query_groups", "swiglu", "cp",
-    "dropout",
+    "dropout", "nics_per_node",
 )  # fmt: skip
 # What a row may say of the framework's overlaps, as the run's own arguments would (Megatron-LM's names).
 RUN_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
@@ -155,7 +155,10 @@ def load_chronicles(corpus: Path, data: Mapping[str, Any]) -> tuple[pd.DataFrame
             if rec.get(key) is None:
                 rec[key] = value
         rec.update(entry.get("override", {}))
-        for key in ("gpu_model", "gpus_per_node", "seq_len", "vocab", "framework", "zero_stage", "recompute"):
+        for key in (
+            "gpu_model", "gpus_per_node", "fabric", "nics_per_node", "seq_len", "vocab", "framework",
+            "zero_stage", "recompute",
+        ):  # fmt: skip
             if rec.get(key) is None:
                 rec[key] = ctx[key]
         if rec.get("precision") is None:

@@ -137,9 +137,23 @@ def test_log_device_names(tmp_path: Path, line: str, gpu: str) -> None:
 def test_log_nccl_info_names_hosts_and_nics(tmp_path: Path) -> None:
     log = write(tmp_path, "run.log", with_header(NCCL_LINES))
     api.ingest(tmp_path / "a.duckdb", [str(log)])
-    assert facts(tmp_path / "a.duckdb")["nics_per_node"] == ("4", "log", "line 3 (NCCL NET)")
+    found = facts(tmp_path / "a.duckdb")
+    assert found["nics_per_node"] == ("4", "log", "line 3 (NCCL NET)")
+    # hfi1 is the Omni-Path HFI driver: the devices say their fabric
+    assert found["fabric"] == ("opa-100", "log", "line 3 (NCCL NET, opa-100 NICs)")
     with Store(tmp_path / "a.duckdb") as store:
         assert store.scalar("SELECT hosts FROM runs ORDER BY run_id LIMIT 1") == ["r6i4n5"]
+
+
+def test_connectx_devices_say_nothing_of_their_speed(tmp_path: Path) -> None:
+    mlx5 = NCCL_LINES.replace("hfi1_", "mlx5_")
+    log = write(tmp_path, "run.log", with_header(mlx5))
+    api.ingest(tmp_path / "a.duckdb", [str(log)])
+    found = facts(tmp_path / "a.duckdb")
+    assert found["nics_per_node"][0] == "4" and "fabric" not in found
+    mixed = NCCL_LINES.replace("[1]hfi1_0", "[1]mlx5_0")
+    assert hardware_lines.nccl_fabric(mixed.splitlines()[2]) is None
+    assert hardware_lines.nccl_fabric(NCCL_LINES.splitlines()[2]) == "opa-100"
 
 
 def test_log_bench_device_lines(tmp_path: Path) -> None:

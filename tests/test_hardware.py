@@ -375,3 +375,18 @@ def test_cli_lists_new_link_kinds_and_shows_a_new_gpu() -> None:
     rows = {row["field"]: row for row in json.loads(shown.output)}
     assert float(rows["bf16_tflops (dense)"]["value"]) == pytest.approx(2516.6)
     assert "MI355X datasheet" in rows["bf16_tflops (dense)"]["source"]
+
+
+def test_a_port_fabric_across_a_node_s_nics() -> None:
+    port = hardware.link("opa-100")
+    node = hardware.node_fabric(port, 4)
+    assert (node.id, node.scope, node.links) == ("opa-100-x4", "node", 4)
+    assert node.unidirectional_gbps == pytest.approx(50) and node.bidirectional_gbps == pytest.approx(100)
+    # the same figure as the catalog's own node of four Omni-Path HFIs
+    assert node.unidirectional_gbps == hardware.link("opa-100-x4").unidirectional_gbps
+    assert hardware.node_fabric(port, 1) is port and hardware.node_fabric(port, None) is port
+    # a node entry already counts its NICs: a log's count does not multiply it again
+    hdr = hardware.link("ib-hdr-x8")
+    assert hardware.node_fabric(hdr, 4) is hdr
+    assert hardware.fabric_of(None, 4) is None
+    assert hardware.fabric_of("roce-200g", 8).unidirectional_gbps == pytest.approx(200)

@@ -372,8 +372,16 @@ def test_corpus_four_a100_nodes_on_omni_path_fall_far_below_their_nics(store: St
     # BigScience on Jean Zay: 4 nodes of 8 A100 with 4 Omni-Path 100 HFIs each (the NET/IB lines name
     # hfi1_0..3). NCCL's own lines show why the 5.1 GB/s peak is a gap, not a model error: 2 channels,
     # both through NET/IB/1, without GDRDMA. The model predicts the NICs' 4 x 12.5 GB/s and flags it.
+    # The fabric is the log's own word: four hfi1 (Omni-Path) devices on its NET/IB line; only the GPU,
+    # which the output never names, is given.
     path = CORPUS / "allreduce_bench" / "bigscience_all_reduce_bench-a100-n4.txt"
-    bench = _bench(store, path, gpu="a100-sxm4-80gb", fabric="opa-100-x4")
+    bench = _bench(store, path, gpu="a100-sxm4-80gb")
+    assert store.con.execute(
+        "SELECT fabric, nics_per_node FROM benches WHERE bench_id = ?", [bench]
+    ).fetchone() == (
+        "opa-100",
+        4,
+    )
     measured, predicted = _peak(store, bench)
     assert measured == pytest.approx(5.103, abs=0.001)
     assert predicted == pytest.approx(DEFAULT_NET_EFFICIENCY * 50)
@@ -381,3 +389,65 @@ def test_corpus_four_a100_nodes_on_omni_path_fall_far_below_their_nics(store: St
         "SELECT ratio, message FROM flags WHERE rule = 'low_bandwidth' AND subject_id = ?", [bench]
     )
     assert len(flag) == 1 and flag.ratio[0] < 0.2 and "opa-100-x4" in flag.message[0]
+
+
+# An all_reduce bench across two nodes as nccl-tests prints it with NCCL_DEBUG=INFO (invented: the
+# NET/IB line as NCCL 2.10 prints it on Omni-Path nodes, four hfi1 HFIs per node; times made up).
+OPA_BENCH = (
+    """node-a:3110:3110 [0] NCCL INFO Bootstrap : Using ib0:10.148.8.203<0>
+node-a:3110:3110 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+node-a:3110:3110 [0] NCCL INFO NET/IB : Using [0]hfi1_1:1/IB [1]hfi1_0:1/IB [2]hfi1_2:1/IB [3]hfi1_3:1/IB ; OOB ib0:10.148.8.203<0>
+# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+"""
+    + "".join(
+        f"#  Rank {r:2d} Group  0 Pid {3110 + r} on {'node-a' if r < 8 else 'node-b'} device  {r % 8} [0x07] NVIDIA A100-SXM4-80GB\n"
+        for r in range(16)
+    )
+    + """#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    312.5    3.36    6.29      0    311.9    3.36    6.30      0
+     4194304       1048576     float     sum      -1    651.0    6.44   12.08      0    650.2    6.45   12.10      0
+    16777216       4194304     float     sum      -1   1262.1   13.29   24.93      0   1260.7   13.31   24.95      0
+    67108864      16777216     float     sum      -1   3861.2   17.38   32.59      0   3859.4   17.39   32.60      0
+   268435456      67108864     float     sum      -1  13472.0   19.93   37.36      0  13470.1   19.93   37.37      0
+  1073741824     268435456     float     sum      -1  53190.3   20.19   37.85      0  53188.7   20.19   37.85      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 25.49
+"""
+)
+
+
+def test_omni_path_nics_named_by_nccl_make_the_node_s_fabric(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "opa_all_reduce.txt"
+    path.write_text(OPA_BENCH, encoding="utf-8")
+    bench = _bench(store, path)
+    assert store.con.execute(
+        "SELECT fabric, nics_per_node FROM benches WHERE bench_id = ?", [bench]
+    ).fetchone() == (
+        "opa-100",
+        4,
+    )
+    measured, predicted = _peak(store, bench)
+    assert measured == pytest.approx(37.85)
+    # four 100 Gb/s ports per node, as the catalog's node of four Omni-Path HFIs; one port would be a quarter
+    nvlink3 = hardware.link("nvlink3")
+    four = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100-x4")))[0]
+    one = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100")))[0]
+    assert predicted == pytest.approx(four) and four == pytest.approx(4 * one)
+    detail = store.scalar(
+        "SELECT detail FROM predictions WHERE subject_kind = 'collective' AND subject_id = ? "
+        "AND metric = 'model_plateau_busbw_gbps'",
+        [bench],
+    )
+    assert json.loads(detail)["fabric"] == "opa-100-x4"
+    # the user knows better: two of the node's ports carry NCCL's traffic
+    api.set_hardware(store, f"bench:{bench}", nics_per_node=2)
+    assert _peak(store, bench)[1] == pytest.approx(2 * one)
+    source = store.con.execute(
+        "SELECT source, detail FROM hardware_sources WHERE subject_id = ? AND fact = 'nics_per_node'", [bench]
+    ).fetchone()
+    assert source == ("command line", "tracelog set")

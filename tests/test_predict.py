@@ -337,3 +337,24 @@ def test_a_configuration_alone_takes_its_frameworks_attention_and_says_so() -> N
     assert _figure(megatron, "gpu_memory_mib") < 120 * 1024
     with pytest.raises(Exception, match="unknown attention backend"):
         api.predict(None, attention_backend="magic", **LLAMA3_70B_CONFIG)
+
+
+# BLOOM-176B as trained (BLOOM paper, arXiv 2211.05100: 70 layers, hidden 14336, 112 heads, DP8 TP4 PP12,
+# MBS2, GBS 2048, 48 nodes of 8 A100 80GB with four Omni-Path 100 Gb/s links each).
+BLOOM_176B = dict(
+    gpu="a100-sxm4-80gb", fabric="opa-100", layers=70, hidden=14336, heads=112, seq_len=2048, vocab=250880,
+    gbs=2048, mbs=2, tp=4, pp=12, dp=8, gpus_per_node=8, nodes=48, recompute="full", zero_stage=1,
+    precision="bf16", framework="megatron-deepspeed",
+)  # fmt: skip
+
+
+def test_a_run_s_port_fabric_counts_the_node_s_nics() -> None:
+    one = api.predict(None, calibrated=False, **BLOOM_176B)
+    four = api.predict(None, calibrated=False, nics_per_node=4, **BLOOM_176B)
+    # DP gradients and the pipeline's sends cross the network: four ports carry them 4x faster than one
+    for metric in ("dp_comm_s", "p2p_s"):
+        assert _figure(four, metric) < _figure(one, metric) / 3
+    assert _figure(four, "tp_comm_s") == pytest.approx(_figure(one, "tp_comm_s"))  # TP stays in the node
+    assert _figure(four, "sec_per_it") < _figure(one, "sec_per_it")
+    # the GPU's work is the same
+    assert _figure(four, "compute_s") == pytest.approx(_figure(one, "compute_s"))

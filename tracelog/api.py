@@ -337,18 +337,26 @@ def set_hardware(
     fabric: str | None = None,
     nodes: int | None = None,
     gpus_per_node: int | None = None,
+    nics_per_node: int | None = None,
 ) -> tuple[int, int]:
     """Say what a run, or a bench written `bench:ID`, ran on after the fact (catalog ids for `gpu` and
-    `fabric`), then recompute its predictions and flags. Returns its id and its number of flags."""
+    `fabric`; `nics_per_node` multiplies a fabric given per port), then recompute its predictions and
+    flags. Returns its id and its number of flags."""
     store = connect(db)
-    values: dict[str, object] = {"nodes": nodes, "gpus_per_node": gpus_per_node}
+    values: dict[str, object] = {
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "nics_per_node": nics_per_node,
+    }
     if gpu is not None:
         values["gpu_model"] = catalog.resolve_gpu_id(gpu)
     if fabric is not None:
         values["fabric"] = catalog.link(fabric).id
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
-        raise TracelogError("nothing to set: give --gpu, --fabric, --nodes or --gpus-per-node")
+        raise TracelogError(
+            "nothing to set: give --gpu, --fabric, --nodes, --gpus-per-node or --nics-per-node"
+        )
     if bench_lookup.is_bench_ref(ref):
         bench_id = bench_lookup.resolve_bench(store, ref)
         _set_bench(store, bench_id, values)

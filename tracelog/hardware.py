@@ -196,6 +196,33 @@ def link(link_id: str) -> Link:
     return found
 
 
+def node_fabric(fabric: Link, nics_per_node: int | None) -> Link:
+    """The node's network when it has `nics_per_node` ports of a `port` entry (`opa-100` and 4 NICs, as
+    a BLOOM node): one node-wide entry, `links` ports at the port's figure each, named `PORT-xN`.
+
+    A catalog `port` entry is one NIC; alone it would put one port under the whole node. A `node` entry
+    already counts its NICs (`ib-hdr-x8`) and is kept as it is: a count from a log's NCCL line says
+    which NICs NCCL listed, not that the catalog's node is wrong."""
+    if fabric.scope != "port" or not nics_per_node or nics_per_node <= 1:
+        return fabric
+    return Link(
+        id=f"{fabric.id}-x{nics_per_node}",
+        name=f"{nics_per_node} x {fabric.name}",
+        kind=fabric.kind,
+        scope="node",
+        unidirectional_gbps=fabric.unidirectional_gbps * nics_per_node,
+        bidirectional_gbps=fabric.bidirectional_gbps * nics_per_node,
+        source=f"{fabric.source}; {nics_per_node} per node",
+        links=nics_per_node,
+        latency_us=fabric.latency_us,
+    )
+
+
+def fabric_of(fabric_id: str | None, nics_per_node: int | None) -> Link | None:
+    """A run's or bench's network from its stored facts: the catalog link, across its node's NICs."""
+    return node_fabric(link(fabric_id), nics_per_node) if fabric_id else None
+
+
 def match_gpu(name_as_printed: str | None) -> Gpu | None:
     """The GPU a log names (`NVIDIA A100-SXM4-80GB`, `Tesla V100-SXM2-32GB`, `AMD Instinct MI300X`), or
     None: only exact names from the catalog's `match` lists count, after folding case and spaces."""

@@ -11,7 +11,9 @@ Training logs rarely name their GPU in a line a parser owns, but jobs print it a
 - nccl-tests device lines (`#  Rank  0 Group  0 Pid 1234 on host device  0 [0x07] NVIDIA A100-SXM4-80GB`),
   also when a training job's log carries them;
 - NCCL's INFO lines: `host:pid:tid [dev] NCCL INFO ...` name the host, and `NET/IB : Using [0]mlx5_0:1/IB
-  [1]mlx5_1:1/IB ...` the NICs NCCL uses on that node.
+  [1]mlx5_1:1/IB ...` the NICs NCCL uses on that node. A device's driver name says its fabric only for
+  Omni-Path (`hfi1_0`: Intel's Omni-Path HFI driver, 100 Gb/s ports); `mlx5_N` is any ConnectX, from
+  100 Gb Ethernet to NDR InfiniBand, and says nothing of the speed.
 Only a full catalog name counts (`match_gpu` rules: exact, case and spaces folded), between word
 boundaries that are not `-`, so `A10` is never read inside `A100-SXM4-80GB`.
 """
@@ -48,6 +50,10 @@ WORLD_INFO = re.compile(r"WORLD INFO DICT: \{(.*)\}")
 WORLD_HOST = re.compile(r"'([^']+)': \[([0-9, ]*)\]")
 NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$)")
 NIC = re.compile(r"\[\d+\]\S+")
+NIC_DEVICE = re.compile(r"\[\d+\]([A-Za-z]+[0-9]*)_[0-9]+")
+FABRIC_OF_DRIVER = {"hfi1": "opa-100"}
+"""NIC driver names that say which catalog port they are (Linux `hfi1`: Intel Omni-Path Host Fabric
+Interface 100 series, the driver of every Omni-Path 100 HFI)."""
 SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
 SMI_MEMORY = re.compile(r"\|\s+\d+MiB\s*/\s*(\d+)MiB\s+\|")
 SMI_MEMORY_SLACK = 0.08
@@ -119,6 +125,18 @@ def nccl_nics(text: str) -> int | None:
     if match is None:
         return None
     return len(NIC.findall(match.group(1))) or None
+
+
+def nccl_fabric(text: str) -> str | None:
+    """The catalog port of the NICs NCCL's `NET/IB : Using [0]hfi1_0:1/IB ...` line lists, when their
+    driver names one (`FABRIC_OF_DRIVER`) and all of them the same; None otherwise."""
+    match = NET_IB.search(text)
+    if match is None:
+        return None
+    drivers = set(NIC_DEVICE.findall(match.group(1)))
+    if len(drivers) != 1:
+        return None
+    return FABRIC_OF_DRIVER.get(drivers.pop())
 
 
 def world_info(text: str) -> dict[str, int] | None:

@@ -5,7 +5,7 @@ that knows it, in this order:
 1. `command line`: `--gpu`, `--gpus-per-node`, `--fabric` given with the ingest (or `tracelog set`);
 2. `log`: the file itself: a bench's own device lines, a run's configuration (a lab note's node count),
    or lines nobody parsed that name the hardware (`hardware_lines`: nvidia-smi tables, device names,
-   nccl-tests device lines, NCCL's `NET/IB` line);
+   nccl-tests device lines, NCCL's `NET/IB` line: its NIC count, and Omni-Path by its driver name);
 3. `bench`: a bench already in the store that ran on one of the same hosts (hosts from NCCL's line prefixes,
    DeepSpeed's world info, or the bench's device lines);
 4. `cluster`: the first `[cluster.NAME]` of tracelog.toml whose host pattern or path glob matches.
@@ -76,6 +76,10 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
             nics = hardware_lines.nccl_nics(text)
             if nics is not None:
                 facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
+        if "fabric" not in facts:
+            port = hardware_lines.nccl_fabric(text)
+            if port is not None:
+                facts["fabric"] = Decided(port, "log", f"line {line_no} (NCCL NET, {port} NICs)")
     hosts.update(
         (row[0], None)
         for row in store.con.execute(HOSTS_SQL, {"source": source_id, "since": since}).fetchall()

@@ -218,7 +218,7 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
     fabric_id = _text(row.get("fabric"))
     if fabric_id:
         try:
-            inputs.fabric = hardware.link(fabric_id)
+            inputs.fabric = hardware.fabric_of(fabric_id, _int(row.get("nics_per_node")))
         except TracelogError as exc:
             inputs.missing.append(str(exc))
     elif inputs.gpu is not None and inputs.gpus and inputs.gpus > gpn:

@@ -337,17 +337,17 @@ def fabric_curves(store: Store, where: str = "TRUE") -> list[FabricCurve]:
     fabric known (given, or the GPU's reference fabric, as their predictions assume)."""
     benches = store.con.execute(
         f"""
-        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric FROM benches
-        WHERE ({where}) AND bench_id IN (SELECT bench_id FROM collectives) ORDER BY bench_id
+        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric, nics_per_node
+        FROM benches WHERE ({where}) AND bench_id IN (SELECT bench_id FROM collectives) ORDER BY bench_id
         """
     ).fetchall()
     curves = []
-    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric_id in benches:
+    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric_id, nics in benches:
         if not ranks or ranks < 2:
             continue
         try:
             op = normalize_op(collective or "")
-            fabric = hardware.link(fabric_id) if fabric_id else None
+            fabric = hardware.fabric_of(fabric_id, nics)
             gpu = hardware.gpu_for(gpu_model, gpu_name)
             place, _assumed = bench_placement(gpu, ranks, nodes, gpn, fabric)
             if place.nodes < 2:

@@ -330,11 +330,11 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
     comparisons: list[Row] = []
     benches = store.con.execute(
         f"""
-        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric FROM benches
-        WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
+        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric, nics_per_node
+        FROM benches WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
         """
     ).fetchall()
-    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric in benches:
+    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric, nics in benches:
         try:
             op = normalize_op(collective or "")
         except TracelogError:
@@ -345,7 +345,7 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
         subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
         if ranks > 1:
             predicted, compared = _bench_curve(
-                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, constants
+                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, nics, constants
             )
             predictions += [{**subject, **row} for row in predicted]
             comparisons += [{**subject, **row} for row in compared]
@@ -371,13 +371,14 @@ def _bench_curve(
     gpu_model: str | None,
     gpu_name: str | None,
     fabric_id: str | None,
+    nics_per_node: int | None,
     constants: Constants,
 ) -> tuple[list[Row], list[Row]]:
     """One bench's predicted rows (busbw per size, its plateau, the inputs assumed or missing) and its
     measured peak against the plateau."""
     gpu = hardware.gpu_for(gpu_model, gpu_name)
     try:
-        fabric = hardware.link(fabric_id) if fabric_id else None
+        fabric = hardware.fabric_of(fabric_id, nics_per_node)
         place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric)
         alpha, efficiency = link_fit.link_classes(place, constants)
         plateau, best = plateau_busbw(op, place, efficiency)

@@ -35,7 +35,7 @@ def what_if(
     calibrated: bool = True,
 ) -> pd.DataFrame:
     """The prediction's parts for a stored run with `config` overriding its values (runs-table names,
-    plus `gpu_model` and `fabric`), or for `config` alone when `run_id` is None. Nothing is written.
+    plus `gpu_model`, `fabric` and `nics_per_node`), or for `config` alone when `run_id` is None. Nothing is written.
     With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
     row says which); without, the textbook model. `attention_backend` (Megatron-LM's names, see
     `inputs.ATTENTION_BACKENDS`) overrides how the run's attention ran; a configuration alone takes its
@@ -44,7 +44,7 @@ def what_if(
     over the run's own."""
     if attention_backend is not None:
         run_inputs.backend_is_flash(attention_backend)  # a name Megatron-LM knows, or an error
-    unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric"})
+    unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric", "nics_per_node"})
     if unknown:
         raise TracelogError(
             f"unknown configuration {', '.join(unknown)}; known: {', '.join(PREDICT_CONFIG_KEYS)}"

@@ -61,6 +61,11 @@ from tracelog.store.benches import is_bench_ref
 @click.option("--precision", help="bf16, fp16, fp8 or fp32.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1))
 @click.option(
+    "--nics-per-node",
+    type=click.IntRange(min=1),
+    help="NICs per node, for a --fabric given per port (opa-100, roce-200g).",
+)
+@click.option(
     "--attention-backend",
     type=click.Choice(ATTENTION_BACKENDS),
     help="How attention ran (Megatron-LM's names).  [default: the run's arguments; without a run, "
@@ -142,9 +147,20 @@ def hardware(entry: str | None, links: bool, fmt: str) -> None:
 @click.option("--fabric", help="Inter-node link, a catalog id such as ib-hdr-x8.")
 @click.option("--nodes", type=click.IntRange(min=1))
 @click.option("--gpus-per-node", type=click.IntRange(min=1))
+@click.option(
+    "--nics-per-node",
+    type=click.IntRange(min=1),
+    help="NICs per node: a fabric given per port (opa-100, roce-200g) counts this many per node.",
+)
 @pass_ctx
 def set_(
-    obj: Context, run: str, gpu: str | None, fabric: str | None, nodes: int | None, gpus_per_node: int | None
+    obj: Context,
+    run: str,
+    gpu: str | None,
+    fabric: str | None,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    nics_per_node: int | None,
 ) -> None:
     """Say what a run (or a bench, as bench:ID) ran on after ingest; its predictions and flags are
     recomputed.
@@ -153,10 +169,17 @@ def set_(
     Example:
         tracelog set 176b-tp4 --gpu a100-sxm4-80gb --nodes 48 --gpus-per-node 8
         tracelog set bench:3 --fabric ib-hdr-x8 --nodes 2 --gpus-per-node 8
+        tracelog set bench:4 --fabric opa-100 --nics-per-node 4
     """
     with user_errors():
         subject_id, count = api.set_hardware(
-            obj.store(), run, gpu=gpu, fabric=fabric, nodes=nodes, gpus_per_node=gpus_per_node
+            obj.store(),
+            run,
+            gpu=gpu,
+            fabric=fabric,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            nics_per_node=nics_per_node,
         )
     flags = f"{count} flag{'s' * (count != 1)}"
     if is_bench_ref(run):

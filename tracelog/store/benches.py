@@ -188,9 +188,9 @@ def _square(cells: pd.DataFrame, row: str, column: str, value: str, columns: lis
 
 
 def set_columns(store: Store, bench_id: int, values: dict[str, object]) -> None:
-    """Set hardware columns of a bench (gpu_model, fabric, nodes, gpus_per_node) the output did not
+    """Set hardware columns of a bench (gpu_model, fabric, nodes, GPUs and NICs per node) the output did not
     state; the model's outputs about it are the caller's to refresh."""
-    allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node"}
+    allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node", "nics_per_node"}
     assert set(values) <= allowed, set(values) - allowed
     sets = ", ".join(f'"{k}" = ?' for k in values)
     store.con.execute(f"UPDATE benches SET {sets} WHERE bench_id = ?", [*values.values(), bench_id])

@@ -251,7 +251,7 @@ def rename(store: Store, run_id: int, name: str) -> None:
 
 @lake.retried
 def set_columns(store: Store, run_id: int, values: dict[str, object]) -> None:
-    """Set hardware columns of a run (gpu_model, fabric, nodes, gpus_per_node); the GPU count follows
+    """Set hardware columns of a run (gpu_model, fabric, nodes, GPUs and NICs per node); the GPU count follows
     from nodes × GPUs per node where the log did not state it."""
     with store.transaction():
         set_columns_in(store, run_id, values)
@@ -259,7 +259,7 @@ def set_columns(store: Store, run_id: int, values: dict[str, object]) -> None:
 
 def set_columns_in(store: Store, run_id: int, values: dict[str, object]) -> None:
     """`set_columns` inside the caller's transaction."""
-    allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node"}
+    allowed = {"gpu_model", "fabric", "nodes", "gpus_per_node", "nics_per_node"}
     assert set(values) <= allowed, set(values) - allowed
     sets = ", ".join(f'"{k}" = ?' for k in values)
     store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*values.values(), run_id])
