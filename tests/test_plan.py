@@ -337,3 +337,20 @@ def test_plan_cli_takes_the_llama_shape() -> None:
     expected = api.plan(None, api.PlanRequest(**LLAMA3_70B))
     assert frame["pred_sec_per_it"].round(6).tolist() == expected["pred_sec_per_it"].round(6).tolist()
     assert "flash attention, distributed optimizer" in result.stderr
+
+
+def test_plan_over_omni_path_ports_counts_the_node_s_nics() -> None:
+    # BLOOM's nodes: four Omni-Path 100 Gb/s links each (BLOOM model card, "Hardware").
+    def plan(*extra: str) -> pd.DataFrame:
+        out = CliRunner().invoke(
+            cli, [*BLOOM_ARGS, "--fabric", "opa-100", *extra, "--top", "40", "--format", "json"]
+        )
+        assert out.exit_code == 0, out.output
+        return pd.DataFrame(json.loads(out.stdout)).set_index(["dp", "tp", "pp", "mbs"])
+
+    one, four = plan(), plan("--nics-per-node", "4")
+    assert set(four["dp_link"]) == {"opa-100-x4"} and set(one["dp_link"]) == {"opa-100"}
+    both = one.index.intersection(four.index)
+    assert len(both) > 10
+    # the DP gradients and pipeline sends cross the network: four ports make every layout faster
+    assert (four.loc[both, "pred_sec_per_it"] < one.loc[both, "pred_sec_per_it"]).all()

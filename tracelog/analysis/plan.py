@@ -17,7 +17,7 @@ from tracelog.analysis import calibration
 from tracelog.analysis.inputs import backend_is_flash
 from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
-from tracelog.hardware import Gpu, Link, link, normalize_precision, peak_tflops
+from tracelog.hardware import Gpu, Link, link, node_fabric, normalize_precision, peak_tflops
 from tracelog.hardware import gpu as catalog_gpu
 from tracelog.model import (
     ModelConfig,
@@ -85,12 +85,15 @@ class Fabric:
         )
 
 
-def resolve_fabric(g: Gpu, fabric: str | Link | None, spans_nodes: bool) -> Fabric | None:
-    """The named link; else the catalog's reference fabric for the GPU (`network_link`: the DGX system's
-    compute fabric for A100, H100, H200, B200), marked as assumed; else, across nodes, an error: the planner
-    does not guess a network."""
+def resolve_fabric(
+    g: Gpu, fabric: str | Link | None, spans_nodes: bool, nics_per_node: int | None = None
+) -> Fabric | None:
+    """The named link (a port across `nics_per_node` NICs, `node_fabric`); else the catalog's reference
+    fabric for the GPU (`network_link`: the DGX system's compute fabric for A100, H100, H200, B200), marked
+    as assumed; else, across nodes, an error: the planner does not guess a network."""
     if fabric is not None:
-        return Fabric(link(fabric) if isinstance(fabric, str) else fabric, assumed=False)
+        named = link(fabric) if isinstance(fabric, str) else fabric
+        return Fabric(node_fabric(named, nics_per_node), assumed=False)
     if g.network_link:
         return Fabric(link(g.network_link), assumed=True)
     if spans_nodes:
@@ -148,6 +151,7 @@ def plan_layouts(
     flash_attention: bool = True,
     distributed_optimizer: bool = False,
     fabric: str | Link | None = None,
+    nics_per_node: int | None = None,
     compute_efficiency: float | None = None,
     compute_scale: float = 1.0,
     vp: int | None = None,
@@ -184,7 +188,7 @@ def plan_layouts(
         raise TracelogError(f"usable memory fraction must be in (0, 1], got {usable_fraction}")
     checks = [c if isinstance(c, Constraint) else Constraint(c) for c in constraints]
     spans_nodes = gpus > gpus_per_node
-    net = resolve_fabric(g, fabric, spans_nodes)
+    net = resolve_fabric(g, fabric, spans_nodes, nics_per_node)
     usable_bytes = g.memory_bytes * usable_fraction
     model_flops = flops_megatron_lm(cfg, gbs)
 
@@ -405,6 +409,7 @@ class PlanRequest:
     recompute: str = "full"
     sequence_parallel: bool = False
     fabric: str | None = None
+    nics_per_node: int | None = None
     efficiency: float | None = None
     compute_scale: float | None = None
     vp: int | None = None
@@ -440,6 +445,7 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         flash_attention=backend_is_flash(request.attention_backend),
         distributed_optimizer=request.distributed_optimizer,
         fabric=request.fabric,
+        nics_per_node=request.nics_per_node,
         compute_efficiency=request.efficiency,
         vp=request.vp,
         compute_scale=request.compute_scale

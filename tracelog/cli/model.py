@@ -229,6 +229,11 @@ def set_(
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism with TP.")
 @click.option("--fabric", help="Inter-node link, a catalog id (default: the GPU generation's DGX fabric).")
 @click.option(
+    "--nics-per-node",
+    type=click.IntRange(min=1),
+    help="NICs per node, for a --fabric given per port (opa-100, roce-200g).",
+)
+@click.option(
     "--efficiency",
     type=click.FloatRange(0, 1, min_open=True),
     help="Flat share of the dense peak for all FLOPs (default: each operation at its own).",
@@ -253,8 +258,9 @@ def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: boo
 
     \b
     Example:
-        tracelog plan --gpus 384 --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 \\
-            --seq 2048 --vocab 250880 --gbs 2048 --zero 1 --constraint 'mbs >= 2' --top 10
+        tracelog plan --gpus 384 --gpu a100-sxm4-80gb --layers 72 --hidden 14336 --heads 64 \\
+            --seq 2048 --vocab 250880 --gbs 2048 --zero 1 --attention-backend unfused \\
+            --fabric opa-100 --nics-per-node 4 --constraint 'mbs >= 2' --top 10
     """
     with user_errors():
         db = obj.store(read_only=True) if obj.exists() else None
