@@ -454,3 +454,37 @@ def test_values_out_of_range_in_rows_written_again_are_told_once(store: Store, t
         (1, "runs.nodes = 99999999999999999999: larger than its column holds (2147483647); stored as NULL"),
         (3, "iterations.learning_rate = inf: not a finite number; stored as NULL"),
     ]
+
+
+def test_a_log_named_from_its_folder_and_from_elsewhere_is_one_growing_source(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tracelog ingest /jobs/run.log` today and `cd /jobs; tracelog ingest run.log` tomorrow: the same file,
+    grown, not a second source with the same runs."""
+    log, data, cut = halves(tmp_path)
+    land(store, log)  # an absolute path
+    assert store.scalar("SELECT path FROM sources") == str(log)
+    log.write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    grown = land(store, Path("live.log"))  # relative, from the log's folder
+    assert grown.status == "appended"
+    assert store.con.execute("SELECT count(*), any_value(path) FROM sources").fetchone() == (1, str(log))
+    with Store(tmp_path / "direct.duckdb") as direct:
+        land(direct, log)
+        assert store.scalar("SELECT count(*) FROM runs") == direct.scalar("SELECT count(*) FROM runs")
+    # and the same bytes again, named another way still, are already there
+    monkeypatch.chdir(tmp_path.parent)
+    again = land(store, Path(tmp_path.name) / "live.log")
+    assert again.status == "already ingested" and again.source_id == grown.source_id
+
+
+def test_a_store_that_kept_a_relative_path_still_finds_its_log_grown(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, data, cut = halves(tmp_path)
+    land(store, log)
+    store.con.execute("UPDATE sources SET path = 'live.log'")  # as stores written before absolute paths
+    log.write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    assert land(store, Path("live.log")).status == "appended"
+    assert store.con.execute("SELECT count(*), any_value(path) FROM sources").fetchone() == (1, str(log))

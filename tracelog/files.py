@@ -32,6 +32,14 @@ class Expanded:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
+def source_path(path: str) -> str:
+    """The path a file is recorded and found by in `sources`: absolute, so that `run.log` named from its
+    folder and `/jobs/run.log` named from elsewhere are one file that grows, not two sources with the same
+    runs; and a shared store's paths mean the same to every writer. Links are kept as named (a path
+    through a link is the one the user knows); standard input stays `-`."""
+    return path if path == "-" else os.path.abspath(path)
+
+
 def expand_paths(paths: Iterable[str]) -> list[str]:
     """Files as given, folders recursively (hidden files and tracelog.toml skipped), globs expanded, '-' for stdin."""
     return [path for path, _ in expand(paths).files]

@@ -27,7 +27,7 @@ from typing import Any
 
 from tracelog import parsers, resolve
 from tracelog.errors import Deferred, TracelogError
-from tracelog.files import PeekStream, file_sha256, has_newline, open_binary
+from tracelog.files import PeekStream, file_sha256, has_newline, open_binary, source_path
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
 from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for, spool_folder
 from tracelog.parsers.base import LineSource, prefetched
@@ -144,7 +144,7 @@ def ingest_file(
         # resumes or is found inside the transaction, as in the embedded file.
         if parsed is None and path != "-" and not path.endswith(".gz") and not _known_path(store, path):
             parsed = parse_to_spool(path, format_id, spool_folder())
-        keys = lake.file_keys(path, parsed.fingerprint if parsed is not None else None)
+        keys = lake.file_keys(source_path(path), parsed.fingerprint if parsed is not None else None)
         try:
             return lake.retrying(
                 lambda: _ingest_file(
@@ -161,7 +161,7 @@ def ingest_file(
 
 
 def _known_path(store: Store, path: str) -> bool:
-    return bool(store.scalar("SELECT count(*) FROM sources WHERE path = ?", [path]))
+    return bool(store.scalar("SELECT count(*) FROM sources WHERE path IN (?, ?)", [source_path(path), path]))
 
 
 def _ingest_file(
@@ -196,11 +196,13 @@ def _ingest_file(
                     if not force:
                         return _already(store, path, source_id)
                     replace = source_id
+        # by its absolute path; a store written before paths were made absolute holds them as they were given
         grown = store.con.execute(
             "SELECT source_id, bytes, coalesce(bytes_pending, 0), fingerprint, chunk_digests, format, "
             "resume_state, resume_version, lines_total, lines_unparsed FROM sources "
-            "WHERE path = ? AND (bytes < ? OR (bytes = ? AND bytes_pending > 0)) ORDER BY bytes DESC",
-            [path, size, size],
+            "WHERE path IN (?, ?) AND (bytes < ? OR (bytes = ? AND bytes_pending > 0)) "
+            "ORDER BY bytes DESC, path = ? DESC",
+            [source_path(path), path, size, size, source_path(path)],
         ).fetchall()
         for source_id, nbytes, pending, fingerprint, digests, fmt, state, version, lines, unparsed in grown:
             if digests is None:  # ingested before fingerprints: its plain sha256, and no resume state
@@ -219,6 +221,10 @@ def _ingest_file(
                 return _already(store, path, source_id)
             else:
                 previous = source_id
+                store.con.execute(
+                    "UPDATE sources SET path = ? WHERE source_id = ? AND path <> ?",
+                    [source_path(path), source_id, source_path(path)],
+                )
                 known = parsers.by_format(fmt) if fmt in parsers.formats() else None
                 if (
                     tail is not None
@@ -352,7 +358,7 @@ def _ingest_stream(
             store.con.execute(
                 "INSERT INTO sources (source_id, path, fingerprint, bytes, format, parser_version, "
                 "lines_total, lines_parsed, lines_unparsed) VALUES (?, ?, '', 0, ?, ?, 0, 0, 0)",
-                [source_id, path, parser.FORMAT, parser.VERSION],
+                [source_id, source_path(path), parser.FORMAT, parser.VERSION],
             )
             kept = Kept()
         writer = SourceWriter(store, source_id, options, kept)
