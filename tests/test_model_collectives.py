@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from tests.conftest import CORPUS, SAMPLES, alone, corpus_files
 from tracelog import api, hardware
+from tracelog.cli import cli
 from tracelog.errors import TracelogError
 from tracelog.model.collectives import (
     BUSBW_FACTOR,
@@ -451,3 +453,20 @@ def test_omni_path_nics_named_by_nccl_make_the_node_s_fabric(store: Store, tmp_p
         "SELECT source, detail FROM hardware_sources WHERE subject_id = ? AND fact = 'nics_per_node'", [bench]
     ).fetchone()
     assert source == ("command line", "tracelog set")
+
+
+def test_nics_given_at_ingest_beat_the_log_s(tmp_path: Path) -> None:
+    path = tmp_path / "opa_all_reduce.txt"
+    path.write_text(OPA_BENCH, encoding="utf-8")
+    db = tmp_path / "b.duckdb"
+    out = CliRunner().invoke(cli, ["--db", str(db), "ingest", str(path), "--nics-per-node", "2"])
+    assert out.exit_code == 0, out.output
+    with Store(db) as store:
+        assert store.con.execute("SELECT fabric, nics_per_node FROM benches").fetchone() == ("opa-100", 2)
+        assert store.con.execute(
+            "SELECT source FROM hardware_sources WHERE fact = 'nics_per_node'"
+        ).fetchone() == ("command line",)
+        two = _peak(store, 1)[1]
+    nvlink3 = hardware.link("nvlink3")
+    one_port = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100")))[0]
+    assert two == pytest.approx(2 * one_port)

@@ -126,6 +126,7 @@ def ingest(
     fabric: str | None = None,
     nodes: int | None = None,
     gpus_per_node: int | None = None,
+    nics_per_node: int | None = None,
     force: bool = False,
     verify: bool = False,
     progress: ProgressFor | None = None,
@@ -134,7 +135,8 @@ def ingest(
     """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
 
     Paths are expanded once, here. `gpu` is a catalog id or the name a tool prints (`NVIDIA
-    A100-SXM4-80GB`), `fabric` a catalog link id; both are checked before anything is read. `parser`
+    A100-SXM4-80GB`), `fabric` a catalog link id (a port's counts `nics_per_node` of them); both are
+    checked before anything is read. `parser`
     skips detection. A file that fails is reported and skipped; the files before and after it still land.
     `verify` checks every MiB of a grown file's old bytes, not a sample (`fingerprint.verify_prefix`).
     `jobs` > 1 parses that many files at once in worker processes while this process writes them, in
@@ -153,6 +155,7 @@ def ingest(
         fabric=fabric_id,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
     )
     results: list[IngestResult | IngestFailure] = []
     expanded = files.expand(paths)

@@ -396,7 +396,12 @@ def _ingest_stream(
             raise AlreadyIngested(int(duplicate))
         delete_source(store, int(duplicate))
     writer.apply_options()
-    given = {"gpu_model": options.gpu_model, "fabric": options.fabric, "gpus_per_node": options.gpus_per_node}
+    given = {
+        "gpu_model": options.gpu_model,
+        "fabric": options.fabric,
+        "gpus_per_node": options.gpus_per_node,
+        "nics_per_node": options.nics_per_node,
+    }
     since = resume.lines_total if resume is not None else 0
     resolve.resolve_source(store, source_id, path, given, options.clusters, since)
     merged = _merge_same_runs(store, writer, parser.FORMAT)

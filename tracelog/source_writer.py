@@ -29,7 +29,7 @@ from tracelog.store.tables import (
 @dataclass
 class RunOptions:
     """What the user says about the runs and benches of the files being ingested (overrides what the log
-    says); the GPU, fabric, nodes and GPUs per node apply to both."""
+    says); the GPU, fabric, nodes, GPUs and NICs per node apply to both."""
 
     name: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
@@ -37,6 +37,7 @@ class RunOptions:
     fabric: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
+    nics_per_node: int | None = None
     clusters: Clusters | None = None  # the [cluster.NAME] sections that apply (see `resolve`)
 
 
@@ -203,6 +204,7 @@ class SourceWriter:
             "fabric": opts.fabric,
             "nodes": opts.nodes,
             "gpus_per_node": opts.gpus_per_node,
+            "nics_per_node": opts.nics_per_node,
         }
         for run_key, run_id in self.run_ids.items():
             sets = {k: v for k, v in values.items() if v is not None}
@@ -217,6 +219,7 @@ class SourceWriter:
             "fabric": opts.fabric,
             "nodes": opts.nodes,
             "gpus_per_node": opts.gpus_per_node,
+            "nics_per_node": opts.nics_per_node,
         }
         bench_sets = {k: v for k, v in bench_values.items() if v is not None}
         for bench_id in self.bench_ids.values():

@@ -41,6 +41,11 @@ PROGRESS_AFTER_S = 2.0
 @click.option("--fabric", help="Inter-node link of the runs and benches, a catalog id such as ib-hdr-x8.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes of the run.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node of the run.")
+@click.option(
+    "--nics-per-node",
+    type=click.IntRange(min=1),
+    help="NICs per node: a --fabric given per port (opa-100, roce-200g) counts this many per node.",
+)
 @click.option("--force", is_flag=True, help="Ingest again files already ingested.")
 @click.option(
     "--verify",
@@ -67,6 +72,7 @@ def ingest(
     fabric: str | None,
     nodes: int | None,
     gpus_per_node: int | None,
+    nics_per_node: int | None,
     force: bool,
     verify: bool,
     jobs: int,
@@ -100,6 +106,7 @@ def ingest(
                 fabric=fabric,
                 nodes=nodes,
                 gpus_per_node=gpus_per_node,
+                nics_per_node=nics_per_node,
                 force=force,
                 verify=verify,
                 progress=bar,
