@@ -8,7 +8,8 @@
 Rows come from two places. The BigScience tr11 (BLOOM-176B) prequel lab notes are read by tracelog's
 own table parser (ingested into a scratch DuckDB, then `runs` ⋈ `run_summary`), with what the parser
 does not carry (GPU, sequence, vocabulary, ZeRO stage, context lines it ties to one table only) filled
-from `published_runs.toml`, line by line of the notes. Papers' rows are in `published_runs.toml`, each
+from `published_runs.toml`, line by line of the notes, and the nodes' network, which the notes never
+state, from the BLOOM model card and paper (four Omni-Path 100 links per node). Papers' rows are in `published_runs.toml`, each
 with its source; where a paper prints TFLOP/s and not seconds (Narayanan et al. 2021, Table 1), the
 sec/it is derived with the paper's own FLOPs count, eq. 3, and the derivation is kept with the row.
 
