@@ -140,7 +140,7 @@ def test_log_nccl_info_names_hosts_and_nics(tmp_path: Path) -> None:
     found = facts(tmp_path / "a.duckdb")
     assert found["nics_per_node"] == ("4", "log", "line 3 (NCCL NET)")
     # hfi1 is the Omni-Path HFI driver: the devices say their fabric
-    assert found["fabric"] == ("opa-100", "log", "line 3 (NCCL NET, opa-100 NICs)")
+    assert found["fabric"] == ("opa-100", "log", "line 3 (NCCL NET: Omni-Path hfi1 devices)")
     with Store(tmp_path / "a.duckdb") as store:
         assert store.scalar("SELECT hosts FROM runs ORDER BY run_id LIMIT 1") == ["r6i4n5"]
 

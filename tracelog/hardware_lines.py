@@ -51,7 +51,7 @@ WORLD_HOST = re.compile(r"'([^']+)': \[([0-9, ]*)\]")
 NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$)")
 NIC = re.compile(r"\[\d+\]\S+")
 NIC_DEVICE = re.compile(r"\[\d+\]([A-Za-z]+[0-9]*)_[0-9]+")
-FABRIC_OF_DRIVER = {"hfi1": "opa-100"}
+FABRIC_OF_DRIVER = {"hfi1": "opa-100"}  # resolve's detail names Omni-Path: widen it with a second entry
 """NIC driver names that say which catalog port they are (Linux `hfi1`: Intel Omni-Path Host Fabric
 Interface 100 series, the driver of every Omni-Path 100 HFI)."""
 SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")

@@ -79,7 +79,7 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
         if "fabric" not in facts:
             port = hardware_lines.nccl_fabric(text)
             if port is not None:
-                facts["fabric"] = Decided(port, "log", f"line {line_no} (NCCL NET, {port} NICs)")
+                facts["fabric"] = Decided(port, "log", f"line {line_no} (NCCL NET: Omni-Path hfi1 devices)")
     hosts.update(
         (row[0], None)
         for row in store.con.execute(HOSTS_SQL, {"source": source_id, "since": since}).fetchall()
