@@ -153,7 +153,7 @@ def test_connectx_devices_say_nothing_of_their_speed(tmp_path: Path) -> None:
     assert found["nics_per_node"][0] == "4" and "fabric" not in found
     mixed = NCCL_LINES.replace("[1]hfi1_0", "[1]mlx5_0")
     assert hardware_lines.nccl_fabric(mixed.splitlines()[2]) is None
-    assert hardware_lines.nccl_fabric(NCCL_LINES.splitlines()[2]) == "opa-100"
+    assert hardware_lines.nccl_fabric(NCCL_LINES.splitlines()[2]) == ("opa-100", "Omni-Path hfi1 devices")
 
 
 def test_log_bench_device_lines(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ WORLD_HOST = re.compile(r"'([^']+)': \[([0-9, ]*)\]")
 NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$)")
 NIC = re.compile(r"\[\d+\]\S+")
 NIC_DEVICE = re.compile(r"\[\d+\]([A-Za-z]+[0-9]*)_[0-9]+")
-FABRIC_OF_DRIVER = {"hfi1": "opa-100"}  # resolve's detail names Omni-Path: widen it with a second entry
+FABRIC_OF_DRIVER = {"hfi1": ("opa-100", "Omni-Path")}
 """NIC driver names that say which catalog port they are (Linux `hfi1`: Intel Omni-Path Host Fabric
 Interface 100 series, the driver of every Omni-Path 100 HFI)."""
 SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
@@ -127,16 +127,21 @@ def nccl_nics(text: str) -> int | None:
     return len(NIC.findall(match.group(1))) or None
 
 
-def nccl_fabric(text: str) -> str | None:
-    """The catalog port of the NICs NCCL's `NET/IB : Using [0]hfi1_0:1/IB ...` line lists, when their
-    driver names one (`FABRIC_OF_DRIVER`) and all of them the same; None otherwise."""
+def nccl_fabric(text: str) -> tuple[str, str] | None:
+    """The catalog port of the NICs NCCL's `NET/IB : Using [0]hfi1_0:1/IB ...` line lists and how it was
+    told (`Omni-Path hfi1 devices`), when their driver names one (`FABRIC_OF_DRIVER`) and all of them the
+    same; None otherwise."""
     match = NET_IB.search(text)
     if match is None:
         return None
     drivers = set(NIC_DEVICE.findall(match.group(1)))
     if len(drivers) != 1:
         return None
-    return FABRIC_OF_DRIVER.get(drivers.pop())
+    driver = drivers.pop()
+    if driver not in FABRIC_OF_DRIVER:
+        return None
+    port, fabric = FABRIC_OF_DRIVER[driver]
+    return port, f"{fabric} {driver} devices"
 
 
 def world_info(text: str) -> dict[str, int] | None:

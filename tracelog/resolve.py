@@ -77,9 +77,10 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
             if nics is not None:
                 facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
         if "fabric" not in facts:
-            port = hardware_lines.nccl_fabric(text)
-            if port is not None:
-                facts["fabric"] = Decided(port, "log", f"line {line_no} (NCCL NET: Omni-Path hfi1 devices)")
+            named = hardware_lines.nccl_fabric(text)
+            if named is not None:
+                port, how = named
+                facts["fabric"] = Decided(port, "log", f"line {line_no} (NCCL NET: {how})")
     hosts.update(
         (row[0], None)
         for row in store.con.execute(HOSTS_SQL, {"source": source_id, "since": since}).fetchall()
