@@ -440,6 +440,9 @@ def test_omni_path_nics_named_by_nccl_make_the_node_s_fabric(store: Store, tmp_p
     four = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100-x4")))[0]
     one = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100")))[0]
     assert predicted == pytest.approx(four) and four == pytest.approx(4 * one)
+    # on two nodes NCCL's tree sends each byte across once per direction: the four ports bound it, not NVLink
+    best = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100-x4")))[1]
+    assert best.name == "tree" and best.bottleneck == "opa-100-x4 (4 of 4 NICs per node)"
     detail = store.scalar(
         "SELECT detail FROM predictions WHERE subject_kind = 'collective' AND subject_id = ? "
         "AND metric = 'model_plateau_busbw_gbps'",

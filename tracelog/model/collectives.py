@@ -482,16 +482,18 @@ def algorithms(
             nics, per_nic = node_nics(place.fabric)  # type: ignore[arg-type]
             network = eff["net"] * min(nics, r) * per_nic  # each byte crosses once per direction
             tree_label = place.intra.id
+            network_label = f"{place.fabric.id} ({min(nics, r)} of {nics} NIC{'s' * (nics != 1)} per node)"  # type: ignore[union-attr]
         else:
             tree_bw, tree_label = busbw, bottleneck
-            network = float("inf")
+            network, network_label = float("inf"), bottleneck
         for proto in protocols:
             latency = BASE_LATENCY_US[("tree", proto)] + 2 * (
                 (r - 1) * step(intra_cls, "tree", proto)
                 + max(1, (nodes - 1).bit_length()) * step("net", "tree", proto)
             )
             tree_bus = _protocol_busbw("tree", proto, TREE_EFFICIENCY * tree_bw, place)
-            out.append(Algorithm("tree", proto, latency, min(0.5 * tree_bus, network), tree_label))
+            bound, label = min((0.5 * tree_bus, tree_label), (network, network_label))
+            out.append(Algorithm("tree", proto, latency, bound, label))
     return out
 
 
