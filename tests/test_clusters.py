@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelog import api, clusters, hardware_lines
+from tracelog import api, clusters, hardware, hardware_lines
 from tracelog.errors import TracelogError
 from tracelog.store import Store
 
@@ -154,6 +154,31 @@ def test_connectx_devices_say_nothing_of_their_speed(tmp_path: Path) -> None:
     mixed = NCCL_LINES.replace("[1]hfi1_0", "[1]mlx5_0")
     assert hardware_lines.nccl_fabric(mixed.splitlines()[2]) is None
     assert hardware_lines.nccl_fabric(NCCL_LINES.splitlines()[2]) == ("opa-100", "Omni-Path hfi1 devices")
+
+
+# aws-ofi-nccl's provider line on an HPE Slingshot machine, as its releases print it (the first from 1.1x,
+# the second from older aws-ofi-rccl); host names invented.
+OFI_LINES = """nid001234:40811:40811 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.19.0
+nid001234:40811:40811 [0] NCCL INFO NET/OFI Using Libfabric version 2.1
+nid001234:40811:40811 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)
+nid001234:40811:40811 [0] NCCL INFO Using network AWS Libfabric
+"""
+
+
+def test_ofi_provider_line_names_slingshot_and_its_nics(tmp_path: Path) -> None:
+    log = write(tmp_path, "run.log", with_header(OFI_LINES))
+    api.ingest(tmp_path / "a.duckdb", [str(log)])
+    found = facts(tmp_path / "a.duckdb")
+    assert found["fabric"] == ("slingshot11", "log", "line 3 (NCCL NET: Slingshot cxi provider)")
+    assert found["nics_per_node"] == ("4", "log", "line 3 (NCCL NET)")
+    old = "x:1:1 [0] NCCL INFO NET/OFI Selected Provider is cxi"
+    assert hardware_lines.nccl_fabric(old) == ("slingshot11", "Slingshot cxi provider")
+    assert hardware_lines.nccl_nics(old) is None
+    efa = "x:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)"
+    assert hardware_lines.nccl_fabric(efa) is None and hardware_lines.nccl_nics(efa) == 4
+    # the model then runs the node's four 200 Gb/s ports, as the catalog's Frontier node
+    node = hardware.fabric_of(found["fabric"][0], int(found["nics_per_node"][0]))
+    assert node.unidirectional_gbps == hardware.link("slingshot11-x4").unidirectional_gbps
 
 
 def test_log_bench_device_lines(tmp_path: Path) -> None:

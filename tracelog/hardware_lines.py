@@ -13,7 +13,9 @@ Training logs rarely name their GPU in a line a parser owns, but jobs print it a
 - NCCL's INFO lines: `host:pid:tid [dev] NCCL INFO ...` name the host, and `NET/IB : Using [0]mlx5_0:1/IB
   [1]mlx5_1:1/IB ...` the NICs NCCL uses on that node. A device's driver name says its fabric only for
   Omni-Path (`hfi1_0`: Intel's Omni-Path HFI driver, 100 Gb/s ports); `mlx5_N` is any ConnectX, from
-  100 Gb Ethernet to NDR InfiniBand, and says nothing of the speed.
+  100 Gb Ethernet to NDR InfiniBand, and says nothing of the speed. Through the OFI plugin (aws-ofi-nccl,
+  aws-ofi-rccl) `NET/OFI Selected provider is cxi ... (found 4 nics)` gives the count, and `cxi` says
+  Slingshot-11.
 Only a full catalog name counts (`match_gpu` rules: exact, case and spaces folded), between word
 boundaries that are not `-`, so `A10` is never read inside `A100-SXM4-80GB`.
 """
@@ -52,6 +54,15 @@ NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$
 NIC = re.compile(r"\[\d+\]\S+")
 NIC_DEVICE = re.compile(r"\[\d+\]([A-Za-z]+[0-9]*)_[0-9]+")
 FABRIC_OF_DRIVER = {"hfi1": ("opa-100", "Omni-Path")}
+OFI_PROVIDER = re.compile(
+    r"NCCL INFO NET/OFI Selected [Pp]rovider is (\w+)(?:, fabric is [\w.-]+)?(?: \((?:found )?(\d+) nics?\))?"
+)
+"""aws-ofi-nccl's (and aws-ofi-rccl's) choice of libfabric provider: `NET/OFI Selected provider is cxi, fabric is
+cxi (found 4 nics)`, older releases `Selected Provider is cxi`."""
+FABRIC_OF_PROVIDER = {"cxi": ("slingshot11", "Slingshot")}
+"""libfabric providers that say which catalog port they are: `cxi` drives HPE's Cassini NIC, Slingshot-11
+only (200 Gb/s; Slingshot-10 ran ConnectX NICs through `verbs`). `efa` is not one: its per-NIC speed
+differs between instance types (p4d 100 Gb/s, p5en 200 Gb/s)."""
 """NIC driver names that say which catalog port they are (Linux `hfi1`: Intel Omni-Path Host Fabric
 Interface 100 series, the driver of every Omni-Path 100 HFI)."""
 SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
@@ -120,20 +131,26 @@ def nccl_host(text: str) -> str | None:
 
 
 def nccl_nics(text: str) -> int | None:
-    """NICs NCCL uses on a node, from its `NET/IB : Using [0]mlx5_0:1/IB ...` line."""
+    """NICs NCCL uses on a node, from its `NET/IB : Using [0]mlx5_0:1/IB ...` line, or those the OFI plugin
+    found (`Selected provider is cxi, fabric is cxi (found 4 nics)`)."""
     match = NET_IB.search(text)
-    if match is None:
-        return None
-    return len(NIC.findall(match.group(1))) or None
+    if match is not None:
+        return len(NIC.findall(match.group(1))) or None
+    ofi = OFI_PROVIDER.search(text)
+    return int(ofi.group(2)) if ofi is not None and ofi.group(2) else None
 
 
 def nccl_fabric(text: str) -> tuple[str, str] | None:
     """The catalog port of the NICs NCCL's `NET/IB : Using [0]hfi1_0:1/IB ...` line lists and how it was
     told (`Omni-Path hfi1 devices`), when their driver names one (`FABRIC_OF_DRIVER`) and all of them the
-    same; None otherwise."""
+    same, or of the OFI plugin's provider (`FABRIC_OF_PROVIDER`); None otherwise."""
     match = NET_IB.search(text)
     if match is None:
-        return None
+        ofi = OFI_PROVIDER.search(text)
+        if ofi is None or ofi.group(1).lower() not in FABRIC_OF_PROVIDER:
+            return None
+        port, fabric = FABRIC_OF_PROVIDER[ofi.group(1).lower()]
+        return port, f"{fabric} {ofi.group(1)} provider"
     drivers = set(NIC_DEVICE.findall(match.group(1)))
     if len(drivers) != 1:
         return None
