@@ -42,6 +42,7 @@ SCAN_WORDS = (
     "evice",
     "GPU ",
     "NCCL INFO NET/",
+    "NCCL INFO Using network",
     "WORLD INFO",
 )
 """Literal words that pick, in SQL, the lines worth reading in Python (a literal search over millions of
@@ -159,6 +160,16 @@ def nccl_fabric(text: str) -> tuple[str, str] | None:
         return None
     port, fabric = FABRIC_OF_DRIVER[driver]
     return port, f"{fabric} {driver} devices"
+
+
+NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\S.*?)\s*$")
+
+
+def nccl_network(text: str) -> str | None:
+    """The transport NCCL chose between nodes (`NCCL INFO Using network IB`: `IB`, `Socket`, a plugin's name
+    such as `AWS Libfabric`), or None."""
+    match = NCCL_NETWORK.search(text)
+    return match.group(1) if match else None
 
 
 def world_info(text: str) -> dict[str, int] | None:

@@ -22,6 +22,9 @@ from tracelog import hardware, hardware_lines
 from tracelog.clusters import FACTS, Clusters
 from tracelog.store import Store
 
+RECORDED = (*FACTS, "nccl_network")
+"""What is recorded per run and bench: the facts the model reads (each a column), and the transport NCCL
+said it chose between nodes (recorded only, for the `nccl_socket_network` flag)."""
 SCAN_LIMIT = 5000
 """Unparsed lines with a hardware word read per file: nvidia-smi tables and NCCL's setup lines come
 before training starts, so the first few thousand are enough and a long log costs no more."""
@@ -76,6 +79,10 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
             nics = hardware_lines.nccl_nics(text)
             if nics is not None:
                 facts["nics_per_node"] = Decided(nics, "log", f"line {line_no} (NCCL NET)")
+        if "nccl_network" not in facts:
+            network = hardware_lines.nccl_network(text)
+            if network is not None:
+                facts["nccl_network"] = Decided(network, "log", f"line {line_no} (NCCL)", column=False)
         if "fabric" not in facts:
             named = hardware_lines.nccl_fabric(text)
             if named is not None:
@@ -128,7 +135,7 @@ def decide(layers: list[dict[str, Decided]]) -> dict[str, Decided]:
     decided: dict[str, Decided] = {}
     for layer in layers:
         for fact, found in layer.items():
-            if fact in FACTS and fact not in decided:
+            if fact in RECORDED and fact not in decided:
                 decided[fact] = found
     return decided
 
@@ -164,6 +171,15 @@ def _recorded(store: Store, table: str, entity: int) -> dict[str, Decided]:
     return {fact: Decided(value, source, detail) for fact, value, source, detail in rows}
 
 
+def _read_before(recorded: dict[str, Decided]) -> dict[str, Decided]:
+    """Recorded-only facts the log's lines said before it grew (a resumed ingest scans only the new ones)."""
+    return {
+        f: Decided(d.value, d.source, d.detail, column=False)
+        for f, d in recorded.items()
+        if f not in FACTS and d.source == "log"
+    }
+
+
 def _said(recorded: dict[str, Decided]) -> dict[str, Decided]:
     """What a user set earlier (`tracelog set`, `--gpu` on an earlier ingest of a log that grew since)."""
     return {f: d for f, d in recorded.items() if d.source == "command line"}
@@ -179,7 +195,7 @@ def _write(store: Store, table: str, entity: int, decided: dict[str, Decided]) -
     if columns:
         sets = ", ".join(f'"{f}" = ?' for f in columns)
         store.con.execute(f"UPDATE {table} SET {sets} WHERE {id_col} = ?", [*columns.values(), entity])
-    for fact in FACTS:
+    for fact in RECORDED:
         if fact in decided:
             d = decided[fact]
             store.con.execute(
@@ -226,6 +242,7 @@ def resolve_source(
             _said(recorded),
             own,
             scanned,
+            _read_before(recorded),
             bench_facts(store, bench_hosts, int(bench["bench_id"])),
             cluster_facts(clusters, path, bench_hosts),
         ]
@@ -252,6 +269,7 @@ def resolve_source(
             _said(recorded),
             _own(run, "the log's configuration", recorded),
             scanned,
+            _read_before(recorded),
             bench_facts(store, run_hosts),
             cluster_facts(clusters, path, run_hosts),
         ]
