@@ -55,6 +55,8 @@ NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$
 NIC = re.compile(r"\[\d+\]\S+")
 NIC_DEVICE = re.compile(r"\[\d+\]([A-Za-z]+[0-9]*)_[0-9]+")
 FABRIC_OF_DRIVER = {"hfi1": ("opa-100", "Omni-Path")}
+"""NIC driver names that say which catalog port they are (Linux `hfi1`: Intel Omni-Path Host Fabric
+Interface 100 series, the driver of every Omni-Path 100 HFI)."""
 OFI_PROVIDER = re.compile(
     r"NCCL INFO NET/OFI Selected [Pp]rovider is (\w+)(?:, fabric is [\w.-]+)?(?: \((?:found )?(\d+) nics?\))?"
 )
@@ -64,8 +66,6 @@ FABRIC_OF_PROVIDER = {"cxi": ("slingshot11", "Slingshot")}
 """libfabric providers that say which catalog port they are: `cxi` drives HPE's Cassini NIC, Slingshot-11
 only (200 Gb/s; Slingshot-10 ran ConnectX NICs through `verbs`). `efa` is not one: its per-NIC speed
 differs between instance types (p4d 100 Gb/s, p5en 200 Gb/s)."""
-"""NIC driver names that say which catalog port they are (Linux `hfi1`: Intel Omni-Path Host Fabric
-Interface 100 series, the driver of every Omni-Path 100 HFI)."""
 SMI_ROW = re.compile(r"^\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
 SMI_MEMORY = re.compile(r"\|\s+\d+MiB\s*/\s*(\d+)MiB\s+\|")
 SMI_MEMORY_SLACK = 0.08
@@ -146,20 +146,16 @@ def nccl_fabric(text: str) -> tuple[str, str] | None:
     told (`Omni-Path hfi1 devices`), when their driver names one (`FABRIC_OF_DRIVER`) and all of them the
     same, or of the OFI plugin's provider (`FABRIC_OF_PROVIDER`); None otherwise."""
     match = NET_IB.search(text)
-    if match is None:
+    if match is not None:
+        drivers = set(NIC_DEVICE.findall(match.group(1)))
+        name, table, told = (drivers.pop() if len(drivers) == 1 else ""), FABRIC_OF_DRIVER, "devices"
+    else:
         ofi = OFI_PROVIDER.search(text)
-        if ofi is None or ofi.group(1).lower() not in FABRIC_OF_PROVIDER:
-            return None
-        port, fabric = FABRIC_OF_PROVIDER[ofi.group(1).lower()]
-        return port, f"{fabric} {ofi.group(1)} provider"
-    drivers = set(NIC_DEVICE.findall(match.group(1)))
-    if len(drivers) != 1:
+        name, table, told = (ofi.group(1) if ofi else ""), FABRIC_OF_PROVIDER, "provider"
+    if name.lower() not in table:
         return None
-    driver = drivers.pop()
-    if driver not in FABRIC_OF_DRIVER:
-        return None
-    port, fabric = FABRIC_OF_DRIVER[driver]
-    return port, f"{fabric} {driver} devices"
+    port, fabric = table[name.lower()]
+    return port, f"{fabric} {name} {told}"
 
 
 NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\S.*?)\s*$")

@@ -197,12 +197,13 @@ def _ingest_file(
                         return _already(store, path, source_id)
                     replace = source_id
         # by its absolute path; a store written before paths were made absolute holds them as they were given
+        recorded_path = source_path(path)
         grown = store.con.execute(
             "SELECT source_id, bytes, coalesce(bytes_pending, 0), fingerprint, chunk_digests, format, "
             "resume_state, resume_version, lines_total, lines_unparsed FROM sources "
             "WHERE path IN (?, ?) AND (bytes < ? OR (bytes = ? AND bytes_pending > 0)) "
             "ORDER BY bytes DESC, path = ? DESC",
-            [source_path(path), path, size, size, source_path(path)],
+            [recorded_path, path, size, size, recorded_path],
         ).fetchall()
         for source_id, nbytes, pending, fingerprint, digests, fmt, state, version, lines, unparsed in grown:
             if digests is None:  # ingested before fingerprints: its plain sha256, and no resume state
@@ -223,7 +224,7 @@ def _ingest_file(
                 previous = source_id
                 store.con.execute(
                     "UPDATE sources SET path = ? WHERE source_id = ? AND path <> ?",
-                    [source_path(path), source_id, source_path(path)],
+                    [recorded_path, source_id, recorded_path],
                 )
                 known = parsers.by_format(fmt) if fmt in parsers.formats() else None
                 if (

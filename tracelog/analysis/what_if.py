@@ -35,8 +35,8 @@ def what_if(
     calibrated: bool = True,
 ) -> pd.DataFrame:
     """The prediction's parts for a stored run with `config` overriding its values (runs-table names,
-    plus `gpu_model`, `fabric` and `nics_per_node`), or for `config` alone when `run_id` is None. Nothing is written.
-    With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
+    plus `gpu_model`, `fabric` and `nics_per_node`), or for `config` alone when `run_id` is None. Nothing
+    is written. With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
     row says which); without, the textbook model. `attention_backend` (Megatron-LM's names, see
     `inputs.ATTENTION_BACKENDS`) overrides how the run's attention ran; a configuration alone takes its
     framework's default (`inputs.default_attention_backend`). `run_params` are run parameters as a log

@@ -211,6 +211,11 @@ def node_nics(fabric: Link) -> tuple[int, float]:
     )
 
 
+def nic_label(fabric: Link, used: int, nics: int) -> str:
+    """How a bound set by a node's NICs is named: `ib-hdr-x8 (8 of 8 NICs per node)`."""
+    return f"{fabric.id} ({used} of {nics} NIC{'s' * (nics != 1)} per node)"
+
+
 def spans_nodes(n_ranks: int, gpus_per_node: int, stride: int = 1) -> bool:
     """Whether a group of `n_ranks` ranks `stride` apart leaves its node (Megatron's rank order puts
     consecutive ranks on one node): its collectives then cross the network (`link_for`)."""
@@ -409,7 +414,7 @@ def ring_busbw_bound(
         nics, per_nic = node_nics(place.fabric)
         used = 1 if name == "sendrecv" else min(nics, r)
         node = eff["net"] * used * per_nic
-        label = f"{place.fabric.id} ({used} of {nics} NIC{'s' * (nics != 1)} per node)"
+        label = nic_label(place.fabric, used, nics)
         if name == "alltoall":
             node *= (n - 1) / (r * (n - r))
         bounds.append((node, label))
@@ -482,7 +487,7 @@ def algorithms(
             nics, per_nic = node_nics(place.fabric)  # type: ignore[arg-type]
             network = eff["net"] * min(nics, r) * per_nic  # each byte crosses once per direction
             tree_label = place.intra.id
-            network_label = f"{place.fabric.id} ({min(nics, r)} of {nics} NIC{'s' * (nics != 1)} per node)"  # type: ignore[union-attr]
+            network_label = nic_label(place.fabric, min(nics, r), nics)  # type: ignore[arg-type]
         else:
             tree_bw, tree_label = busbw, bottleneck
             network, network_label = float("inf"), bottleneck

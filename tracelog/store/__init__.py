@@ -185,6 +185,7 @@ class Store:
         self._ids_table = False  # `tracelog_ids` seen in a DuckLake store
         self.owed_refresh_checked = False  # set once `queries.connect` has redone any refresh owed
         self.data_path: str | None = None
+        unclean = False  # a file left with its write-ahead log (`store.recovery`); never a DuckLake store
         if self.lake:
             binaries = lake.Binaries()
             config = {**CONNECT_CONFIG, "allow_unsigned_extensions": binaries.verified}
@@ -206,7 +207,7 @@ class Store:
             if not read_only:
                 with write_errors(self.path):
                     self.migrate(have)
-                    if not self.lake and unclean:
+                    if unclean:
                         self._sweep_orphans()
         except BaseException:
             self.con.close()

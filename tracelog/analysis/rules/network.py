@@ -42,7 +42,7 @@ def runs(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
         SELECT h.run_id, h.detail FROM run_hardware h JOIN runs r USING (run_id)
-        WHERE {scope.runs.replace("run_id", "r.run_id")} AND h.fact = 'nccl_network' AND h.value = 'Socket'
+        WHERE {scope.runs} AND h.fact = 'nccl_network' AND h.value = 'Socket'
           AND ({SPANS_NODES.format(t="r")} OR r.gpus > coalesce(r.gpus_per_node, r.gpus))
         ORDER BY h.run_id
         """
@@ -57,7 +57,7 @@ def benches(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
         SELECT h.bench_id, h.detail FROM bench_hardware h JOIN benches b USING (bench_id)
-        WHERE {scope.benches.replace("bench_id", "b.bench_id")} AND h.fact = 'nccl_network'
+        WHERE {scope.benches} AND h.fact = 'nccl_network'
           AND h.value = 'Socket' AND {SPANS_NODES.format(t="b")}
         ORDER BY h.bench_id
         """
