@@ -334,7 +334,7 @@ def chronicles(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
     return {int(row["line_start"]): row for row in frame.to_dict("records")}
 
 
-def _chronicle_memory(row: dict, layers: int, hidden: int, bf16: bool) -> float:
+def _chronicle_memory(row: dict, layers: int, hidden: int, bf16: bool, zero_stage: int = 1) -> float:
     heads = int(row["heads"]) if row["heads"] == row["heads"] and row["heads"] is not None else 64
     cfg = ModelConfig(layers=layers, hidden=hidden, heads=heads, seq_len=2048, vocab=250000)
     train = TrainConfig(
@@ -344,7 +344,7 @@ def _chronicle_memory(row: dict, layers: int, hidden: int, bf16: bool) -> float:
         pp=int(row["pp"]),
         dp=int(row["dp"]),
         recompute="full",
-        zero_stage=1,
+        zero_stage=zero_stage,
         precision="bf16" if bf16 else "fp16",
         fp32_grads=bf16,
         framework="megatron-deepspeed",
@@ -504,6 +504,26 @@ def test_chronicles_rows_that_ran_fit_and_land_within_15_percent(
     predicted = _chronicle_memory(row, layers, hidden, bf16)
     assert predicted < A100_80
     assert predicted / 2**30 == pytest.approx(mem_gb, rel=0.15)
+
+
+def test_zero0_fp16_optimizer_holds_fp32_grad_copies_at_its_step(chronicles: dict[int, dict]) -> None:
+    """Chronicles lines 669-670 ("Trying with ZeRO_STAGE=0/1"): the same 181B layout, TP8 PP12 DP4 MBS2,
+    measured 37GB with ZeRO-1 and 72GB with ZeRO-0. DeepSpeed's ZeRO-0 FP16_Optimizer builds fp32 copies
+    of every 16-bit gradient and their flat concatenation at its step (8 B/param) and all-reduces through
+    a flat 16-bit bucket; with 16 B/param alone ZeRO-0 came out at 54 GiB, 25 % under."""
+    zero1, zero0 = chronicles[669], chronicles[670]
+    assert (zero1["peak_reserved_mib"], zero0["peak_reserved_mib"]) == (37 * 1024, 72 * 1024)
+    cfg = ModelConfig(layers=72, hidden=14336, heads=64, seq_len=2048, vocab=250000)
+    train = TrainConfig(
+        gbs=2048, mbs=2, tp=8, pp=12, dp=4, recompute="full", zero_stage=0, precision="fp16",
+        framework="megatron-deepspeed",
+    )  # fmt: skip
+    params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
+    assert buffer_bytes(cfg, train, params, MemoryOptions()) == pytest.approx(8 * params + 2 * 5e8)
+    predicted0 = _chronicle_memory(zero0, 72, 14336, False, zero_stage=0) / 2**30
+    predicted1 = _chronicle_memory(zero1, 72, 14336, False) / 2**30
+    assert predicted0 == pytest.approx(72, rel=0.15)
+    assert predicted1 == pytest.approx(37, rel=0.15)
 
 
 def test_the_busiest_stage_holds_the_ceiling_of_layers_over_stages() -> None:

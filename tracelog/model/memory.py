@@ -186,6 +186,14 @@ MEMORY_OPT_ALLREDUCE_SIZE = 5e8
 `MEMORY_OPT_ALLREDUCE_SIZE = 500000000`): the pipeline engine's BF16 path (`_bf16_reduce_grads`,
 runtime/pipe/engine.py) all-reduces the fp32 gradients through one flat copy of up to that many."""
 
+FP16_OPTIMIZER_STEP_BYTES = 8
+"""Bytes per parameter DeepSpeed's ZeRO-0 16-bit optimizer (`FP16_Optimizer`, runtime/fp16/
+fused_optimizer.py) holds at its step beyond the 16 of mixed-precision Adam: `step` builds
+`[p.grad.to(torch.float32) for p in group]` and flattens it into the master weights' `.grad`
+(`_flatten_dense_tensors`), so a fp32 copy of every gradient (4) and their flat concatenation (4) live at
+once. The BigScience tr11 notes measure the same 181B layout at 37 GB with ZeRO-1 and 72 GB with ZeRO-0
+(chronicles-prequel, "Trying with ZeRO_STAGE=0/1"); 16 B/param alone would put ZeRO-0 at 55."""
+
 DEEPSPEED_FRAMEWORKS = ("deepspeed", "megatron-deepspeed")
 
 
@@ -350,7 +358,9 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     (`fp32_grads`: fp32 gradients for every parameter, unsharded, in `grads`) keeps the 16-bit `.grad`
     of every parameter too, 2Ψ: its pipeline engine accumulates with `update_hp_grads(
     clear_lp_grads=False)` (DeepSpeed runtime/pipe/engine.py), the "4 bytes × params, not sharded" more
-    than fp16 ZeRO-1 the BigScience tr11 notes record. Megatron-LM's contiguous fp32 gradient buffer and
+    than fp16 ZeRO-1 the BigScience tr11 notes record. ZeRO-0 with 16-bit gradients: the step's fp32
+    copies (`FP16_OPTIMIZER_STEP_BYTES`) and the engine's flat all-reduce bucket of up to
+    `MEMORY_OPT_ALLREDUCE_SIZE` 16-bit elements (`buffered_allreduce_fallback`). Megatron-LM's contiguous fp32 gradient buffer and
     its distributed optimizer's shards are the `grads` and `optimizer` parts already; its buckets are
     views into that buffer."""
     dtype = storage_bytes(train.precision)
@@ -360,7 +370,9 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
         bucket = 4 * min(params_on_gpu, MEMORY_OPT_ALLREDUCE_SIZE) if train.pp > 1 else 0.0
         return dtype * params_on_gpu + bucket
     if train.zero_stage == 0:
-        return 0.0
+        # FP16_Optimizer.step: a list of fp32 copies of the 16-bit grads, then their flat concatenation
+        bucket = dtype * min(params_on_gpu, MEMORY_OPT_ALLREDUCE_SIZE)
+        return FP16_OPTIMIZER_STEP_BYTES * params_on_gpu + bucket
     d = train.dp * train.cp
     buckets = 2 if train.overlap_grad_reduce and train.pp == 1 else 1
     total = 4 * params_on_gpu / d + buckets * options.reduce_bucket_size * dtype
