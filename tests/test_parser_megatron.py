@@ -173,6 +173,53 @@ def test_arguments_block_maps_to_run_columns_and_keeps_every_argument() -> None:
     assert len([p for p in run["run_params"] if p["line_no"]]) == 17
 
 
+# Invented, in the shape of a 2021 Megatron-DeepSpeed log (BigScience meg_ds_3d outputs): no arguments
+# block gives the pipeline depth, DeepSpeed's partition and its optimizer line do, among other ranks' lines.
+DS_PIPE = """\
+using world size: 16 and model-parallel size: 2
+[2021-05-27 19:49:22,389] [INFO] [module.py:360:_partition_layers] Partitioning pipeline stages with method type:transformer
+stage=0 layers=5
+     0: _to_float16
+     1: EmbeddingPipe
+     2: <lambda>
+     3: ParallelTransformerLayerPipe
+     4: ParallelTransformerLayerPipe
+stage=1 layers=2
+     5: ParallelTransformerLayerPipe
+     6: ParallelTransformerLayerPipe
+stage=2 layers=2
+     7: ParallelTransformerLayerPipe
+     8: ParallelTransformerLayerPipe
+stage=3 layers=6
+     9: ParallelTransformerLayerPipe
+    10: ParallelTransformerLayerPipe
+    11: <lambda>
+    12: MixedFusedLayerNorm
+    13: EmbeddingPipe
+    14: fp16_to_fp32
+  loss: CrossEntropy
+[2021-05-27 19:49:22,948] [INFO] [config.py:904:print]   pipeline ..................... {'stages': 'auto', 'partition': 'best'}
+[2021-05-27 19:49:23,105] [INFO] [logging.py:60:log_dist] [Rank 0] Creating fp16 unfused optimizer with dynamic loss scale
+ iteration        1/    1000 | consumed samples:         1024 | elapsed time per iteration (ms): 159778.9 |
+"""
+
+
+def test_deepspeed_partition_gives_the_pipeline_depth_and_the_optimizer_is_kept() -> None:
+    out = collect(DS_PIPE)
+    (run,) = out["runs"]
+    assert (run["tp"], run["pp"], run["gpus"], run["dp"]) == (2, 4, 16, 2)
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["optimizer_wrapper"] == "fp16 unfused optimizer"
+    unparsed = {r["text"].strip() for r in out.get("unparsed", [])}
+    assert not any(t.startswith("stage=") or "Creating fp16" in t for t in unparsed)
+    assert "0: _to_float16" in unparsed  # the partition's module lines stay kept, as nothing reads them
+    # an arguments block that gives the depth wins over the partition
+    (given,) = collect(DS_PIPE.replace("using world size: 16 and model-parallel size: 2\n",
+        "using world size: 16, data-parallel-size: 8, tensor-model-parallel size: 2, "
+        "pipeline-model-parallel size: 1 \n"))["runs"]  # fmt: skip
+    assert given["pp"] == 1
+
+
 def test_world_size_line_and_parameter_counts() -> None:
     text = (
         "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 16 \n"

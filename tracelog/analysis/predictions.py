@@ -184,12 +184,16 @@ def run_prediction(
 
 def memory_options(inputs: RunInputs) -> MemoryOptions:
     """The run's CUDA context by GPU generation, the device's memory (which the allocator's reserve
-    yields to), and DeepSpeed's activation-checkpointing switches."""
+    yields to), DeepSpeed's activation-checkpointing switches, and which 16-bit optimizer DeepSpeed
+    said it created (`optimizer_wrapper`: "fp16 unfused optimizer" holds half the fused one's copies at
+    its step)."""
+    wrapper = inputs.run_params.get("optimizer_wrapper") or ""
     return MemoryOptions(
         cuda_context_bytes=cuda_context_bytes(inputs.gpu),
         capacity_bytes=inputs.gpu.memory_bytes if inputs.gpu is not None else None,
         partition_activations=bool(inputs.flag("partition_activations")),
         checkpoint_in_cpu=bool(inputs.flag("checkpoint_in_cpu")),
+        fused_fp16_optimizer="unfused" not in wrapper.lower(),
     )
 
 

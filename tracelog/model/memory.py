@@ -188,11 +188,15 @@ runtime/pipe/engine.py) all-reduces the fp32 gradients through one flat copy of 
 
 FP16_OPTIMIZER_STEP_BYTES = 8
 """Bytes per parameter DeepSpeed's ZeRO-0 16-bit optimizer (`FP16_Optimizer`, runtime/fp16/
-fused_optimizer.py) holds at its step beyond the 16 of mixed-precision Adam: `step` builds
-`[p.grad.to(torch.float32) for p in group]` and flattens it into the master weights' `.grad`
-(`_flatten_dense_tensors`), so a fp32 copy of every gradient (4) and their flat concatenation (4) live at
-once. The BigScience tr11 notes measure the same 181B layout at 37 GB with ZeRO-1 and 72 GB with ZeRO-0
-(chronicles-prequel, "Trying with ZeRO_STAGE=0/1"); 16 B/param alone would put ZeRO-0 at 55."""
+fused_optimizer.py, taken for a fused Adam: DeepSpeed's or, from late 2021, apex's) holds at its step
+beyond the 16 of mixed-precision Adam: `step` builds `[p.grad.to(torch.float32) for p in group]` and
+flattens it into the master weights' `.grad` (`_flatten_dense_tensors`), so an fp32 copy of every
+gradient (4) and their flat concatenation (4) live at once."""
+
+FP16_UNFUSED_STEP_BYTES = 4
+"""The same for `FP16_UnfusedOptimizer` (runtime/fp16/unfused_optimizer.py; "Creating fp16 unfused
+optimizer" in the log, any other optimizer): one fp32 `.grad` per master weight, all alive through the
+optimizer's step."""
 
 DEEPSPEED_FRAMEWORKS = ("deepspeed", "megatron-deepspeed")
 
@@ -221,7 +225,8 @@ class MemoryOptions:
     input over the tensor-parallel group (÷t); `checkpoint_in_cpu` moves them to host memory.
     `cuda_context_bytes`, `allocator_overhead` and `allocator_floor`: see `CUDA_CONTEXT_BYTES`,
     `ALLOCATOR_OVERHEAD`, `ALLOCATOR_FLOOR`. `capacity_bytes`: the device's memory, which the allocator's
-    reserve yields to (down to its floor); None leaves the reserve whole."""
+    reserve yields to (down to its floor); None leaves the reserve whole. `fused_fp16_optimizer`:
+    DeepSpeed's ZeRO-0 optimizer is the fused one (`step_copy_bytes`)."""
 
     reduce_bucket_size: float = DEEPSPEED_BUCKET_ELEMENTS
     partition_activations: bool = False
@@ -230,6 +235,7 @@ class MemoryOptions:
     allocator_overhead: float = ALLOCATOR_OVERHEAD
     allocator_floor: float = ALLOCATOR_FLOOR
     capacity_bytes: float | None = None
+    fused_fp16_optimizer: bool = True
 
 
 @dataclass(frozen=True)
@@ -358,11 +364,9 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     (`fp32_grads`: fp32 gradients for every parameter, unsharded, in `grads`) keeps the 16-bit `.grad`
     of every parameter too, 2Ψ: its pipeline engine accumulates with `update_hp_grads(
     clear_lp_grads=False)` (DeepSpeed runtime/pipe/engine.py), the "4 bytes × params, not sharded" more
-    than fp16 ZeRO-1 the BigScience tr11 notes record. ZeRO-0 with 16-bit gradients: the step's fp32
-    copies (`FP16_OPTIMIZER_STEP_BYTES`) and the engine's flat all-reduce bucket of up to
-    `MEMORY_OPT_ALLREDUCE_SIZE` 16-bit elements (`buffered_allreduce_fallback`). Megatron-LM's contiguous fp32 gradient buffer and
+    than fp16 ZeRO-1 the BigScience tr11 notes record. Megatron-LM's contiguous fp32 gradient buffer and
     its distributed optimizer's shards are the `grads` and `optimizer` parts already; its buckets are
-    views into that buffer."""
+    views into that buffer. ZeRO-0's copies at the step are `step_copy_bytes`."""
     dtype = storage_bytes(train.precision)
     if train.framework not in DEEPSPEED_FRAMEWORKS or dtype == 4:
         return 0.0
@@ -370,9 +374,7 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
         bucket = 4 * min(params_on_gpu, MEMORY_OPT_ALLREDUCE_SIZE) if train.pp > 1 else 0.0
         return dtype * params_on_gpu + bucket
     if train.zero_stage == 0:
-        # FP16_Optimizer.step: a list of fp32 copies of the 16-bit grads, then their flat concatenation
-        bucket = dtype * min(params_on_gpu, MEMORY_OPT_ALLREDUCE_SIZE)
-        return FP16_OPTIMIZER_STEP_BYTES * params_on_gpu + bucket
+        return 0.0  # what its step holds comes after the backward pass: `step_copy_bytes`
     d = train.dp * train.cp
     buckets = 2 if train.overlap_grad_reduce and train.pp == 1 else 1
     total = 4 * params_on_gpu / d + buckets * options.reduce_bucket_size * dtype
@@ -382,11 +384,33 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     return total
 
 
+def step_copy_bytes(train: TrainConfig, params_on_gpu: float, options: MemoryOptions) -> float:
+    """What DeepSpeed's ZeRO-0 16-bit optimizer allocates at its step, after the backward pass has freed
+    the activations: `FP16_OPTIMIZER_STEP_BYTES` per parameter, `FP16_UNFUSED_STEP_BYTES` for the unfused
+    one (`options.fused_fp16_optimizer`). The engine's flat all-reduce bucket of up to
+    `MEMORY_OPT_ALLREDUCE_SIZE` 16-bit gradients (`buffered_allreduce_fallback`) comes and goes between
+    the two and is smaller than either. Nothing for other frameworks, stages or precisions."""
+    if (
+        train.framework not in DEEPSPEED_FRAMEWORKS
+        or train.zero_stage != 0
+        or train.fp32_grads
+        or storage_bytes(train.precision) == 4
+    ):
+        return 0.0
+    per_param = FP16_OPTIMIZER_STEP_BYTES if options.fused_fp16_optimizer else FP16_UNFUSED_STEP_BYTES
+    return per_param * params_on_gpu
+
+
 def stage_memory(
     cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
 ) -> MemoryBreakdown:
     """One pipeline stage's GPU (`stage` "first" or "last"): states of its layers and embedding,
-    its activations, buffers, the allocator's reserve over all that, and the CUDA context."""
+    its activations, buffers, the allocator's reserve over all that, and the CUDA context. What an
+    optimizer allocates only at its step (`step_copy_bytes`) counts in `buffers` for the part the
+    activations, freed by then, do not cover, and the allocator keeps the smaller of the two cached
+    beside the other. The corpus's Megatron-DeepSpeed ZeRO-0 run on V100s (BigScience meg_ds_3d
+    ds-on, unfused optimizer) bears both out: its first stage's `max allocated` is 16 B/param plus its
+    activations, not plus both, and its `max reserved` is all three."""
     options = options or MemoryOptions()
     per_param = state_bytes(train)
     layer_params = transformer_params_per_gpu(cfg, train, stage)
@@ -397,20 +421,27 @@ def stage_memory(
     optimizer = layer_params * per_param.optimizer
     activations = activations_per_gpu(cfg, train, options, stage)
     buffers = buffer_bytes(cfg, train, layer_params + embedding_params, options)
+    # the step's copies take the room the freed activations leave: the peak is the larger of the two
+    step = step_copy_bytes(train, layer_params + embedding_params, options)
+    buffers += max(0.0, step - activations - buffers)
     allocated = weights + grads + optimizer + activations + embedding + buffers
     context = options.cuda_context_bytes
-    allocator = allocator_reserve(allocated, context, options)
+    # ... but not the cached blocks: each copy is larger than any activation block the allocator keeps,
+    # so it reserves new segments while the activations' stay cached (the smaller of the two is held)
+    allocator = allocator_reserve(allocated, context, options, held=min(activations, step))
     total = allocated + allocator + context
     return MemoryBreakdown(
         weights, grads, optimizer, activations, embedding, buffers, allocator, context, total
     )
 
 
-def allocator_reserve(allocated: float, context: float, options: MemoryOptions) -> float:
-    """The caching allocator's reserve over `allocated`: `allocator_overhead` of it where the device has
-    room, what room is left where it has less, and never under `allocator_floor` (the fragments it cannot
-    give back). So a footprint over the device's memory is one whose tensors, context and floor are."""
-    reserve = allocated * options.allocator_overhead
+def allocator_reserve(allocated: float, context: float, options: MemoryOptions, held: float = 0.0) -> float:
+    """The caching allocator's reserve over `allocated`: `allocator_overhead` of it, or the freed blocks
+    it is known to `held` when more, where the device has room; what room is left where it has less
+    (it frees cached blocks before it raises out-of-memory), and never under `allocator_floor` (the
+    fragments it cannot give back). So a footprint over the device's memory is one whose tensors,
+    context and floor are."""
+    reserve = max(allocated * options.allocator_overhead, held)
     if options.capacity_bytes is None:
         return reserve
     room = options.capacity_bytes - context - allocated

@@ -41,8 +41,10 @@ from tracelog.parsers.megatron_lines import (
     ITER_MARK,
     ITERATION_COLUMNS,
     MEMORY_MARK,
+    OPTIMIZER_WRAPPER_RX,
     PADDED_RX,
     PARAMS_RX,
+    PIPE_STAGE_RX,
     RANK_PREFIX_RX,
     SPECIAL_RX,
     STATEFUL_RX,
@@ -544,6 +546,14 @@ def _stateful(
                 continue
             if match := ESTIMATED_RX.search(line):
                 run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
+                continue
+            if match := PIPE_STAGE_RX.match(line):
+                run.params.append(
+                    {"name": "deepspeed_pipe_stage", "value": match.group(1), "line_no": line_no}
+                )
+                continue
+            if match := OPTIMIZER_WRAPPER_RX.search(line):
+                run.params.append({"name": "optimizer_wrapper", "value": match.group(1), "line_no": line_no})
                 continue
             if line.strip():
                 unparsed.append({"line_no": line_no, "text": raw_line})

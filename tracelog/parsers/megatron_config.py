@@ -168,6 +168,9 @@ class RunInfo:
     def record(self) -> dict[str, Any]:
         """The row for `runs`: log-derived columns only (the user's options are applied later)."""
         columns = {"framework": "megatron", **self._from_args(), **self.columns}
+        stages = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_pipe_stage"]
+        if stages and not columns.get("pp"):
+            columns["pp"] = max(stages) + 1  # DeepSpeed's partition, when no argument gave the depth
         if self.params_printed:
             columns["params"] = self.params_printed
         elif self.rank_params and len(self.rank_params) == (columns.get("tp") or 0) * (
