@@ -51,6 +51,10 @@ from tracelog.model.flops import ModelConfig, flops_narayanan
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "published_runs.toml"
 DEFAULT_CORPUS = HERE.parents[1] / "shared" / "corpus" / "table"
+DEFAULT_MEGATRON = DEFAULT_CORPUS.parent / "megatron"
+MEGATRON_GPU = "v100-sxm2-32gb"
+"""The corpus's Megatron logs never name their GPU; their SOURCES.md does: "BigScience GPT-2 scaling
+experiments on Jean Zay, V100 32GB nodes"."""
 
 # The targets of the fidelity issue (issue 11, item 8).
 TARGETS = {
@@ -496,12 +500,62 @@ def render_calibrated(folds: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ Megatron's max reserved
+RESERVED_SQL = """
+SELECT s.path, r.framework, r.tp, r.pp, r.dp, r.mbs, r.zero_stage, max(m.max_reserved_mib) AS measured_mib,
+    any_value(p.value) AS predicted_mib
+FROM runs r JOIN sources s USING (source_id) JOIN memory m USING (run_id)
+LEFT JOIN predictions p ON p.subject_kind = 'run' AND p.subject_id = r.run_id AND p.metric = 'gpu_reserved_mib'
+WHERE m.max_reserved_mib IS NOT NULL
+GROUP BY ALL ORDER BY s.path
+"""
+
+
+def max_reserved(folder: Path | None = DEFAULT_MEGATRON) -> list[dict[str, Any]]:
+    """Every Megatron log of `folder` ingested by tracelog itself (GPU from `MEGATRON_GPU`), its highest
+    `max reserved` over ranks against the model's `reserved` (the busiest stage, no CUDA context)."""
+    files = sorted(folder.glob("*.out")) if folder is not None and folder.is_dir() else []
+    if not files:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "megatron.duckdb"
+        api.ingest(db, [str(f) for f in files], gpu=MEGATRON_GPU)
+        frame = api.sql(db, RESERVED_SQL)
+    out = []
+    for rec in frame.to_dict("records"):
+        predicted = None if _missing(rec["predicted_mib"]) else float(rec["predicted_mib"])
+        rec["file"] = Path(str(rec.pop("path"))).name
+        rec["predicted_mib"] = predicted
+        rec["ratio"] = float(rec["measured_mib"]) / predicted if predicted else math.nan
+        out.append(rec)
+    return out
+
+
+def render_reserved(rows: list[Mapping[str, Any]]) -> str:
+    if not rows:
+        return "\nMegatron's max reserved: no corpus Megatron logs found"
+    lines = [f"\nMegatron's max reserved ({MEGATRON_GPU}, corpus logs): measured / predicted reserved"]
+    for r in rows:
+        layout = f"{r['framework']} TP{r['tp']} PP{r['pp']} DP{r['dp']} MBS{r['mbs']} ZeRO {r['zero_stage']}"
+        predicted = r["predicted_mib"] if r["predicted_mib"] is not None else math.nan
+        lines.append(
+            f"  {r['file']:<52} {layout:<48} {r['measured_mib']:>7.0f} / {predicted:>7.0f} MiB = {r['ratio']:.2f}"
+        )
+    ratios = pd.Series([r["ratio"] for r in rows], dtype=float).dropna()
+    within = int(((ratios - 1).abs() <= TARGETS["memory_within"]).sum())
+    lines.append(f"  median {ratios.median():.2f}; {within} of {len(ratios)} within +-15%")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--corpus", type=Path, default=DEFAULT_CORPUS, help="folder of the BigScience chronicles"
     )
     parser.add_argument("--data", type=Path, default=DATA, help="the published runs (TOML)")
+    parser.add_argument(
+        "--megatron", type=Path, default=DEFAULT_MEGATRON, help="folder of published Megatron logs (*.out)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--calibrated", action="store_true", help="also cross-validate `tracelog calibrate` on the chronicles"
@@ -512,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     result = score(rows)
     result["repeats"] = repeats(rows)
     result["notes"] = notes
+    result["max_reserved"] = max_reserved(args.megatron)
     if args.calibrated:
         result["calibrated"] = calibrated_split(rows)
     result["seconds"] = round(time.perf_counter() - started, 2)
@@ -519,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2, default=float))
     else:
         print(render(result, notes))
+        print(render_reserved(result["max_reserved"]))
         if args.calibrated:
             print(render_calibrated(result["calibrated"]))
         print(f"\n({result['seconds']} s)")

@@ -208,3 +208,19 @@ def test_nemotron4_340b_shapes_give_the_readmes_model_flops():
     assert flops_megatron_lm(cfg, 1, causal_halved=False) == pytest.approx(8.62124e15, rel=1e-5)
     mfu = run["gbs"] * 8.62124e15 / run["sec_per_it"] / run["gpus"] / 989e12
     assert 100 * mfu == pytest.approx(50.5, abs=0.1)  # the README truncates 50.56
+
+
+def test_max_reserved_section_scores_every_published_megatron_log():
+    """The benchmark's `max reserved` section: every corpus Megatron log with a memory report, ingested by
+    tracelog with the GPU its SOURCES.md names, held against the model's reserved memory."""
+    folder = CORPUS / "megatron"
+    if not folder.is_dir():
+        pytest.skip("public corpus not present")
+    rows = fidelity.max_reserved(folder)
+    by_file = {r["file"]: r for r in rows}
+    assert len(rows) == 7  # the two perf_n16 logs print no memory report
+    zero0 = by_file["bigscience_meg_ds_3d_gpt2_perf_n16-ds-on.out"]
+    assert zero0["measured_mib"] == 23288.0  # rank 1, "(after 1 iterations) ... max reserved: 23288.0"
+    assert zero0["ratio"] == pytest.approx(1.0, abs=0.03)
+    assert math.isclose(pd.Series([r["ratio"] for r in rows]).median(), 1.0, abs_tol=0.1)
+    assert "median" in fidelity.render_reserved(rows)
