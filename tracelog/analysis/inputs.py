@@ -123,6 +123,13 @@ class RunInputs:
         return value.strip().lower() in ("true", "1", "yes")
 
 
+def fp16_grad_buffer(inputs: RunInputs) -> bool:
+    """Megatron-LM trained in fp16 keeps its gradients in fp16 unless `--accumulate-allreduce-grads-in-
+    fp32` (off by default; bf16 turns it on, megatron/training/arguments.py): its data-parallel buffer
+    holds 2 bytes a parameter and the optimizer makes the fp32 main grads at its step."""
+    return inputs.precision == "fp16" and not inputs.flag("accumulate_allreduce_grads_in_fp32")
+
+
 def _int(value: Any) -> int | None:
     if value is None:
         return None
@@ -299,7 +306,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
     if zero_stage is None and not inputs.flag("use_distributed_optimizer"):
         inputs.zero_given = False
         inputs.assumptions.append("ZeRO stage not given: 0 assumed")
-    fp32_grads = inputs.framework in FP32_GRAD_FRAMEWORKS or (
+    fp32_grads = (inputs.framework in FP32_GRAD_FRAMEWORKS and not fp16_grad_buffer(inputs)) or (
         inputs.framework == "megatron-deepspeed" and inputs.precision == "bf16"
     )
     try:

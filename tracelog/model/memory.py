@@ -198,6 +198,10 @@ FP16_UNFUSED_STEP_BYTES = 4
 optimizer" in the log, any other optimizer): one fp32 `.grad` per master weight, all alive through the
 optimizer's step."""
 
+MEGATRON_MAIN_GRAD_BYTES = 4
+"""The fp32 main gradient Megatron-LM's 16-bit optimizer makes of each fp16 one at its step, when the
+data-parallel buffer holds fp16 gradients (`step_copy_bytes`)."""
+
 DEEPSPEED_FRAMEWORKS = ("deepspeed", "megatron-deepspeed")
 
 
@@ -385,17 +389,19 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
 
 
 def step_copy_bytes(train: TrainConfig, params_on_gpu: float, options: MemoryOptions) -> float:
-    """What DeepSpeed's ZeRO-0 16-bit optimizer allocates at its step, after the backward pass has freed
-    the activations: `FP16_OPTIMIZER_STEP_BYTES` per parameter, `FP16_UNFUSED_STEP_BYTES` for the unfused
-    one (`options.fused_fp16_optimizer`). The engine's flat all-reduce bucket of up to
-    `MEMORY_OPT_ALLREDUCE_SIZE` 16-bit gradients (`buffered_allreduce_fallback`) comes and goes between
-    the two and is smaller than either. Nothing for other frameworks, stages or precisions."""
-    if (
-        train.framework not in DEEPSPEED_FRAMEWORKS
-        or train.zero_stage != 0
-        or train.fp32_grads
-        or storage_bytes(train.precision) == 4
-    ):
+    """What an optimizer allocates at its step, after the backward pass has freed the activations.
+    DeepSpeed's ZeRO-0 16-bit optimizer: `FP16_OPTIMIZER_STEP_BYTES` per parameter,
+    `FP16_UNFUSED_STEP_BYTES` for the unfused one (`options.fused_fp16_optimizer`); the engine's flat
+    all-reduce bucket of up to `MEMORY_OPT_ALLREDUCE_SIZE` 16-bit gradients (`buffered_allreduce_fallback`)
+    comes and goes between the two and is smaller than either. Megatron-LM with 16-bit gradients
+    (`fp32_grads` off, no distributed optimizer): `Float16OptimizerWithFloat16Params`'s
+    `_copy_model_grads_to_main_grads` gives every fp32 main parameter `main_grad.float()`, 4 bytes a
+    parameter (megatron/core/optimizer/optimizer.py). Nothing for other stages or precisions."""
+    if train.fp32_grads or storage_bytes(train.precision) == 4:
+        return 0.0
+    if train.framework == "megatron" and not train.distributed_optimizer:
+        return MEGATRON_MAIN_GRAD_BYTES * params_on_gpu
+    if train.framework not in DEEPSPEED_FRAMEWORKS or train.zero_stage != 0:
         return 0.0
     per_param = FP16_OPTIMIZER_STEP_BYTES if options.fused_fp16_optimizer else FP16_UNFUSED_STEP_BYTES
     return per_param * params_on_gpu
