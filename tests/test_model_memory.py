@@ -644,3 +644,15 @@ def test_megatron_fp16_keeps_fp16_grads_and_makes_fp32_main_grads_at_the_step(tm
     ]
     assert measured == 30806.0
     assert measured / predicted == pytest.approx(1.13, abs=0.02)
+
+
+def test_the_logs_zero_bucket_and_optimizer_reach_the_memory_options() -> None:
+    from tracelog.analysis.inputs import build
+    from tracelog.analysis.predictions import memory_options
+
+    row = {"run_id": 1, "framework": "megatron-deepspeed", "gpu_model": "a100-sxm4-80gb", "tp": 4, "pp": 1}
+    said = build(row, {"reduce_bucket_size": "50000000", "optimizer_wrapper": "fp16 unfused optimizer"})
+    options = memory_options(said)
+    assert (options.reduce_bucket_size, options.fused_fp16_optimizer) == (5e7, False)
+    silent = memory_options(build(row, {}))
+    assert (silent.reduce_bucket_size, silent.fused_fp16_optimizer) == (DEEPSPEED_BUCKET_ELEMENTS, True)

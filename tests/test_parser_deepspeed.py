@@ -343,6 +343,9 @@ def test_the_plain_sample_lands_in_the_database(tmp_path: Path) -> None:
     assert {"fwd", "bwd", "step", "fwd_microstep", "bwd_allreduce_microstep"} <= set(timers["name"])
     peak = api.sql(db, "SELECT max(max_allocated_mib) AS peak FROM memory").iloc[0]["peak"]
     assert peak == pytest.approx(31.42 * 1024)
+    # line 23, `[stage_1_and_2.py:148:__init__] Reduce bucket size 500000000`: kept for the memory model
+    bucket = api.sql(db, "SELECT value, line_no FROM run_params WHERE name = 'reduce_bucket_size'").iloc[0]
+    assert (bucket["value"], bucket["line_no"]) == ("500000000", 23)
 
 
 def test_the_ugly_sample_has_two_runs_a_crash_and_every_rank(tmp_path: Path) -> None:

@@ -357,3 +357,23 @@ def test_published_logs_yield_every_iteration_line(path) -> None:
     out = collect(raw)
     assert len(out.get("iterations", [])) == expected
     assert all(r["elapsed_s"] > 0 for r in out.get("iterations", []))
+
+
+def test_zero_reduce_bucket_is_kept_for_the_memory_model() -> None:
+    # Invented, in the shape of DeepSpeed's ZeRO-1/2 optimizer lines inside a Megatron-DeepSpeed log.
+    text = (
+        "using world size: 16, data-parallel-size: 4, tensor-model-parallel size: 4, "
+        "pipeline-model-parallel size: 1 \n"
+        "[2024-05-13 09:14:33,301] [INFO] [logging.py:96:log_dist] [Rank 0] Creating fp16 ZeRO stage 1 optimizer\n"
+        "[2024-05-13 09:14:33,318] [INFO] [stage_1_and_2.py:148:__init__] Reduce bucket size 50000000\n"
+        "[2024-05-13 09:14:33,318] [INFO] [stage_1_and_2.py:149:__init__] Allgather bucket size 500000000\n"
+        " iteration        1/    1000 | elapsed time per iteration (ms): 1597.9 |\n"
+    )
+    out = collect(text)
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["reduce_bucket_size"] == "50000000"
+    assert params["optimizer_wrapper"] == "fp16 ZeRO stage 1 optimizer"
+    assert [r["text"] for r in out["unparsed"]] == [
+        "[2024-05-13 09:14:33,318] [INFO] [stage_1_and_2.py:149:__init__] Allgather bucket size 500000000"
+    ]

@@ -71,7 +71,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'use_flash_attn', 'masked_softmax_fusion', 'attention_backend', 'transformer_impl',
     'bf16', 'fp16', 'accumulate_allreduce_grads_in_fp32', 'theoretical_weight_and_optimizer_mib',
     'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
-    'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper')
+    'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
+    'reduce_bucket_size')
 """
 
 

@@ -52,7 +52,7 @@ from tracelog.model.flops import (
     hardware_flops,
     params_from_config,
 )
-from tracelog.model.memory import MemoryOptions, cuda_context_bytes, memory_per_gpu
+from tracelog.model.memory import DEEPSPEED_BUCKET_ELEMENTS, MemoryOptions, cuda_context_bytes, memory_per_gpu
 from tracelog.model.timing import bubble_fraction, predict_iteration
 from tracelog.store import Store
 
@@ -184,11 +184,13 @@ def run_prediction(
 
 def memory_options(inputs: RunInputs) -> MemoryOptions:
     """The run's CUDA context by GPU generation, the device's memory (which the allocator's reserve
-    yields to), DeepSpeed's activation-checkpointing switches, and which 16-bit optimizer DeepSpeed
-    said it created (`optimizer_wrapper`: "fp16 unfused optimizer" holds half the fused one's copies at
+    yields to), DeepSpeed's activation-checkpointing switches and ZeRO gradient bucket as its log
+    prints them, and which 16-bit optimizer DeepSpeed said it created (`optimizer_wrapper`: "fp16 unfused optimizer" holds half the fused one's copies at
     its step)."""
     wrapper = inputs.run_params.get("optimizer_wrapper") or ""
+    bucket = inputs.run_params.get("reduce_bucket_size") or ""
     return MemoryOptions(
+        reduce_bucket_size=float(bucket) if bucket.isdigit() else DEEPSPEED_BUCKET_ELEMENTS,
         cuda_context_bytes=cuda_context_bytes(inputs.gpu),
         capacity_bytes=inputs.gpu.memory_bytes if inputs.gpu is not None else None,
         partition_activations=bool(inputs.flag("partition_activations")),

@@ -46,6 +46,7 @@ from tracelog.parsers.megatron_lines import (
     PARAMS_RX,
     PIPE_STAGE_RX,
     RANK_PREFIX_RX,
+    REDUCE_BUCKET_RX,
     SPECIAL_RX,
     STATEFUL_RX,
     THEORY_RX,
@@ -551,6 +552,9 @@ def _stateful(
                 run.params.append(
                     {"name": "deepspeed_pipe_stage", "value": match.group(1), "line_no": line_no}
                 )
+                continue
+            if match := REDUCE_BUCKET_RX.search(line):
+                run.params.append({"name": "reduce_bucket_size", "value": match.group(1), "line_no": line_no})
                 continue
             if match := OPTIMIZER_WRAPPER_RX.search(line):
                 run.params.append({"name": "optimizer_wrapper", "value": match.group(1), "line_no": line_no})

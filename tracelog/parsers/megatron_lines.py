@@ -83,7 +83,7 @@ EVENT_KINDS = (
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|Creating [\w. ]*optimizer|stage=\d+ layers=\d"
+    r"|estimated model parameters:|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d"
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -91,7 +91,7 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
-    r"|Creating [\w. ]*optimizer|stage=\d+ layers=\d"
+    r"|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d"
 )
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
@@ -132,6 +132,8 @@ OPTIMIZER_WRAPPER_RX = regex.compile(r"Creating ([\w. ]*?optimizer)")
 # DeepSpeed's PipelineModule prints its partition, one `stage=N layers=M` line per stage (runtime/pipe/
 # module.py `_partition_layers`): the pipeline depth of a log whose arguments block does not give it.
 PIPE_STAGE_RX = regex.compile(r"^\s*stage=(\d+) layers=\d+\s*$")
+# ZeRO's optimizers print their gradient bucket in elements (runtime/zero/stage_1_and_2.py, stage3.py).
+REDUCE_BUCKET_RX = regex.compile(r"\bReduce bucket size (\d+)")
 PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
 
