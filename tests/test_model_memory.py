@@ -656,3 +656,20 @@ def test_the_logs_zero_bucket_and_optimizer_reach_the_memory_options() -> None:
     assert (options.reduce_bucket_size, options.fused_fp16_optimizer) == (5e7, False)
     silent = memory_options(build(row, {}))
     assert (silent.reduce_bucket_size, silent.fused_fp16_optimizer) == (DEEPSPEED_BUCKET_ELEMENTS, True)
+
+
+def test_a_zero_stage_printed_with_deepspeed_off_shards_nothing() -> None:
+    """Megatron-DeepSpeed prints `zero_stage ... 1` (its `--zero-stage` default) with `--deepspeed` off too,
+    as the corpus's meg_ds_3d ds-off log does; Megatron's own optimizer then runs and shards nothing."""
+    from tracelog.analysis.inputs import build
+
+    row = {
+        "run_id": 1, "framework": "megatron", "gpu_model": "v100-sxm2-32gb", "layers": 64, "hidden": 8192,
+        "heads": 32, "seq_len": 1024, "vocab": 50688, "tp": 4, "pp": 2, "dp": 8, "mbs": 4, "gbs": 512,
+        "zero_stage": 1, "precision": "fp16",
+    }  # fmt: skip
+    off = build(row, {})
+    assert off.train is not None and off.train.zero_stage == 0
+    assert any("ZeRO stage 1 ignored" in a for a in off.assumptions)
+    on = build({**row, "framework": "megatron-deepspeed"}, {})
+    assert on.train is not None and on.train.zero_stage == 1

@@ -304,6 +304,13 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
     if inputs.gpus is None:
         inputs.gpus = tp * pp * dp * cp  # type: ignore[operator]
     zero_stage = _int(row.get("zero_stage"))
+    if zero_stage and inputs.framework == "megatron":
+        # Megatron-DeepSpeed prints `zero_stage` (default 1.0) with --deepspeed off too, where Megatron's
+        # own optimizer runs and shards nothing
+        inputs.assumptions.append(
+            f"ZeRO stage {zero_stage} ignored: DeepSpeed is off, Megatron's optimizer runs"
+        )
+        zero_stage = 0
     if zero_stage is None and not inputs.flag("use_distributed_optimizer"):
         inputs.zero_given = False
         inputs.assumptions.append("ZeRO stage not given: 0 assumed")
