@@ -174,7 +174,8 @@ def test_arguments_block_maps_to_run_columns_and_keeps_every_argument() -> None:
 
 
 # Invented, in the shape of a 2021 Megatron-DeepSpeed log (BigScience meg_ds_3d outputs): no arguments
-# block gives the pipeline depth, DeepSpeed's partition and its optimizer line do, among other ranks' lines.
+# block gives the pipeline depth or the global batch; DeepSpeed's partition, its configuration echo and its
+# optimizer line do, among other ranks' lines.
 DS_PIPE = """\
 using world size: 16 and model-parallel size: 2
 [2021-05-27 19:49:22,389] [INFO] [module.py:360:_partition_layers] Partitioning pipeline stages with method type:transformer
@@ -199,6 +200,8 @@ stage=3 layers=6
     14: fp16_to_fp32
   loss: CrossEntropy
 [2021-05-27 19:49:22,948] [INFO] [config.py:904:print]   pipeline ..................... {'stages': 'auto', 'partition': 'best'}
+[2021-05-27 19:49:22,949] [INFO] [config.py:904:print]   train_batch_size ............. 1024
+[2021-05-27 19:49:22,949] [INFO] [config.py:904:print]   train_micro_batch_size_per_gpu  4
 [2021-05-27 19:49:23,105] [INFO] [logging.py:60:log_dist] [Rank 0] Creating fp16 unfused optimizer with dynamic loss scale
  iteration        1/    1000 | consumed samples:         1024 | elapsed time per iteration (ms): 159778.9 |
 """
@@ -208,6 +211,7 @@ def test_deepspeed_partition_gives_the_pipeline_depth_and_the_optimizer_is_kept(
     out = collect(DS_PIPE)
     (run,) = out["runs"]
     assert (run["tp"], run["pp"], run["gpus"], run["dp"]) == (2, 4, 16, 2)
+    assert run["gbs"] == 1024  # DeepSpeed's configuration echo, as no argument gives the global batch
     params = {p["name"]: p["value"] for p in run["run_params"]}
     assert params["optimizer_wrapper"] == "fp16 unfused optimizer"
     unparsed = {r["text"].strip() for r in out.get("unparsed", [])}

@@ -35,6 +35,7 @@ from tracelog.parsers.megatron_lines import (
     ARG_LINE_RX,
     ARGS_END,
     ARGS_START,
+    DS_TRAIN_BATCH_RX,
     EFFECTIVE_RX,
     ESTIMATED_RX,
     ITER_LINE_RX,
@@ -551,6 +552,11 @@ def _stateful(
             if match := PIPE_STAGE_RX.match(line):
                 run.params.append(
                     {"name": "deepspeed_pipe_stage", "value": match.group(1), "line_no": line_no}
+                )
+                continue
+            if match := DS_TRAIN_BATCH_RX.search(line):
+                run.params.append(
+                    {"name": "deepspeed_train_batch_size", "value": match.group(1), "line_no": line_no}
                 )
                 continue
             if match := REDUCE_BUCKET_RX.search(line):

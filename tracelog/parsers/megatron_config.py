@@ -171,6 +171,9 @@ class RunInfo:
         stages = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_pipe_stage"]
         if stages and not columns.get("pp"):
             columns["pp"] = max(stages) + 1  # DeepSpeed's partition, when no argument gave the depth
+        batches = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_train_batch_size"]
+        if batches and not columns.get("gbs"):
+            columns["gbs"] = batches[-1]  # DeepSpeed's configuration echo, when no argument gave it
         if self.params_printed:
             columns["params"] = self.params_printed
         elif self.rank_params and len(self.rank_params) == (columns.get("tp") or 0) * (

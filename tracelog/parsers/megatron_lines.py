@@ -83,7 +83,7 @@ EVENT_KINDS = (
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d"
+    r"|estimated model parameters:|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -91,7 +91,7 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
-    r"|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d"
+    r"|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
 )
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
@@ -134,6 +134,9 @@ OPTIMIZER_WRAPPER_RX = regex.compile(r"Creating ([\w. ]*?optimizer)")
 PIPE_STAGE_RX = regex.compile(r"^\s*stage=(\d+) layers=\d+\s*$")
 # ZeRO's optimizers print their gradient bucket in elements (runtime/zero/stage_1_and_2.py, stage3.py).
 REDUCE_BUCKET_RX = regex.compile(r"\bReduce bucket size (\d+)")
+# DeepSpeed's configuration echo (runtime/config.py `print`): the global batch, for a log whose own
+# arguments give only the micro-batch (Megatron v1.1.5 of DeepSpeedExamples: `batch_size`, `gas`).
+DS_TRAIN_BATCH_RX = regex.compile(r"\] +train_batch_size \.{2,} *(\d+)\s*$")
 PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
 
