@@ -83,7 +83,7 @@ EVENT_KINDS = (
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
+    r"|estimated model parameters:|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -91,7 +91,7 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
-    r"|Creating [\w. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
+    r"|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
 )
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
@@ -128,7 +128,7 @@ ESTIMATED_RX = regex.compile(r"estimated model parameters:\s*" + NUM)
 # DeepSpeed's engine names the optimizer it wrapped the model's in (runtime/engine.py, `log_dist`):
 # "Creating fp16 optimizer with dynamic loss scale", "Creating fp16 unfused optimizer ...", "Creating
 # BF16 optimizer", "Creating fp16 ZeRO stage 1 optimizer"; the DeepSpeed parser keeps the same name.
-OPTIMIZER_WRAPPER_RX = regex.compile(r"Creating ([\w. ]*?optimizer)")
+OPTIMIZER_WRAPPER_RX = regex.compile(r"Creating ([A-Za-z0-9_. ]{0,80}?optimizer)")
 # DeepSpeed's PipelineModule prints its partition, one `stage=N layers=M` line per stage (runtime/pipe/
 # module.py `_partition_layers`): the pipeline depth of a log whose arguments block does not give it.
 PIPE_STAGE_RX = regex.compile(r"^\s*stage=(\d+) layers=\d+\s*$")
