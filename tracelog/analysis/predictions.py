@@ -483,7 +483,7 @@ _VIEW: dict[str, tuple[str, str, float, str]] = {
     "optimizer_mib": ("memory", "optimizer state", 1 / 1024, "GiB"),
     "activations_mib": ("memory", "activations (busiest stage, in flight; logits)", 1 / 1024, "GiB"),
     "embedding_mib": ("memory", "embedding (states of its parameters)", 1 / 1024, "GiB"),
-    "buffers_mib": ("memory", "framework buffers (buckets, fp32 grad partition)", 1 / 1024, "GiB"),
+    "buffers_mib": ("memory", "framework buffers (buckets, fp32 grads at the step)", 1 / 1024, "GiB"),
     "allocator_mib": ("memory", "caching allocator reserve", 1 / 1024, "GiB"),
     "gpu_reserved_mib": ("memory", "reserved by the allocator (max reserved)", 1 / 1024, "GiB"),
     "cuda_context_mib": ("memory", "CUDA context", 1 / 1024, "GiB"),
