@@ -181,6 +181,25 @@ def test_ofi_provider_line_names_slingshot_and_its_nics(tmp_path: Path) -> None:
     assert node.unidirectional_gbps == hardware.link("slingshot11-x4").unidirectional_gbps
 
 
+# A SLURM job script's `set -x` echo, as BigScience's 2021 outputs show it (invented values).
+LAUNCHER_LINES = """+ GPUS_PER_NODE=4
++ NNODES=16
++ export 'LAUNCHER=python -u -m torch.distributed.launch --nproc_per_node 4 --nnodes 16 --master_port 6000'
+"""
+
+
+def test_launcher_lines_say_how_many_gpus_a_node_runs(tmp_path: Path) -> None:
+    log = write(tmp_path, "run.log", with_header(LAUNCHER_LINES))
+    api.ingest(tmp_path / "a.duckdb", [str(log)])
+    assert facts(tmp_path / "a.duckdb")["gpus_per_node"] == ("4", "log", "line 1 (launcher)")
+    assert hardware_lines.launcher_gpus_per_node("torchrun --nproc-per-node=8 --nnodes=2 train.py") == 8
+    assert hardware_lines.launcher_gpus_per_node("DISTRIBUTED_ARGS='--nproc_per_node $GPUS_PER_NODE'") is None
+    assert hardware_lines.launcher_gpus_per_node("--nproc_per_node=gpu") is None
+    # what the command line says wins over the log
+    api.ingest(tmp_path / "b.duckdb", [str(log)], gpus_per_node=8)
+    assert facts(tmp_path / "b.duckdb")["gpus_per_node"][:2] == ("8", "command line")
+
+
 def test_log_bench_device_lines(tmp_path: Path) -> None:
     bench = write(tmp_path, "nccl.txt", NCCL_TESTS)
     api.ingest(tmp_path / "a.duckdb", [str(bench)])

@@ -44,12 +44,17 @@ SCAN_WORDS = (
     "NCCL INFO NET/",
     "NCCL INFO Using network",
     "WORLD INFO",
+    "nproc",
+    "GPUS_PER_NODE=",
 )
 """Literal words that pick, in SQL, the lines worth reading in Python (a literal search over millions of
 unparsed lines costs a third less than the regex)."""
 NCCL_LINE = r"(?:^|[\s>:\]])([A-Za-z0-9][\w.\-]*):[0-9]+:[0-9]+ \[[0-9]+\] NCCL (?:INFO|WARN)"
 """SQL and Python regex: NCCL's `host:pid:tid [dev]` prefix, after any launcher prefix (`0: `, `[1,4]<stderr>:`)."""
 WORLD_INFO = re.compile(r"WORLD INFO DICT: \{(.*)\}")
+LAUNCHER_PER_NODE = re.compile(r"(?:--nproc[_-]per[_-]node[= ]+|(?<![\w$])GPUS_PER_NODE=)(\d+)(?![\w.])")
+"""The launcher's processes per node as a job script echoes it (`set -x`, SLURM output): torch.distributed's
+`--nproc_per_node 4`, torchrun's `--nproc-per-node=8`, or Megatron's example scripts' `GPUS_PER_NODE=8`."""
 WORLD_HOST = re.compile(r"'([^']+)': \[([0-9, ]*)\]")
 NET_IB = re.compile(r"NCCL INFO NET/(?:IB|OFI|Socket) ?: ?Using (.*?)(?: ; OOB|$)")
 NIC = re.compile(r"\[\d+\]\S+")
@@ -166,6 +171,15 @@ def nccl_network(text: str) -> str | None:
     such as `AWS Libfabric`), or None."""
     match = NCCL_NETWORK.search(text)
     return match.group(1) if match else None
+
+
+def launcher_gpus_per_node(text: str) -> int | None:
+    """GPUs per node from a launcher line the log echoes (`LAUNCHER_PER_NODE`), or None."""
+    match = LAUNCHER_PER_NODE.search(text)
+    if match is None:
+        return None
+    count = int(match.group(1))
+    return count if 0 < count <= 64 else None
 
 
 def world_info(text: str) -> dict[str, int] | None:

@@ -5,7 +5,8 @@ that knows it, in this order:
 1. `command line`: `--gpu`, `--gpus-per-node`, `--fabric` given with the ingest (or `tracelog set`);
 2. `log`: the file itself: a bench's own device lines, a run's configuration (a lab note's node count),
    or lines nobody parsed that name the hardware (`hardware_lines`: nvidia-smi tables, device names,
-   nccl-tests device lines, NCCL's `NET/IB` line: its NIC count, and Omni-Path by its driver name);
+   nccl-tests device lines, NCCL's `NET/IB` line: its NIC count, and Omni-Path by its driver name; the
+   launcher's processes per node as the job script echoes them);
 3. `bench`: a bench already in the store that ran on one of the same hosts (hosts from NCCL's line prefixes,
    DeepSpeed's world info, or the bench's device lines);
 4. `cluster`: the first `[cluster.NAME]` of tracelog.toml whose host pattern or path glob matches.
@@ -71,6 +72,10 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
                 facts["gpus_per_node"] = Decided(
                     per_node.pop(), "log", f"line {line_no} (DeepSpeed world info)"
                 )
+        if "gpus_per_node" not in facts:
+            launched = hardware_lines.launcher_gpus_per_node(text)
+            if launched is not None:
+                facts["gpus_per_node"] = Decided(launched, "log", f"line {line_no} (launcher)")
         if "gpu_model" not in facts:
             seen = hardware_lines.gpu_seen(int(line_no), text, next_text)
             if seen is not None:
