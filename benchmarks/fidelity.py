@@ -536,7 +536,11 @@ def render_reserved(rows: list[Mapping[str, Any]]) -> str:
         return "\nMegatron's max reserved: no corpus Megatron logs found"
     lines = [f"\nMegatron's max reserved ({MEGATRON_GPU}, corpus logs): measured / predicted reserved"]
     for r in rows:
-        layout = f"{r['framework']} TP{r['tp']} PP{r['pp']} DP{r['dp']} MBS{r['mbs']} ZeRO {r['zero_stage']}"
+        shown = {k: "-" if _missing(r[k]) else r[k] for k in ("tp", "pp", "dp", "mbs", "zero_stage")}
+        layout = (
+            f"{r['framework']} TP{shown['tp']} PP{shown['pp']} DP{shown['dp']} MBS{shown['mbs']}"
+            f" ZeRO {shown['zero_stage']}"
+        )
         predicted = r["predicted_mib"] if r["predicted_mib"] is not None else math.nan
         lines.append(
             f"  {r['file']:<52} {layout:<48} {r['measured_mib']:>7.0f} / {predicted:>7.0f} MiB = {r['ratio']:.2f}"
