@@ -443,7 +443,7 @@ def stage_memory(
 
 def allocator_reserve(allocated: float, context: float, options: MemoryOptions, held: float = 0.0) -> float:
     """The caching allocator's reserve over `allocated`: `allocator_overhead` of it, or the freed blocks
-    it is known to `held` when more, where the device has room; what room is left where it has less
+    it is known to hold (`held`) when they are more, where the device has room; what room is left where it has less
     (it frees cached blocks before it raises out-of-memory), and never under `allocator_floor` (the
     fragments it cannot give back). So a footprint over the device's memory is one whose tensors,
     context and floor are."""
