@@ -214,6 +214,7 @@ def test_deepspeed_partition_gives_the_pipeline_depth_and_the_optimizer_is_kept(
     assert run["gbs"] == 1024  # DeepSpeed's configuration echo, as no argument gives the global batch
     params = {p["name"]: p["value"] for p in run["run_params"]}
     assert params["optimizer_wrapper"] == "fp16 unfused optimizer"
+    assert [p["value"] for p in run["run_params"] if p["name"] == "deepspeed_pipe_stage"] == ["3"]
     unparsed = {r["text"].strip() for r in out.get("unparsed", [])}
     assert not any(t.startswith("stage=") or "Creating fp16" in t for t in unparsed)
     assert "0: _to_float16" in unparsed  # the partition's module lines stay kept, as nothing reads them

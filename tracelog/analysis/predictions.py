@@ -185,8 +185,8 @@ def run_prediction(
 def memory_options(inputs: RunInputs) -> MemoryOptions:
     """The run's CUDA context by GPU generation, the device's memory (which the allocator's reserve
     yields to), DeepSpeed's activation-checkpointing switches and ZeRO gradient bucket as its log
-    prints them, and which 16-bit optimizer DeepSpeed said it created (`optimizer_wrapper`: "fp16 unfused optimizer" holds half the fused one's copies at
-    its step)."""
+    prints them, and which 16-bit optimizer DeepSpeed said it created (`optimizer_wrapper`: the "fp16
+    unfused optimizer" holds half the fused one's copies at its step)."""
     wrapper = inputs.run_params.get("optimizer_wrapper") or ""
     bucket = inputs.run_params.get("reduce_bucket_size") or ""
     return MemoryOptions(

@@ -35,19 +35,16 @@ from tracelog.parsers.megatron_lines import (
     ARG_LINE_RX,
     ARGS_END,
     ARGS_START,
-    DS_TRAIN_BATCH_RX,
     EFFECTIVE_RX,
     ESTIMATED_RX,
     ITER_LINE_RX,
     ITER_MARK,
     ITERATION_COLUMNS,
+    LINE_PARAMS,
     MEMORY_MARK,
-    OPTIMIZER_WRAPPER_RX,
     PADDED_RX,
     PARAMS_RX,
-    PIPE_STAGE_RX,
     RANK_PREFIX_RX,
-    REDUCE_BUCKET_RX,
     SPECIAL_RX,
     STATEFUL_RX,
     THEORY_RX,
@@ -467,6 +464,19 @@ def _timers(timers: pl.DataFrame, anchors: pl.DataFrame, carry: _Carry, fast: bo
     return pl.concat(frames).sort("line_no", maintain_order=True)
 
 
+def _line_param(run: RunInfo, line: str, line_no: int) -> bool:
+    """A DeepSpeed line kept as a run parameter (`LINE_PARAMS`); the partition's stages as one, the last."""
+    for rx, name in LINE_PARAMS:
+        if match := rx.search(line):
+            kept = next((p for p in run.params if p["name"] == name), None)
+            if name == "deepspeed_pipe_stage" and kept is not None:
+                kept["value"] = str(max(int(kept["value"]), int(match.group(1))))
+            else:
+                run.params.append({"name": name, "value": match.group(1), "line_no": line_no})
+            return True
+    return False
+
+
 def _stateful(
     stateful: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo], anchors: pl.DataFrame
 ) -> Iterator[Batch]:
@@ -549,21 +559,7 @@ def _stateful(
             if match := ESTIMATED_RX.search(line):
                 run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
                 continue
-            if match := PIPE_STAGE_RX.match(line):
-                run.params.append(
-                    {"name": "deepspeed_pipe_stage", "value": match.group(1), "line_no": line_no}
-                )
-                continue
-            if match := DS_TRAIN_BATCH_RX.search(line):
-                run.params.append(
-                    {"name": "deepspeed_train_batch_size", "value": match.group(1), "line_no": line_no}
-                )
-                continue
-            if match := REDUCE_BUCKET_RX.search(line):
-                run.params.append({"name": "reduce_bucket_size", "value": match.group(1), "line_no": line_no})
-                continue
-            if match := OPTIMIZER_WRAPPER_RX.search(line):
-                run.params.append({"name": "optimizer_wrapper", "value": match.group(1), "line_no": line_no})
+            if _line_param(run, line, line_no):
                 continue
             if line.strip():
                 unparsed.append({"line_no": line_no, "text": raw_line})

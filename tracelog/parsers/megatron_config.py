@@ -170,7 +170,9 @@ class RunInfo:
         columns = {"framework": "megatron", **self._from_args(), **self.columns}
         stages = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_pipe_stage"]
         if stages and not columns.get("pp"):
-            columns["pp"] = max(stages) + 1  # DeepSpeed's partition, when no argument gave the depth
+            columns["pp"] = (
+                max(stages) + 1
+            )  # DeepSpeed's partition (its last stage), when no argument gave it
         batches = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_train_batch_size"]
         if batches and not columns.get("gbs"):
             columns["gbs"] = batches[-1]  # DeepSpeed's configuration echo, when no argument gave it

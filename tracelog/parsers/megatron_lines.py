@@ -137,6 +137,13 @@ REDUCE_BUCKET_RX = regex.compile(r"\bReduce bucket size (\d+)")
 # DeepSpeed's configuration echo (runtime/config.py `print`): the global batch, for a log whose own
 # arguments give only the micro-batch (Megatron v1.1.5 of DeepSpeedExamples: `batch_size`, `gas`).
 DS_TRAIN_BATCH_RX = regex.compile(r"\] +train_batch_size \.{2,} *(\d+)\s*$")
+LINE_PARAMS = (
+    (PIPE_STAGE_RX, "deepspeed_pipe_stage"),
+    (DS_TRAIN_BATCH_RX, "deepspeed_train_batch_size"),
+    (REDUCE_BUCKET_RX, "reduce_bucket_size"),
+    (OPTIMIZER_WRAPPER_RX, "optimizer_wrapper"),
+)
+"""DeepSpeed's lines inside a Megatron log that are kept as run parameters, by the name each takes."""
 PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
 
