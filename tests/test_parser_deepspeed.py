@@ -346,6 +346,16 @@ def test_the_plain_sample_lands_in_the_database(tmp_path: Path) -> None:
     # line 23, `[stage_1_and_2.py:148:__init__] Reduce bucket size 500000000`: kept for the memory model
     bucket = api.sql(db, "SELECT value, line_no FROM run_params WHERE name = 'reduce_bucket_size'").iloc[0]
     assert (bucket["value"], bucket["line_no"]) == ("500000000", 23)
+    # the engine's `zero_config ... overlap_comm=True` echo reaches the model: gradients reduced during
+    # the backward pass (and two buckets in memory, `buf_0`/`buf_1`, without a pipeline)
+    from tracelog.analysis import inputs as run_inputs
+    from tracelog.store import Store
+
+    with Store(db) as store:
+        ((row, params),) = run_inputs.load_rows(store, "run_id = 1")
+    built = run_inputs.build(row, params)
+    assert built.zero_option("overlap_comm") == "True" and built.zero_option("stage") == "2"
+    assert built.train is not None and built.train.overlap_grad_reduce
 
 
 def test_the_ugly_sample_has_two_runs_a_crash_and_every_rank(tmp_path: Path) -> None:
@@ -381,3 +391,41 @@ def test_the_ugly_sample_has_two_runs_a_crash_and_every_rank(tmp_path: Path) -> 
 )
 def test_any_mix_of_deepspeed_lines_parses_without_error(lines: list[str]) -> None:
     collect("\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("params", "overlap", "bucket"),
+    [
+        # DeepSpeed 0.9 on: the pydantic echo, every setting with its default
+        (
+            {
+                "zero_config": "stage=1 contiguous_gradients=True reduce_bucket_size=50000000 overlap_comm=False"
+            },
+            False,
+            5e7,
+        ),
+        # 2021-2022: the echo is a JSON dict
+        (
+            {"zero_config": '{"stage": 1, "overlap_comm": true, "reduce_bucket_size": 6.710886e+07}'},
+            True,
+            6.710886e7,
+        ),
+        # only the user's JSON: what it sets, the rest DeepSpeed's defaults
+        ({"json.zero_optimization.overlap_comm": "true"}, True, 5e8),
+        ({}, False, 5e8),
+    ],
+)
+def test_deepspeed_zero_settings_reach_the_model(
+    params: dict[str, str], overlap: bool, bucket: float
+) -> None:
+    from tracelog.analysis.inputs import build
+    from tracelog.analysis.predictions import memory_options
+
+    row = {
+        "run_id": 1, "framework": "deepspeed", "gpu_model": "a100-sxm4-80gb", "layers": 24, "hidden": 2048,
+        "heads": 16, "seq_len": 1024, "vocab": 50257, "dp": 8, "mbs": 4, "gbs": 128, "zero_stage": 1,
+        "precision": "fp16",
+    }  # fmt: skip
+    built = build(row, params)
+    assert built.train is not None and built.train.overlap_grad_reduce is overlap
+    assert memory_options(built).reduce_bucket_size == pytest.approx(bucket)

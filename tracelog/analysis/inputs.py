@@ -9,6 +9,7 @@ and `tracelog predict` can say why a figure is absent.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -72,7 +73,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'bf16', 'fp16', 'accumulate_allreduce_grads_in_fp32', 'theoretical_weight_and_optimizer_mib',
     'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
-    'reduce_bucket_size')
+    'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
+    'json.zero_optimization.reduce_bucket_size')
 """
 
 
@@ -122,6 +124,16 @@ class RunInputs:
         if value is None or value in ("None", ""):
             return None
         return value.strip().lower() in ("true", "1", "yes")
+
+    def zero_option(self, name: str) -> str | None:
+        """DeepSpeed's ZeRO setting `name` as the run says it: the engine's configuration echo (`zero_config
+        .... stage=2 ... overlap_comm=True`, every setting with its default; older releases print a JSON
+        dict), else the user's JSON (`json.zero_optimization.NAME`). None when neither gives it."""
+        echo = self.run_params.get("zero_config") or ""
+        match = re.search(rf"""(?:^|[\s{{,])["']?{re.escape(name)}["']?\s*[=:]\s*["']?([\w.+-]+)""", echo)
+        if match:
+            return match.group(1)
+        return self.run_params.get(f"json.zero_optimization.{name}")
 
 
 def fp16_grad_buffer(inputs: RunInputs) -> bool:
@@ -335,7 +347,11 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             distributed_optimizer=bool(inputs.flag("use_distributed_optimizer")),
             fp32_grads=fp32_grads,
             flash_attention=flash_attention(inputs),
-            overlap_grad_reduce=bool(inputs.flag("overlap_grad_reduce") or inputs.flag("overlap_comm")),
+            overlap_grad_reduce=bool(
+                inputs.flag("overlap_grad_reduce")
+                or inputs.flag("overlap_comm")
+                or (inputs.zero_option("overlap_comm") or "").lower() == "true"
+            ),
             overlap_param_gather=bool(inputs.flag("overlap_param_gather")),
             tp_comm_overlap=bool(inputs.flag("tp_comm_overlap")),
             overlap_p2p_comm=inputs.flag("overlap_p2p_comm") is not False,

@@ -182,15 +182,24 @@ def run_prediction(
     return rows
 
 
+def _elements(value: str | None) -> float | None:
+    """A positive element count as a log prints it (`500000000`, `6.710886e+07`), else None."""
+    try:
+        count = float(value) if value else 0.0
+    except ValueError:
+        return None
+    return count if 0 < count < 1e15 else None
+
+
 def memory_options(inputs: RunInputs) -> MemoryOptions:
     """The run's CUDA context by GPU generation, the device's memory (which the allocator's reserve
     yields to), DeepSpeed's activation-checkpointing switches and ZeRO gradient bucket as its log
     prints them, and which 16-bit optimizer DeepSpeed said it created (`optimizer_wrapper`: the "fp16
     unfused optimizer" holds half the fused one's copies at its step)."""
     wrapper = inputs.run_params.get("optimizer_wrapper") or ""
-    bucket = inputs.run_params.get("reduce_bucket_size") or ""
+    bucket = inputs.run_params.get("reduce_bucket_size") or inputs.zero_option("reduce_bucket_size")
     return MemoryOptions(
-        reduce_bucket_size=float(bucket) if bucket.isdigit() else DEEPSPEED_BUCKET_ELEMENTS,
+        reduce_bucket_size=_elements(bucket) or DEEPSPEED_BUCKET_ELEMENTS,
         cuda_context_bytes=cuda_context_bytes(inputs.gpu),
         capacity_bytes=inputs.gpu.memory_bytes if inputs.gpu is not None else None,
         partition_activations=bool(inputs.flag("partition_activations")),
