@@ -97,8 +97,7 @@ INFO_PARAMS = (
     (re.compile(r"WORLD INFO DICT: (.*)"), "world_info"),
     (re.compile(r"Creating (.+? optimizer)"), "optimizer_wrapper"),
     (re.compile(r"DeepSpeed Flops Profiler Enabled: (\w+)"), "flops_profiler_enabled"),
-    # ZeRO's optimizers print their gradient bucket (runtime/zero/stage_1_and_2.py, stage3.py)
-    (re.compile(r"\bReduce bucket size (\d+)"), "reduce_bucket_size"),
+    (megatron_lines.REDUCE_BUCKET_RX, "reduce_bucket_size"),
 )
 RESTART_MARKS = ("DeepSpeedEngine configuration:", "DeepSpeed info: version=", "WORLD INFO DICT")
 EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")

@@ -468,8 +468,9 @@ def _line_param(run: RunInfo, line: str, line_no: int) -> bool:
     """A DeepSpeed line kept as a run parameter (`LINE_PARAMS`); the partition's stages as one, the last."""
     for rx, name in LINE_PARAMS:
         if match := rx.search(line):
-            kept = next((p for p in run.params if p["name"] == name), None)
-            if name == "deepspeed_pipe_stage" and kept is not None:
+            stage = name == "deepspeed_pipe_stage"
+            kept = next((p for p in run.params if p["name"] == name), None) if stage else None
+            if kept is not None:
                 kept["value"] = str(max(int(kept["value"]), int(match.group(1))))
             else:
                 run.params.append({"name": name, "value": match.group(1), "line_no": line_no})

@@ -165,17 +165,22 @@ class RunInfo:
             out["framework"] = "megatron-deepspeed"
         return out
 
+    def _last_param(self, name: str) -> int | None:
+        """The integer value of the last parameter `name` kept (one of `LINE_PARAMS`), or None."""
+        values = [p["value"] for p in self.params if p["name"] == name]
+        return int(values[-1]) if values else None
+
     def record(self) -> dict[str, Any]:
         """The row for `runs`: log-derived columns only (the user's options are applied later)."""
         columns = {"framework": "megatron", **self._from_args(), **self.columns}
-        stages = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_pipe_stage"]
-        if stages and not columns.get("pp"):
-            columns["pp"] = (
-                max(stages) + 1
-            )  # DeepSpeed's partition (its last stage), when no argument gave it
-        batches = [int(p["value"]) for p in self.params if p["name"] == "deepspeed_train_batch_size"]
-        if batches and not columns.get("gbs"):
-            columns["gbs"] = batches[-1]  # DeepSpeed's configuration echo, when no argument gave it
+        # what DeepSpeed's own lines say, where no argument gave it: its partition (the last stage's
+        # number) and its configuration echo
+        last_stage = self._last_param("deepspeed_pipe_stage")
+        if last_stage is not None and not columns.get("pp"):
+            columns["pp"] = last_stage + 1
+        train_batch = self._last_param("deepspeed_train_batch_size")
+        if train_batch is not None and not columns.get("gbs"):
+            columns["gbs"] = train_batch
         if self.params_printed:
             columns["params"] = self.params_printed
         elif self.rank_params and len(self.rank_params) == (columns.get("tp") or 0) * (

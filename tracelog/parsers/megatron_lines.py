@@ -79,11 +79,17 @@ EVENT_KINDS = (
     ("error", "exception"),
     ("warning", "warn"),
 )
+# DeepSpeed's lines in a Megatron log that are kept as run parameters (`LINE_PARAMS`), as the two line
+# filters below see them; each pattern leads with a literal, and none has a counted repetition (polars'
+# regex slows to seconds on a long line with one).
+DEEPSPEED_LINES = (
+    r"|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
+)
 # Lines the Python state machine must see (rare: configuration echoes and multi-line timer blocks).
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
+    r"|estimated model parameters:" + DEEPSPEED_LINES
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -91,7 +97,7 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
-    r"|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
+    + DEEPSPEED_LINES
 )
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
