@@ -404,6 +404,17 @@ def test_any_mix_of_deepspeed_lines_parses_without_error(lines: list[str]) -> No
             False,
             5e7,
         ),
+        # DeepSpeed 0.10 (2023) groups its integers by commas, in the echo as on its own bucket line
+        (
+            {
+                "zero_config": "stage=1 contiguous_gradients=True reduce_scatter=True "
+                "reduce_bucket_size=500,000,000 allgather_partitions=True allgather_bucket_size=500,000,000 "
+                "overlap_comm=False load_from_fp32_weights=True"
+            },
+            False,
+            5e8,
+        ),
+        ({"reduce_bucket_size": "200,000,000"}, False, 2e8),
         # 2021-2022: the echo is a JSON dict
         (
             {"zero_config": '{"stage": 1, "overlap_comm": true, "reduce_bucket_size": 6.710886e+07}'},
@@ -429,3 +440,23 @@ def test_deepspeed_zero_settings_reach_the_model(
     built = build(row, params)
     assert built.train is not None and built.train.overlap_grad_reduce is overlap
     assert memory_options(built).reduce_bucket_size == pytest.approx(bucket)
+
+
+def test_a_bucket_printed_with_thousands_separators_is_read_whole() -> None:
+    # Invented, in the shape of DeepSpeed 0.10's ZeRO-1 lines (stage_1_and_2.py), which print the bucket
+    # sizes grouped by commas: `Reduce bucket size 500,000,000` had been kept as 500.
+    text = (
+        "[2023-08-02 00:41:16,837] [INFO] [logging.py:96:log_dist] [Rank 0] Creating torch.float16 ZeRO "
+        "stage 1 optimizer\n"
+        "[2023-08-02 00:41:16,837] [INFO] [stage_1_and_2.py:133:__init__] Reduce bucket size 200,000,000\n"
+        "[2023-08-02 00:41:16,837] [INFO] [stage_1_and_2.py:134:__init__] Allgather bucket size 500,000,000\n"
+        "[2023-08-02 00:41:17,455] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, "
+        "lr=[0.0001], mom=[(0.9, 0.999)]\n"
+    )
+    out = collect(text)
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["reduce_bucket_size"] == "200,000,000"
+    from tracelog.analysis.predictions import _elements
+
+    assert _elements(params["reduce_bucket_size"]) == 2e8

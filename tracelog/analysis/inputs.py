@@ -130,7 +130,10 @@ class RunInputs:
         .... stage=2 ... overlap_comm=True`, every setting with its default; older releases print a JSON
         dict), else the user's JSON (`json.zero_optimization.NAME`). None when neither gives it."""
         echo = self.run_params.get("zero_config") or ""
-        match = re.search(rf"""(?:^|[\s{{,])["']?{re.escape(name)}["']?\s*[=:]\s*["']?([\w.+-]+)""", echo)
+        # A number grouped by commas (DeepSpeed's config types print `500,000,000` since 0.9) is one value;
+        # in the JSON dict of older releases a comma ends it.
+        value = r"(\d{1,3}(?:,\d{3})+(?![\d.])|[\w.+-]+)"
+        match = re.search(rf"""(?:^|[\s{{,])["']?{re.escape(name)}["']?\s*[=:]\s*["']?{value}""", echo)
         if match:
             return match.group(1)
         return self.run_params.get(f"json.zero_optimization.{name}")

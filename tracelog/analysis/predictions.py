@@ -183,9 +183,10 @@ def run_prediction(
 
 
 def _elements(value: str | None) -> float | None:
-    """A positive element count as a log prints it (`500000000`, `6.710886e+07`), else None."""
+    """A positive element count as a log prints it (`500000000`, `6.710886e+07`, DeepSpeed's
+    `500,000,000`), else None."""
     try:
-        count = float(value) if value else 0.0
+        count = float(value.replace(",", "")) if value else 0.0
     except ValueError:
         return None
     return count if 0 < count < 1e15 else None

@@ -138,8 +138,10 @@ OPTIMIZER_WRAPPER_RX = regex.compile(r"Creating ([A-Za-z0-9_. ]{0,80}?optimizer)
 # DeepSpeed's PipelineModule prints its partition, one `stage=N layers=M` line per stage (runtime/pipe/
 # module.py `_partition_layers`): the pipeline depth of a log whose arguments block does not give it.
 PIPE_STAGE_RX = regex.compile(r"^\s*stage=(\d+) layers=\d+\s*$")
-# ZeRO's optimizers print their gradient bucket in elements (runtime/zero/stage_1_and_2.py, stage3.py).
-REDUCE_BUCKET_RX = regex.compile(r"\bReduce bucket size (\d+)")
+# ZeRO's optimizers print their gradient bucket in elements (runtime/zero/stage_1_and_2.py, stage3.py),
+# grouped by commas since DeepSpeed's config types format their integers so (`500,000,000`); the value is
+# kept as printed and read by `analysis.predictions`.
+REDUCE_BUCKET_RX = regex.compile(r"\bReduce bucket size (\d{1,3}(?:,\d{3})+|\d+)")
 # DeepSpeed's configuration echo (runtime/config.py `print`): the global batch, for a log whose own
 # arguments give only the micro-batch (Megatron v1.1.5 of DeepSpeedExamples: `batch_size`, `gas`).
 DS_TRAIN_BATCH_RX = regex.compile(r"\] +train_batch_size \.{2,} *(\d+)\s*$")
