@@ -264,6 +264,28 @@ def test_memory_lines_both_eras_attach_to_iterations() -> None:
     assert memory[0]["allocated_mib"] == 1.5 and memory[0]["reserved_mib"] == 3.0
 
 
+def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
+    # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
+    # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.
+    text = (
+        " [2025-08-01 10:00:05] iteration        1/     100 | consumed samples:           32 | "
+        "elapsed time per iteration (ms): 4051.2 | learning rate: 1.000000E-06 | global batch size:    32 |\n"
+        "[Rank 4] (after 1 iterations) memory (MB) | allocated: 9334.37 | max allocated: 10606.50 | "
+        "reserved: 10998.0 | max reserved: 10998.0\n"
+        "[Rank 2] (after 1 iterations) memory (MB) | allocated: 9334.37 | max allocated: 12680.63 | "
+        "reserved: 13236.0 | max reserved: 13236.0[Rank 6] (after 1 iterations) memory (MB) | "
+        "allocated: 10850.67 | max allocated: 10850.70 | reserved: 11000.0 | max reserved: 11000.0\n"
+        "[default0]:[Rank 0] (after 1 iterations) memory (MB) | allocated: 10770.37 | max allocated: "
+        "15754.88 | reserved: 16334.0 | max reserved: 16334.0\n"
+    )
+    out = collect(text)
+    memory = sorted((m["rank"], m["line_no"], m["iteration"], m["max_reserved_mib"]) for m in out["memory"])
+    assert memory == [(0, 4, 1, 16334.0), (2, 3, 1, 13236.0), (4, 2, 1, 10998.0), (6, 3, 1, 11000.0)]
+    glued = next(m for m in out["memory"] if m["rank"] == 6)
+    assert (glued["allocated_mib"], glued["reserved_mib"]) == (10850.67, 11000.0)
+    assert not out.get("unparsed")
+
+
 def test_timers_both_styles_attach_to_the_iteration_before_them() -> None:
     text = (
         " iteration 10/ 20 | elapsed time per iteration (ms): 5.0 |\n"

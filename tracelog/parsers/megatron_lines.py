@@ -354,7 +354,15 @@ def generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, 
 
 
 def memory_rows(memory: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    """One row per rank's report. Ranks print at once into one stream, and a report that lost its newline
+    to another rank's carries the next one on its line (`... max reserved: 13236.0[Rank 6] (after 1
+    iterations) memory (MB) | ...`): each `[Rank N]` report of a line is a row of that line."""
     line = pl.col("line")
+    memory = (
+        memory.with_columns(line.str.replace_all(r"(\S)(\[Rank\s*\d+\])", "${1}\n${2}").str.split("\n"))
+        .explode("line")
+        .filter(line.str.contains(MEMORY_MARK, literal=True))
+    )
     rows = memory.select(
         "line_no",
         "run_key",
