@@ -316,6 +316,55 @@ def test_detection(sample: str, expected: str) -> None:
     assert chosen == expected
 
 
+# Invented, in the layout of DeepSpeed's flops profiler summary (profiling/flops_profiler/profiler.py
+# `print_model_profile`) as saved to its own `output_file`.
+PROFILER_FILE = """\
+-------------------------- DeepSpeed Flops Profiler --------------------------
+Profile Summary at step 2:
+Notations:
+data parallel size (dp_size), model parallel size(mp_size),
+number of parameters (params), number of multiply-accumulate operations(MACs),
+number of floating-point operations (flops), floating-point operations per second (FLOPS),
+fwd latency (forward propagation latency), bwd latency (backward propagation latency),
+step (weights update latency), iter latency (sum of fwd, bwd and step latency)
+
+world size:                                                             32
+data parallel size:                                                     4
+model parallel size:                                                    8
+batch size per GPU:                                                     2
+params per GPU:                                                         1.02 B
+params of model = params per GPU * mp_size:                             8.16 B
+fwd MACs per GPU:                                                       8.4 TMACs
+fwd flops per GPU:                                                      16.8 T
+fwd latency:                                                            910.2 ms
+fwd FLOPS per GPU = fwd flops per GPU / fwd latency:                    18.46 TFLOPS
+bwd latency:                                                            2.71 s
+iter latency:                                                           4.02 s
+FLOPS per GPU = 3 * fwd flops per GPU / iter latency:                   12.54 TFLOPS
+samples/second:                                                         15.92
+"""
+
+
+def test_a_flops_profiler_summary_saved_on_its_own_is_deepspeeds(tmp_path: Path) -> None:
+    # The profiler writes its summary to a file of its own when given `output_file`: no engine line in it.
+    assert parsers.detect(head_text(PROFILER_FILE.encode()), "profile.txt").FORMAT == "deepspeed"
+    path = tmp_path / "profile.txt"
+    path.write_text(PROFILER_FILE)
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(path)])
+    assert result.format == "deepspeed"
+    run = api.sql(db, "SELECT gpus, dp, tp, mbs FROM runs").iloc[0]
+    assert (run["gpus"], run["dp"], run["tp"], run["mbs"]) == (32, 4, 8, 2)
+    timers = api.sql(db, "SELECT name, time_ms FROM timers WHERE iteration = 2 ORDER BY line_no")
+    assert dict(zip(timers["name"], timers["time_ms"], strict=True)) == pytest.approx(
+        {
+            "flops_profiler: fwd latency": 910.2,
+            "flops_profiler: bwd latency": 2710.0,
+            "flops_profiler: iter latency": 4020.0,
+        }
+    )
+
+
 def test_a_megatron_deepspeed_log_stays_megatrons_even_with_deepspeed_lines() -> None:
     iteration = (
         " iteration      199/  317892 | consumed samples:       152832 | elapsed time per iteration (ms): 14287.5 "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -11,7 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES, corpus_files, source_of
-from tracelog.parsers import megatron
+from tracelog import api, parsers
+from tracelog.errors import TracelogError
+from tracelog.parsers import deepspeed, megatron, nemo
+from tracelog.parsers.base import head_text
 
 ARGS = """\
 ------------------------ arguments ------------------------
@@ -262,6 +266,42 @@ def test_memory_lines_both_eras_attach_to_iterations() -> None:
         (None, 11, 40.0),
     ]
     assert memory[0]["allocated_mib"] == 1.5 and memory[0]["reserved_mib"] == 3.0
+
+
+def test_a_log_cut_before_its_first_iteration_is_still_megatrons(tmp_path: Path) -> None:
+    # Invented, in the shape of Megatron-LM's setup output (2025-2026 `megatron/training/training.py`):
+    # a job that died in its first step, or the tail of one, has no iteration line yet.
+    text = (
+        "> finished creating GPT datasets ...\n"
+        "[after dataloaders are built] datetime: 2026-03-28 14:13:05.581210 \n"
+        "done with setup ...\n"
+        "training ...\n"
+        "INFO:megatron.core.timers:(min, max) time across ranks (ms):\n"
+        "    model-and-optimizer-setup ......................: (1020.90, 1022.97)\n"
+        "    train/valid/test-data-iterators-setup ..........: (190.27, 292.00)\n"
+        "[before the start of training step] datetime: 2026-03-28 14:13:05.589428 \n"
+        "Theoretical memory footprints: weight and optimizer=35695.42 MB, activation=86554.12 MB, "
+        "total=122249.54 MB\n"
+        "[Rank 1] (after 1 iterations) memory (MB) | allocated: 38921.15 | max allocated: 47104.31 | "
+        "reserved: 48934.00 | max reserved: 48934.00\n"
+        "[Rank 0] (after 1 iterations) memory (MB) | allocated: 38921.15 | max allocated: 47104.31 | "
+        "reserved: 48934.00 | max reserved: 48934.00\n"
+    )
+    head = head_text(text.encode())
+    assert parsers.detect(head, "job.out").FORMAT == "megatron"
+    assert nemo.detect(head) == 0 and deepspeed.detect(head) == 0
+    path = tmp_path / "job.out"
+    path.write_text(text)
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(path)])
+    assert result.format == "megatron"
+    memory = api.sql(db, "SELECT rank, iteration, max_reserved_mib FROM memory ORDER BY rank")
+    assert memory.values.tolist() == [[0, 1, 48934.0], [1, 1, 48934.0]]
+    timers = api.sql(db, "SELECT name, time_ms FROM timers ORDER BY line_no")
+    assert timers["name"].tolist() == ["model-and-optimizer-setup", "train/valid/test-data-iterators-setup"]
+    # a file that only mentions one of these marks is not taken for a log
+    with pytest.raises(TracelogError, match="no parser recognises"):
+        parsers.detect(head_text(b"notes: the timer block says time across ranks (ms):\n"), "x.md")
 
 
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:

@@ -124,6 +124,8 @@ def detect(head: str) -> int:
         score += 8
     if "DeepSpeed info: version=" in head:
         score += 5
+    if "DeepSpeed Flops Profiler" in head:  # a profiler's summary saved on its own (`output_file`)
+        score += 10
     if "fwd_microstep:" in head or ("time (ms) |" in head and "bwd_allreduce" in head):
         score += 4
     return score
@@ -535,7 +537,14 @@ class _Parser:
                 if row is not None:
                     row["tflops_reported"] = scaled
         self.metric(run, step, f"flops_profiler: {name}", scaled, f"{match.group(2)} {unit}".strip(), line_no)
-        columns = {"world size": "gpus", "data parallel size": "dp", "batch size per GPU": "mbs"}
+        # mp_size is the engine's model-parallel group (`mpu.get_model_parallel_world_size()`: Megatron's
+        # tensor-parallel size, the `model` axis of DeepSpeed's pipeline topology)
+        columns = {
+            "world size": "gpus",
+            "data parallel size": "dp",
+            "model parallel size": "tp",
+            "batch size per GPU": "mbs",
+        }
         if name in columns:
             run.columns.setdefault(columns[name], int(value))
         elif name.startswith("params of model"):

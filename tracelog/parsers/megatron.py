@@ -74,6 +74,15 @@ VERSION = "1"
 FINISH_TABLES = ("run_params",)
 
 
+SETUP_MARKS = (
+    "time across ranks (ms):",
+    "[before the start of training step] datetime:",
+    "[after dataloaders are built] datetime:",
+    "Theoretical memory footprints:",
+    f"(after 1 iterations) {MEMORY_MARK}",
+)
+
+
 def detect(head: str) -> int:
     score = 0
     if ITER_LINE_RX.search(head):
@@ -84,6 +93,11 @@ def detect(head: str) -> int:
         score += 6
     if "number of parameters on (tensor, pipeline)" in head:
         score += 6
+    # A log cut before its first iteration line (a job that died in its first step, a `tail` of its
+    # setup) still says whose it is: Megatron's timer blocks, rank memory reports and setup marks, two of
+    # them at least (one may be quoted anywhere).
+    marks = sum(mark in head for mark in SETUP_MARKS)
+    score += 3 * marks if marks >= 2 else 0
     if score and "megatron" in head.lower():
         score += 2
     return score
