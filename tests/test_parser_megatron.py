@@ -304,6 +304,57 @@ def test_a_log_cut_before_its_first_iteration_is_still_megatrons(tmp_path: Path)
         parsers.detect(head_text(b"notes: the timer block says time across ranks (ms):\n"), "x.md")
 
 
+# Invented, in the shape of argonne-lcf/Megatron-DeepSpeed's `key=value` iteration line (megatron/
+# training_log.py: ` iteration={:8d}/{:8d} |`, ` elapsed_time_per_iteration_ms={:.1f} |`, ...) behind its
+# logger's prefix, with DeepSpeed's step and timer lines between them; the second line is of a release
+# that prints both TFLOP counts (`[LM]TFLOPs`, `[DS]TFLOPs`).
+KEY_VALUE_LOG = """\
+[2025-11-10 09:43:36,149] [INFO] [logging.py:107:log_dist] [Rank 0] time (ms) | fwd: 715.40 | bwd: 2402.86 | step: 160.79
+[2025-11-10 09:43:36,161992][I][megatron/training_log:402:training_log]  iteration=  136004/  136100 | \
+consumed_samples=   835608576 | consumed_tokens=6845305454592 | elapsed_time_per_iteration_ms=3415.3 | \
+learning_rate=2.0127e-05 | global_batch_size= 6144 | lm loss=12.316531 | loss_scale=1.0 | grad_norm=1020.352 | \
+actual_seqlen= 8192 | number_of_skipped_iterations=  0 | number_of_nan_iterations=  0 | \
+samples_per_second=1798.971 | tokens_per_gpu_per_second_tgs=4797.255 | TFLOPs=53.66 |
+(min, max) time across ranks (ms):
+    forward-backward ...............................: (3198.27, 3199.53)
+[2025-11-10 09:43:39,573] [INFO] [logging.py:107:log_dist] [Rank 0] step=136005, skipped=0, lr=[2.0125e-05], mom=[(0.9, 0.95)]
+[2025-11-10 09:43:39,582716][I][megatron/training_log:402:training_log]  iteration=  136005/  136100 | \
+consumed_samples=   835614720 | consumed_tokens=6845355786240 | elapsed_time_per_iteration_ms=3420.2 | \
+learning_rate=2.01257e-05 | global_batch_size= 6144 | lm loss=11.967899 | loss_scale=1.0 | grad_norm=735.534 | \
+actual_seqlen= 8192 | number_of_skipped_iterations=  0 | number_of_nan_iterations=  1 | \
+samples_per_second=1796.410 | tokens_per_gpu_per_second_tgs=4790.426 | [LM]TFLOPs=53.59 | [DS]TFLOPs=49.12 |
+"""
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["layout", "regex"])
+def test_key_value_iteration_lines_read_as_the_classic_ones(fast: bool) -> None:
+    out: dict[str, list] = {}
+    for batch in megatron.parse(source_of(KEY_VALUE_LOG), fast=fast):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    first, second = out["iterations"]
+    assert (first["iteration"], first["train_iters"], first["line_no"]) == (136004, 136100, 2)
+    assert first["elapsed_s"] == 3.4153  # to the digit printed, not 3.4153000000000002
+    assert (first["lm_loss"], first["grad_norm"], first["global_batch_size"]) == (12.316531, 1020.352, 6144)
+    assert (first["consumed_tokens"], first["samples_per_s"], first["tflops_reported"]) == (
+        6845305454592,
+        1798.971,
+        53.66,
+    )
+    assert str(first["ts"]) == "2025-11-10 09:43:36"
+    # `[LM]TFLOPs` is Megatron's count; the flops profiler's `[DS]TFLOPs` is not taken for it
+    assert (second["tflops_reported"], second["nan"], second["learning_rate"]) == (53.59, 1, 2.01257e-05)
+    metrics = {(m["iteration"], m["key"]): m["value"] for m in out["iteration_metrics"]}
+    assert metrics == {
+        (136004, "actual_seqlen"): 8192.0,
+        (136004, "tokens_per_gpu_per_second_tgs"): 4797.255,
+        (136005, "actual_seqlen"): 8192.0,
+        (136005, "tokens_per_gpu_per_second_tgs"): 4790.426,
+    }
+    timers = {t["name"]: t for t in out["timers"]}
+    assert timers["forward-backward"]["iteration"] == 136004
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

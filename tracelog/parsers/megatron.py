@@ -40,6 +40,7 @@ from tracelog.parsers.megatron_lines import (
     ITER_LINE_RX,
     ITER_MARK,
     ITERATION_COLUMNS,
+    KEY_VALUE_MARK,
     LINE_PARAMS,
     MEMORY_MARK,
     PADDED_RX,
@@ -62,6 +63,7 @@ from tracelog.parsers.megatron_lines import (
     generic_metrics,
     iteration_anchors,
     iterations_by_regex,
+    key_value_as_classic,
     memory_rows,
     per_thousand,
     timers_by_regex,
@@ -278,6 +280,9 @@ def _parse_block(
     if frame.is_empty():
         return
     line = pl.col("line")
+    key_value = line.str.contains(KEY_VALUE_MARK, literal=True)
+    if frame.select(key_value.any()).item():
+        frame = frame.with_columns(pl.when(key_value).then(key_value_as_classic(line)).otherwise(line))
     frame = frame.with_columns(
         line.str.contains(ITER_MARK, literal=True).alias("_iter"),
         line.str.contains(TIMER_MARK, literal=True).alias("_timer"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 import regex
 
@@ -18,6 +19,39 @@ TIMER_MARK = "time (ms) |"
 MEMORY_MARK = "memory (MB) |"
 ARGS_START = regex.compile(r"-{3,}\s*arguments\s*-{3,}")
 ARGS_END = "end of arguments"
+
+# argonne-lcf/Megatron-DeepSpeed (megatron/training_log.py, 2024 on) prints its iteration line as
+# `key=value` pairs with Python names (`iteration=  136004/  136100 | ... | elapsed_time_per_iteration_ms=3415.3
+# | ... | lm loss=12.316531 | ... | TFLOPs=53.66 |`); those lines are read as the classic line they stand
+# for. Its `[LM]TFLOPs` is Megatron's own count (the classic line's TFLOPs); `[DS]TFLOPs`, the flops
+# profiler's count of the same step, is not kept (as no other TFLOP figure of a line beside the first).
+KEY_VALUE_MARK = "elapsed_time_per_iteration_ms="
+KEY_VALUE_NAMES = {
+    "iteration=": "iteration ",
+    "consumed_samples=": "consumed samples: ",
+    "consumed_tokens=": "consumed tokens: ",
+    KEY_VALUE_MARK: "elapsed time per iteration (ms):",
+    "learning_rate=": "learning rate: ",
+    "global_batch_size=": "global batch size: ",
+    "loss_scale=": "loss scale: ",
+    "grad_norm=": "grad norm: ",
+    "num_zeros=": "num zeros: ",
+    "params_norm=": "params norm: ",
+    "number_of_skipped_iterations=": "number of skipped iterations: ",
+    "number_of_nan_iterations=": "number of nan iterations: ",
+    "samples_per_second=": "samples per second: ",
+    "[LM]TFLOPs=": "TFLOPs: ",
+    "[DS]TFLOPs=": "DeepSpeed TFLOP/s: ",
+    "TFLOPs=": "TFLOPs: ",
+}
+
+
+def key_value_as_classic(line: pl.Expr) -> pl.Expr:
+    """A `key=value` iteration line in the classic `key: value` spelling; every other key (the losses,
+    `actual_seqlen`) keeps its name with `=` made `:`."""
+    named = line.str.replace_many(list(KEY_VALUE_NAMES), list(KEY_VALUE_NAMES.values()))
+    return named.str.replace_all(r"(\|\s*)([A-Za-z][^|=:]{0,80}?)=", "${1}${2}: ")
+
 
 # Iteration line fields: column -> (pattern with one group, dtype). Aliases across eras share a column.
 ITER_FIELDS: dict[str, tuple[str, Any]] = {
@@ -101,7 +135,9 @@ SPECIAL_RX = (
 )
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
-ITERATION_PART_RX = regex.compile(r"^\s*iteration\s+\d+")
+# The part naming the iteration, behind whatever prefix a logger put before it
+# (`[2025-11-10 09:43:36,161992][I][megatron/training_log:402:training_log]  iteration  136004/ 136100`).
+ITERATION_PART_RX = regex.compile(r"(?:^|[\s\]:])iteration\s+\d+\s*/")
 ARG_LINE_RX = regex.compile(r"^\s*([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)\s*$")
 # megatron/core/timers.py, `--timing-log-option`: minmax prints `name ....: (min, max)`, max prints
 # `name ....: max` (group 2 the max, group 3 empty), all prints `times across ranks (ms):`, then per timer
@@ -231,7 +267,7 @@ def split_fields(line: str) -> list[tuple[str, str]]:
     pairs = []
     for raw_part in line.split("|"):
         part = RANK_PREFIX_RX.sub("", TIMESTAMP_RX.sub("", raw_part))
-        if ":" not in part or ITERATION_PART_RX.match(part):
+        if ":" not in part or ITERATION_PART_RX.search(part):
             continue
         key, _, raw = part.partition(": ") if ": " in part else part.partition(":")
         key = key.strip()
@@ -312,7 +348,9 @@ def kind_of(text: str) -> str:
 
 
 def per_thousand(values: pl.Series) -> pl.Series:
-    return pl.Series(values.to_numpy() / 1000.0).zip_with(values.is_not_null(), values)
+    """Milliseconds as seconds, rounded to the nanosecond: 3415.3 ms is 3.4153 s, not the
+    3.4153000000000002 a plain division leaves."""
+    return pl.Series(np.round(values.to_numpy() / 1000.0, 9)).zip_with(values.is_not_null(), values)
 
 
 def generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, Any]]:
