@@ -52,6 +52,20 @@ def test_nan_iteration_is_critical_and_points_at_the_line(tmp_path: Path) -> Non
     assert flag["row_ref"] == "line 13"
 
 
+def test_a_nan_loss_without_the_frameworks_count_is_a_nan_iteration(tmp_path: Path) -> None:
+    # A log that prints no NaN count of its own (NeMo's bar, DeepSpeed's scripts, an old Megatron line)
+    # tells of one by a loss printed as NaN.
+    rows = [{} for _ in range(30)]
+    rows[17] = {"loss": float("nan")}
+    path = write_log(tmp_path / "run.log", rows)
+    path.write_text(path.read_text().replace("number of nan iterations:   0 |", ""))
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    assert api.sql(db, "SELECT count(nan) FROM iterations").iloc[0, 0] == 0
+    (nan,) = [f for f in tracelog.api.flags(db).to_dict("records") if "NaN" in f["message"]]
+    assert (nan["severity"], nan["row_ref"], nan["measured"]) == ("critical", "line 18", 1.0)
+
+
 def test_loss_spike_against_running_median(tmp_path: Path) -> None:
     rows = [{"loss": 3.0} for _ in range(20)]
     rows[15] = {"loss": 5.0}

@@ -133,6 +133,38 @@ def test_a_bar_line_drawn_before_any_metric_is_progress_only() -> None:
     assert "unparsed" not in out
 
 
+def test_a_bar_of_2023_with_a_nan_loss_and_a_rounded_step(tmp_path) -> None:
+    # NVIDIA/NeMo#7957 (2023-11), the line as published: the description drawn `Epoch 0: :`, the step
+    # rounded by the bar (`global_step=9e+3`) and a NaN loss printed `nan.0`.
+    line = (
+        "Epoch 0: :   3%|▎         | 9000/301500 [1:42:42<55:37:46, v_num=0-56, reduced_train_loss=nan.0, "
+        "global_step=9e+3, consumed_samples=6.3e+5, train_step_timing in s=0.615, val_loss=7.040]\n"
+    )
+    # Invented beside it: a later redraw whose rounded step (1.23e+4) is not its own count (12345).
+    later = (
+        "Epoch 0: :   4%|▍         | 12345/301500 [2:20:49<55:01:01, v_num=0-56, reduced_train_loss=6.812, "
+        "global_step=1.23e+4, consumed_samples=8.64e+5, train_step_timing in s=0.611, val_loss=7.040]\n"
+    )
+    out = collect(line + later)
+    first, second = out["iterations"]
+    assert (first["iteration"], first["train_iters"], first["elapsed_s"]) == (9000, 301500, 0.615)
+    assert first["lm_loss"] != first["lm_loss"]  # NaN, not a missing value
+    assert first["consumed_samples"] == 630000
+    assert (second["iteration"], second["lm_loss"]) == (12345, 6.812)
+    assert {(m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"]} == {
+        (9000, "val_loss", 7.04),
+        (12345, "val_loss", 7.04),
+    }
+    path = tmp_path / "nemo.log"
+    path.write_text(line + later)
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(path)])
+    assert result.format == "nemo"
+    flags = api.flags(db)
+    nan = flags[flags["message"].str.contains("NaN")]
+    assert nan["severity"].tolist() == ["critical"] and nan["row_ref"].tolist() == ["line 1"]
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -30,6 +30,7 @@ stripped first. Warnings and tracebacks are events; anything else goes to `unpar
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -58,7 +59,9 @@ PRINTER_RX = re.compile(r"^\s*Training epoch (\d+), iteration (\d+)/(\d+)\s*(\|.
 PROGRESS_ONLY_RX = re.compile(
     r"^\s*(?:Sanity checking )?(?:Validation|Testing)(?: epoch \d+)?: iteration \d+/\S+"
 )
-BAR_RX = re.compile(r"Epoch (\d+):\s*(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
+# Lightning's TQDM bar (`Epoch 0:  3%|▎  | 9000/301500 [1:42:42<55:37:46, v_num=0, reduced_train_loss=...]`);
+# some releases draw its description as `Epoch 0: :` (NVIDIA/NeMo#7957, 2023-11).
+BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
 CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
 # nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
 PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
@@ -132,9 +135,15 @@ def detect(head: str) -> int:
 
 
 def _number(raw: str) -> float | None:
+    """A number as the bar or the printer formats it; a NaN or infinite loss stays one (the bar prints a
+    NaN loss as `nan.0`)."""
     try:
         return float(raw)
     except ValueError:
+        text = raw.strip().lower()
+        for word, value in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf)):
+            if text == word or text.startswith(word + "."):
+                return value
         return None
 
 
@@ -385,6 +394,10 @@ class _Parser:
         values = dict(fields)
         global_step = _number(values.get("global_step", ""))
         iteration = as_int(global_step) if global_step is not None else step
+        if bar and global_step is not None and "e" in values["global_step"].lower():
+            # The bar rounds the step to three digits (`global_step=9e+3`, `1.23e+4`): its own count
+            # is the step where the two agree.
+            iteration = step if abs(global_step - step) <= 0.005 * max(step, 1) else iteration
         if bar and iteration == self.iteration:
             return  # the bar redrawn at a step already read (from the printer or an earlier redraw)
         self.iteration = int(iteration)

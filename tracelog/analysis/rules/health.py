@@ -9,14 +9,18 @@ from tracelog.analysis.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
+# NaN iterations a line tells of: the framework's own count where it prints one (Megatron), else a loss
+# printed as NaN (NeMo's bar, DeepSpeed's scripts) is one.
+NAN_LINES = "CASE WHEN nan IS NOT NULL THEN nan WHEN isnan(lm_loss) THEN 1 ELSE 0 END"
+
 
 def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
         SELECT run_id,
-               sum(coalesce(nan, 0)) AS nan_total,
-               min(iteration) FILTER (coalesce(nan, 0) > 0) AS first_nan,
-               min(line_no) FILTER (coalesce(nan, 0) > 0) AS first_nan_line,
+               sum({NAN_LINES}) AS nan_total,
+               min(iteration) FILTER ({NAN_LINES} > 0) AS first_nan,
+               min(line_no) FILTER ({NAN_LINES} > 0) AS first_nan_line,
                sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
                sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
                min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip
