@@ -143,6 +143,32 @@ def test_a_table_shows_a_screen_of_rows_and_says_how_many_more(db_path: Path) ->
     assert every.output.splitlines()[-1] == "499"
 
 
+def test_show_trends_the_validation_loss_megatron_printed(db_path: Path, tmp_path: Path) -> None:
+    # Invented: a short Megatron-LM log evaluating every 20 iterations, the last evaluation worse.
+    lines = []
+    for i in range(1, 101):
+        lines.append(
+            f" iteration {i:8d}/     100 | elapsed time per iteration (ms): 812.5 | "
+            f"lm loss: {9.0 - i * 0.02:.6E} |"
+        )
+        if i % 20 == 0:
+            value = 8.6 - i * 0.01 if i < 100 else 8.2
+            lines.append(
+                f" validation loss at iteration {i} on validation set | lm loss value: {value:.6E} | "
+                f"lm loss PPL: {2.71828**value:.6E} |"
+            )
+    log = tmp_path / "eval.log"
+    log.write_text("\n".join(lines) + "\n")
+    run(db_path, "ingest", str(log))
+    shown = run(db_path, "show", "1", "--format", "markdown").output
+    trend = shown.split("### trend", 1)[1].split("###", 1)[0]
+    row = next(line for line in trend.splitlines() if line.startswith("| validation lm loss"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert list(map(float, cells[1:5])) == [8.4, 8.2, 7.8, 8.4]  # first, last, lowest, highest
+    assert (cells[5], cells[6], cells[7]) == ("█▆▃▁▆", "20", "100")
+    assert not any(line.startswith("| validation lm loss PPL") for line in trend.splitlines())
+
+
 def test_show_sums_up_a_run_with_its_trend(db_path: Path) -> None:
     run(db_path, "ingest", LLAMA)
     shown = run(db_path, "show", "1", "--format", "markdown").output

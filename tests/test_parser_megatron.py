@@ -355,6 +355,43 @@ def test_key_value_iteration_lines_read_as_the_classic_ones(fast: bool) -> None:
     assert timers["forward-backward"]["iteration"] == 136004
 
 
+def test_validation_and_test_losses_are_metrics_at_their_iteration() -> None:
+    # Invented, in the shapes Megatron's `evaluate_and_print_results` printed over the years: the
+    # classic line, the 2024 one naming its set, BigScience's `valid loss` behind a launcher prefix, and
+    # argonne-lcf's `key=value` spelling with its two figures glued together.
+    iteration = " iteration {i:8d}/    1000 | elapsed time per iteration (ms): 812.5 | lm loss: 7.9E+00 |\n"
+    text = (
+        iteration.format(i=100)
+        + " validation loss at iteration 100 | lm loss value: 8.095942E+00 | lm loss PPL: 3.281128E+03 | \n"
+        + iteration.format(i=200)
+        + " validation loss at iteration 200 on validation set | lm loss value: 7.645013E+00 | "
+        "lm loss PPL: 2.090196E+03 |\n"
+        " validation loss at iteration 200 on test set | lm loss value: 7.625707E+00 | "
+        "lm loss PPL: 2.049226E+03 |\n"
+        "[default7]:valid loss at iteration 300 | lm loss value: 2.327091E+00 | lm loss PPL: 1.024808E+01 |\n"
+        "[2025-11-10 12:29:58,134910][I][megatron/training:1693:evaluate_and_print_results]  validation loss "
+        "at iteration 400 on 122880-sample draw from validation set | lm loss value=2.697780lm loss PPL=14.846734\n"
+        " validation loss at the end of training for val data | lm loss value: 2.6E+00 |\n"
+    )
+    out = collect(text)
+    losses = [(m["iteration"], m["key"], m["value"], m["line_no"]) for m in out["iteration_metrics"]]
+    assert losses == [
+        (100, "validation lm loss", 8.095942, 2),
+        (100, "validation lm loss PPL", 3281.128, 2),
+        (200, "validation lm loss", 7.645013, 4),
+        (200, "validation lm loss PPL", 2090.196, 4),
+        (200, "test lm loss", 7.625707, 5),
+        (200, "test lm loss PPL", 2049.226, 5),
+        (300, "validation lm loss", 2.327091, 6),
+        (300, "validation lm loss PPL", 10.24808, 6),
+        (400, "validation lm loss", 2.69778, 7),
+        (400, "validation lm loss PPL", 14.846734, 7),
+    ]
+    # the end-of-training line names no iteration: kept as it is
+    assert [u["line_no"] for u in out["unparsed"]] == [8]
+    assert [i["iteration"] for i in out["iterations"]] == [100, 200]
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

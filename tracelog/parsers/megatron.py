@@ -67,6 +67,7 @@ from tracelog.parsers.megatron_lines import (
     memory_rows,
     per_thousand,
     timers_by_regex,
+    validation_metrics,
 )
 
 FORMAT = "megatron"
@@ -502,6 +503,7 @@ def _stateful(
 ) -> Iterator[Batch]:
     timers: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
+    scored: list[dict[str, Any]] = []  # validation and test losses, at the iteration they name
     unparsed: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
 
@@ -581,6 +583,14 @@ def _stateful(
                 continue
             if _line_param(run, line, line_no):
                 continue
+            if (validation := validation_metrics(line)) is not None and validation[1]:
+                iteration, figures = validation
+                scored.extend(
+                    {"run_key": run_key, "iteration": iteration, "key": key, "value": value, "text": text}
+                    | {"line_no": line_no}
+                    for key, value, text in figures
+                )
+                continue
             if line.strip():
                 unparsed.append({"line_no": line_no, "text": raw_line})
     # `batches_of`: a rank or value past what polars holds is an event, not a failed frame.
@@ -590,6 +600,8 @@ def _stateful(
                 yield Batch(table, attach_iteration(batch.rows, anchors))
             else:
                 yield batch
+    if scored:
+        yield from batches_of("iteration_metrics", scored)
     if unparsed:
         yield Batch("unparsed", unparsed)
     if events:

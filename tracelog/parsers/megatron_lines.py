@@ -123,7 +123,7 @@ DEEPSPEED_LINES = (
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:" + DEEPSPEED_LINES
+    r"|estimated model parameters:|loss at iteration \d" + DEEPSPEED_LINES
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -131,8 +131,31 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
-    + DEEPSPEED_LINES
+    r"|loss at iteration \d" + DEEPSPEED_LINES
 )
+# megatron/training/training.py `evaluate_and_print_results`: ` validation loss at iteration 100 | lm loss
+# value: 8.095942E+00 | lm loss PPL: 3.281128E+03 |` (since 2024 `... on validation set |`, `... on test
+# set |`); BigScience's Megatron-DeepSpeed printed `valid loss at iteration`, argonne-lcf's prints
+# `lm loss value=2.697780lm loss PPL=14.846734` (no separator between the two).
+VALIDATION_RX = regex.compile(r"\b(validation|valid|test) loss at iteration (\d+)([^|]{0,200})\|(.*)$")
+VALIDATION_FIELD_RX = regex.compile(r"([A-Za-z][\w -]{0,80}?)\s+(value|PPL)\s*[:=]\s*" + NUM)
+
+
+def validation_metrics(line: str) -> tuple[int, list[tuple[str, float, str]]] | None:
+    """The iteration of a validation line and its figures as (metric key, value, text printed): `validation
+    lm loss`, `validation lm loss PPL`, `test lm loss`, ..."""
+    match = VALIDATION_RX.search(line)
+    if match is None:
+        return None
+    kind = "test" if match.group(1) == "test" or "test set" in match.group(3) else "validation"
+    figures = []
+    for field in VALIDATION_FIELD_RX.finditer(match.group(4)):
+        name, what, raw = field.group(1).strip(), field.group(2), field.group(3)
+        key = f"{kind} {name}" + (" PPL" if what == "PPL" else "")
+        figures.append((key, float(raw), raw))
+    return int(match.group(2)), figures
+
+
 TIMESTAMP_RX = regex.compile(TIMESTAMP)
 RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
 # The part naming the iteration, behind whatever prefix a logger put before it

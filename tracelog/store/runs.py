@@ -121,6 +121,21 @@ SELECT b, sec_per_it, lm_loss, tflops, first_it, last_it FROM buckets ORDER BY b
 """
 
 
+# The validation and test losses Megatron prints every eval interval (`iteration_metrics`), bucketed the
+# same way over the lines that hold them; their perplexities are left to the table.
+SCORED_TREND_SQL = """
+WITH scored AS (
+    SELECT key, iteration, value, line_no FROM iteration_metrics
+    WHERE run_id = $run AND (starts_with(key, 'validation ') OR starts_with(key, 'test '))
+      AND NOT suffix(key, ' PPL') AND isfinite(value)
+),
+span AS (SELECT key, min(line_no) AS lo, max(line_no) - min(line_no) + 1 AS width FROM scored GROUP BY key)
+SELECT key, (s.line_no - span.lo) * $points // span.width AS b, avg(value) AS value,
+       min(iteration) AS first_it, max(iteration) AS last_it
+FROM scored s JOIN span USING (key) GROUP BY key, b ORDER BY key DESC, b
+"""
+
+
 def sparkline(values: list[float | None]) -> str:
     """Values as block characters from lowest to highest; a gap where a value is missing."""
     known = [v for v in values if v is not None and v == v]
@@ -134,26 +149,47 @@ def sparkline(values: list[float | None]) -> str:
 def trend(store: Store, run_id: int, points: int = TREND_POINTS) -> list[dict[str, Any]]:
     """sec/it, loss and TFLOP/s over the run in `points` buckets of its log lines (aggregated in DuckDB,
     so it costs the same for a thousand iterations or millions): first, last, lowest, highest, sparkline."""
-    buckets = store.rows(TREND_SQL.replace("$points", str(int(points))).replace("$run", str(int(run_id))))
+
+    def sql(text: str) -> Rows:
+        return store.rows(text.replace("$points", str(int(points))).replace("$run", str(int(run_id))))
+
+    buckets = sql(TREND_SQL)
     rows = []
     for column, label in (("sec_per_it", "sec/it"), ("lm_loss", "lm loss"), ("tflops", "TFLOP/s")):
         values = [None if v is None or v != v else float(v) for v in buckets.column(column)]
-        known = [v for v in values if v is not None]
-        if not known:
-            continue
-        rows.append(
-            {
-                "metric": label,
-                "first": known[0],
-                "last": known[-1],
-                "lowest": min(known),
-                "highest": max(known),
-                "over iterations": sparkline(values),
-                "from": int(min(v for v in buckets.column("first_it") if v is not None)),
-                "to": int(max(v for v in buckets.column("last_it") if v is not None)),
-            }
+        rows.extend(_trend_row(label, values, buckets.column("first_it"), buckets.column("last_it")))
+    scored = sql(SCORED_TREND_SQL)
+    for key in dict.fromkeys(scored.column("key")):
+        mine = [i for i, k in enumerate(scored.column("key")) if k == key]
+        rows.extend(
+            _trend_row(
+                str(key),
+                [float(scored.column("value")[i]) for i in mine],
+                [scored.column("first_it")[i] for i in mine],
+                [scored.column("last_it")[i] for i in mine],
+            )
         )
     return rows
+
+
+def _trend_row(
+    label: str, values: list[float | None], first: list[Any], last: list[Any]
+) -> list[dict[str, Any]]:
+    known = [v for v in values if v is not None]
+    if not known:
+        return []
+    return [
+        {
+            "metric": label,
+            "first": known[0],
+            "last": known[-1],
+            "lowest": min(known),
+            "highest": max(known),
+            "over iterations": sparkline(values),
+            "from": int(min(v for v in first if v is not None)),
+            "to": int(max(v for v in last if v is not None)),
+        }
+    ]
 
 
 def show_run(
