@@ -509,3 +509,20 @@ def test_a_bucket_printed_with_thousands_separators_is_read_whole() -> None:
     from tracelog.analysis.predictions import _elements
 
     assert _elements(params["reduce_bucket_size"]) == 2e8
+
+
+def test_the_first_step_line_of_a_tail_does_not_take_every_earlier_skip() -> None:
+    # Invented, in the shape of `kubectl logs --tail` of a DeepSpeed-Chat worker (host prefix, no engine
+    # echo): DeepSpeed's `skipped=19` counts every step since the start, not the ten before this line.
+    prefix = "actor-multi-node-worker-0: [2023-06-21 03:46:19,251] [INFO] [logging.py:96:log_dist] [Rank 0] "
+    lines = [
+        f"{prefix}step={step}, skipped={skipped}, lr=[9.2e-08, 9.2e-08], mom=[(0.9, 0.95), (0.9, 0.95)]"
+        for step, skipped in ((1890, 19), (1900, 19), (1910, 21))
+    ]
+    out = collect("% k logs actor-multi-node-worker-0 --tail=100\n" + "\n".join(lines) + "\n")
+    assert [(r["iteration"], r["skipped"]) for r in out["iterations"]] == [(1890, None), (1900, 0), (1910, 2)]
+    (kept,) = [m for m in out["iteration_metrics"] if m["key"].startswith("skipped")]
+    assert (kept["iteration"], kept["value"], kept["line_no"]) == (1890, 19, 2)
+    # from the start of a run (step 10, the first interval) the count is the interval's
+    start = collect(lines[0].replace("step=1890, skipped=19", "step=10, skipped=7") + "\n")
+    assert [r["skipped"] for r in start["iterations"]] == [7]

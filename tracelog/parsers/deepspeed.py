@@ -99,6 +99,11 @@ INFO_PARAMS = (
     (re.compile(r"DeepSpeed Flops Profiler Enabled: (\w+)"), "flops_profiler_enabled"),
     (megatron_lines.REDUCE_BUCKET_RX, "reduce_bucket_size"),
 )
+# DeepSpeed's default `steps_per_print` until 0.15.2 (runtime/constants.py STEPS_PER_PRINT_DEFAULT; None
+# since, which prints no step line): the interval of a log's first step line.
+STEPS_PER_PRINT = 10
+
+
 RESTART_MARKS = ("DeepSpeedEngine configuration:", "DeepSpeed info: version=", "WORLD INFO DICT")
 EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")
 # The same words without the leading `\w*` the Megatron parser's (linear, Rust) regex carries: Python's
@@ -399,12 +404,20 @@ class _Parser:
             return
         self.trained = True
         row = self.step_row(run, step, line_no, rank, ts)
-        skipped = skipped_total - (run.last_skipped or 0)
+        if run.last_skipped is None and not run.config and step > STEPS_PER_PRINT:
+            # The first step line of a log that starts later, without the engine's echo of its start (a
+            # tail, a job's output cut): DeepSpeed's count is of every step before it, which this log does
+            # not hold, not of this line's interval. Kept as it was printed.
+            skipped = None
+            self.metric(run, step, "skipped steps before this line (running count)", skipped_total,
+                        str(skipped_total), line_no)  # fmt: skip
+        else:
+            skipped = max(skipped_total - (run.last_skipped or 0), 0)
         run.last_skipped = skipped_total
         if row is None:
             return
         row["learning_rate"] = float(lrs[0]) if lrs else None
-        row["skipped"] = max(skipped, 0)
+        row["skipped"] = skipped
         row["loss_scale"] = run.current_scale()
         if len(set(lrs)) > 1:
             self.metric(run, step, "lr", None, f"[{match.group(3)}]", line_no)
