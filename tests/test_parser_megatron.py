@@ -392,6 +392,28 @@ def test_validation_and_test_losses_are_metrics_at_their_iteration() -> None:
     assert [i["iteration"] for i in out["iterations"]] == [100, 200]
 
 
+@pytest.mark.parametrize(
+    ("pipe_arg", "layout"),
+    [("", (4, 1, 16)), ("  pipe_parallel_size .............. 16\n", (4, 16, 1))],
+    ids=["zero3-no-pipeline", "deepspeed-3d"],
+)
+def test_megatron_v1_world_line_and_deepspeeds_pipeline_argument(pipe_arg: str, layout: tuple) -> None:
+    # Invented, in the shape of Megatron-LM v1.1.5 as DeepSpeedExamples ran it (2020-2021): the world line
+    # names only the model-parallel (tensor) size; its ZeRO-3 variant has no pipeline, its 3D variant
+    # takes DeepSpeed's `--pipe-parallel-size`.
+    text = (
+        "using world size: 64 and model-parallel size: 4 \n"
+        "------------------------ arguments ------------------------\n"
+        "  batch_size ...................... 48\n"
+        "  model_parallel_size ............. 4\n"
+        f"{pipe_arg}"
+        "---------------- end of arguments ----------------\n"
+        " iteration       10/   10000 | elapsed time per iteration (ms): 12374.2 | learning rate: 1.5E-04 |\n"
+    )
+    (run,) = collect(text)["runs"]
+    assert (run["tp"], run["pp"], run["dp"], run["gpus"]) == (*layout, 64)
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

@@ -14,7 +14,8 @@ from tracelog.parsers.base import as_int
 # run column -> argument names that hold it, newest spelling first
 ARG_COLUMNS: dict[str, tuple[str, ...]] = {
     "tp": ("tensor_model_parallel_size", "model_parallel_size"),
-    "pp": ("pipeline_model_parallel_size",),
+    # DeepSpeedExamples' Megatron-LM-v1.1.5-3D_parallelism: `--pipe-parallel-size`
+    "pp": ("pipeline_model_parallel_size", "pipe_parallel_size"),
     "dp": ("data_parallel_size",),
     "cp": ("context_parallel_size",),
     "vp": ("virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage"),
@@ -59,6 +60,7 @@ class RunInfo:
     params_printed: int | None = None
     tflops_seen: bool = False
     effective_tflops: bool = False
+    v1_world: bool = False  # the world line of Megatron-LM v1 (`set_world`)
 
     def state(self) -> dict[str, Any]:
         """Everything this run knows, as JSON, for an ingest that resumes after the last complete line."""
@@ -69,7 +71,8 @@ class RunInfo:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> RunInfo:
-        run = cls(**{k: state[k] for k in _STATE_FIELDS})
+        # a state saved before a field existed takes the field's default
+        run = cls(**{k: state[k] for k in _STATE_FIELDS if k in state or k not in _DEFAULTED})
         run.rank_params = {(int(tp), int(pp)): int(n) for tp, pp, n in state["rank_params"]}
         return run
 
@@ -99,6 +102,9 @@ class RunInfo:
             column = names.get(part.rstrip("-"))
             if column:
                 self.columns[column] = int(value)
+        # Megatron-LM v1 (2020) printed `using world size: 64 and model-parallel size: 4`: tensor
+        # parallelism only; a pipeline there is DeepSpeed's, which its arguments or partition name.
+        self.v1_world = set(parts) == {"model-parallel"}
         self.params.append({"name": "world_size_line", "value": f"{world} {parts}", "line_no": line_no})
 
     def add_rank_params(self, tp_rank: int, pp_rank: int, count: int) -> None:
@@ -178,6 +184,8 @@ class RunInfo:
         last_stage = self._last_param("deepspeed_pipe_stage")
         if last_stage is not None and not columns.get("pp"):
             columns["pp"] = last_stage + 1
+        if self.v1_world and not columns.get("pp"):
+            columns["pp"] = 1
         train_batch = self._last_param("deepspeed_train_batch_size")
         if train_batch is not None and not columns.get("gbs"):
             columns["gbs"] = train_batch
@@ -217,4 +225,6 @@ _STATE_FIELDS = (
     "params_printed",
     "tflops_seen",
     "effective_tflops",
+    "v1_world",
 )
+_DEFAULTED = {"v1_world"}  # fields newer than some saved states
