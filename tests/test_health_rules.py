@@ -66,6 +66,41 @@ def test_a_nan_loss_without_the_frameworks_count_is_a_nan_iteration(tmp_path: Pa
     assert (nan["severity"], nan["row_ref"], nan["measured"]) == ("critical", "line 18", 1.0)
 
 
+def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path: Path) -> None:
+    # Invented, in the words PyTorch's NCCL watchdog and torchrun's elastic agent print (ProcessGroupNCCL
+    # .cpp, torch/distributed/elastic/multiprocessing/api.py), after 20 healthy iterations.
+    path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
+    crash = [
+        "[rank3]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for 600017 milliseconds before timing out.",
+        "[rank3]:[E1003 18:37:01.833637681 ProcessGroupNCCL.cpp:621] [Rank 3] Some NCCL operations have failed "
+        "or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data.",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "E1003 18:37:09.599000 3036 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) "
+        "local_rank: 3 (pid: 3042) of binary: /usr/bin/python",
+    ]
+    path.write_text(path.read_text() + "\n".join(crash) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    kinds = api.sql(db, "SELECT line_no, kind FROM events ORDER BY line_no")
+    assert kinds.values.tolist() == [[21, "timeout"], [22, "timeout"], [23, "error"], [24, "crash"]]
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"], flag["measured"]) == ("critical", "line 21", 4.0)
+    assert "It died at line 21: [rank3]" in flag["message"] and "failed (exitcode: -6)" in flag["message"]
+
+
+def test_error_lines_that_do_not_say_the_run_died_are_a_warning(tmp_path: Path) -> None:
+    path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
+    path.write_text(path.read_text() + "RuntimeError: a logging hook failed; training goes on\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"]) == ("warning", "line 21")
+    assert "died" not in flag["message"]
+
+
 def test_loss_spike_against_running_median(tmp_path: Path) -> None:
     rows = [{"loss": 3.0} for _ in range(20)]
     rows[15] = {"loss": 5.0}

@@ -414,6 +414,35 @@ def test_megatron_v1_world_line_and_deepspeeds_pipeline_argument(pipe_arg: str, 
     assert (run["tp"], run["pp"], run["dp"], run["gpus"]) == (*layout, 64)
 
 
+def test_the_tail_of_a_job_that_evaluated_then_died_is_megatrons(tmp_path: Path) -> None:
+    # Invented, in the shape of the last lines of a Megatron-LM job (2024): its last evaluation, PyTorch's
+    # warnings behind torchrun's rank prefixes, and the elastic agent reporting the abort.
+    rule = "-" * 100 + "\n"
+    text = (
+        "WARNING:megatron.core.rerun_state_machine:Setting RerunStateMachine mode RerunMode.DISABLED\n"
+        + rule
+        + " validation loss at iteration 150 on test set | lm loss value: 1.177732E+01 | "
+        "lm loss PPL: 1.302641E+05 | \n"
+        + rule
+        + "[rank0]:[W1019 08:16:22.397556647 ProcessGroupNCCL.cpp:1477] Warning: WARNING: destroy_process_group() "
+        "was not called before program exit, which can leak resources.\n"
+        "pure virtual method called\n"
+        "terminate called without an active exception\n"
+        "E1019 08:21:39.599000 3036 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) "
+        "local_rank: 0 (pid: 3042) of binary: /usr/bin/python\n"
+    )
+    assert parsers.detect(head_text(text.encode()), "job.err").FORMAT == "megatron"
+    path = tmp_path / "job.err"
+    path.write_text(text)
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(path)])
+    assert result.format == "megatron"
+    kinds = dict(api.sql(db, "SELECT line_no, kind FROM events").values.tolist())
+    assert (kinds[6], kinds[7], kinds[8]) == ("crash", "error", "crash")
+    scored = api.sql(db, "SELECT iteration, key, value FROM iteration_metrics ORDER BY key").values.tolist()
+    assert scored == [[150, "test lm loss", 11.77732], [150, "test lm loss PPL", 130264.1]]
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

@@ -101,6 +101,8 @@ def detect(head: str) -> int:
     # them at least (one may be quoted anywhere).
     marks = sum(mark in head for mark in SETUP_MARKS)
     score += 3 * marks if marks >= 2 else 0
+    if "loss at iteration" in head and "lm loss value" in head:  # an evaluation's line: Megatron's alone
+        score += 6
     if score and "megatron" in head.lower():
         score += 2
     return score

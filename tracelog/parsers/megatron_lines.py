@@ -101,14 +101,28 @@ MEMORY_FIELDS = {
     "reserved_mib": r"\|\s*reserved:\s*" + NUM,
     "max_reserved_mib": r"max reserved:\s*" + NUM,
 }
-WARNING_RX = r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory|killed|segmentation fault)"
+# What a dying job prints beside errors: PyTorch's NCCL watchdog (`Watchdog caught collective operation
+# timeout: WorkNCCL(...) ran for 600030 milliseconds before timing out`, `Some NCCL operations have failed or
+# timed out`), torchrun's elastic agent in glog form (`E1019 ... api.py:874] failed (exitcode: -6)`), the C++
+# runtime (`pure virtual method called`, `(core dumped)`).
+WARNING_RX = (
+    r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
+    r"|killed|segmentation fault|timed out|timing out|operation timeout|failed \(exitcode"
+    r"|pure virtual method called|core dumped)"
+)
 # event kind -> words that mark it, most specific first
 EVENT_KINDS = (
     ("traceback", "traceback (most recent call last)"),
     ("oom", "out of memory"),
+    ("timeout", "operation timeout"),
+    ("timeout", "timed out"),
+    ("timeout", "timing out"),
     ("nccl_warn", "nccl warn"),
     ("crash", "segmentation fault"),
     ("crash", "killed"),
+    ("crash", "failed (exitcode"),
+    ("crash", "pure virtual method called"),
+    ("crash", "core dumped"),
     ("error", "error"),
     ("error", "exception"),
     ("warning", "warn"),

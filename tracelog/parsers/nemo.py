@@ -78,7 +78,8 @@ WARNING_RX = re.compile(
     # `error\b`, not `\w*error\b`: a search only asks whether a word ends in "error", and the `\w*` made
     # it quadratic on a long word (64 KiB of letters: minutes).
     r"(?i)traceback \(most recent call last\)|error\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory"
-    r"|\bkilled\b|segmentation fault"
+    r"|\bkilled\b|segmentation fault|timed out|timing out|operation timeout|failed \(exitcode"
+    r"|pure virtual method called|core dumped"
 )
 ENDS_TIMER_HEAD = ("(min, max) time across ranks (ms):", "max time across ranks (ms):")
 

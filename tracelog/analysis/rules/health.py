@@ -235,28 +235,45 @@ def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     ]
 
 
+# Error lines that say the run died (out of memory, a collective that timed out, a process the launcher
+# saw fail, a core dump): the flag is critical and names the first of them; other error lines a warning.
+FATAL_SQL = (
+    "kind IN ('oom', 'timeout') OR regexp_matches(lower(text), "
+    "'out of memory|timeout|timed out|timing out|failed \\(exitcode|core dumped')"
+)
+
+
 def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
-        SELECT run_id, arg_max(text, line_no), max(line_no), count(*)
-        FROM events WHERE {scope.runs} AND run_id IS NOT NULL AND kind IN ('error', 'oom', 'crash', 'nccl_warn')
+        SELECT run_id, arg_max(text, line_no), max(line_no), count(*),
+               arg_min(text, line_no) FILTER ({FATAL_SQL}), min(line_no) FILTER ({FATAL_SQL})
+        FROM events WHERE {scope.runs} AND run_id IS NOT NULL
+          AND kind IN ('error', 'oom', 'crash', 'nccl_warn', 'timeout')
         GROUP BY run_id
         """
     ).fetchall()
-    return [
-        _flag(
-            "training_health",
-            "critical" if "out of memory" in text.lower() or "timeout" in text.lower() else "warning",
-            run_id,
-            f"{count} error line(s) in the log; the last: {text.strip()[:200]}",
-            'Read the events table for this run (tracelog sql "SELECT * FROM events WHERE run_id = '
-            f'{run_id}"): a crash ends the run early and its last iterations are not steady state.',
-            row_ref=f"line {line}",
-            measured=float(count),
-            expected=0.0,
+    flags = []
+    for run_id, text, line, count, fatal_text, fatal_line in rows:
+        died = (
+            f" It died at line {fatal_line}: {fatal_text.strip()[:200]}"
+            if fatal_line is not None and fatal_line != line
+            else ""
         )
-        for run_id, text, line, count in rows
-    ]
+        flags.append(
+            _flag(
+                "training_health",
+                "critical" if fatal_line is not None else "warning",
+                run_id,
+                f"{count} error line(s) in the log; the last: {text.strip()[:200]}.{died}",
+                'Read the events table for this run (tracelog sql "SELECT * FROM events WHERE run_id = '
+                f'{run_id}"): a crash ends the run early and its last iterations are not steady state.',
+                row_ref=f"line {fatal_line if fatal_line is not None else line}",
+                measured=float(count),
+                expected=0.0,
+            )
+        )
+    return flags
 
 
 RULES = (nan_and_skipped, loss_scale_collapse, loss_spikes, sec_per_it_drift, straggler_steps, ended_in_error)
