@@ -295,6 +295,22 @@ def test_a_long_word_in_a_deepspeed_log_is_read_in_linear_time(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
+    "line",
+    ["(x" + "=aaaaaaaa" * 5_000, "(x, " + "a=b, " * 20_000, "(" + "a" * 100_000, "(x, a=" + "=" * 50_000],
+    ids=["equals-run", "pairs-without-paren", "open-paren", "value-of-equals"],
+)
+def test_a_launcher_prefix_cut_short_is_read_in_linear_time(line: str, tmp_path: Path) -> None:
+    """Ray's `(head, rank=0, pid=3808) ` prefix, read with a pattern that could split `key=value` runs in
+    many ways, took minutes on a line of ten of them without its `)`: nccl-tests and NeMo logs."""
+    for sample, name in ((NCCL, "nccl.txt"), (SAMPLES / "nemo2_llama3_8b_pretrain.log", "nemo.log")):
+        log = tmp_path / name
+        log.write_text(sample.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+        started = time.perf_counter()
+        (result,) = api.ingest(tmp_path / f"{name}.duckdb", [str(log)])
+        assert result.status == "ingested" and time.perf_counter() - started < 10
+
+
+@pytest.mark.parametrize(
     "sample",
     [
         "nccl_all_reduce_8xa100.txt",

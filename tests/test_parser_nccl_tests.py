@@ -413,8 +413,28 @@ def test_in_place_only_rows() -> None:
 
 @pytest.mark.parametrize(
     "prefix",
-    ["[1,0]<stdout>:", "node01: ", "0: ", "2025-03-04T10:12:31.123456Z ", "[default0]:", "    "],
-    ids=["openmpi-tag", "pdsh-host", "srun-label", "k8s-timestamp", "torchrun-tee", "indented"],
+    [
+        "[1,0]<stdout>:",
+        "node01: ",
+        "0: ",
+        "2025-03-04T10:12:31.123456Z ",
+        "[default0]:",
+        "    ",
+        "(head, rank=0, pid=3808) [1,0]<stdout>:",
+        "(worker1, rank=1, pid=2769, ip=10.100.10.12) ",
+        "[2025-11-20T14:55:23+08:00] ",
+    ],
+    ids=[
+        "openmpi-tag",
+        "pdsh-host",
+        "srun-label",
+        "k8s-timestamp",
+        "torchrun-tee",
+        "indented",
+        "ray-worker-and-openmpi-tag",  # SkyPilot runs its jobs on Ray
+        "ray-worker-with-ip",
+        "iso-timestamp-with-zone",
+    ],
 )
 def test_launcher_prefixes_change_nothing(prefix: str) -> None:
     plain = collect(modern())

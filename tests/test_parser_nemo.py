@@ -133,6 +133,34 @@ def test_a_bar_line_drawn_before_any_metric_is_progress_only() -> None:
     assert "unparsed" not in out
 
 
+def test_nemo_run_task_prefixes_and_zoned_timestamps() -> None:
+    # Invented, in the shapes NeMo-Run leaves in a job's log: its `task/N ` before torchrun's `[default0]:`
+    # (the Lightning summary, NeMo's warnings, blank lines, the printer), and a collector's ISO timestamp
+    # with its zone in front of the task.
+    text = (
+        "retraining/0 [default0]:\n"
+        "retraining/0 [default0]:1.1 B     Trainable params\n"
+        "retraining/0 [default0]:0         Total Flops\n"
+        "retraining/0 [default0]:[NeMo W 2025-08-19 14:27:47 rerun_state_machine:1263] Implicit initialization "
+        "of Rerun State Machine!\n"
+        "retraining/0 [default0]:Training epoch 0, iteration 0/99 | lr: 1.5e-07 | global_batch_size: 4 | "
+        "global_step: 0 | reduced_train_loss: 14.66 | train_step_timing in s: 5.276 | consumed_samples: 4\n"
+        "[2025-11-20T14:55:23+08:00] retraining/0 Training epoch 0, iteration 1/99 | lr: 3e-07 | "
+        "global_batch_size: 4 | global_step: 1 | reduced_train_loss: 15.07 | train_step_timing in s: 2.008 | "
+        "tokens_per_sec_per_gpu: 1.073e+04 | consumed_samples: 8\n"
+    )
+    out = collect(text)
+    rows = [(r["iteration"], r["rank"], r["lm_loss"], r["elapsed_s"]) for r in out["iterations"]]
+    assert rows == [(0, 0, 14.66, 5.276), (1, None, 15.07, 2.008)]
+    assert [(e["line_no"], e["kind"]) for e in out["events"]] == [(4, "warning")]
+    assert "unparsed" not in out
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert (params["lightning Trainable params"], params["lightning Total Flops"]) == ("1.1 B", "0")
+    (metric,) = out["iteration_metrics"]
+    assert (metric["iteration"], metric["key"], metric["value"]) == (1, "tokens_per_sec_per_gpu", 10730.0)
+
+
 def test_a_bar_of_2023_with_a_nan_loss_and_a_rounded_step(tmp_path) -> None:
     # NVIDIA/NeMo#7957 (2023-11), the line as published: the description drawn `Epoch 0: :`, the step
     # rounded by the bar (`global_step=9e+3`) and a NaN loss printed `nan.0`.

@@ -289,12 +289,18 @@ def head_text(head: bytes) -> str:
     return ANSI_ESCAPE.sub(b"", head).decode("utf-8", errors="replace").replace("\r\n", "\n")
 
 
-# Launcher prefixes fabric benchmarks pick up: Open MPI's `[1,0]<stdout>:`, a timestamp, pdsh's `host: `.
+# Launcher prefixes fabric benchmarks and job logs pick up: Open MPI's `[1,0]<stdout>:`, a timestamp (ISO,
+# with its zone: `[2025-11-20T14:55:23+08:00]`), pdsh's `host: `, NeMo-Run's task and rank (`retraining/0 `),
+# Ray's worker (`(head, rank=0, pid=3808) `, as SkyPilot runs a job).
 PREFIX_RX = re.compile(
     r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:"
-    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+"
-    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]\s*"
     r"|\[[A-Za-z][\w.\-]*(?::\d+)?\]:\s?"
+    r"|[A-Za-z][\w.\-]*/\d+\s+"
+    # Ray's `(name, key=value, ...)`: each key after a comma, no value holding one (unambiguous: a line
+    # without its `)` fails at once, not after trying every split of its `key=value` runs)
+    r"|\((?:[A-Za-z][\w.\-]*(?:\s+\w+=[^,()\s]*)?|\w+=[^,()\s]*)(?:,\s*\w+=[^,()\s]*)*\)\s+"
     r"|(?P<host>[A-Za-z0-9][\w.\-]*):\s+)"
 )
 NCCL_WARN_RX = re.compile(r"\bNCCL WARN\b")

@@ -55,6 +55,7 @@ NEMO_PREFIX_RX = re.compile(r"^\s*\[NeMo ([DIWEC]) [^\]]*\]\s?")
 GLOG_RX = re.compile(r"^([WEF])\d{4} \d\d:\d\d:\d\d")  # torchrun's own warnings: W0302 08:00:01.000000
 LEVEL_KINDS = {"W": "warning", "E": "error", "C": "error", "F": "error"}
 RANK_PREFIX_RX = re.compile(r"^\s*(?:\[(?:default|rank)(\d+)\]:|\[[Rr]ank\s*(\d+)\]:?|(\d+):\s)\s?")
+TORCHRUN_RANK_RX = re.compile(r"\[(?:default|rank)(\d+)\]:")
 PRINTER_RX = re.compile(r"^\s*Training epoch (\d+), iteration (\d+)/(\d+)\s*(\|.*)?$")
 PROGRESS_ONLY_RX = re.compile(
     r"^\s*(?:Sanity checking )?(?:Validation|Testing)(?: epoch \d+)?: iteration \d+/\S+"
@@ -71,7 +72,7 @@ YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
 # under it. NeMo's module is one model-parallel shard, so its counts are per rank: kept as run_params only.
 SUMMARY_TOTAL_RX = re.compile(
     r"^\s*([\d.,]+\s*[KMBT]?)\s+(Trainable params|Non-trainable params|Total params"
-    r"|Total estimated model params size \(MB\)|Modules in (?:train|eval) mode)\s*$"
+    r"|Total estimated model params size \(MB\)|Modules in (?:train|eval) mode|Total Flops)\s*$"
 )
 SUMMARY_TABLE_RX = re.compile(r"^\s*(?:\d+\s*)?\|\s*[\w.]+\s*\|\s*\w+\s*\|.*\|\s*\w*\s*$|^-{20,}\s*$")
 WARNING_RX = re.compile(
@@ -223,8 +224,16 @@ class _Parser:
         if self.handle(n, body, rank):
             return
         launcher_free, _host = strip_prefix(body)
-        if launcher_free != body and launcher_free.strip() and self.handle(n, launcher_free, rank):
-            return
+        if launcher_free != body:
+            # a launcher's prefix before torchrun's: NeMo-Run's `retraining/0 [default0]:`, a timestamp
+            named = TORCHRUN_RANK_RX.search(body[: len(body) - len(launcher_free)])
+            body, inner_rank, inner_level = self.stripped(launcher_free)
+            rank = next(
+                (r for r in (rank, int(named.group(1)) if named else None, inner_rank) if r is not None), None
+            )
+            level = level or inner_level
+            if not body.strip() or self.handle(n, body, rank):
+                return
         glog = GLOG_RX.match(body)
         if level in LEVEL_KINDS or glog or WARNING_RX.search(body):
             lowered = body.lower()
@@ -268,7 +277,9 @@ class _Parser:
             self.columns["vocab"] = int(match.group(1))
             return True
         if match := SUMMARY_TOTAL_RX.match(body):
-            self.params.append({"name": f"lightning {match.group(2)}", "value": match.group(1), "line_no": n})
+            self.params.append(
+                {"name": f"lightning {match.group(2)}", "value": match.group(1).strip(), "line_no": n}
+            )
             return True
         return bool(SUMMARY_TABLE_RX.match(body))
 
