@@ -143,6 +143,20 @@ def test_a_table_shows_a_screen_of_rows_and_says_how_many_more(db_path: Path) ->
     assert every.output.splitlines()[-1] == "499"
 
 
+def test_a_file_none_of_whose_lines_was_read_says_so(db_path: Path, tmp_path: Path) -> None:
+    # A job's own print-outs named as a Megatron log: it lands (its lines kept), with a clear word.
+    notes = tmp_path / "job.out"
+    notes.write_text("loading shards\nepoch 1 done in 812 s\n")
+    ingested = run(db_path, "ingest", "--parser", "megatron", str(notes))
+    assert ingested.exit_code == 0
+    assert "2 of 2 lines unparsed" in ingested.stdout
+    assert "none of its 2 lines was read as megatron" in ingested.stderr
+    assert "--parser" in ingested.stderr
+    log = tmp_path / "run.log"
+    log.write_text(" iteration        1/      10 | elapsed time per iteration (ms): 812.5 |\nbye\n")
+    assert "was read as" not in run(db_path, "ingest", str(log)).stderr
+
+
 def test_show_trends_the_validation_loss_megatron_printed(db_path: Path, tmp_path: Path) -> None:
     # Invented: a short Megatron-LM log evaluating every 20 iterations, the last evaluation worse.
     lines = []

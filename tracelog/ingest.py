@@ -61,6 +61,13 @@ class IngestResult:
     warning: str | None = None  # what failed after the commit (the refresh), or why a file was skipped
     merged: dict[int, int] = field(default_factory=dict)  # run id -> the earlier run it joined
 
+    @property
+    def nothing_read(self) -> bool:
+        """Every line of the file went to `unparsed`: detected (or named) as a format none of its lines
+        is, which a user should hear about rather than find an empty run."""
+        landed = self.status in ("ingested", "appended", "replaced")
+        return landed and self.lines_total > 0 and self.lines_unparsed == self.lines_total
+
     def summary(self) -> str:
         if self.status == "skipped":
             return f"{self.path}: skipped ({self.warning})"

@@ -121,6 +121,12 @@ def ingest(
             click.echo(f"Error: {result.error}", err=True)
         else:
             click.echo(result.summary())
+            if result.nothing_read:
+                click.echo(
+                    f"Warning: {result.path}: none of its {result.lines_total} lines was read as {result.format}; "
+                    "if it is another tool's output, name its format with --parser",
+                    err=True,
+                )
             if result.warning and result.status != "skipped":
                 click.echo(f"Warning: {result.path}: {result.warning}; the next command retries it", err=True)
     if failures:
