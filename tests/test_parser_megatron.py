@@ -443,6 +443,34 @@ def test_the_tail_of_a_job_that_evaluated_then_died_is_megatrons(tmp_path: Path)
     assert scored == [[150, "test lm loss", 11.77732], [150, "test lm loss PPL", 130264.1]]
 
 
+def test_megatrons_theoretical_parameter_counts_are_run_parameters() -> None:
+    # Invented, in the words of megatron/training/theoretical_memory_usage.py (2024 on), printed after the
+    # first iteration of an MoE run.
+    text = (
+        " iteration        1/     100 | elapsed time per iteration (ms): 79490.1 | lm loss: 1.2E+01 |\n"
+        "Number of parameters in transformer block in billions:  64.43\n"
+        "Number of active parameters in transformer block in billions:  12.08\n"
+        "Number of parameters in embedding layers in billions: 0.26\n"
+        "Total number of parameters in billions: 64.69\n"
+        "Total number of active parameters in billions: 12.34\n"
+        "Number of parameters in most loaded shard in billions: 2.0794\n"
+        "Theoretical memory footprints: weight and optimizer=35695.42 MB\n"
+    )
+    out = collect(text)
+    (run,) = out["runs"]
+    params = {p["name"]: (p["value"], p["line_no"]) for p in run["run_params"] if "theoretical" in p["name"]}
+    assert params == {
+        "theoretical_params_billions_transformer_block": ("64.43", 2),
+        "theoretical_params_billions_active_transformer_block": ("12.08", 3),
+        "theoretical_params_billions_embedding_layers": ("0.26", 4),
+        "theoretical_params_billions_total": ("64.69", 5),
+        "theoretical_params_billions_total_active": ("12.34", 6),
+        "theoretical_params_billions_most_loaded_shard": ("2.0794", 7),
+        "theoretical_weight_and_optimizer_mib": ("35695.42", 8),
+    }
+    assert "unparsed" not in out
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

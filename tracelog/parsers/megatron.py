@@ -44,6 +44,7 @@ from tracelog.parsers.megatron_lines import (
     LINE_PARAMS,
     MEMORY_MARK,
     PADDED_RX,
+    PARAMS_BILLIONS_RX,
     PARAMS_RX,
     RANK_PREFIX_RX,
     SPECIAL_RX,
@@ -65,6 +66,7 @@ from tracelog.parsers.megatron_lines import (
     iterations_by_regex,
     key_value_as_classic,
     memory_rows,
+    params_billions_name,
     per_thousand,
     timers_by_regex,
     validation_metrics,
@@ -579,6 +581,11 @@ def _stateful(
                 continue
             if match := PADDED_RX.search(line):
                 run.columns["vocab"] = int(match.group(3))
+                continue
+            if match := PARAMS_BILLIONS_RX.search(line):
+                run.params.append(
+                    {"name": params_billions_name(match), "value": match.group(5), "line_no": line_no}
+                )
                 continue
             if match := ESTIMATED_RX.search(line):
                 run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]

@@ -137,7 +137,7 @@ DEEPSPEED_LINES = (
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|loss at iteration \d" + DEEPSPEED_LINES
+    r"|estimated model parameters:|loss at iteration \d|in billions:" + DEEPSPEED_LINES
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -145,7 +145,7 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
-    r"|loss at iteration \d" + DEEPSPEED_LINES
+    r"|loss at iteration \d|in billions:" + DEEPSPEED_LINES
 )
 # megatron/training/training.py `evaluate_and_print_results`: ` validation loss at iteration 100 | lm loss
 # value: 8.095942E+00 | lm loss PPL: 3.281128E+03 |` (since 2024 `... on validation set |`, `... on test
@@ -204,6 +204,24 @@ THEORY_RX = regex.compile(
     + r"\s*MB)?"
 )
 ESTIMATED_RX = regex.compile(r"estimated model parameters:\s*" + NUM)
+# megatron/training/theoretical_memory_usage.py beside its memory footprints: its parameter counts, in
+# billions to two decimals (`Total number of parameters in billions: 64.69`, `Number of parameters in most
+# loaded shard in billions: 2.0794`), kept as run parameters `theoretical_params_billions_<what>`.
+PARAMS_BILLIONS_RX = regex.compile(
+    r"(?:^|\|)\s*(Total number of (active )?parameters|Number of (active )?parameters in ([a-z ]{1,40}?)) "
+    r"in billions:\s*" + NUM
+)
+
+
+def params_billions_name(match: Any) -> str:
+    """`theoretical_params_billions_total`, `..._total_active`, `..._most_loaded_shard`, `..._active_transformer_block`."""
+    if match.group(4):
+        what = ("active_" if match.group(3) else "") + match.group(4).strip().replace(" ", "_")
+    else:
+        what = "total" + ("_active" if match.group(2) else "")
+    return f"theoretical_params_billions_{what}"
+
+
 # DeepSpeed's engine names the optimizer it wrapped the model's in (runtime/engine.py, `log_dist`):
 # "Creating fp16 optimizer with dynamic loss scale", "Creating fp16 unfused optimizer ...", "Creating
 # BF16 optimizer", "Creating fp16 ZeRO stage 1 optimizer"; the DeepSpeed parser keeps the same name.
