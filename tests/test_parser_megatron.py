@@ -471,6 +471,25 @@ def test_megatrons_theoretical_parameter_counts_are_run_parameters() -> None:
     assert "unparsed" not in out
 
 
+def test_a_log_without_its_arguments_takes_the_global_batch_its_lines_print() -> None:
+    # Invented: a log cut after its arguments block, with a batch-size ramp (the lines say 64, then 128);
+    # the run's global batch is the last its lines printed, its length the `/ 2000` they count to.
+    line = (
+        " iteration {i:8d}/    2000 | elapsed time per iteration (ms): 1118.0 | global batch size: {g:5d} |\n"
+    )
+    text = "".join(line.format(i=i, g=64 if i < 3 else 128) for i in range(1, 6))
+    (run,) = collect(text)["runs"]
+    assert (run["gbs"], run["train_iters"]) == (128, 2000)
+    args = (
+        "------------------------ arguments ------------------------\n"
+        "  global_batch_size ............................... 256\n"
+        "  train_iters ..................................... 5000\n"
+        "-------------------- end of arguments ---------------------\n"
+    )
+    (given,) = collect(args + text)["runs"]
+    assert (given["gbs"], given["train_iters"]) == (256, 5000)  # the arguments say what was asked
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

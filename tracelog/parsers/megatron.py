@@ -434,9 +434,17 @@ def _parse_block(
     if not memory.is_empty():
         yield Batch("memory", memory_rows(memory, anchors))
     if iteration_rows is not None:
-        for key, it in iteration_rows.group_by("run_key").agg(pl.col("iteration").last()).iter_rows():
+        last = iteration_rows.group_by("run_key").agg(
+            pl.col("iteration").last(),
+            pl.col("global_batch_size").drop_nulls().last(),
+            pl.col("train_iters").drop_nulls().last(),
+        )
+        for key, it, gbs, train_iters in last.iter_rows():
             if it is not None:
                 carry.last_iteration[key] = it
+            if (run := runs.get(key)) is not None:
+                run.logged_gbs = gbs if gbs is not None else run.logged_gbs
+                run.logged_train_iters = train_iters if train_iters is not None else run.logged_train_iters
 
     warned = plain.select(line.str.contains(WARNING_RX)).to_series()
     events = plain.filter(warned)

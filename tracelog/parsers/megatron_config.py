@@ -61,6 +61,10 @@ class RunInfo:
     tflops_seen: bool = False
     effective_tflops: bool = False
     v1_world: bool = False  # the world line of Megatron-LM v1 (`set_world`)
+    # what its iteration lines said last (`global batch size: 128`, `iteration 10/ 2000`): the run's
+    # global batch and length where no argument gave them (a log without its arguments block)
+    logged_gbs: int | None = None
+    logged_train_iters: int | None = None
 
     def state(self) -> dict[str, Any]:
         """Everything this run knows, as JSON, for an ingest that resumes after the last complete line."""
@@ -186,9 +190,13 @@ class RunInfo:
             columns["pp"] = last_stage + 1
         if self.v1_world and not columns.get("pp"):
             columns["pp"] = 1
+        if self.logged_train_iters is not None and not columns.get("train_iters"):
+            columns["train_iters"] = self.logged_train_iters
         train_batch = self._last_param("deepspeed_train_batch_size")
         if train_batch is not None and not columns.get("gbs"):
             columns["gbs"] = train_batch
+        if self.logged_gbs is not None and not columns.get("gbs"):
+            columns["gbs"] = self.logged_gbs
         if self.params_printed:
             columns["params"] = self.params_printed
         elif self.rank_params and len(self.rank_params) == (columns.get("tp") or 0) * (
@@ -226,5 +234,7 @@ _STATE_FIELDS = (
     "tflops_seen",
     "effective_tflops",
     "v1_world",
+    "logged_gbs",
+    "logged_train_iters",
 )
-_DEFAULTED = {"v1_world"}  # fields newer than some saved states
+_DEFAULTED = {"v1_world", "logged_gbs", "logged_train_iters"}  # fields newer than some saved states
