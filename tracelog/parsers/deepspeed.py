@@ -41,6 +41,7 @@ from tracelog.parsers.base import (
     numbers_guarded,
 )
 from tracelog.parsers.deepspeed_config import RunState, flatten, int_or_none, iteration_row, memory_row
+from tracelog.parsers.deepspeed_profiler import NUM, number, profiler_line
 
 FORMAT = "deepspeed"
 VERSION = "1"
@@ -50,7 +51,6 @@ FINISH_TABLES = ("run_params",)
 
 FLUSH_ROWS = 5000
 OPEN_STEPS = 4  # iterations kept open for lines of lagging ranks before they are written
-NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
 
 RANK_PREFIX_RX = re.compile(r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):\s|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-))")
 LOG_PREFIX_RX = re.compile(
@@ -86,8 +86,6 @@ USER_JSON_RX = re.compile(r"^\s*json = (\{.*)$")
 LAUNCH_RX = re.compile(r"nnodes=(\d+), num_local_procs=(\d+)")
 WORLD_RX = re.compile(r"\bdist_world_size=(\d+)")
 SCALE_RX = re.compile(r"(?:reducing to|loss scale from \S+ to)\s*" + NUM)
-PROFILER_STEP_RX = re.compile(r"Profile Summary at step (\d+)")
-PROFILER_LINE_RX = re.compile(r"^(.+?):\s{2,}" + NUM + r"\s*([A-Za-z/]*)\s*$")
 INFO_PARAMS = (
     (re.compile(r"DeepSpeed info: version=([^,\s]+)"), "deepspeed_version"),
     (re.compile(r"Initializing TorchBackend in DeepSpeed with backend (\w+)"), "backend"),
@@ -112,8 +110,6 @@ EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")
 EVENT_WORDS_RX = re.compile(megatron.WARNING_RX.replace(r"\w*", ""))
 NUM_RX = re.compile(NUM)
 NUMBER_RX = re.compile(r"^\s*" + NUM + r"\s*$")
-SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}  # B: params, billions
-TIME_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3}
 
 
 def detect(head: str) -> int:
@@ -134,10 +130,6 @@ def detect(head: str) -> int:
     if "fwd_microstep:" in head or ("time (ms) |" in head and "bwd_allreduce" in head):
         score += 4
     return score
-
-
-def _num(text: str) -> float:
-    return float(text)
 
 
 class _Parser:
@@ -311,15 +303,15 @@ class _Parser:
             self.config_streams.discard(source)
         if match := SEE_MEMORY_RX.search(msg):
             run = self.run(line_no)
-            values = [_num(v) * 1024.0 for v in match.groups()]
+            values = [number(v) * 1024.0 for v in match.groups()]
             self.emit("memory", memory_row(run, rank, run.last_step, line_no, *values))
             return True
         if match := SCALE_RX.search(msg):
-            self.run(line_no).loss_scale = _num(match.group(1))
+            self.run(line_no).loss_scale = number(match.group(1))
             return True
         if "Grad overflow on iteration" in msg:
             return True
-        if self._profiler(line_no, msg):
+        if profiler_line(self, line_no, msg):
             return True
         if match := LAUNCH_RX.search(msg):
             run = self.run(line_no)
@@ -441,7 +433,7 @@ class _Parser:
             )
         else:
             fields = {
-                k: (_num(m.group(1)) if (m := rx.search(msg)) else None) for k, rx in TPUT_FIELD_RX.items()
+                k: (number(m.group(1)) if (m := rx.search(msg)) else None) for k, rx in TPUT_FIELD_RX.items()
             }
         step = run.last_step
         epoch = None
@@ -474,7 +466,7 @@ class _Parser:
             match = TIMER_PART_RX.match(part)
             if not match:
                 continue
-            name, value = match.group(1).strip(), _num(match.group(2))
+            name, value = match.group(1).strip(), number(match.group(2))
             if match.group(3):
                 memory[name] = value * 1024.0
                 continue
@@ -503,66 +495,6 @@ class _Parser:
                     memory.get("max_cache_allocated"),
                 ),
             )
-
-    def _profiler(self, line_no: int, msg: str) -> bool:
-        """The flops profiler's summary block; its per-module breakdown is left unparsed."""
-        if "DeepSpeed Flops Profiler" in msg:
-            self.in_profiler = True
-            self.profiler_step = None
-            return True
-        if not self.in_profiler:
-            return False
-        if match := PROFILER_STEP_RX.search(msg):
-            self.profiler_step = int(match.group(1))
-            return True
-        if "Aggregated Profile per GPU" in msg or "Detailed Profile" in msg:
-            self.in_profiler = False
-            return False
-        if msg.startswith(("Notations:", "data parallel size (dp_size)", "number of parameters (params)")):
-            return True
-        if msg.startswith(("number of floating-point", "fwd latency (forward", "step (weights update")):
-            return True
-        match = PROFILER_LINE_RX.match(msg.strip())
-        if not match:
-            return False
-        run = self.run(line_no)
-        label, value, unit = match.group(1).strip(), _num(match.group(2)), match.group(3)
-        name = label.split(" = ")[0].strip()
-        step = self.profiler_step
-        if unit in TIME_MS:
-            self.emit(
-                "timers",
-                {
-                    "run_key": run.key,
-                    "rank": None,
-                    "iteration": step,
-                    "name": f"flops_profiler: {name}",
-                    "time_ms": value * TIME_MS[unit],
-                    "line_no": line_no,
-                },
-            )
-            return True
-        scaled = value * SI.get(unit[:1], 1.0) if unit else value
-        if unit.endswith("FLOPS"):
-            scaled /= 1e12
-            if name == "FLOPS per GPU" and step is not None:
-                row = self.step_row(run, step, line_no, None, None)
-                if row is not None:
-                    row["tflops_reported"] = scaled
-        self.metric(run, step, f"flops_profiler: {name}", scaled, f"{match.group(2)} {unit}".strip(), line_no)
-        # mp_size is the engine's model-parallel group (`mpu.get_model_parallel_world_size()`: Megatron's
-        # tensor-parallel size, the `model` axis of DeepSpeed's pipeline topology)
-        columns = {
-            "world size": "gpus",
-            "data parallel size": "dp",
-            "model parallel size": "tp",
-            "batch size per GPU": "mbs",
-        }
-        if name in columns:
-            run.columns.setdefault(columns[name], int(value))
-        elif name.startswith("params of model"):
-            run.columns.setdefault("params", int(scaled))
-        return True
 
     def _event_or_unparsed(self, line_no: int, raw: str, msg: str, level: str, source: int | None) -> None:
         """Warnings, errors and tracebacks (with their indented continuation lines) are events."""

@@ -19,10 +19,7 @@ from tracelog.parsers.base import (
     RESUME_TABLE,
     Batch,
     LineSource,
-    as_int,
-    batches_of,
     guarded,
-    numbers_guarded,
 )
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
@@ -32,33 +29,20 @@ from tracelog.parsers.megatron_layout import (
     timers_by_layout,
 )
 from tracelog.parsers.megatron_lines import (
-    ARG_LINE_RX,
     ARGS_END,
     ARGS_START,
-    EFFECTIVE_RX,
-    ESTIMATED_RX,
     ITER_LINE_RX,
     ITER_MARK,
     ITERATION_COLUMNS,
     KEY_VALUE_MARK,
-    LINE_PARAMS,
     MEMORY_MARK,
-    PADDED_RX,
-    PARAMS_BILLIONS_RX,
-    PARAMS_RX,
-    RANK_PREFIX_RX,
     SPECIAL_RX,
     STATEFUL_RX,
-    THEORY_RX,
     TIMER_ALL_HEAD,
-    TIMER_BLOCK_LINE_RX,
     TIMER_MARK,
     TIMER_NAME_RX,
     TIMER_RANK_LITERAL,
-    TIMER_RANK_RX,
     WARNING_RX,
-    WORLD_PART_RX,
-    WORLD_RX,
     attach_iteration,
     event_kind,
     generic_metrics,
@@ -66,11 +50,10 @@ from tracelog.parsers.megatron_lines import (
     iterations_by_regex,
     key_value_as_classic,
     memory_rows,
-    params_billions_name,
     per_thousand,
     timers_by_regex,
-    validation_metrics,
 )
+from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 
 FORMAT = "megatron"
 VERSION = "1"
@@ -174,14 +157,8 @@ def parse(source: LineSource, fast: bool = True, state: dict[str, Any] | None = 
         yield Batch("runs", [run.record()])
 
 
-def _ensure_run(runs: dict[int, RunInfo], key: int, line_no: int) -> RunInfo:
-    if key not in runs:
-        runs[key] = RunInfo(key, line_start=line_no)
-    return runs[key]
-
-
 def _extend_run(runs: dict[int, RunInfo], key: int, low: int, high: int) -> None:
-    run = _ensure_run(runs, key, low)
+    run = ensure_run(runs, key, low)
     run.line_end = max(run.line_end or 0, high)
 
 
@@ -426,7 +403,7 @@ def _parse_block(
     anchors = iteration_anchors(iteration_rows, carry.last_iteration)
     stateful = rest.filter(pl.col("_state"))
     if not stateful.is_empty():
-        yield from _stateful(stateful, carry, runs, anchors)
+        yield from stateful_batches(stateful, carry, runs, anchors)
     timers = rest.filter(is_timer)
     if not timers.is_empty():
         yield Batch("timers", _timers(timers, anchors, carry, fast))
@@ -494,132 +471,3 @@ def _timers(timers: pl.DataFrame, anchors: pl.DataFrame, carry: _Carry, fast: bo
     if len(frames) == 1:
         return frames[0]
     return pl.concat(frames).sort("line_no", maintain_order=True)
-
-
-def _line_param(run: RunInfo, line: str, line_no: int) -> bool:
-    """A DeepSpeed line kept as a run parameter (`LINE_PARAMS`); the partition's stages as one, the last."""
-    for rx, name in LINE_PARAMS:
-        if match := rx.search(line):
-            stage = name == "deepspeed_pipe_stage"
-            kept = next((p for p in run.params if p["name"] == name), None) if stage else None
-            if kept is not None:
-                kept["value"] = str(max(int(kept["value"]), int(match.group(1))))
-            else:
-                run.params.append({"name": name, "value": match.group(1), "line_no": line_no})
-            return True
-    return False
-
-
-def _stateful(
-    stateful: pl.DataFrame, carry: _Carry, runs: dict[int, RunInfo], anchors: pl.DataFrame
-) -> Iterator[Batch]:
-    timers: list[dict[str, Any]] = []
-    metrics: list[dict[str, Any]] = []
-    scored: list[dict[str, Any]] = []  # validation and test losses, at the iteration they name
-    unparsed: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-
-    def add(table: str, row: dict[str, Any]) -> None:
-        (unparsed if table == "unparsed" else events).append(row)
-
-    for line_no, raw_line, run_key in stateful.select("line_no", "line", "run_key").iter_rows():
-        with numbers_guarded(line_no, raw_line, add):
-            run = _ensure_run(runs, run_key, line_no)
-            line = RANK_PREFIX_RX.sub("", raw_line, count=1)
-            if ARGS_START.search(line) or ARGS_END in line:
-                continue
-            if "time across ranks" in line or TIMER_ALL_HEAD in line:
-                carry.timer_block, carry.timer_all, carry.timer_name = True, TIMER_ALL_HEAD in line, None
-                continue
-            if match := TIMER_BLOCK_LINE_RX.match(line):
-                low, high = match.group(2), match.group(3)
-                timers.append(
-                    {
-                        "run_key": run_key,
-                        "line_no": line_no,
-                        "rank": None,
-                        "name": match.group(1),
-                        "time_min_ms": float(low) if high is not None else None,
-                        "time_ms": float(high if high is not None else low),
-                    }
-                )
-                continue
-            follows = carry.timer_line == line_no - 1  # the rank lines of one timer are consecutive
-            carry.timer_line = line_no
-            if carry.timer_all and (match := TIMER_RANK_RX.match(line)) and carry.timer_name and follows:
-                timers.append(
-                    {
-                        "run_key": run_key,
-                        "line_no": line_no,
-                        "rank": int(match.group(1)),
-                        "name": carry.timer_name,
-                        "time_min_ms": None,
-                        "time_ms": float(match.group(2)),
-                    }
-                )
-                continue
-            if carry.timer_all and (match := TIMER_NAME_RX.match(line)):
-                carry.timer_name = match.group(1)
-                continue
-            if match := ARG_LINE_RX.match(line):
-                run.set_arg(match.group(1), match.group(2), line_no)
-                continue
-            if match := WORLD_RX.search(line):
-                run.set_world(int(match.group(1)), dict(WORLD_PART_RX.findall(match.group(2))), line_no)
-                continue
-            if match := PARAMS_RX.search(line):
-                run.add_rank_params(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-                continue
-            if match := EFFECTIVE_RX.search(line):
-                metrics.append(
-                    {
-                        "run_key": run_key,
-                        "key": "effective tera flops per gpu",
-                        "value": float(match.group(1)),
-                        "text": line.strip(),
-                        "line_no": line_no,
-                    }
-                )
-                if match.group(2):
-                    run.params_printed = as_int(float(match.group(2)) * 1e9)  # type: ignore[assignment]
-                run.effective_tflops = True
-                continue
-            if match := THEORY_RX.search(line):
-                run.theoretical_memory(match, line_no)
-                continue
-            if match := PADDED_RX.search(line):
-                run.columns["vocab"] = int(match.group(3))
-                continue
-            if match := PARAMS_BILLIONS_RX.search(line):
-                run.params.append(
-                    {"name": params_billions_name(match), "value": match.group(5), "line_no": line_no}
-                )
-                continue
-            if match := ESTIMATED_RX.search(line):
-                run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
-                continue
-            if _line_param(run, line, line_no):
-                continue
-            if (validation := validation_metrics(line)) is not None and validation[1]:
-                iteration, figures = validation
-                scored.extend(
-                    {"run_key": run_key, "iteration": iteration, "key": key, "value": value, "text": text}
-                    | {"line_no": line_no}
-                    for key, value, text in figures
-                )
-                continue
-            if line.strip():
-                unparsed.append({"line_no": line_no, "text": raw_line})
-    # `batches_of`: a rank or value past what polars holds is an event, not a failed frame.
-    for table, rows in (("timers", timers), ("iteration_metrics", metrics)):
-        for batch in batches_of(table, rows) if rows else ():
-            if isinstance(batch.rows, pl.DataFrame) and batch.table == table:
-                yield Batch(table, attach_iteration(batch.rows, anchors))
-            else:
-                yield batch
-    if scored:
-        yield from batches_of("iteration_metrics", scored)
-    if unparsed:
-        yield Batch("unparsed", unparsed)
-    if events:
-        yield Batch("events", events)
