@@ -526,3 +526,40 @@ def test_the_first_step_line_of_a_tail_does_not_take_every_earlier_skip() -> Non
     # from the start of a run (step 10, the first interval) the count is the interval's
     start = collect(lines[0].replace("step=1890, skipped=19", "step=10, skipped=7") + "\n")
     assert [r["skipped"] for r in start["iterations"]] == [7]
+
+
+def test_the_throughput_lines_of_older_releases() -> None:
+    # Invented, in the shapes DeepSpeed's ThroughputTimer printed before 0.7 (`0/40, SamplesPerSec=...,
+    # MemAllocated=...`, the running average only) and in 2020 behind its own logger prefix.
+    text = (
+        "[2022-03-01 10:00:00,100] [INFO] [logging.py:69:log_dist] [Rank 0] step=40, skipped=0, lr=[5e-05]\n"
+        "[2022-03-01 10:00:00,200] [INFO] [timer.py:189:stop] 0/40, SamplesPerSec=83.48609168106144, "
+        "MemAllocated=0.26GB, MaxMemAllocated=9.02GB\n"
+    )
+    out = collect(text)
+    (row,) = out["iterations"]
+    assert (row["iteration"], row["samples_per_s"]) == (40, 83.48609168106144)
+    (memory,) = out["memory"]
+    assert (memory["iteration"], memory["max_allocated_mib"]) == (40, 9.02 * 1024)
+    old = (
+        "[INFO 2020-06-08 06:02:19] 0/450, SamplesPerSec=7.458824487454903\n"
+        "time (ms) | forward_microstep: 193.65 | backward_microstep: 329.25 | step_microstep: 0.92\n"
+    )
+    assert parsers.detect(head_text(old.encode()), "ds.log").FORMAT == "deepspeed"
+    (first,) = collect(old)["iterations"]
+    assert (first["iteration"], first["samples_per_s"]) == (450, 7.458824487454903)
+
+
+def test_the_pipeline_engines_own_line_is_an_iteration() -> None:
+    # Invented, in the words of runtime/pipe/engine.py (`steps: {global_steps} loss: {agg_train_loss:0.4f}
+    # ` + each extra loss + `iter time (s): {:0.3f} samples/sec: {:0.3f}`).
+    text = (
+        "steps: 190 loss: 5.6120 iter time (s): 0.941 samples/sec: 135.984\n"
+        "steps: 200 loss: 5.5508 lm loss: 5.5103 moe loss: 0.0405 iter time (s): 0.936 samples/sec: 136.706\n"
+    )
+    assert parsers.detect(head_text(text.encode()), "pipe.log").FORMAT == "deepspeed"
+    out = collect(text)
+    rows = [(r["iteration"], r["lm_loss"], r["elapsed_s"], r["samples_per_s"]) for r in out["iterations"]]
+    assert rows == [(190, 5.612, 0.941, 135.984), (200, 5.5508, 0.936, 136.706)]
+    extra = {(m["iteration"], m["key"]): m["value"] for m in out["iteration_metrics"]}
+    assert extra == {(200, "lm loss"): 5.5103, (200, "moe loss"): 0.0405}

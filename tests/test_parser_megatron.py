@@ -490,6 +490,27 @@ def test_a_log_without_its_arguments_takes_the_global_batch_its_lines_print() ->
     assert (given["gbs"], given["train_iters"]) == (256, 5000)  # the arguments say what was asked
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["layout", "regex"])
+def test_gpt_neox_leads_its_iteration_line_with_samples_per_second(fast: bool) -> None:
+    # Invented, in the shape of GPT-NeoX's training log (megatron/training.py `training_log`): samples/sec
+    # first, FLOPs in human units, which stay a metric as printed.
+    line = (
+        " samples/sec: {s} | iteration {i:8d}/   10000 | elapsed time per iteration (ms): 4103.1 | "
+        "learning rate: 2.111E-06 | approx flops per GPU: 112.9TFLOPS | lm_loss: 1.118665E+01 | "
+        "number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    text = line.format(s="7.799", i=34) + line.format(s="7.812", i=35)
+    out: dict[str, list] = {}
+    for batch in megatron.parse(source_of(text), fast=fast):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    rows = [(r["iteration"], r["samples_per_s"], r["lm_loss"], r["elapsed_s"]) for r in out["iterations"]]
+    assert rows == [(34, 7.799, 11.18665, 4.1031), (35, 7.812, 11.18665, 4.1031)]
+    assert {(m["key"], m["text"]) for m in out["iteration_metrics"]} == {
+        ("approx flops per GPU", "112.9TFLOPS")
+    }
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

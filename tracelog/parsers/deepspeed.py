@@ -58,9 +58,21 @@ LOG_PREFIX_RX = re.compile(
 )
 DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
 STEP_RX = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\](?:, mom=\[(.*)\])?")
-TPUT_STEP_RX = re.compile(r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|\b(\d+)/(\d+)),\s*RunningAvg")
+# The throughput timer (runtime/utils.py ThroughputTimer) since 0.7: `epoch=0/micro_step=80/global_step=20,
+# RunningAvgSamplesPerSec=...`; before, `0/20, RunningAvgSamplesPerSec=...` and, until 0.6, `0/40,
+# SamplesPerSec=..., MemAllocated=...` (the running average only: the row's samples/s then).
+TPUT_STEP_RX = re.compile(
+    r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|\b(\d+)/(\d+)),\s*(?:RunningAvg)?SamplesPerSec"
+)
+OLD_TPUT_RX = re.compile(r"\b\d+/\d+, SamplesPerSec=")
+# The pipeline engine's own line (runtime/pipe/engine.py, every steps_per_print): `steps: 200 loss: 5.5508
+# lm loss: 5.5103 moe loss: 0.0405 iter time (s): 0.936 samples/sec: 136.706` (the extra losses since 0.14).
+PIPE_STEPS_RX = re.compile(
+    r"\bsteps: (\d+) loss: " + NUM + r" (.*?)iter time \(s\): " + NUM + r" samples/sec: " + NUM
+)
+EXTRA_LOSS_RX = re.compile(r"([A-Za-z][\w ]{0,40}?): " + NUM)
 TPUT_FIELD_RX = {
-    "running": re.compile(r"RunningAvgSamplesPerSec=" + NUM),
+    "running": re.compile(r"(?:RunningAvg|(?<![A-Za-z]))SamplesPerSec=" + NUM),
     "current": re.compile(r"CurrSamplesPerSec=" + NUM),
     "alloc": re.compile(r"\bMemAllocated=" + NUM + r"\s*GB"),
     "max_alloc": re.compile(r"MaxMemAllocated=" + NUM + r"\s*GB"),
@@ -121,13 +133,17 @@ def detect(head: str) -> int:
         score += 10
     if STEP_RX.search(head):
         score += 10
-    if "RunningAvgSamplesPerSec=" in head:
+    if "RunningAvgSamplesPerSec=" in head or OLD_TPUT_RX.search(head):
         score += 8
     if "DeepSpeed info: version=" in head:
         score += 5
+    if PIPE_STEPS_RX.search(head):
+        score += 8
     if "DeepSpeed Flops Profiler" in head:  # a profiler's summary saved on its own (`output_file`)
         score += 10
-    if "fwd_microstep:" in head or ("time (ms) |" in head and "bwd_allreduce" in head):
+    if "fwd_microstep:" in head or (
+        "time (ms) |" in head and ("bwd_allreduce" in head or "forward_microstep:" in head)
+    ):
         score += 4
     return score
 
@@ -281,8 +297,11 @@ class _Parser:
     def _understood(
         self, line_no: int, msg: str, func: str, rank: int | None, ts: str | None, source: int | None
     ) -> bool:
-        if "RunningAvgSamplesPerSec=" in msg:  # the most frequent lines first
+        if "SamplesPerSec=" in msg:  # the most frequent lines first
             self._throughput(line_no, msg, rank, ts)
+            return True
+        if "iter time (s):" in msg and (match := PIPE_STEPS_RX.search(msg)):
+            self._pipe_steps(line_no, match, rank, ts)
             return True
         if "step=" in msg and (match := STEP_RX.search(msg)):
             self.config_streams.discard(source)
@@ -424,6 +443,20 @@ class _Parser:
                 line_no,
             )
 
+    def _pipe_steps(self, line_no: int, match: re.Match[str], rank: int | None, ts: str | None) -> None:
+        run = self.run(line_no)
+        self.trained = True
+        step = int(match.group(1))
+        run.last_step = step
+        row = self.step_row(run, step, line_no, rank, ts)
+        if row is None:
+            return
+        row["lm_loss"] = number(match.group(2))
+        row["elapsed_s"] = number(match.group(4))
+        row["samples_per_s"] = number(match.group(5))
+        for name, value in EXTRA_LOSS_RX.findall(match.group(3)):
+            self.metric(run, step, name.strip(), number(value), value, line_no)
+
     def _throughput(self, line_no: int, msg: str, rank: int | None, ts: str | None) -> None:
         run = self.run(line_no)
         self.trained = True
@@ -447,7 +480,9 @@ class _Parser:
             row = self.step_row(run, step, line_no, rank, ts)
             # every rank may print this line: rank 0's figure wins, else the first one seen
             if row is not None and (row["samples_per_s"] is None or (rank == 0 and not row["_rank0"])):
-                row["samples_per_s"] = fields["current"]
+                row["samples_per_s"] = (
+                    fields["current"] if fields["current"] is not None else fields["running"]
+                )
                 row["_rank0"] = rank == 0
                 row["_tput"] = (fields["running"], epoch, line_no)
                 if first:

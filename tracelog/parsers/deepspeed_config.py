@@ -65,7 +65,8 @@ class RunState:
         run.last_skipped = int_or_none(state["last_skipped"])
         run.last_step = int_or_none(state["last_step"])
         for saved in state["open"]:
-            row = {k: saved[k] for k in ITERATION_KEYS}  # in the order a new row has its columns
+            # in the order a new row has its columns; a key newer than the saved state is empty
+            row = {k: saved.get(k) for k in ITERATION_KEYS}
             row["ts"] = datetime.fromisoformat(row["ts"]) if row["ts"] else None
             row["_tput"] = tuple(row["_tput"]) if row["_tput"] else None
             run.open[int(row["iteration"])] = row
@@ -131,6 +132,7 @@ ITERATION_KEYS = (
     "elapsed_s",
     "tflops_reported",
     "global_batch_size",
+    "lm_loss",
     "ts",
     "line_no",
     "_rank0",  # whether rank 0's throughput figure is in the row

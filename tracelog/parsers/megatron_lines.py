@@ -68,7 +68,7 @@ ITER_FIELDS: dict[str, tuple[str, Any]] = {
     "num_zeros": (r"num zeros:\s*" + NUM, pl.Float64),
     "skipped": (r"number of skipped iterations:\s*(\d+)", pl.Int64),
     "nan": (r"number of nan iterations:\s*(\d+)", pl.Int64),
-    "samples_per_s": (r"samples per second:\s*" + NUM, pl.Float64),
+    "samples_per_s": (r"samples(?: per second|/sec):\s*" + NUM, pl.Float64),  # GPT-NeoX: `samples/sec:`
     "tflops_reported": (r"(?:TFLOPs|TFLOP/s/GPU\)|tflops):\s*" + NUM, pl.Float64),
 }
 # Keys (as printed, normalised) that the columns above already hold; every other key is kept as a metric.
@@ -90,6 +90,7 @@ KNOWN_KEYS = {
     "number of skipped iterations",
     "number of nan iterations",
     "samples per second",
+    "samples/sec",
     "tflops",
     "throughput per gpu (tflop/s/gpu)",
 }
