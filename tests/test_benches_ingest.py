@@ -369,6 +369,24 @@ def test_published_all_reduce_bench_outputs_are_detected_from_their_head(path: P
     assert parsers.detect(head, str(path)) is allreduce_bench
 
 
+def test_a_torchrun_prefixed_summary_is_read_whole(db_path: Path, tmp_path: Path) -> None:
+    """Invented, in the shape of the later script run by torchrun with `--tee`/`--role` prefixes on GKE
+    (`[host:0]:`): `algbw: ...` behind the prefix had been taken for a second, host-like prefix, and the
+    bench called failed for want of its busbw."""
+    prefix = "[gke-a3-cluster-node-pool-2dccbe7f-j25n:0]:"
+    out = tmp_path / "allreduce.txt"
+    out.write_text(
+        f"{prefix}The average bandwidth of all_reduce with a 4.0GB payload (5 trials, 16 ranks):\n"
+        f"{prefix} algbw: 44.947 GBps (359.6 Gbps)\n"
+        f"{prefix} busbw: 84.275 GBps (674.2 Gbps)\n"
+        f"{prefix}\n"
+    )
+    ingest(db_path, out)
+    assert sql(db_path, "SELECT status, ranks FROM benches") == [("complete", 16)]
+    assert sql(db_path, "SELECT algbw_gbps, busbw_gbps FROM collectives") == [(44.947, 84.275)]
+    assert not [f for f in sql(db_path, "SELECT severity FROM flags") if f[0] == "critical"]
+
+
 def test_gpu_option_holds_a_p2p_excerpt_against_the_unidirectional_spec(
     db_path: Path, tmp_path: Path
 ) -> None:

@@ -165,11 +165,15 @@ class _Parser:
             return
         if self.handle(n, text.strip()):
             return
-        body, _ = strip_prefix(text)
-        if not body.strip():
-            return  # a launcher prefix on a blank line
-        if body != text and self.handle(n, body.strip()):
-            return
+        body = text
+        for _ in range(3):  # one prefix at a time: `[host:0]: algbw: 44.9 GBps` is not two prefixes
+            body, before = strip_prefix(body, limit=1)[0], body
+            if body == before:
+                break
+            if not body.strip():
+                return  # a launcher prefix on a blank line
+            if self.handle(n, body.strip()):
+                return
         self.out.add("unparsed", {"line_no": n, "text": text})
 
     def handle(self, n: int, body: str) -> bool:

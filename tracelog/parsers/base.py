@@ -306,10 +306,12 @@ PREFIX_RX = re.compile(
 NCCL_WARN_RX = re.compile(r"\bNCCL WARN\b")
 
 
-def strip_prefix(line: str) -> tuple[str, str | None]:
-    """The line without launcher prefixes (MPI tags, `host: `, timestamps), and the host one named."""
+def strip_prefix(line: str, limit: int = 3) -> tuple[str, str | None]:
+    """The line without launcher prefixes (MPI tags, `host: `, timestamps; `limit` of them at most), and
+    the host one named. A `word: ` is a host's prefix here, so a reader whose own lines start with one
+    (`algbw: 44.9 GBps`) strips one prefix at a time and tries its line after each."""
     host = None
-    for _ in range(3):
+    for _ in range(limit):
         match = PREFIX_RX.match(line)
         if not match or match.end() == 0:
             break
