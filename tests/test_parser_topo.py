@@ -178,3 +178,30 @@ def test_samples_are_detected_and_fully_counted(path: Path) -> None:
     assert parsers.detect(head, str(path)) is topo
     text = path.read_text()
     assert len(collect(text)["links"]) == printed_cells(text)
+
+
+def test_a_gpu_without_cpu_affinity_keeps_its_numa_affinity_in_its_column() -> None:
+    # Invented, with the tabs nvidia-smi prints: a GPU without CPU affinity gets an empty cell, and an
+    # empty cell stands before `GPU NUMA ID`; closing the empty cells up had shifted NUMA into CPU.
+    text = (
+        "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV18\tNV18\t44-51,148-155\t0\t\tN/A\n"
+        "GPU1\tNV18\t X \tNV18\t\t1\t\tN/A\n"
+        "GPU2\tNV18\tNV18\t X \t\t\t\t2\n"
+        "\n"
+        "Legend:\n"
+        "\n"
+        "  X    = Self\n"
+    )
+    out = collect(text)
+    (bench,) = out["benches"]
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params == {
+        "GPU0 CPU Affinity": "44-51,148-155",
+        "GPU0 NUMA Affinity": "0",
+        "GPU0 GPU NUMA ID": "N/A",
+        "GPU1 NUMA Affinity": "1",
+        "GPU1 GPU NUMA ID": "N/A",
+        "GPU2 GPU NUMA ID": "2",
+    }
+    assert link_map(out)[("GPU1", "GPU2")] == "NV18" and len(out["links"]) == 9

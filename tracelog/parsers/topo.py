@@ -123,7 +123,7 @@ class _Parser:
             return self.header(n, body, host)
         bench = self.benches.get(host)
         if bench is not None and tokens and tokens[0] in bench.devices:
-            return self.row(n, bench, tokens)
+            return self.row(n, bench, tokens, body)
         if LEGEND_RX.match(body):
             return True
         if match := NIC_LEGEND_RX.match(body):
@@ -144,11 +144,13 @@ class _Parser:
         self.next_key += 1
         return True
 
-    def row(self, n: int, bench: _Bench, tokens: list[str]) -> bool:
+    def row(self, n: int, bench: _Bench, tokens: list[str], body: str) -> bool:
         name, cells = tokens[0], tokens[1 : 1 + len(bench.devices)]
         extra = tokens[1 + len(bench.devices) :]
         if len(cells) != len(bench.devices) or not all(CELL_RX.match(c) for c in cells):
             return False
+        if "\t" in body:
+            extra = _affinity_cells(body, len(bench.devices), len(bench.labels)) or extra
         if len(extra) > len(bench.labels):
             return False
         for other, cell in zip(bench.devices, cells, strict=True):
@@ -165,13 +167,27 @@ class _Parser:
                 },
             )
         for label, value in zip(bench.labels, extra, strict=False):
-            self.param(bench, f"{name} {label}", value, n)
+            if value:
+                self.param(bench, f"{name} {label}", value, n)
         bench.rows.add(name)
         bench.line_end = n
         return True
 
     def param(self, bench: _Bench, name: str, value: str, n: int) -> None:
         self.out.add("bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": n})
+
+
+def _affinity_cells(body: str, devices: int, labels: int) -> list[str] | None:
+    """The affinity cells of a tab-separated row by position: nvidia-smi leaves a GPU without CPU affinity
+    an empty cell (`GPU1\tNV18\t X \tNV18\tNV18\t\t1\t\tN/A`), which splitting on whitespace would close
+    up, shifting NUMA affinity into CPU affinity; and it prints an empty cell before `GPU NUMA ID`. None
+    when the tabs do not line up with the device columns (a hand-edited paste)."""
+    cells = [c.strip() for c in body.split("\t")]
+    if len(cells) < 1 + devices or not all(CELL_RX.match(c) for c in cells[1 : 1 + devices]):
+        return None
+    after = cells[1 + devices :]
+    kept = after[:2] + [c for c in after[2:] if c]  # CPU and NUMA affinity by place, then what is printed
+    return kept[:labels] if len([c for c in after if c]) <= labels else None
 
 
 @guarded
