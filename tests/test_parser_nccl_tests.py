@@ -716,3 +716,20 @@ def test_a_64_kib_word_in_a_header_line_is_read_in_linear_time(line: str) -> Non
     batches = list(nccl_tests.parse(source_of(text)))
     assert time.perf_counter() - start < 2.0
     assert batches
+
+
+def test_a_row_cut_short_by_the_failure_that_stopped_the_test() -> None:
+    # Invented, in the shape nccl-tests leaves when a kernel faults mid-table (common.cu's CUDACHECK
+    # printing onto the row it had begun): the failure is an error event and the bench failed.
+    cut = (
+        "     2097152         32768     float    none      -1 node0: Test CUDA failure common.cu:389 "
+        "'an illegal memory access was encountered'"
+    )
+    out = collect(
+        modern(rows=[*ROWS_8[:2], cut, " .. node0 pid 62767: Test failure common.cu:519"], footer=[])
+    )
+    assert the_bench(out)["status"] == "failed"
+    assert len(out["collectives"]) == 4  # the two rows before it, out-of-place and in-place
+    errors = [e for e in out["events"] if e["kind"] == "error"]
+    assert [e["text"].strip()[:7] for e in errors] == ["2097152", ".. node"]
+    assert "unparsed" not in out

@@ -364,13 +364,22 @@ class _Parser:
             return
         self.out.add("unparsed", {"line_no": line_no, "text": text})
 
+    def failure(self, n: int, text: str) -> bool:
+        self.event("error", text, n)
+        if self.bench is not None and not self.bench.footer:
+            self.bench.failed = True
+            self.bench.line_end = n
+        return True
+
     def handle(self, n: int, text: str) -> bool:
         body = text.strip()
         if body.startswith("#"):
             return self.comment(n, body)
         tokens = body.split()
         if len(tokens) >= 4 and tokens[0].isdigit() and tokens[1].isdigit():
-            return self.data(n, tokens)
+            # a row cut short by the failure that stopped the test (`2097152  32768  float  none  -1
+            # node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'`)
+            return self.data(n, tokens) or (FAILURE_RX.search(body) is not None and self.failure(n, text))
         if match := NCCL_VERSION_RX.match(body):
             if self.bench is not None:
                 self.bench.line_end = n
@@ -386,11 +395,7 @@ class _Parser:
             self.event("xid", text, n)
             return True
         if FAILURE_RX.search(body):
-            self.event("error", text, n)
-            if self.bench is not None and not self.bench.footer:
-                self.bench.failed = True
-                self.bench.line_end = n
-            return True
+            return self.failure(n, text)
         if "#" not in body and "NCCL INFO" not in body and COMMAND_RX.search(" " + body):
             if self.bench is None or self.bench.phase >= 6:
                 self.close()
