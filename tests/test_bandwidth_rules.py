@@ -177,6 +177,15 @@ def test_latency_bound_sizes(store: Store) -> None:
     assert flag["expected"] == 2**20  # 120 GB/s at 1 MiB is past half of it
 
 
+def test_a_dip_past_the_half_plateau_is_not_latency_bound(store: Store) -> None:
+    # Invented: a congested fabric whose 64 MiB and 1 GiB points fall back under half the plateau; the
+    # latency-bound sizes are still the small ones before the curve first reaches half.
+    add_bench(store, [0.5, 1.8, 6.5, 21.0, 60.0, 120.0, 180.0, 90.0, 232.0, 235.0, 101.0])
+    (flag,) = rules_of(store)["latency_bound"]
+    assert (flag["measured"], flag["expected"]) == (2**18, 2**20)
+    assert flag["message"].startswith("Messages up to 262.144 KB reach less than 50%")
+
+
 def test_p2p_outlier_pair(store: Store) -> None:
     bench_id = store.scalar(
         "INSERT INTO benches (source_id, bench_key, tool) VALUES (1, 0, 'p2pBandwidthLatencyTest') RETURNING bench_id"

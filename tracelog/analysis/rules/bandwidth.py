@@ -195,10 +195,16 @@ def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         WITH oop AS (
             SELECT bench_id, size_bytes, busbw_gbps FROM collectives
             WHERE {scope.benches} AND placement = 'out-of-place' AND busbw_gbps IS NOT NULL
-        ), plateau AS (SELECT bench_id, max(busbw_gbps) AS peak FROM oop GROUP BY bench_id)
-        SELECT o.bench_id, max(o.size_bytes) FILTER (o.busbw_gbps < ? * p.peak) AS bound_up_to,
-               min(o.size_bytes) FILTER (o.busbw_gbps >= ? * p.peak) AS half_at, any_value(p.peak)
-        FROM oop o JOIN plateau p USING (bench_id) WHERE p.peak > 0 GROUP BY o.bench_id
+        ), plateau AS (SELECT bench_id, max(busbw_gbps) AS peak FROM oop GROUP BY bench_id),
+        half AS (
+            SELECT o.bench_id, min(o.size_bytes) FILTER (o.busbw_gbps >= ? * p.peak) AS half_at, any_value(p.peak) AS peak
+            FROM oop o JOIN plateau p USING (bench_id) WHERE p.peak > 0 GROUP BY o.bench_id
+        )
+        -- the small messages below the first size that reaches the share: a size past it that dips
+        -- under (a noisy or congested point) is not latency-bound
+        SELECT o.bench_id, max(o.size_bytes) FILTER (o.busbw_gbps < ? * h.peak AND o.size_bytes < h.half_at),
+               any_value(h.half_at), any_value(h.peak)
+        FROM oop o JOIN half h USING (bench_id) GROUP BY o.bench_id
         """,
         [t.latency_bound, t.latency_bound],
     ).fetchall()
