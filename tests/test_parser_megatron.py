@@ -511,6 +511,22 @@ def test_gpt_neox_leads_its_iteration_line_with_samples_per_second(fast: bool) -
     }
 
 
+def test_deepspeeds_memory_figures_in_a_megatron_deepspeed_log_are_memory_rows() -> None:
+    # Invented, in the shape of a Megatron-DeepSpeed log (2024): DeepSpeed's step and throughput lines
+    # before each of Megatron's iteration lines; the throughput line's memory is the run's at that step.
+    ds = "[2024-03-07 15:27:02,646] [INFO] [timer.py:260:stop] epoch=0/micro_step={i}/global_step={i}, "
+    ds += (
+        "RunningAvgSamplesPerSec=58.73, CurrSamplesPerSec=61.35, MemAllocated=6.01GB, MaxMemAllocated={m}GB\n"
+    )
+    it = " iteration {i:8d}/ 1000 | elapsed time per iteration (ms): 14287.5 | lm loss: 5.905366E+00 |\n"
+    text = "".join(ds.format(i=i, m=m) + it.format(i=i) for i, m in ((199, 19.52), (200, 19.61)))
+    out = collect(text)
+    memory = [(m["iteration"], m["allocated_mib"], m["max_allocated_mib"]) for m in out["memory"]]
+    assert memory == [(199, 6.01 * 1024, 19.52 * 1024), (200, 6.01 * 1024, 19.61 * 1024)]
+    assert [i["iteration"] for i in out["iterations"]] == [199, 200]
+    assert "unparsed" not in out
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

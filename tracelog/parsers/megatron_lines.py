@@ -133,6 +133,12 @@ EVENT_KINDS = (
 # regex slows to seconds on a long line with one).
 DEEPSPEED_LINES = (
     r"|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
+    r"|MaxMemAllocated="
+)
+# DeepSpeed's throughput timer inside a Megatron-DeepSpeed log (runtime/utils.py ThroughputTimer): its
+# memory figures at every print are the run's allocated and peak allocated memory at that global step.
+DS_MEMORY_RX = regex.compile(
+    r"global_step=(\d+),.*?\bMemAllocated=" + NUM + r"\s*GB,\s*MaxMemAllocated=" + NUM + r"\s*GB"
 )
 # Lines the Python state machine must see (rare: configuration echoes and multi-line timer blocks).
 STATEFUL_RX = (

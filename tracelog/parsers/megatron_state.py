@@ -16,6 +16,7 @@ from tracelog.parsers.megatron_lines import (
     ARG_LINE_RX,
     ARGS_END,
     ARGS_START,
+    DS_MEMORY_RX,
     EFFECTIVE_RX,
     ESTIMATED_RX,
     LINE_PARAMS,
@@ -71,6 +72,7 @@ def stateful_batches(
     timers: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
     scored: list[dict[str, Any]] = []  # validation and test losses, at the iteration they name
+    ds_memory: list[dict[str, Any]] = []  # DeepSpeed's memory figures, at the global step they name
     unparsed: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
 
@@ -155,6 +157,21 @@ def stateful_batches(
                 continue
             if line_param(run, line, line_no):
                 continue
+            if match := DS_MEMORY_RX.search(line):
+                gib = 1024.0  # DeepSpeed prints GB of 2^30 bytes (`/ (1024**3)`)
+                ds_memory.append(
+                    {
+                        "run_key": run_key,
+                        "line_no": line_no,
+                        "rank": None,
+                        "iteration": int(match.group(1)),
+                        "allocated_mib": float(match.group(2)) * gib,
+                        "max_allocated_mib": float(match.group(3)) * gib,
+                        "reserved_mib": None,
+                        "max_reserved_mib": None,
+                    }
+                )
+                continue
             if (validation := validation_metrics(line)) is not None and validation[1]:
                 iteration, figures = validation
                 scored.extend(
@@ -174,6 +191,8 @@ def stateful_batches(
                 yield batch
     if scored:
         yield from batches_of("iteration_metrics", scored)
+    if ds_memory:
+        yield from batches_of("memory", ds_memory)
     if unparsed:
         yield Batch("unparsed", unparsed)
     if events:
