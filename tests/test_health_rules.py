@@ -91,6 +91,20 @@ def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path:
     assert "It died at line 21: [rank3]" in flag["message"] and "failed (exitcode: -6)" in flag["message"]
 
 
+def test_a_step_slurm_cancelled_at_its_time_limit_is_critical(tmp_path: Path) -> None:
+    path = write_log(tmp_path / "run.log", [{} for _ in range(17)])
+    path.write_text(
+        path.read_text()
+        + "slurmstepd: error: *** STEP 255941.18 ON node016 CANCELLED AT 2025-11-14T12:05:16 DUE TO TIME LIMIT ***\n"
+        + "srun: error: node016: tasks 0-7: Terminated\n"
+    )
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"]) == ("critical", "line 18")
+    assert "DUE TO TIME LIMIT" in flag["message"]
+
+
 def test_error_lines_that_do_not_say_the_run_died_are_a_warning(tmp_path: Path) -> None:
     path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
     path.write_text(path.read_text() + "RuntimeError: a logging hook failed; training goes on\n")

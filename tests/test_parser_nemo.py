@@ -133,6 +133,26 @@ def test_a_bar_line_drawn_before_any_metric_is_progress_only() -> None:
     assert "unparsed" not in out
 
 
+def test_a_long_nemo_setup_before_its_first_printer_line_is_nemos() -> None:
+    # Invented, in the shape of a NeMo 2 job's first 64 KiB (a notebook's output, indented): NeMo's logger
+    # lines and Megatron-core's parameter count, the printer lines only much later.
+    head = (
+        "    [NeMo I 2025-06-18 21:55:10 nemo_logging:393] Experiments will be logged at /results/evo2\n"
+        "    [NeMo I 2025-06-18 21:55:11 megatron_init:513] Rank 0 has data parallel group : [0]\n"
+        "    [NeMo I 2025-06-18 21:55:11 megatron_init:519] All data parallel group ranks with context parallel "
+        "combined: [[0]]\n"
+        "     > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 1108204800\n"
+        "    [NeMo I 2025-06-18 21:55:30 utils:554] Setting up optimizer with config OptimizerConfig(...)\n"
+    )
+    assert parsers.detect(head, "train.log").FORMAT == "nemo"
+    # a Megatron-LM log that says NeMo once (a path, a tokenizer) stays Megatron's
+    megatron_head = (
+        " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 1108204800\n"
+        "using tokenizer from /models/nemo/tokenizer.model ([NeMo tokenizer])\n"
+    )
+    assert parsers.detect(megatron_head, "run.log").FORMAT == "megatron"
+
+
 def test_nemo_run_task_prefixes_and_zoned_timestamps() -> None:
     # Invented, in the shapes NeMo-Run leaves in a job's log: its `task/N ` before torchrun's `[default0]:`
     # (the Lightning summary, NeMo's warnings, blank lines, the printer), and a collector's ISO timestamp

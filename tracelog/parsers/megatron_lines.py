@@ -109,7 +109,7 @@ MEMORY_FIELDS = {
 WARNING_RX = (
     r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
     r"|killed|segmentation fault|timed out|timing out|operation timeout|failed \(exitcode"
-    r"|pure virtual method called|core dumped)"
+    r"|pure virtual method called|core dumped|cancelled at)"
 )
 # event kind -> words that mark it, most specific first
 EVENT_KINDS = (
@@ -124,6 +124,7 @@ EVENT_KINDS = (
     ("crash", "failed (exitcode"),
     ("crash", "pure virtual method called"),
     ("crash", "core dumped"),
+    ("crash", "cancelled at"),  # Slurm: `*** STEP 255941.18 ON node CANCELLED AT ... DUE TO TIME LIMIT ***`
     ("error", "error"),
     ("error", "exception"),
     ("warning", "warn"),

@@ -80,7 +80,7 @@ WARNING_RX = re.compile(
     # it quadratic on a long word (64 KiB of letters: minutes).
     r"(?i)traceback \(most recent call last\)|error\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory"
     r"|\bkilled\b|segmentation fault|timed out|timing out|operation timeout|failed \(exitcode"
-    r"|pure virtual method called|core dumped"
+    r"|pure virtual method called|core dumped|cancelled at"
 )
 ENDS_TIMER_HEAD = ("(min, max) time across ranks (ms):", "max time across ranks (ms):")
 
@@ -133,6 +133,10 @@ def detect(head: str) -> int:
         score += 30
     if score and "[NeMo " in head:
         score += 5
+    elif head.count("[NeMo ") >= 3:
+        # NeMo's own logger before its first printer line (a long setup): NeMo's, though Megatron-core's
+        # `number of parameters on (tensor, pipeline)` lines in it speak for Megatron
+        score += 12
     return score
 
 

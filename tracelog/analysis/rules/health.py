@@ -236,10 +236,11 @@ def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 
 
 # Error lines that say the run died (out of memory, a collective that timed out, a process the launcher
-# saw fail, a core dump): the flag is critical and names the first of them; other error lines a warning.
+# saw fail, a core dump, Slurm cancelling the step at its time limit): the flag is critical and names the
+# first of them; other error lines a warning.
 FATAL_SQL = (
     "kind IN ('oom', 'timeout') OR regexp_matches(lower(text), "
-    "'out of memory|timeout|timed out|timing out|failed \\(exitcode|core dumped')"
+    "'out of memory|timeout|timed out|timing out|failed \\(exitcode|core dumped|cancelled at')"
 )
 
 
