@@ -527,6 +527,29 @@ def test_deepspeeds_memory_figures_in_a_megatron_deepspeed_log_are_memory_rows()
     assert "unparsed" not in out
 
 
+def test_the_straggler_detectors_report_is_kept_at_its_iteration() -> None:
+    # Invented, in the shape of Megatron-core's StragglerDetector report (megatron/core/utils.py) behind
+    # srun's label, after an iteration line.
+    text = (
+        " iteration      100/    1000 | elapsed time per iteration (ms): 3460.1 | lm loss: 5.1E+00 |\n"
+        " 0: INFO:megatron.core.utils:[2024-03-14 23:07:56] | MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0 | "
+        "MnPwr/Rnk: 601796W/8 | MxTmp/Rnk: 65C/21 | MnUtl/Rnk: 97%/8 | MnEtpt/Rnk: 296.02TF/0 | "
+        "MxEtpt/Rnk: 297.32TF/8\n"
+    )
+    out = collect(text)
+    kept = {m["key"]: (m["iteration"], m["value"], m["text"]) for m in out["iteration_metrics"]}
+    assert kept == {
+        "straggler MnRtt/Rnk": (100, 3453.08, "3453.08ms/8"),
+        "straggler MxRtt/Rnk": (100, 3468.2, "3468.20ms/0"),
+        "straggler MnPwr/Rnk": (100, 601796.0, "601796W/8"),
+        "straggler MxTmp/Rnk": (100, 65.0, "65C/21"),
+        "straggler MnUtl/Rnk": (100, 97.0, "97%/8"),
+        "straggler MnEtpt/Rnk": (100, 296.02, "296.02TF/0"),
+        "straggler MxEtpt/Rnk": (100, 297.32, "297.32TF/8"),
+    }
+    assert "unparsed" not in out
+
+
 def test_memory_reports_of_two_ranks_on_one_line_are_two_rows() -> None:
     # Invented, in the shape of what ranks printing at once leave in one stream (seen in published 2025
     # Megatron-LM logs): one rank's report lost its newline to the next, and a launcher prefix.

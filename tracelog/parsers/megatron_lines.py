@@ -134,8 +134,13 @@ EVENT_KINDS = (
 # regex slows to seconds on a long line with one).
 DEEPSPEED_LINES = (
     r"|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
-    r"|MaxMemAllocated="
+    r"|MaxMemAllocated=|MnRtt/Rnk:"
 )
+# Megatron-core's StragglerDetector report (megatron/core/utils.py, README_STRAGGLER.md): the least and
+# most of each rank's step time, power, temperature, utilisation, clock, data-loader time and throughput,
+# each with the rank it came from (`MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0 | ...`); kept as
+# metrics `straggler MnRtt/Rnk`, the value in its printed unit and the text with the rank.
+STRAGGLER_RX = regex.compile(r"\b(M[nx][A-Za-z]{2,6})/Rnk:\s*" + NUM + r"\s*([A-Za-z%]*)/(\d+)")
 # DeepSpeed's throughput timer inside a Megatron-DeepSpeed log (runtime/utils.py ThroughputTimer): its
 # memory figures at every print are the run's allocated and peak allocated memory at that global step.
 DS_MEMORY_RX = regex.compile(

@@ -24,6 +24,7 @@ from tracelog.parsers.megatron_lines import (
     PARAMS_BILLIONS_RX,
     PARAMS_RX,
     RANK_PREFIX_RX,
+    STRAGGLER_RX,
     THEORY_RX,
     TIMER_ALL_HEAD,
     TIMER_BLOCK_LINE_RX,
@@ -156,6 +157,18 @@ def stateful_batches(
                 run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
                 continue
             if line_param(run, line, line_no):
+                continue
+            if "MnRtt/Rnk:" in line and (figures := STRAGGLER_RX.findall(line)):
+                metrics.extend(
+                    {
+                        "run_key": run_key,
+                        "key": f"straggler {name}/Rnk",
+                        "value": float(value),
+                        "text": f"{value}{unit}/{rank}",
+                        "line_no": line_no,
+                    }
+                    for name, value, unit, rank in figures
+                )
                 continue
             if match := DS_MEMORY_RX.search(line):
                 gib = 1024.0  # DeepSpeed prints GB of 2^30 bytes (`/ (1024**3)`)
