@@ -175,6 +175,7 @@ def test_nemo_run_task_prefixes_and_zoned_timestamps() -> None:
     assert [(e["line_no"], e["kind"]) for e in out["events"]] == [(4, "warning")]
     assert "unparsed" not in out
     (run,) = out["runs"]
+    assert (run["gbs"], run["train_iters"]) == (4, 100)  # no configuration dump: what the lines say
     params = {p["name"]: p["value"] for p in run["run_params"]}
     assert (params["lightning Trainable params"], params["lightning Total Flops"]) == ("1.1 B", "0")
     (metric,) = out["iteration_metrics"]

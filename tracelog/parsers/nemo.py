@@ -180,6 +180,7 @@ class _Parser:
         self.timer_mode: str | None = None  # "minmax" (both layouts) or "all"
         self.timer_name: str | None = None
         self.iteration: int | None = None
+        self.logged_gbs: int | None = None  # the last `global_batch_size` a printer or bar line said
 
     def state(self) -> dict[str, Any]:
         """What crosses the last complete line, as JSON: the run's parameters and columns so far, the
@@ -192,6 +193,7 @@ class _Parser:
             "config": [self.in_config, self.config_seen, self.path],
             "timer": [self.timer_mode, self.timer_name],
             "iteration": self.iteration,
+            "logged_gbs": self.logged_gbs,
         }
 
     @classmethod
@@ -213,6 +215,7 @@ class _Parser:
         parser.timer_mode = str(mode) if mode is not None else None
         parser.timer_name = str(name) if name is not None else None
         parser.iteration = _int_or_none(state["iteration"])
+        parser.logged_gbs = _int_or_none(state.get("logged_gbs"))  # absent from states saved before it
         return parser
 
     def line(self, n: int, text: str) -> None:
@@ -428,9 +431,13 @@ class _Parser:
                 self.out.add("iteration_metrics", {**metric, "line_no": n})
         self.out.add("iterations", {**row, "line_no": n})
         self.columns.setdefault("train_iters", total)
+        if row.get("global_batch_size") is not None:
+            self.logged_gbs = row["global_batch_size"]
 
     def finish(self) -> None:
         columns = dict(self.columns)
+        if self.logged_gbs is not None:  # a log without its configuration dump: what its lines said last
+            columns.setdefault("gbs", self.logged_gbs)
         if columns.get("nodes") and columns.get("gpus_per_node"):
             columns["gpus"] = columns["nodes"] * columns["gpus_per_node"]
         model_parallel = (columns.get("tp") or 1) * (columns.get("pp") or 1) * (columns.get("cp") or 1)
