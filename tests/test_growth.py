@@ -24,7 +24,7 @@ from tests.conftest import SAMPLES
 from tracelog import api
 from tracelog.analysis.refresh import refresh_pending
 from tracelog.ingest import IngestResult, Unrecognised, ingest_file
-from tracelog.parsers import deepspeed, nemo
+from tracelog.parsers import deepspeed, megatron, nemo
 from tracelog.store import Store
 
 LOGS = sorted(p for p in SAMPLES.iterdir() if p.is_file() and p.name != "tracelog.toml")
@@ -193,7 +193,7 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
     since (hardware included) stays."""
     log, data, cut = halves(tmp_path)
     land(store, log)
-    assert store.scalar("SELECT resume_version FROM sources") == "1"
+    assert store.scalar("SELECT resume_version FROM sources") == megatron.VERSION
     run_id = int(store.scalar("SELECT min(run_id) FROM runs"))
     api.set_hardware(store, run_id, gpu="h100-sxm5-80gb")  # `tracelog set`: recorded as the user's
     iterations_before = store.scalar("SELECT count(*) FROM iterations")

@@ -44,7 +44,7 @@ from tracelog.parsers.deepspeed_config import RunState, flatten, int_or_none, it
 from tracelog.parsers.deepspeed_profiler import NUM, number, profiler_line
 
 FORMAT = "deepspeed"
-VERSION = "1"
+VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)

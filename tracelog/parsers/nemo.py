@@ -46,7 +46,7 @@ from tracelog.parsers.megatron_lines import (
 )
 
 FORMAT = "nemo"
-VERSION = "1"
+VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
