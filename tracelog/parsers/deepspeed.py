@@ -40,8 +40,16 @@ from tracelog.parsers.base import (
     guarded,
     numbers_guarded,
 )
-from tracelog.parsers.deepspeed_config import RunState, flatten, int_or_none, iteration_row, memory_row
-from tracelog.parsers.deepspeed_profiler import NUM, number, profiler_line
+from tracelog.parsers.deepspeed_config import (
+    NUM,
+    RunState,
+    flatten,
+    int_or_none,
+    iteration_row,
+    memory_row,
+    number,
+)
+from tracelog.parsers.deepspeed_profiler import profiler_line
 
 FORMAT = "deepspeed"
 VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole

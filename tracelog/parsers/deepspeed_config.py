@@ -176,6 +176,14 @@ def memory_row(
     }
 
 
+NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
+
+
+def number(text: str) -> float:
+    """A number as DeepSpeed prints it (`nan` and `inf` included)."""
+    return float(text)
+
+
 def int_or_none(value: Any) -> int | None:
     """A number from a saved state (JSON) as an int, None kept."""
     return None if value is None else int(value)

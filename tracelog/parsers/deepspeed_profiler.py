@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from tracelog.parsers.deepspeed_config import RunState
+from tracelog.parsers.deepspeed_config import NUM, RunState, number
 
 
 class ProfiledParser(Protocol):
@@ -26,16 +26,10 @@ class ProfiledParser(Protocol):
     ) -> dict[str, Any] | None: ...
 
 
-NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
 PROFILER_STEP_RX = re.compile(r"Profile Summary at step (\d+)")
 PROFILER_LINE_RX = re.compile(r"^(.+?):\s{2,}" + NUM + r"\s*([A-Za-z/]*)\s*$")
 SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}  # B: params, billions
 TIME_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3}
-
-
-def number(text: str) -> float:
-    """A number as DeepSpeed prints it (`nan` and `inf` included)."""
-    return float(text)
 
 
 def profiler_line(parser: ProfiledParser, line_no: int, msg: str) -> bool:

@@ -105,11 +105,15 @@ MEMORY_FIELDS = {
 # What a dying job prints beside errors: PyTorch's NCCL watchdog (`Watchdog caught collective operation
 # timeout: WorkNCCL(...) ran for 600030 milliseconds before timing out`, `Some NCCL operations have failed or
 # timed out`), torchrun's elastic agent in glog form (`E1019 ... api.py:874] failed (exitcode: -6)`), the C++
-# runtime (`pure virtual method called`, `(core dumped)`).
+# runtime (`pure virtual method called`, `(core dumped)`), Slurm (`CANCELLED AT ... DUE TO TIME LIMIT`); the
+# Megatron, DeepSpeed and NeMo parsers' warning patterns all take them from here.
+CRASH_WORDS = (
+    r"timed out|timing out|operation timeout|failed \(exitcode|pure virtual method called|core dumped"
+    r"|cancelled at"
+)
 WARNING_RX = (
     r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
-    r"|killed|segmentation fault|timed out|timing out|operation timeout|failed \(exitcode"
-    r"|pure virtual method called|core dumped|cancelled at)"
+    r"|killed|segmentation fault|" + CRASH_WORDS + ")"
 )
 # event kind -> words that mark it, most specific first
 EVENT_KINDS = (

@@ -37,6 +37,7 @@ from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, as_int, drive, guarded, strip_prefix
 from tracelog.parsers.megatron_lines import (
+    CRASH_WORDS,
     EVENT_KINDS,
     ITER_MARK,
     TIMER_ALL_HEAD,
@@ -79,8 +80,7 @@ WARNING_RX = re.compile(
     # `error\b`, not `\w*error\b`: a search only asks whether a word ends in "error", and the `\w*` made
     # it quadratic on a long word (64 KiB of letters: minutes).
     r"(?i)traceback \(most recent call last\)|error\b|exception|nccl warn|\bwarn(?:ing)?\b|out of memory"
-    r"|\bkilled\b|segmentation fault|timed out|timing out|operation timeout|failed \(exitcode"
-    r"|pure virtual method called|core dumped|cancelled at"
+    r"|\bkilled\b|segmentation fault|" + CRASH_WORDS
 )
 ENDS_TIMER_HEAD = ("(min, max) time across ranks (ms):", "max time across ranks (ms):")
 
