@@ -66,6 +66,49 @@ def test_a_nan_loss_without_the_frameworks_count_is_a_nan_iteration(tmp_path: Pa
     assert (nan["severity"], nan["row_ref"], nan["measured"]) == ("critical", "line 18", 1.0)
 
 
+def test_a_run_that_skipped_most_of_its_steps_is_critical_not_calibrating(tmp_path: Path) -> None:
+    # Every line but the last two skipped its step: the loss scaler overflowing throughout, which the
+    # warm-up cut (leading lines with skips) would otherwise have called calibration ("info").
+    rows = [{"skipped": 1 if i < 18 else 0} for i in range(20)]
+    (flag,) = flags_for(tmp_path, rows)
+    assert (
+        flag["severity"] == "critical" and "18 of about 20 iterations were skipped (90.0%)" in flag["message"]
+    )
+    assert (flag["row_ref"], flag["measured"]) == ("line 1", 0.9)
+
+
+def test_a_few_skips_at_the_start_stay_calibration(tmp_path: Path) -> None:
+    rows = [{"skipped": 1 if i < 3 else 0} for i in range(30)]
+    (flag,) = flags_for(tmp_path, rows)
+    assert flag["severity"] == "info" and "3 skipped iteration(s) during warm-up" in flag["message"]
+    (tmp_path / "lower").mkdir()
+    (strict,) = flags_for(tmp_path / "lower", rows, skipped_share=0.05)
+    assert strict["severity"] == "critical" and "3 of about 30" in strict["message"]
+
+
+def test_deepspeeds_running_count_on_a_tails_first_line_tells_of_a_run_that_never_trained(
+    tmp_path: Path,
+) -> None:
+    # Invented, in the shape of an fp16 fine-tuning job's output as DeepSpeed 0.5 printed it (logging.py's
+    # log_dist, timer.py's throughput line) behind the Trainer's progress bar: the log starts at step 2000,
+    # so the count on the first step line is of every step before it.
+    path = tmp_path / "t5.log"
+    path.write_text(
+        "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}\n"
+        "  8%|#         | 1999/24128 [1:52:09<20:27:23,  3.33s/it]"
+        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, "
+        "lr=[0.001, 0.001], mom=[0.0, 0.0]\n"
+        "[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234\n"
+        "[2021-11-26 03:40:31,102] [INFO] [logging.py:69:log_dist] [Rank 0] step=2010, skipped=2005, "
+        "lr=[0.001, 0.001], mom=[0.0, 0.0]\n"
+    )
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = [f for f in tracelog.api.flags(db).to_dict("records") if f["severity"] == "critical"]
+    assert "2005 of about 2010 iterations were skipped (99.8%)" in flag["message"], flag["message"]
+    assert flag["row_ref"] == "line 2"  # the step line glued behind the bar
+
+
 def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path: Path) -> None:
     # Invented, in the words PyTorch's NCCL watchdog and torchrun's elastic agent print (ProcessGroupNCCL
     # .cpp, torch/distributed/elastic/multiprocessing/api.py), after 20 healthy iterations.

@@ -40,6 +40,9 @@ class Thresholds:
     wave_efficiency: float = 0.90
     # Training health: a loss this many times the running median of the previous lines is a spike.
     loss_spike: float = 1.5
+    # Training health: a run whose optimizer skipped more than this share of its steps barely trained
+    # (fp16 overflow on most steps), where a calibrating loss scale skips a few dozen at the start.
+    skipped_share: float = 0.5
     # sec/it of the last fifth of steady lines over the first fifth above this is a drift.
     sec_it_drift: float = 1.10
     # A single logged interval this many times the steady median is a straggler step.
@@ -90,6 +93,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "pipeline_bubble": (0.0, 1.0, False),  # (p-1)/m of the step: [0, 1]
     "wave_efficiency": SHARE,
     "loss_spike": MULTIPLE,
+    "skipped_share": SHARE,
     "sec_it_drift": MULTIPLE,
     "straggler": MULTIPLE,
     "straggler_process": MULTIPLE,

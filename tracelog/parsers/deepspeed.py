@@ -65,6 +65,9 @@ LOG_PREFIX_RX = re.compile(
     r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.]\d+)?\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
 )
 DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
+# The metric a tail's first step line keeps DeepSpeed's running count of skipped steps under (the health
+# rules read it: 1995 skipped by step 2000 is a run that barely trained).
+SKIPPED_RUNNING = "skipped steps before this line (running count)"
 STEP_RX = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\](?:, mom=\[(.*)\])?")
 # The throughput timer (runtime/utils.py ThroughputTimer) since 0.7: `epoch=0/micro_step=80/global_step=20,
 # RunningAvgSamplesPerSec=...`; before, `0/20, RunningAvgSamplesPerSec=...` and, until 0.6, `0/40,
@@ -428,8 +431,7 @@ class _Parser:
             # tail, a job's output cut): DeepSpeed's count is of every step before it, which this log does
             # not hold, not of this line's interval. Kept as it was printed.
             skipped = None
-            self.metric(run, step, "skipped steps before this line (running count)", skipped_total,
-                        str(skipped_total), line_no)  # fmt: skip
+            self.metric(run, step, SKIPPED_RUNNING, skipped_total, str(skipped_total), line_no)
         else:
             skipped = max(skipped_total - (run.last_skipped or 0), 0)
         run.last_skipped = skipped_total

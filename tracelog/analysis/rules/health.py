@@ -6,6 +6,7 @@ from __future__ import annotations
 from tracelog.analysis.rules import Flag
 from tracelog.analysis.rules import run_flag as _flag
 from tracelog.analysis.scope import Scope
+from tracelog.parsers.deepspeed import SKIPPED_RUNNING
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
@@ -23,12 +24,19 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                min(line_no) FILTER ({NAN_LINES} > 0) AS first_nan_line,
                sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
                sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
-               min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip
+               min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip,
+               -- the iterations the logged lines stand for: first to last, plus one interval for the first
+               -- line's own (the mean interval between lines)
+               CASE WHEN count(iteration) > 1 THEN (max(iteration) - min(iteration)) * count(iteration)
+                    / (count(iteration) - 1) END AS covered,
+               min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line
         FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
         """
     ).fetchall()
     flags = []
-    for run_id, nan_total, first_nan, nan_line, skipped_steady, skipped_warmup, first_skip in rows:
+    barely = _barely_trained(store, t, scope, {r[0]: (r[4] or 0) + (r[5] or 0) for r in rows}, rows)
+    flags.extend(barely.values())
+    for run_id, nan_total, first_nan, nan_line, skipped_steady, skipped_warmup, first_skip, *_ in rows:
         if nan_total:
             flags.append(
                 _flag(
@@ -43,6 +51,8 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     expected=0.0,
                 )
             )
+        if run_id in barely:
+            continue  # the critical flag above says it; "calibrating" would be wrong
         if skipped_steady:
             flags.append(
                 _flag(
@@ -70,6 +80,55 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                 )
             )
     return flags
+
+
+def _barely_trained(
+    store: Store, t: Thresholds, scope: Scope, skipped: dict[int, float], rows: list[tuple]
+) -> dict[int, Flag]:
+    """Runs whose optimizer skipped more than `skipped_share` of the steps the log covers: the fp16 loss
+    scaler overflowing on most steps, so the weights barely moved (a loss printed as 0.0, or not falling,
+    is the other sign). Counted from the lines' skipped counts over the iterations they stand for, or,
+    for a log that starts late, from DeepSpeed's running count on its first step line (1995 skipped by
+    step 2000 tells it alone). A loss scale that merely calibrates skips a few dozen steps at the start,
+    well below any share worth the name."""
+    share: dict[int, tuple[float, float, str]] = {}
+    # A tail's running count first: it covers the steps before the log too. The lines after it add theirs.
+    running = store.con.execute(
+        f"""
+        WITH counts AS (
+            SELECT run_id, arg_min(value, line_no) AS value, min(line_no) AS line_no
+            FROM iteration_metrics WHERE {scope.runs} AND key = ? AND iteration > 0 GROUP BY run_id
+        )
+        SELECT c.run_id, any_value(c.value) + sum(coalesce(m.skipped, 0)) FILTER (m.line_no > c.line_no),
+               max(m.iteration), any_value(c.line_no)
+        FROM counts c JOIN {scope.marks} m USING (run_id) GROUP BY c.run_id
+        """,
+        [SKIPPED_RUNNING],
+    ).fetchall()
+    for run_id, count, last, line_no in running:
+        if count is not None and last and count > t.skipped_share * last:
+            share[run_id] = (float(count), float(last), f"line {line_no}")
+    for run_id, *_, covered, first_line in rows:
+        if run_id in share or not covered or not skipped.get(run_id):
+            continue
+        if skipped[run_id] > t.skipped_share * covered:
+            share[run_id] = (skipped[run_id], covered, f"line {first_line}")
+    return {
+        run_id: _flag(
+            "training_health",
+            "critical",
+            run_id,
+            f"{int(count)} of about {int(round(covered))} iterations were skipped ({min(count / covered, 1):.1%}): the "
+            "fp16 loss scaler overflowed on most steps, so the weights were rarely updated.",
+            "Check the loss scale settings (DeepSpeed's `fp16.initial_scale_power`, `loss_scale_window`, "
+            "`min_loss_scale`; Megatron's `--initial-loss-scale`) and the weights' range: a model trained in "
+            "bf16 often overflows fp16; train it in bf16 or fp32.",
+            row_ref=ref,
+            measured=min(count / covered, 1.0),
+            expected=0.0,
+        )
+        for run_id, (count, covered, ref) in share.items()
+    }
 
 
 def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
