@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -38,7 +39,7 @@ from tracelog.source_writer import (
     clear_for_reparse,
     delete_source,
 )
-from tracelog.store import Store, lake
+from tracelog.store import Store, lake, staging
 from tracelog.store.merge import may_match, merge_run, same_run
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
@@ -261,8 +262,13 @@ def _ingest_file(
         # A new file in a DuckLake store only inserts: it is written beside other writers (see
         # Store.transaction), holding the locks of its path and bytes.
         beside = lake_keys if lake_keys and previous is None and replace is None else None
+        stage = (
+            staging.staged(store, spool_folder())
+            if beside is not None and not force and not _may_merge(store, parser)
+            else nullcontext()
+        )
         try:
-            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction(beside):
+            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction(beside), stage:
                 if replace is not None:
                     delete_source(store, replace)
                 result = _ingest_stream(
@@ -450,13 +456,22 @@ def _ingest_stream(
     )
 
 
+def _may_merge(store: Store, parser: ModuleType) -> bool:
+    """Whether a file may share a run with a stored file (see `store.merge`): a benchmark's output makes
+    benches, never runs."""
+    if getattr(parser, "TOOL", None) is not None:
+        return False
+    formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
+    return may_match(store, parser.FORMAT, formats)
+
+
 def _merge_same_runs(store: Store, writer: SourceWriter, file_format: str) -> dict[int, int]:
     """Runs of this file that an earlier file already describes (its event files, its text log) join
     that run (see `store.merge`)."""
     formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
     merged: dict[int, int] = {}
-    if not writer.run_ids or not may_match(store, file_format, formats):
-        return merged
+    if store.staged or not writer.run_ids or not may_match(store, file_format, formats):
+        return merged  # a staged file was found to share no run before it was staged (`_may_merge`)
     for run_id in writer.run_ids.values():
         into = same_run(store, run_id, formats)
         if into is not None:

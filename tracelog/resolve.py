@@ -107,7 +107,7 @@ def bench_facts(store: Store, hosts: list[str], exclude: int | None = None) -> d
         return {}
     rows = store.con.execute(
         "SELECT bench_id, gpu_model, gpu_name, gpus_per_node, fabric, nics_per_node, "
-        "list_intersect(hosts, $hosts)[1] FROM benches "
+        f"list_intersect(hosts, $hosts)[1] FROM {store.whole('benches')} "
         "WHERE len(list_intersect(hosts, $hosts)) > 0 AND bench_id IS DISTINCT FROM $exclude "
         "ORDER BY bench_id DESC",
         {"hosts": hosts, "exclude": exclude},

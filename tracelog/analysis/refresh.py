@@ -137,7 +137,11 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
             for table, rows in output.items():
                 if rows:
                     store.insert(table, _frame(rows))
-        flags = [flag for family in rule_families(runs, scope) for flag in family(store, thresholds, scope)]
+        flags = [
+            flag
+            for family in rule_families(runs, scope)
+            for flag in sorted(family(store, thresholds, scope), key=_flag_order)
+        ]
         if flags:
             store.insert("flags", _frame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags]))
     finally:
@@ -296,6 +300,18 @@ def refresh_landing(store: Store, result: IngestResult) -> None:
         if lake.is_conflict(exc) or isinstance(exc, lake.ConflictError):
             raise
         raise Deferred(f"refresh deferred: {type(exc).__name__}") from exc
+
+
+def _flag_order(flag: dict[str, Any]) -> tuple[Any, ...]:
+    """Within a family, flags by subject, then rule and place: their ids do not depend on the order a
+    rule's query returned rows in (which DuckDB's threads decide)."""
+    return (
+        flag.get("subject_kind") or "",
+        flag.get("subject_id") or 0,
+        flag.get("rule") or "",
+        str(flag.get("row_ref") or ""),
+        flag.get("message") or "",
+    )
 
 
 def refresh_source(store: Store, source_id: int, thresholds: Thresholds = DEFAULT) -> int:

@@ -183,6 +183,7 @@ class Store:
         self._in_transaction = False
         self._exclusive = True  # the current transaction holds a DuckLake store's write lock
         self._ids_table = False  # `tracelog_ids` seen in a DuckLake store
+        self.staged = False  # a new file's rows are in temporary tables (`store.staging`)
         self.owed_refresh_checked = False  # set once `queries.connect` has redone any refresh owed
         self.data_path: str | None = None
         unclean = False  # a file left with its write-ahead log (`store.recovery`); never a DuckLake store
@@ -410,6 +411,15 @@ class Store:
             yield
         finally:
             self.con.execute(f"SET memory_limit = '{previous}'")
+
+    def whole(self, table: str) -> str:
+        """The table with every file's rows, for a question about other files' rows while a new file's
+        are staged in a temporary table of the same name (`store.staging`): the store's and the stage's."""
+        if not self.staged:
+            return table
+        return (
+            f"(SELECT * FROM {lake.ALIAS}.main.{table} UNION ALL SELECT * FROM temp.main.{table}) AS {table}"
+        )
 
     def columns(self, table: str) -> list[str]:
         """The table's columns, looked up once per store (the schema changes only through `migrate`): the
