@@ -109,3 +109,56 @@ def test_a_rank_past_what_polars_holds_is_an_event_not_a_crash() -> None:
     ranks = sorted((r["rank"] is None, r["time_ms"]) for r in out["timers"])
     assert ranks == [(False, 8410.55), (True, 8433.10)]  # the huge rank is NULL, its time kept
     assert any(e["kind"] == "bad_value" for e in out["events"])
+
+
+# Invented, in the shape argonne-lcf's Megatron-DeepSpeed prints with DeepSpeed's `wall_clock_breakdown`
+# (logging.py's log_dist, timer.py's throughput line): the engine's timers come inside each step, before
+# Megatron's iteration line of that step, the optimizer's before its `step=N` line.
+DS_TIMERS_LOG = """\
+[2024-04-19 13:26:38,107] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | optimizer_allgather: 495.69 | optimizer_step: 14.20
+[2024-04-19 13:26:38,108] [INFO] [logging.py:96:log_dist] [Rank 0] step=1, skipped=0, lr=[2e-06, 2e-06], mom=[(0.9, 0.999), (0.9, 0.999)]
+[2024-04-19 13:26:38,109] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 32390.78 | bwd_microstep: 56173.28
+[2024-04-19 13:26:38,109] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 32390.69 | bwd: 56173.16
+[2024-04-19 13:26:38][INFO][training:1251] -  iteration=       1/   10000 | consumed_samples=        1152 | elapsed_time_per_iteration_ms=101182.7 | learning_rate=0.000002 | global_batch_size=  1152 | lm loss=11.1 |
+ time (ms) | forward-backward: 88564.1 | optimizer: 14.3
+[2024-04-19 13:27:45,502] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | optimizer_allgather: 126.72 | optimizer_step: 14.14
+[2024-04-19 13:27:45,503] [INFO] [logging.py:96:log_dist] [Rank 0] step=2, skipped=0, lr=[4e-06, 4e-06], mom=[(0.9, 0.999), (0.9, 0.999)]
+[2024-04-19 13:27:45,503] [INFO] [timer.py:260:stop] epoch=0/micro_step=2/global_step=2, RunningAvgSamplesPerSec=151.5, CurrSamplesPerSec=151.5, MemAllocated=5.56GB, MaxMemAllocated=17.0GB
+[2024-04-19 13:27:45,504] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 9695.97 | bwd_microstep: 48449.79
+[2024-04-19 13:27:45][INFO][training:1251] -  iteration=       2/   10000 | consumed_samples=        2304 | elapsed_time_per_iteration_ms=67212.1 | learning_rate=0.000004 | global_batch_size=  1152 | lm loss=10.9 |
+ time (ms) | forward-backward: 58145.8 | optimizer: 14.1
+[2024-04-19 13:28:48,886] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | optimizer_allgather: 131.61 | optimizer_step: 14.29
+[2024-04-19 13:28:48,887] [INFO] [logging.py:96:log_dist] [Rank 0] step=3, skipped=0, lr=[6e-06, 6e-06], mom=[(0.9, 0.999), (0.9, 0.999)]
+[2024-04-19 13:28:48,888] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 9288.12 | bwd_microstep: 47613.86
+[2024-04-19 13:29:51,358] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | optimizer_allgather: 127.93 | optimizer_step: 14.37
+[2024-04-19 13:29:51,359] [INFO] [logging.py:96:log_dist] [Rank 0] step=4, skipped=0, lr=[8e-06, 8e-06], mom=[(0.9, 0.999), (0.9, 0.999)]
+[2024-04-19 13:29:51,361] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 9294.96 | bwd_microstep: 47634.93
+[2024-04-19 13:29:51][INFO][training:1251] -  iteration=       4/   10000 | consumed_samples=        4608 | elapsed_time_per_iteration_ms=62472.7 | learning_rate=0.000008 | global_batch_size=  1152 | lm loss=10.5 |
+ time (ms) | forward-backward: 56929.9 | optimizer: 14.4
+"""
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_deepspeeds_timers_belong_to_the_step_they_were_printed_in(fast: bool) -> None:
+    # Step 3's iteration line is not printed (a log interval of 2 from there): its DeepSpeed timers still
+    # belong to step 3, by the `step=3` line printed with them.
+    timers = collect(DS_TIMERS_LOG, fast)["timers"]
+    by_name = {}
+    for t in timers:
+        by_name.setdefault(t["name"], []).append((t["line_no"], t["iteration"]))
+    assert by_name["optimizer_allgather"] == [(1, 1), (7, 2), (13, 3), (16, 4)]
+    assert by_name["fwd_microstep"] == [(3, 1), (10, 2), (15, 3), (18, 4)]
+    assert by_name["fwd"] == [(4, 1)]
+    # Megatron's own timers follow their iteration line, as before
+    assert by_name["forward-backward"] == [(6, 1), (12, 2), (20, 4)]
+
+
+def test_deepspeeds_timers_without_a_step_line_keep_the_iteration_before_them() -> None:
+    text = "\n".join(line for line in DS_TIMERS_LOG.splitlines() if "skipped=" not in line) + "\n"
+    timers = collect(text)["timers"]
+    assert [(t["line_no"], t["iteration"]) for t in timers if t["name"] == "optimizer_allgather"] == [
+        (1, None),
+        (6, 1),
+        (11, 2),
+        (13, 2),
+    ]

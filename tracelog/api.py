@@ -211,7 +211,7 @@ def _ingest_files(
         if result.source_id is None or result.status == "skipped":
             continue
         pending = "SELECT refresh_pending FROM sources WHERE source_id = ?"
-        if not store.scalar(pending, [result.source_id]):
+        if result.refreshed or not store.scalar(pending, [result.source_id]):
             continue  # already refreshed: an unchanged file, or a new one in a DuckLake store
         try:
             result.warning = refresher.try_refresh_source(store, result.source_id)

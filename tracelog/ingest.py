@@ -60,6 +60,7 @@ class IngestResult:
     lines_unparsed: int = 0
     bytes_pending: int = 0  # a last line without its newline, held back
     warning: str | None = None  # what failed after the commit (the refresh), or why a file was skipped
+    refreshed: bool = False  # its predictions and flags landed with it (a new file in a DuckLake store)
     merged: dict[int, int] = field(default_factory=dict)  # run id -> the earlier run it joined
 
     @property
@@ -403,7 +404,8 @@ def _ingest_stream(
     finally:
         digest.close()
     duplicate = store.scalar(
-        "SELECT source_id FROM sources WHERE fingerprint = ? AND source_id <> ?", [fingerprint, source_id]
+        f"SELECT source_id FROM {store.whole('sources')} WHERE fingerprint = ? AND source_id <> ?",
+        [fingerprint, source_id],
     )
     if duplicate is not None:
         if not force:

@@ -294,6 +294,7 @@ def refresh_landing(store: Store, result: IngestResult) -> None:
     try:
         scope = Scope.of(*_subjects(store, result.source_id), new=True)
         _refresh_in(store, scope, DEFAULT, [result.source_id])
+        result.refreshed = True
     except (KeyboardInterrupt, duckdb.InterruptException):
         raise
     except Exception as exc:

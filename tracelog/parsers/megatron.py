@@ -44,6 +44,7 @@ from tracelog.parsers.megatron_lines import (
     TIMER_RANK_LITERAL,
     WARNING_RX,
     attach_iteration,
+    deepspeed_timer_steps,
     event_kind,
     generic_metrics,
     iteration_anchors,
@@ -56,7 +57,7 @@ from tracelog.parsers.megatron_lines import (
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 
 FORMAT = "megatron"
-VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole
+VERSION = "3"  # the resume state and what a parse reads: a grown log saved by an earlier one is parsed again whole
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -406,7 +407,7 @@ def _parse_block(
         yield from stateful_batches(stateful, carry, runs, anchors)
     timers = rest.filter(is_timer)
     if not timers.is_empty():
-        yield Batch("timers", _timers(timers, anchors, carry, fast))
+        yield Batch("timers", deepspeed_timer_steps(_timers(timers, anchors, carry, fast), timers, plain))
     memory = rest.filter(is_memory)
     if not memory.is_empty():
         yield Batch("memory", memory_rows(memory, anchors))

@@ -379,6 +379,51 @@ def attach_iteration(rows: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
     return rows.join_asof(anchors, on="line_no", by="run_key", strategy="backward", check_sortedness=False)
 
 
+# DeepSpeed's logger (`[logging.py:96:log_dist] [Rank 0] ...`) and its step line, in Megatron-DeepSpeed logs.
+DS_LOGGER = "log_dist]"
+DS_STEP_RX = r"\bstep=(\d+), skipped=\d+"
+
+
+def deepspeed_timer_steps(rows: pl.DataFrame, timers: pl.DataFrame, plain: pl.DataFrame) -> pl.DataFrame:
+    """Megatron-DeepSpeed: the DeepSpeed engine prints its timers (`wall_clock_breakdown`) inside the
+    step, before Megatron's iteration line of that step, so the iteration line before them is the
+    previous step's. Their step is that of DeepSpeed's `step=N` line: the ZeRO optimizer's timers
+    (`optimizer_allgather`, `optimizer_gradients`, `optimizer_step`, ...) are printed by its step() just
+    before that line, the engine's own (`fwd_microstep`, `bwd`, `step`, ...) just after it (DeepSpeed's
+    runtime/zero/stage_1_and_2.py and runtime/engine.py). Where this block holds no such line (steps
+    printed less often than the timers, or the line in the next block), they keep the iteration before
+    them."""
+    line = pl.col("line")
+    ds = timers.filter(line.str.contains(DS_LOGGER, literal=True))
+    if ds.is_empty():
+        return rows
+    steps = plain.filter(line.str.contains(DS_LOGGER, literal=True) & line.str.contains(DS_STEP_RX)).select(
+        pl.col("run_key").cast(pl.Int32),
+        "line_no",
+        line.str.extract(DS_STEP_RX, 1).cast(pl.Int64, strict=False).alias("_step"),
+    )
+    if steps.is_empty():
+        return rows
+    ds = ds.select(
+        pl.col("run_key").cast(pl.Int32),
+        "line_no",
+        line.str.contains(r"time \(ms\) \|\s*optimizer_").alias("_before_step"),
+    ).sort("line_no")
+    found = []
+    for before_step, strategy in ((True, "forward"), (False, "backward")):
+        part = ds.filter(pl.col("_before_step") == before_step)
+        if not part.is_empty():
+            found.append(
+                part.join_asof(steps, on="line_no", by="run_key", strategy=strategy, check_sortedness=False)
+            )
+    fixed = pl.concat(found).select("line_no", "_step")
+    return (
+        rows.join(fixed, on="line_no", how="left")
+        .with_columns(pl.coalesce("_step", "iteration").alias("iteration"))
+        .drop("_step")
+    )
+
+
 def timers_by_regex(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
     parts = (
         timers.select("line_no", "run_key", pl.col("line").str.split("|").list.slice(1).alias("part"))

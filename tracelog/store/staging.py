@@ -10,10 +10,10 @@ parser's inserts, the hardware scan and the refresh's rules read and write them 
 the end each one is copied into the store (`INSERT INTO store.t SELECT * FROM temp.t`) inside the same
 transaction, and the commit lands them all at once, as before.
 
-`runs` and `benches` are staged too: the one question a new file asks of other files' benches (the
-hardware of benches that ran on its hosts, `resolve.bench_facts`) names the store's own table
-(`Store.whole`). Left in the store: `sources` (the same bytes twice are one source), the store's
-calibrations and tags. A file that may share a run with an earlier file (an event file and its text log,
+`sources`, `runs` and `benches` are staged too: the two questions a new file asks of other files' rows
+there, whether its bytes were stored before (asked again once it is read) and the hardware of benches that
+ran on its hosts (`resolve.bench_facts`), read the store's table and the stage's together (`Store.whole`).
+Left in the store: the id counters, the store's calibrations and tags. A file that may share a run with an earlier file (an event file and its text log,
 `store.merge`) reads and changes the earlier run, and `--force` deletes the source it replaces, so those
 are written without staging.
 """
@@ -31,8 +31,10 @@ from tracelog.store.lake import ALIAS
 if TYPE_CHECKING:
     from tracelog.store import Store
 
-# The tables whose rows hang off one file's runs and benches, written by its ingest and its refresh.
+# The file's source row, and the tables whose rows hang off its runs and benches, written by its ingest
+# and its refresh.
 STAGED = (
+    "sources",
     "runs",
     "benches",
     "iterations",
