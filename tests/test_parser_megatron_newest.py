@@ -162,3 +162,37 @@ def test_deepspeeds_timers_without_a_step_line_keep_the_iteration_before_them() 
         (11, 2),
         (13, 2),
     ]
+
+
+def test_deepspeeds_timers_between_sparser_step_lines_count_their_steps() -> None:
+    # steps_per_print 2: the optimizer and the engine print their timers at every step, `step=N` every
+    # second one (invented, in DS_TIMERS_LOG's shape).
+    def timer(second: int, lead: str) -> str:
+        return (
+            f"[2024-04-19 13:26:{second:02d},107] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | "
+            f"{lead}: 100.0 | other: 1.0"
+        )
+
+    def step(second: int, n: int) -> str:
+        return (
+            f"[2024-04-19 13:26:{second:02d},108] [INFO] [logging.py:96:log_dist] [Rank 0] step={n}, skipped=0, "
+            "lr=[2e-06], mom=[(0.9, 0.999)]"
+        )
+
+    lines = [
+        timer(1, "optimizer_allgather"),
+        timer(2, "fwd_microstep"),
+        timer(3, "optimizer_allgather"),
+        step(4, 2),
+        timer(5, "fwd_microstep"),
+        timer(6, "optimizer_allgather"),
+        timer(7, "fwd_microstep"),
+        timer(8, "optimizer_allgather"),
+        step(9, 4),
+        timer(10, "fwd_microstep"),
+    ]
+    timers = collect("\n".join(lines) + "\n")["timers"]
+    steps = {(t["name"], t["line_no"]): t["iteration"] for t in timers if t["name"] != "other"}
+    assert [steps[("optimizer_allgather", n)] for n in (1, 3, 6, 8)] == [1, 2, 3, 4]
+    # the first engine line has no step line before it in the log: it keeps what was before (none)
+    assert [steps[("fwd_microstep", n)] for n in (2, 5, 7, 10)] == [None, 2, 3, 4]

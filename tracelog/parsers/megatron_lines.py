@@ -387,12 +387,13 @@ DS_STEP_RX = r"\bstep=(\d+), skipped=\d+"
 def deepspeed_timer_steps(rows: pl.DataFrame, timers: pl.DataFrame, plain: pl.DataFrame) -> pl.DataFrame:
     """Megatron-DeepSpeed: the DeepSpeed engine prints its timers (`wall_clock_breakdown`) inside the
     step, before Megatron's iteration line of that step, so the iteration line before them is the
-    previous step's. Their step is that of DeepSpeed's `step=N` line: the ZeRO optimizer's timers
-    (`optimizer_allgather`, `optimizer_gradients`, `optimizer_step`, ...) are printed by its step() just
-    before that line, the engine's own (`fwd_microstep`, `bwd`, `step`, ...) just after it (DeepSpeed's
-    runtime/zero/stage_1_and_2.py and runtime/engine.py). Where this block holds no such line (steps
-    printed less often than the timers, or the line in the next block), they keep the iteration before
-    them."""
+    previous step's. Their step is counted from DeepSpeed's `step=N` lines: the ZeRO optimizer's timers
+    (`optimizer_allgather`, ...) are printed by its step() at every step, the last of them just before
+    `step=N`; the engine's own (`fwd_microstep`, `fwd`, ...) just after it (DeepSpeed's
+    runtime/zero/stage_1_and_2.py and runtime/engine.py). So a line of the optimizer's is step N less the
+    lines of its kind between it and `step=N`, one of the engine's step N plus those between `step=N` and
+    it; with `steps_per_print` 1 both are N. Where this block holds no such line (the line in the next
+    block), they keep the iteration before them."""
     line = pl.col("line")
     ds = timers.filter(line.str.contains(DS_LOGGER, literal=True))
     if ds.is_empty():
@@ -400,6 +401,7 @@ def deepspeed_timer_steps(rows: pl.DataFrame, timers: pl.DataFrame, plain: pl.Da
     steps = plain.filter(line.str.contains(DS_LOGGER, literal=True) & line.str.contains(DS_STEP_RX)).select(
         pl.col("run_key").cast(pl.Int32),
         "line_no",
+        pl.col("line_no").alias("_step_line"),
         line.str.extract(DS_STEP_RX, 1).cast(pl.Int64, strict=False).alias("_step"),
     )
     if steps.is_empty():
@@ -407,20 +409,30 @@ def deepspeed_timer_steps(rows: pl.DataFrame, timers: pl.DataFrame, plain: pl.Da
     ds = ds.select(
         pl.col("run_key").cast(pl.Int32),
         "line_no",
-        line.str.contains(r"time \(ms\) \|\s*optimizer_").alias("_before_step"),
+        line.str.extract(r"time \(ms\) \|\s*([^:|]+?)\s*:", 1).alias("_lead"),
     ).sort("line_no")
+    before_step = pl.col("_lead").str.starts_with("optimizer_")
     found = []
-    for before_step, strategy in ((True, "forward"), (False, "backward")):
-        part = ds.filter(pl.col("_before_step") == before_step)
-        if not part.is_empty():
-            found.append(
-                part.join_asof(steps, on="line_no", by="run_key", strategy=strategy, check_sortedness=False)
-            )
-    fixed = pl.concat(found).select("line_no", "_step")
+    for before, strategy in ((True, "forward"), (False, "backward")):
+        part = ds.filter(before_step == before)
+        if part.is_empty():
+            continue
+        joined = part.join_asof(steps, on="line_no", by="run_key", strategy=strategy, check_sortedness=False)
+        between = (
+            pl.col("line_no")
+            .rank("ordinal", descending=before)
+            .over("run_key", "_step_line", "_lead")
+            .cast(pl.Int64)
+            - 1
+        )
+        found.append(
+            joined.select("line_no", (pl.col("_step") + (-between if before else between)).alias("_it"))
+        )
+    fixed = pl.concat(found)
     return (
         rows.join(fixed, on="line_no", how="left")
-        .with_columns(pl.coalesce("_step", "iteration").alias("iteration"))
-        .drop("_step")
+        .with_columns(pl.coalesce("_it", "iteration").alias("iteration"))
+        .drop("_it")
     )
 
 
