@@ -392,8 +392,10 @@ def deepspeed_timer_steps(rows: pl.DataFrame, timers: pl.DataFrame, plain: pl.Da
     `step=N`; the engine's own (`fwd_microstep`, `fwd`, ...) just after it (DeepSpeed's
     runtime/zero/stage_1_and_2.py and runtime/engine.py). So a line of the optimizer's is step N less the
     lines of its kind between it and `step=N`, one of the engine's step N plus those between `step=N` and
-    it; with `steps_per_print` 1 both are N. Where this block holds no such line (the line in the next
-    block), they keep the iteration before them."""
+    it; with `steps_per_print` 1 both are N. The engine's `_microstep` timers print at every micro-step,
+    so with more than two gradient-accumulation steps their count runs ahead of the steps (left as
+    counted: the log does not say which micro-step a line is). Where this block holds no such line (the
+    line in the next block), they keep the iteration before them."""
     line = pl.col("line")
     ds = timers.filter(line.str.contains(DS_LOGGER, literal=True))
     if ds.is_empty():
