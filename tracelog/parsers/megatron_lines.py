@@ -7,7 +7,7 @@ iteration they belong to.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -415,7 +415,11 @@ def deepspeed_timer_steps(rows: pl.DataFrame, timers: pl.DataFrame, plain: pl.Da
     ).sort("line_no")
     before_step = pl.col("_lead").str.starts_with("optimizer_")
     found = []
-    for before, strategy in ((True, "forward"), (False, "backward")):
+    directions: tuple[tuple[bool, Literal["forward", "backward"]], ...] = (
+        (True, "forward"),
+        (False, "backward"),
+    )
+    for before, strategy in directions:
         part = ds.filter(before_step == before)
         if part.is_empty():
             continue

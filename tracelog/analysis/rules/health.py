@@ -33,7 +33,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
         """
     ).fetchall()
-    flags = []
+    flags: list[Flag] = []
     barely = _barely_trained(store, t, scope, {r[0]: (r[4] or 0) + (r[5] or 0) for r in rows}, rows)
     flags.extend(barely.values())
     for run_id, nan_total, first_nan, nan_line, skipped_steady, skipped_warmup, first_skip, *_ in rows:
