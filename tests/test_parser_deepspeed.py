@@ -115,37 +115,42 @@ def test_a_bf16_run_has_no_loss_scale_and_an_fp16_run_starts_at_the_initial_scal
 
 
 @pytest.mark.parametrize(
-    ("line", "rank", "timers"),
+    ("line", "rank", "timers", "step"),
     [
         (
             f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 25341.72 | bwd_microstep: "
             "77707.38 | bwd_inner_microstep: 75751.84 | bwd_allreduce_microstep: 1955.54 | step_microstep: 2218.38",
             0,
             {"fwd_microstep": 25341.72, "bwd_microstep": 77707.38, "step_microstep": 2218.38},
+            20,
         ),
         (
             f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 6567.66 | bwd: 17950.35 | bwd_inner: "
             "17711.19 | bwd_allreduce: 239.11 | step: 1139.29",
             0,
             {"fwd": 6567.66, "bwd": 17950.35, "bwd_allreduce": 239.11, "step": 1139.29},
+            20,
         ),
         (
             f"{TS} [INFO] [logging.py:96:log_dist] rank=3 time (ms) | optimizer_allgather: 884.11 | "
             "optimizer_gradients: 6.43 | optimizer_step: 23.44",
             3,
             {"optimizer_allgather": 884.11, "optimizer_step": 23.44},
+            # the ZeRO optimizer prints its timers in its step(), before that step's `step=N` line: one after
+            # step=20 is step 21's (runtime/zero/stage_1_and_2.py, runtime/engine.py)
+            21,
         ),
-        ("time (ms) | fwd_microstep: 54.76 | bwd_microstep: 122.95", None, {"fwd_microstep": 54.76}),
+        ("time (ms) | fwd_microstep: 54.76 | bwd_microstep: 122.95", None, {"fwd_microstep": 54.76}, 20),
     ],
     ids=["microstep", "step", "rank=N", "bare"],
 )
-def test_wall_clock_timers(line: str, rank: int | None, timers: dict[str, float]) -> None:
+def test_wall_clock_timers(line: str, rank: int | None, timers: dict[str, float], step: int) -> None:
     out = collect(echo() + STEP + "\n" + line + "\n")
     got = {t["name"]: t for t in out["timers"]}
     for name, value in timers.items():
         assert got[name]["time_ms"] == value
         assert got[name]["rank"] == rank
-        assert got[name]["iteration"] == 20
+        assert got[name]["iteration"] == step
 
 
 def test_a_timer_line_with_its_memory_breakdown() -> None:
@@ -563,3 +568,30 @@ def test_the_pipeline_engines_own_line_is_an_iteration() -> None:
     assert rows == [(190, 5.612, 0.941, 135.984), (200, 5.5508, 0.936, 136.706)]
     extra = {(m["iteration"], m["key"]): m["value"] for m in out["iteration_metrics"]}
     assert extra == {(200, "lm loss"): 5.5103, (200, "moe loss"): 0.0405}
+
+
+def test_timers_take_their_own_step_whatever_steps_per_print_is() -> None:
+    # steps_per_print 2 (invented, in the shape of DeepSpeed's log_dist lines): the optimizer's timers at
+    # every step before that step's line, the engine's after it.
+    def timer(lead: str) -> str:
+        return f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | {lead}: 10.0 | other: 1.0"
+
+    def step(n: int) -> str:
+        return f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] step={n}, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]"
+
+    lines = [timer("optimizer_allgather"), timer("fwd")]  # step 1, before any step line
+    lines += [timer("optimizer_allgather"), step(2), timer("fwd")]  # step 2
+    lines += [timer("optimizer_allgather"), timer("fwd")]  # step 3
+    lines += [timer("optimizer_allgather"), step(4), timer("fwd")]  # step 4
+    out = collect(echo() + "\n".join(lines) + "\n")
+    got = [(t["name"], t["iteration"]) for t in out["timers"] if t["name"] != "other"]
+    assert got == [
+        ("optimizer_allgather", 1),
+        ("fwd", None),  # an engine line before any step line: no step to count from
+        ("optimizer_allgather", 2),
+        ("fwd", 2),
+        ("optimizer_allgather", 3),
+        ("fwd", 3),
+        ("optimizer_allgather", 4),
+        ("fwd", 4),
+    ]

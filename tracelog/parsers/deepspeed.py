@@ -52,7 +52,7 @@ from tracelog.parsers.deepspeed_config import (
 from tracelog.parsers.deepspeed_profiler import profiler_line
 
 FORMAT = "deepspeed"
-VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole
+VERSION = "3"  # the resume state and what a parse reads: a grown log saved by an earlier one is parsed again whole
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -420,7 +420,7 @@ class _Parser:
         run = self.run(line_no)
         step, skipped_total = int(match.group(1)), int(match.group(2))
         lrs = NUM_RX.findall(match.group(3))
-        run.last_step = step
+        run.last_step, run.since_step = step, {}
         if step == 0:
             run.last_skipped = skipped_total
             return
@@ -457,7 +457,7 @@ class _Parser:
         run = self.run(line_no)
         self.trained = True
         step = int(match.group(1))
-        run.last_step = step
+        run.last_step, run.since_step = step, {}
         row = self.step_row(run, step, line_no, rank, ts)
         if row is None:
             return
@@ -502,11 +502,30 @@ class _Parser:
             peak = fields["max_alloc"] * 1024.0 if fields["max_alloc"] is not None else None
             self.emit("memory", memory_row(run, rank, step, line_no, alloc, peak, None, None))
 
+    @staticmethod
+    def _timer_step(run: RunState, msg: str) -> int | None:
+        """The step a timer line belongs to. The ZeRO optimizer prints its timers (`optimizer_allgather`,
+        ...) in its step(), at every step, before that step's `step=N` line: the k-th since the last step
+        line M is step M + k (runtime/zero/stage_1_and_2.py). The engine prints its own after the step
+        line: the k-th since M is M + k - 1 (runtime/engine.py; with `steps_per_print` 1 that is M). The
+        engine's `_microstep` timers print at every micro-step, so past two gradient-accumulation steps
+        their count runs ahead of the steps (the log does not say which micro-step a line is)."""
+        lead = msg.split("|", 2)[1].split(":", 1)[0].strip() if msg.count("|") >= 1 else ""
+        count = run.since_step.get(lead, 0) + 1
+        run.since_step[lead] = count
+        before_step = lead.startswith("optimizer_")
+        if run.last_step is not None:
+            return run.last_step + count - (0 if before_step else 1)
+        if before_step and run.config:  # a log from the engine's start: its first step is 1
+            return count
+        return None
+
     def _timers(self, line_no: int, msg: str, rank: int | None) -> None:
         run = self.run(line_no)
         if match := TIMER_RANK_RX.search(msg):
             rank = int(match.group(1))
         memory: dict[str, float] = {}
+        iteration = self._timer_step(run, msg)
         for part in msg.split("|")[1:]:
             match = TIMER_PART_RX.match(part)
             if not match:
@@ -520,7 +539,7 @@ class _Parser:
                 {
                     "run_key": run.key,
                     "rank": rank,
-                    "iteration": run.last_step,
+                    "iteration": iteration,
                     "name": name,
                     "time_ms": value,
                     "line_no": line_no,

@@ -25,6 +25,9 @@ class RunState:
     loss_scale: float | None = None
     last_skipped: int | None = None
     last_step: int | None = None
+    # timer lines of each kind (by first timer name) since the last step line: the ZeRO optimizer prints
+    # its timers at every step, before that step's `step=N` line, whatever steps_per_print is
+    since_step: dict[str, int] = field(default_factory=dict)
     open: dict[int, dict[str, Any]] = field(default_factory=dict)
     written: deque[int] = field(default_factory=lambda: deque(maxlen=64))
     _gbs: tuple[int, int | None] | None = None
@@ -43,6 +46,7 @@ class RunState:
             "loss_scale": self.loss_scale,
             "last_skipped": self.last_skipped,
             "last_step": self.last_step,
+            "since_step": self.since_step,
             "open": [
                 {**row, "ts": row["ts"].isoformat() if row["ts"] else None} for row in self.open.values()
             ],
@@ -64,6 +68,7 @@ class RunState:
         run.loss_scale = float_or_none(state["loss_scale"])
         run.last_skipped = int_or_none(state["last_skipped"])
         run.last_step = int_or_none(state["last_step"])
+        run.since_step = {str(k): int(v) for k, v in dict(state["since_step"]).items()}
         for saved in state["open"]:
             # in the order a new row has its columns; a key newer than the saved state is empty
             row = {k: saved.get(k) for k in ITERATION_KEYS}
