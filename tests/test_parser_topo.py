@@ -205,3 +205,54 @@ def test_a_gpu_without_cpu_affinity_keeps_its_numa_affinity_in_its_column() -> N
         "GPU2 GPU NUMA ID": "2",
     }
     assert link_map(out)[("GPU1", "GPU2")] == "NV18" and len(out["links"]) == 9
+
+
+# Invented, in the shape nvidia-smi prints `topo -m` then `topo -p2p rw` on a workstation of four PCIe
+# GPUs (a leading space, tab-separated cells, a trailing tab; its own legend), GPU3 not allowed to peers.
+P2P_RW = (
+    "$ nvidia-smi topo -m\n"
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tPHB\tPHB\tSYS\t0-7\t0\t\tN/A\n"
+    "GPU1\tPHB\t X \tPHB\tSYS\t0-7\t0\t\tN/A\n"
+    "GPU2\tPHB\tPHB\t X \tSYS\t0-7\t0\t\tN/A\n"
+    "GPU3\tSYS\tSYS\tSYS\t X \t8-15\t1\t\tN/A\n"
+    "\n"
+    "$ nvidia-smi topo -p2p rw\n"
+    " \tGPU0\tGPU1\tGPU2\tGPU3\t\n"
+    " GPU0\tX\tOK\tOK\tCNS\t\n"
+    " GPU1\tOK\tX\tOK\tCNS\t\n"
+    " GPU2\tOK\tOK\tX\tCNS\t\n"
+    " GPU3\tCNS\tCNS\tCNS\tX\t\n"
+    "\n"
+    "Legend:\n"
+    "\n"
+    "  X    = Self\n"
+    "  OK   = Status Ok\n"
+    "  CNS  = Chipset not supported\n"
+    "  GNS  = GPU not supported\n"
+    "  TNS  = Topology not supported\n"
+    "  NS   = Not supported\n"
+    "  U    = Unknown\n"
+)
+
+
+def test_a_p2p_support_matrix_is_its_own_complete_bench_without_links() -> None:
+    out = collect(P2P_RW)
+    assert [b["status"] for b in out["benches"]] == ["complete", "complete"]
+    assert {r["bench_key"] for r in out["links"]} == {0}  # the wiring only
+    params = {(p["bench_key"], p["name"]): p["value"] for p in out["bench_params"]}
+    assert params[(1, "p2p_mode")] == "rw"
+    assert params[(1, "GPU0 GPU1 p2p rw")] == "OK"
+    assert params[(1, "GPU3 GPU0 p2p rw")] == "CNS"
+    assert (1, "GPU2 GPU2 p2p rw") not in params
+    assert sum(1 for bench, name in params if bench == 1 and name.endswith("p2p rw")) == 12
+    assert "unparsed" not in out and "events" not in out
+
+
+def test_a_p2p_matrix_pasted_without_its_command_is_read_as_one() -> None:
+    text = P2P_RW.split("$ nvidia-smi topo -p2p rw\n")[1]
+    out = collect(text)
+    (bench,) = out["benches"]
+    assert bench["status"] == "complete" and "links" not in out
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["p2p_mode"] == "unknown" and params["GPU1 GPU3 p2p unknown"] == "CNS"

@@ -11,6 +11,11 @@ What nvidia-smi prints and where it lands:
 - `NIC Legend:` lines (`NIC0: mlx5_0`): `bench_params` named after the NIC. The `Legend:` block is the
   tool's own text, understood and skipped.
 - A shell prompt `user@host:~$ nvidia-smi topo -m` or a launcher prefix `host: ` names the host.
+- `nvidia-smi topo -p2p r|w|rw|n|a|p` prints a GPU-by-GPU matrix of peer-to-peer support instead (`OK`,
+  `NS` not supported, `CNS` chipset, `GNS` GPU, `TNS` topology not supported, `U` unknown; its legend
+  is skipped): a bench of its own, its cells `bench_params` named `<GPU> <GPU> p2p <mode>` (e.g. `GPU0
+  GPU1 p2p rw` = `OK`), the mode from the prompt (`p2p_mode`; `unknown` without one). No `links` rows:
+  it says what the driver allows, not how the GPUs are wired.
 
 ranks = GPUs in the matrix, nodes = 1 (the tool sees one machine), gpus_per_node = ranks. A bench is
 `complete` when every device of the header has its row, `partial` otherwise. Other lines go to
@@ -27,15 +32,18 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "topo"
-VERSION = "1"
+VERSION = "2"
 TOOL = "nvidia-smi-topo"
 
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
 DEVICE_NAME_RX = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+|CPU\d*)$")
 CELL_RX = re.compile(r"^(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
+P2P_CELL_RX = re.compile(r"^(?:X|OK|NS|CNS|GNS|TNS|U)$")
 HEADER_DETECT_RX = re.compile(r"^(?:[\w.\-]+:)?[ \t]*GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE)
-PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*nvidia-smi\s+topo\b")
-LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC)\s+=)")
+PROMPT_RX = re.compile(
+    r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*nvidia-smi\s+topo\b(?:.*?\s-p2p\s+([a-z]+))?"
+)
+LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC|OK|NS|CNS|GNS|TNS|U)\s+=)")
 NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
 
 
@@ -56,6 +64,7 @@ class _Bench:
     devices: list[str]
     labels: list[str]
     rows: set[str] = field(default_factory=set)
+    p2p: str | None = None  # the mode of a `-p2p` matrix (r, w, rw, n, a, p, or unknown)
 
     def record(self) -> dict[str, Any]:
         gpus = sum(1 for d in self.devices if d.startswith("GPU")) or None
@@ -78,6 +87,7 @@ class _Parser:
         self.benches: dict[str | None, _Bench] = {}  # the open matrix of each host
         self.next_key = 0
         self.host: str | None = None  # named by the last prompt
+        self.p2p: str | None = None  # the mode the last prompt asked for (`topo -p2p rw`), or None
 
     def finish(self) -> None:
         for host in list(self.benches):
@@ -116,6 +126,7 @@ class _Parser:
         body = text.strip()
         if match := PROMPT_RX.match(body):
             self.host = match.group(1) or prefix_host
+            self.p2p = match.group(2)
             return True
         host = prefix_host or self.host
         tokens = body.split()
@@ -140,13 +151,27 @@ class _Parser:
             return False
         labels = AFFINITY_RX.findall(body)
         self.close(host)
-        self.benches[host] = _Bench(self.next_key, host, n, n, devices, labels)
+        bench = _Bench(self.next_key, host, n, n, devices, labels, p2p=None if labels else self.p2p)
+        self.benches[host] = bench
         self.next_key += 1
+        if bench.p2p is not None:
+            self.param(bench, "p2p_mode", bench.p2p, n)
         return True
 
     def row(self, n: int, bench: _Bench, tokens: list[str], body: str) -> bool:
         name, cells = tokens[0], tokens[1 : 1 + len(bench.devices)]
         extra = tokens[1 + len(bench.devices) :]
+        if (
+            bench.p2p is None
+            and not bench.labels
+            and not bench.rows
+            and not extra
+            and _p2p_cells(cells, bench)
+        ):
+            bench.p2p = "unknown"  # a `-p2p` matrix pasted without its command
+            self.param(bench, "p2p_mode", bench.p2p, n)
+        if bench.p2p is not None:
+            return self.p2p_row(n, bench, name, cells, extra)
         if len(cells) != len(bench.devices) or not all(CELL_RX.match(c) for c in cells):
             return False
         if "\t" in body:
@@ -173,8 +198,27 @@ class _Parser:
         bench.line_end = n
         return True
 
+    def p2p_row(self, n: int, bench: _Bench, name: str, cells: list[str], extra: list[str]) -> bool:
+        if extra or not _p2p_cells(cells, bench):
+            return False
+        for other, cell in zip(bench.devices, cells, strict=True):
+            if other != name:
+                self.param(bench, f"{name} {other} p2p {bench.p2p}", cell, n)
+        bench.rows.add(name)
+        bench.line_end = n
+        return True
+
     def param(self, bench: _Bench, name: str, value: str, n: int) -> None:
         self.out.add("bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": n})
+
+
+def _p2p_cells(cells: list[str], bench: _Bench) -> bool:
+    """A row of a `-p2p` matrix: a support status in every cell, one that is not the topology's `X`."""
+    return (
+        len(cells) == len(bench.devices)
+        and all(P2P_CELL_RX.match(c) for c in cells)
+        and any(c not in ("X", "U") for c in cells)
+    )
 
 
 def _affinity_cells(body: str, devices: int, labels: int) -> list[str] | None:
