@@ -504,30 +504,12 @@ class _Parser:
             peak = fields["max_alloc"] * 1024.0 if fields["max_alloc"] is not None else None
             self.emit("memory", memory_row(run, rank, step, line_no, alloc, peak, None, None))
 
-    @staticmethod
-    def _timer_step(run: RunState, msg: str) -> int | None:
-        """The step a timer line belongs to. The ZeRO optimizer prints its timers (`optimizer_allgather`,
-        ...) in its step(), at every step, before that step's `step=N` line: the k-th since the last step
-        line M is step M + k (runtime/zero/stage_1_and_2.py). The engine prints its own after the step
-        line: the k-th since M is M + k - 1 (runtime/engine.py; with `steps_per_print` 1 that is M). The
-        engine's `_microstep` timers print at every micro-step, so past two gradient-accumulation steps
-        their count runs ahead of the steps (the log does not say which micro-step a line is)."""
-        lead = msg.split("|", 2)[1].split(":", 1)[0].strip() if msg.count("|") >= 1 else ""
-        count = run.since_step.get(lead, 0) + 1
-        run.since_step[lead] = count
-        before_step = lead.startswith("optimizer_")
-        if run.last_step is not None:
-            return run.last_step + count - (0 if before_step else 1)
-        if before_step and run.config:  # a log from the engine's start: its first step is 1
-            return count
-        return None
-
     def _timers(self, line_no: int, msg: str, rank: int | None) -> None:
         run = self.run(line_no)
         if match := TIMER_RANK_RX.search(msg):
             rank = int(match.group(1))
         memory: dict[str, float] = {}
-        iteration = self._timer_step(run, msg)
+        iteration = run.timer_step(msg)
         for part in msg.split("|")[1:]:
             match = TIMER_PART_RX.match(part)
             if not match:

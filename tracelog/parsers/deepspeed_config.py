@@ -33,6 +33,23 @@ class RunState:
     _gbs: tuple[int, int | None] | None = None
     scales: dict[str, float] = field(default_factory=dict)
 
+    def timer_step(self, msg: str) -> int | None:
+        """The step a timer line belongs to. The ZeRO optimizer prints its timers (`optimizer_allgather`,
+        ...) in its step(), at every step, before that step's `step=N` line: the k-th since the last step
+        line M is step M + k (runtime/zero/stage_1_and_2.py). The engine prints its own after the step
+        line: the k-th since M is M + k - 1 (runtime/engine.py; with `steps_per_print` 1 that is M). The
+        engine's `_microstep` timers print at every micro-step, so past two gradient-accumulation steps
+        their count runs ahead of the steps (the log does not say which micro-step a line is)."""
+        lead = msg.split("|", 2)[1].split(":", 1)[0].strip() if msg.count("|") >= 1 else ""
+        count = self.since_step.get(lead, 0) + 1
+        self.since_step[lead] = count
+        before_step = lead.startswith("optimizer_")
+        if self.last_step is not None:
+            return self.last_step + count - (0 if before_step else 1)
+        if before_step and self.config:  # a log from the engine's start: its first step is 1
+            return count
+        return None
+
     def state(self) -> dict[str, Any]:
         """As JSON, for an ingest that resumes after the last complete line: the open steps go with it,
         since lines of lagging ranks still write to them after the cut."""
