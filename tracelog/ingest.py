@@ -471,14 +471,18 @@ def _may_merge(store: Store, parser: ModuleType) -> bool:
     benches, never runs."""
     if getattr(parser, "TOOL", None) is not None:
         return False
-    formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
-    return may_match(store, parser.FORMAT, formats)
+    return may_match(store, parser.FORMAT, _describing_formats())
+
+
+def _describing_formats() -> set[str]:
+    """The formats whose files describe runs other files describe too (event files, `store.merge`)."""
+    return {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
 
 
 def _merge_same_runs(store: Store, writer: SourceWriter, file_format: str) -> dict[int, int]:
     """Runs of this file that an earlier file already describes (its event files, its text log) join
     that run (see `store.merge`)."""
-    formats = {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
+    formats = _describing_formats()
     merged: dict[int, int] = {}
     if store.staged or not writer.run_ids or not may_match(store, file_format, formats):
         return merged  # a staged file was found to share no run before it was staged (`_may_merge`)

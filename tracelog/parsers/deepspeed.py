@@ -52,9 +52,8 @@ from tracelog.parsers.deepspeed_config import (
 from tracelog.parsers.deepspeed_profiler import profiler_line
 
 FORMAT = "deepspeed"
-VERSION = (
-    "3"  # the resume state and what a parse reads: a grown log saved by an earlier one is parsed again whole
-)
+# the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
+VERSION = "3"
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)

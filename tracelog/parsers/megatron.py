@@ -57,9 +57,8 @@ from tracelog.parsers.megatron_lines import (
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 
 FORMAT = "megatron"
-VERSION = (
-    "3"  # the resume state and what a parse reads: a grown log saved by an earlier one is parsed again whole
-)
+# the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
+VERSION = "3"
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)

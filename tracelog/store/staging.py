@@ -13,9 +13,9 @@ transaction, and the commit lands them all at once, as before.
 `sources`, `runs` and `benches` are staged too: the two questions a new file asks of other files' rows
 there, whether its bytes were stored before (asked again once it is read) and the hardware of benches that
 ran on its hosts (`resolve.bench_facts`), read the store's table and the stage's together (`Store.whole`).
-Left in the store: the id counters, the store's calibrations and tags. A file that may share a run with an earlier file (an event file and its text log,
-`store.merge`) reads and changes the earlier run, and `--force` deletes the source it replaces, so those
-are written without staging.
+Left in the store: the id counters, the store's calibrations and tags. A file that may share a run with
+an earlier file (an event file and its text log, `store.merge`) reads and changes the earlier run, and
+`--force` deletes the source it replaces, so those are written without staging.
 """
 
 from __future__ import annotations

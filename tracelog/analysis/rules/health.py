@@ -34,7 +34,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         """
     ).fetchall()
     flags: list[Flag] = []
-    barely = _barely_trained(store, t, scope, {r[0]: (r[4] or 0) + (r[5] or 0) for r in rows}, rows)
+    barely = _barely_trained(store, t, scope, rows)
     flags.extend(barely.values())
     for run_id, nan_total, first_nan, nan_line, skipped_steady, skipped_warmup, first_skip, *_ in rows:
         if nan_total:
@@ -82,9 +82,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     return flags
 
 
-def _barely_trained(
-    store: Store, t: Thresholds, scope: Scope, skipped: dict[int, float], rows: list[tuple]
-) -> dict[int, Flag]:
+def _barely_trained(store: Store, t: Thresholds, scope: Scope, rows: list[tuple]) -> dict[int, Flag]:
     """Runs whose optimizer skipped more than `skipped_share` of the steps the log covers: the fp16 loss
     scaler overflowing on most steps, so the weights barely moved (a loss printed as 0.0, or not falling,
     is the other sign). Counted from the lines' skipped counts over the iterations they stand for, or,
@@ -108,11 +106,10 @@ def _barely_trained(
     for run_id, count, last, line_no in running:
         if count is not None and last and count > t.skipped_share * last:
             share[run_id] = (float(count), float(last), f"line {line_no}")
-    for run_id, *_, covered, first_line in rows:
-        if run_id in share or not covered or not skipped.get(run_id):
-            continue
-        if skipped[run_id] > t.skipped_share * covered:
-            share[run_id] = (skipped[run_id], covered, f"line {first_line}")
+    for run_id, _, _, _, steady, warmup, _, covered, first_line in rows:
+        skipped = (steady or 0) + (warmup or 0)
+        if run_id not in share and covered and skipped and skipped > t.skipped_share * covered:
+            share[run_id] = (skipped, covered, f"line {first_line}")
     return {
         run_id: _flag(
             "training_health",

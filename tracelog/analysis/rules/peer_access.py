@@ -31,24 +31,19 @@ HINT = (
 
 
 def unsupported(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    unsupported_cell = f"value IN ({', '.join(repr(v) for v in MEANING)})"
     rows = store.con.execute(
         f"""
-        SELECT bench_id, min(line_no), list(name ORDER BY line_no), list(value ORDER BY line_no)
+        SELECT bench_id, count(*), min(line_no) FILTER ({unsupported_cell}),
+               list(name ORDER BY line_no) FILTER ({unsupported_cell}),
+               list(value ORDER BY line_no) FILTER ({unsupported_cell})
         FROM bench_params
-        WHERE {scope.benches} AND contains(name, ' p2p ') AND value IN ({", ".join(repr(v) for v in MEANING)})
-        GROUP BY bench_id ORDER BY bench_id
+        WHERE {scope.benches} AND contains(name, ' p2p ')
+        GROUP BY bench_id HAVING count(*) FILTER ({unsupported_cell}) > 0 ORDER BY bench_id
         """
     ).fetchall()
-    totals = dict(
-        store.con.execute(
-            f"""
-            SELECT bench_id, count(*) FROM bench_params
-            WHERE {scope.benches} AND contains(name, ' p2p ') GROUP BY bench_id
-            """
-        ).fetchall()
-    )
     flags = []
-    for bench_id, first_line, names, values in rows:
+    for bench_id, cells, first_line, names, values in rows:
         pairs: dict[tuple[str, str], str] = {}
         mode = names[0].split(" p2p ", 1)[1]
         for name, value in zip(names, values, strict=True):
@@ -61,7 +56,7 @@ def unsupported(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                 RULE,
                 "info",
                 bench_id,
-                f"nvidia-smi topo -p2p {mode}: {len(pairs)} of {totals.get(bench_id, 0) // 2} GPU pairs have no "
+                f"nvidia-smi topo -p2p {mode}: {len(pairs)} of {cells // 2} GPU pairs have no "
                 f"peer access ({'; '.join(f'{s}: {MEANING[s]}' for s in statuses)}): {listed}.",
                 HINT,
                 row_ref=f"line {first_line}",
