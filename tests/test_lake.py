@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import ROOT, SAMPLES
 from tracelog import api
-from tracelog.store import AUTO_IDS, Store
+from tracelog.store import AUTO_IDS, Store, lake
 from tracelog.store.export import base_tables
 
 # Eight different files: every family of parser (Megatron-LM, Megatron-DeepSpeed, DeepSpeed, NeMo,
@@ -162,6 +162,63 @@ def test_the_same_file_from_three_processes_is_one_source(lake_db: str, tmp_path
     assert sum("already ingested" in o for o in outputs) == 2, outputs
     assert len(sources(lake_db)) == 1
     assert counts(lake_db) == counts(embedded(tmp_path, [path]))
+    assert duplicate_ids(lake_db) == {column: 0 for column, _ in AUTO_IDS.values()}
+
+
+def counters(store: Store) -> dict[str, int]:
+    """The next id of each kind that the PostgreSQL catalog's sequences hand out."""
+    found = {}
+    for kind in lake.ID_KINDS:
+        sql = f"SELECT * FROM postgres_query('{lake.METADATA}', '{lake.next_ids_sql(kind)}')"
+        found[kind] = store.con.execute(sql).fetchall()[0][0]
+    return found
+
+
+def test_ids_come_from_postgresql_counters_and_no_id_is_given_twice(lake_db: str) -> None:
+    """A PostgreSQL catalog hands ids out from its own sequences, in one statement, beside any transaction:
+    ids taken by a transaction that rolls back are not given again, and nothing goes through `tracelog_ids`
+    or the store's write lock."""
+    with Store(lake_db) as store:
+        assert counters(store) == {"source": 1, "run": 1, "bench": 1, "flag": 1}
+        ids_before = dict(store.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+        with store.transaction(beside=(1,)):
+            assert store.new_id("run") == 1
+            assert store.new_id("run", 3) == 2
+        with pytest.raises(ValueError), store.transaction():
+            assert store.new_id("run") == 5
+            raise ValueError("rolled back")
+        with store.transaction():
+            assert store.new_id("run") == 6
+            assert store.new_id("source") == 1
+        assert counters(store) == {"source": 2, "run": 7, "bench": 1, "flag": 1}
+        ids_after = dict(store.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+        assert {k: v for k, v in ids_after.items() if k != lake.WRITES} == {
+            k: v for k, v in ids_before.items() if k != lake.WRITES
+        }
+
+
+def test_a_store_made_before_the_counters_starts_them_where_its_ids_stand(
+    lake_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose ids came from `tracelog_ids` (schema 14 and before) starts its PostgreSQL counters
+    there when schema 15 is applied, so that no id it handed out is handed out again."""
+    with monkeypatch.context() as old:
+        old.setattr(lake, "COUNTERS_VERSION", 10**6)  # as a tracelog before schema 15 took its ids
+        with Store(lake_db) as store:
+            results = api.ingest(store, [str(EIGHT[1]), str(EIGHT[5])])
+            assert [r.status for r in results] == ["ingested", "ingested"]
+            ids = dict(store.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+            assert ids["source"] == 3 and ids["run"] > 1 and ids["bench"] > 1
+            with store.transaction():
+                store.con.execute("DELETE FROM schema_version WHERE version = 15")
+            for kind in lake.ID_KINDS:
+                drop = f"DROP SEQUENCE IF EXISTS {lake.sequence(kind)}"
+                store.con.execute(f"CALL postgres_execute('{lake.METADATA}', '{drop}')")
+    with Store(lake_db) as store:
+        assert store.schema_version == 15
+        assert counters(store) == {kind: ids[kind] for kind in lake.ID_KINDS}
+        assert [r.status for r in api.ingest(store, [str(EIGHT[0])])] == ["ingested"]
+        assert store.scalar("SELECT max(source_id) FROM sources") == 3
     assert duplicate_ids(lake_db) == {column: 0 for column, _ in AUTO_IDS.values()}
 
 

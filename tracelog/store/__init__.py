@@ -183,6 +183,8 @@ class Store:
         self._in_transaction = False
         self._exclusive = True  # the current transaction holds a DuckLake store's write lock
         self._ids_table = False  # `tracelog_ids` seen in a DuckLake store
+        self._counters = False  # ids from the PostgreSQL catalog's sequences (`lake.take`)
+        self._seen_versions: set[int] = set()  # schema versions the last migration found applied
         self.staged = False  # a new file's rows are in temporary tables (`store.staging`)
         self.owed_refresh_checked = False  # set once `queries.connect` has redone any refresh owed
         self.data_path: str | None = None
@@ -207,9 +209,15 @@ class Store:
             have = self._refuse_newer()
             if not read_only:
                 with write_errors(self.path):
-                    self.migrate(have)
+                    applied = self.migrate(have)
                     if unclean:
                         self._sweep_orphans()
+                # the versions found applied and those this process applied: another process may have
+                # applied them between the open and the migration, or while this one waited to
+                versions = {*self._seen_versions, *applied}
+                self._counters = (
+                    self.lake and lake.postgres_catalog(self.path) and lake.COUNTERS_VERSION in versions
+                )
         except BaseException:
             self.con.close()
             raise
@@ -282,6 +290,7 @@ class Store:
             have = self._applied()
         elif have is None:
             have = self._applied()
+        self._seen_versions = set(have or ())
         pending = [m for m in migrations() if have is None or m[0] not in have]
         if not pending:
             return []
@@ -315,11 +324,16 @@ class Store:
         with self.transaction():
             self.con.execute(_SCHEMA_VERSION_SQL.format(key=""))
             have = {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
+            self._seen_versions = have
             applied = []
             for version, name, sql in pending:
                 if version in have:
                     continue
                 self.con.execute(lake.dialect(sql) + (lake.IDS_TABLE_SQL if version == 1 else ""))
+                if version == lake.COUNTERS_VERSION and lake.postgres_catalog(self.path):
+                    # under the write lock: no id is handed out between this read and the sequences' start
+                    seeds = dict(self.con.execute("SELECT kind, next_id FROM tracelog_ids").fetchall())
+                    lake.create_counters(self.con, seeds)
                 self.con.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
                 applied.append(version)
         return applied
@@ -327,11 +341,12 @@ class Store:
     def new_id(self, kind: str, count: int = 1) -> int:
         """The first of `count` new ids of a source, run, bench or flag.
 
-        The embedded file takes them from its sequences. A DuckLake store has none: a transaction that
-        holds the store's write lock takes the next ones of `tracelog_ids` and writes them back at its
-        commit; one that runs beside other writers (a new file's ingest, see `transaction`) has them
-        handed out in a short locked transaction of their own (`lake.allocate`). Either way no two
-        writers are given the same id."""
+        The embedded file takes them from its sequences. A DuckLake store has none. With a PostgreSQL
+        catalog they come from sequences in PostgreSQL, one statement each (`lake.take`). With a DuckDB-file
+        catalog, a transaction that holds the store's write lock takes the next ones of `tracelog_ids` and
+        writes them back at its commit; one that runs beside other writers (a new file's ingest, see
+        `transaction`) has them handed out in a short locked transaction of their own (`lake.allocate`).
+        Either way no two writers are given the same id."""
         if not self.lake:
             first = self.scalar(f"SELECT nextval('{kind}_ids')")
             for _ in range(count - 1):
@@ -339,6 +354,8 @@ class Store:
             return int(first)
         if not self._in_transaction:
             raise RuntimeError("a DuckLake id is taken inside a write transaction")
+        if self._counters:
+            return lake.take(self.con, kind, count)
         if not self._exclusive:
             return lake.allocate(self.con, self.path, kind, count)
         if self._ids is None:

@@ -15,14 +15,17 @@ signature is checked by DuckDB at the first load of that file, and not again whi
 What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported Features" and
 "Conflict Resolution"):
 - no sequences, primary keys or unique constraints, no `INSERT ... RETURNING`: the schema files are read
-  through `dialect()`, and ids come from the `tracelog_ids` table (see `Store.new_id`);
+  through `dialect()`, and ids come from counters: in a PostgreSQL catalog PostgreSQL sequences beside
+  DuckLake's tables (`create_counters`, `take`), in a DuckDB-file one the `tracelog_ids` table (see
+  `Store.new_id`);
 - concurrent writers are settled optimistically at commit. Inserts from many transactions into one
   table merge, but an update or delete conflicts with any other transaction's write to the same table,
   and the loser's commit fails. So a write that updates or deletes holds the store's write lock
   (`write_lock`, a PostgreSQL advisory lock held from before the transaction reads until after its
   commit), and a new file's ingest, which only inserts, runs beside the others holding only the locks
-  of its path and bytes (`file_keys`: the same bytes from two processes land once). Ids come from
-  `tracelog_ids`, handed out under the write lock (`allocate`, or the locked transaction's own counter).
+  of its path and bytes (`file_keys`: the same bytes from two processes land once). Ids come from the
+  PostgreSQL sequences in one statement each (`take`), or from `tracelog_ids`, handed out under the write
+  lock (`allocate`, or the locked transaction's own counter).
   A commit lost all the same is done again (`retrying`; `TRACELOG_DEBUG_RETRIES=1` prints each).
 """
 
@@ -227,7 +230,7 @@ def write_lock(
     that one ends, after the writer's commit; a killed writer's connection drops and lets it go. The
     next holder's snapshot (taken at its first read, after the lock) has the last commit in it. Keys are
     taken in order, so two writers never wait for each other crosswise."""
-    if not db.startswith(f"{PREFIX}postgres:"):
+    if not postgres_catalog(db):
         yield
         return
     lock = con.cursor()
@@ -280,6 +283,89 @@ def allocate(con: duckdb.DuckDBPyConnection, db: str, kind: str, count: int) -> 
                 cursor.close()
 
     return retrying(once)
+
+
+COUNTERS_VERSION = 15  # schema file 015: from it on, a PostgreSQL catalog's ids come from its sequences
+METADATA = f"__ducklake_metadata_{ALIAS}"  # the catalog's own database, as DuckLake attaches it
+# The hand-out's lock, in PostgreSQL's two-key space: no one-key lock (the write lock, `file_keys`) meets it.
+TAKE_LOCK = (0x7472, 0x6964)
+_TAKE_SQL = f"""CREATE OR REPLACE FUNCTION tracelog_take(wanted text, n bigint) RETURNS bigint
+LANGUAGE plpgsql AS $take$
+DECLARE
+    seq regclass := format('tracelog_%s_ids', wanted)::regclass;
+    first bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock({TAKE_LOCK[0]}, {TAKE_LOCK[1]});
+    first := nextval(seq);
+    IF n > 1 THEN
+        PERFORM setval(seq, first + n - 1);
+    END IF;
+    RETURN first;
+END
+$take$"""
+
+
+def postgres_catalog(db: str) -> bool:
+    return db.startswith(f"{PREFIX}postgres:")
+
+
+def sequence(kind: str) -> str:
+    """The PostgreSQL sequence of one kind of id (`create_counters`)."""
+    if kind not in ID_KINDS:
+        raise ValueError(kind)
+    return f"tracelog_{kind}_ids"
+
+
+def next_ids_sql(kind: str) -> str:
+    """PostgreSQL SQL for the next id a kind's sequence will hand out."""
+    return f"SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM {sequence(kind)}"
+
+
+def create_counters(con: duckdb.DuckDBPyConnection, seeds: dict[str, int]) -> None:
+    """The id counters of a PostgreSQL catalog: a PostgreSQL sequence per kind of id, beside DuckLake's
+    own tables, started where `tracelog_ids` stands, and a function that hands out a block of ids from one
+    in one statement (`take`).
+
+    A hand-out from `tracelog_ids` is a DuckLake transaction: it holds the store's write lock, reads the
+    table's files and commits a snapshot (about 25 ms), and a new file's ingest took two or three of them,
+    each one making every other writer wait. A sequence hands ids out in about 1 ms, outside any
+    transaction's snapshot: PostgreSQL never rolls it back, and no reader's isolation level makes two
+    takers conflict (a counter row updated in the REPEATABLE READ transactions that DuckDB's postgres
+    extension opens did: "could not serialize access due to concurrent update"). Run on a connection of
+    its own, so that it is committed at once; idempotent (a counter never goes back), so that a migration
+    done again after a lost commit changes nothing."""
+    statements = []
+    for kind in ID_KINDS:
+        seed = int(seeds.get(kind, 1))
+        statements.append(f"CREATE SEQUENCE IF NOT EXISTS {sequence(kind)}")
+        statements.append(
+            f"SELECT setval('{sequence(kind)}', greatest({seed}, ({next_ids_sql(kind)})), false)"
+        )
+    statements.append(_TAKE_SQL)
+    cursor = con.cursor()
+    try:
+        for sql in statements:
+            cursor.execute(f"CALL postgres_execute('{METADATA}', '{_quote(sql)}')")
+    finally:
+        cursor.close()
+
+
+def take(con: duckdb.DuckDBPyConnection, kind: str, count: int) -> int:
+    """The first of `count` new ids of `kind` from a PostgreSQL catalog's sequences (`create_counters`):
+    ids taken are never given again, even if the transaction that took them rolls back."""
+    sequence(kind)  # a kind of id, or ValueError
+    cursor = con.cursor()
+    try:
+        # every row fetched: a cursor closed before its result is read rolls its statement back
+        rows = cursor.execute(
+            f"SELECT * FROM postgres_query('{METADATA}', 'SELECT tracelog_take(''{kind}'', {int(count)})')"
+        ).fetchall()
+    finally:
+        cursor.close()
+    row = rows[0] if rows else None
+    if row is None or row[0] is None:
+        raise TracelogError(f"the store's catalog has no id counter for {kind!r}")
+    return int(row[0])
 
 
 def _quote(text: str) -> str:

@@ -1,0 +1,8 @@
+-- tracelog schema, version 15: ids of a DuckLake store with a PostgreSQL catalog come from PostgreSQL.
+--
+-- Nothing changes in the embedded file, nor in a DuckLake store with a DuckDB-file catalog. In a
+-- PostgreSQL catalog, applying this version creates a PostgreSQL sequence per kind of id beside DuckLake's
+-- own tables, started where `tracelog_ids` stands, and a function that hands out a block of ids in one
+-- statement (tracelog/store/lake.py, `create_counters`): a new file's ingest no longer commits a DuckLake
+-- snapshot under the store's write lock for each kind of id it takes. The version number is what keeps an
+-- older tracelog, which would go on taking ids from `tracelog_ids`, from writing to the store.
