@@ -18,6 +18,7 @@ from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.refresh import STEADY_SQL, found_marks, keep_steady_state
 from tracelog.analysis.rules import health
 from tracelog.analysis.scope import Scope
+from tracelog.report import sections
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
@@ -101,6 +102,63 @@ WITH steady AS (
 SELECT run_id, count(*), max(elapsed_s), any_value(typical)
 FROM steady WHERE elapsed_s > ? * typical GROUP BY run_id
 """
+
+# The report's series and warm-up span as they read `iteration_phase.n` (a window over every column of a
+# run), with its ties made definite: the iterations of one line share its rank in the series, and are taken
+# in order of iteration for the warm-up's first interval.
+OLD_REPORT_SERIES = """
+WITH iteration_phase AS (
+    SELECT * EXCLUDE (n), rank() OVER (PARTITION BY run_id ORDER BY line_no) AS n FROM iteration_phase
+)
+SELECT run_id, min(iteration) AS it0, max(iteration) AS it, count(*) AS lines, min(line_no) AS line,
+       avg(elapsed_s) AS s, min(elapsed_s) AS s_lo, max(elapsed_s) AS s_hi,
+       avg(tflops_reported) AS tf, min(tflops_reported) AS tf_lo, max(tflops_reported) AS tf_hi,
+       avg(lm_loss) AS loss, min(lm_loss) AS loss_lo, max(lm_loss) AS loss_hi, min(loss_scale) AS scale,
+       sum(coalesce(skipped, 0))::BIGINT AS skipped, sum(coalesce(nan, 0))::BIGINT AS nan,
+       bool_or(warmup)::INTEGER AS warmup, max(consumed_tokens) AS tok, max(consumed_samples) AS samples
+FROM iteration_phase WHERE {runs}
+GROUP BY run_id, (n - 1) * {points} // logged ORDER BY run_id, it
+"""
+OLD_REPORT_WARMUP = """
+WITH iteration_phase AS (
+    SELECT * EXCLUDE (n), row_number() OVER (PARTITION BY run_id ORDER BY line_no, iteration) AS n
+    FROM iteration_phase
+)
+SELECT run_id, max(iteration) FILTER (warmup),
+       min(iteration) - coalesce(min(iteration) FILTER (n = 2) - min(iteration) FILTER (n = 1), 0)
+FROM iteration_phase WHERE {runs} GROUP BY run_id
+"""
+
+
+def check_report_series(store: Store) -> None:
+    """The report's buckets and warm-up spans, which number each line of a run without `iteration_phase`'s
+    window, against the old reading, at a bucket count that merges lines and at one that does not."""
+    run_ids = tuple(int(r[0]) for r in store.con.execute("SELECT run_id FROM runs").fetchall())
+    selection = sections.Selection(run_ids, ())
+    runs = selection.sql("run")
+    for points in (3, 10**6):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sections, "POINTS_MIN", points)
+            patch.setattr(sections, "POINTS_PER_RUN", points)
+            patch.setattr(sections, "POINTS_TOTAL", points * max(1, len(run_ids)))
+            new = sections._series(store, selection)
+        old = store.query(OLD_REPORT_SERIES.format(runs=runs, points=points))
+        assert len(new) == len(old)
+        # row for row, floats to 12 digits: averages summed in another order differ in the last bits
+        key = ["run_id", "line"]
+        pd.testing.assert_frame_equal(
+            new.sort_values(key).reset_index(drop=True),
+            old.sort_values(key).reset_index(drop=True),
+            rtol=1e-12,
+        )
+    old_warmup = store.con.execute(OLD_REPORT_WARMUP.format(runs=runs)).fetchall()
+    expected = {
+        int(r): (max(0.0, float(lo)), float(hi))
+        for r, hi, lo in old_warmup
+        if hi is not None and lo is not None
+    }
+    assert sections._warmup(store, selection) == expected
+
 
 # every threshold low enough that each rule reports every run it has figures for (below the ranges an
 # override may take, hence `replace`)
@@ -188,6 +246,7 @@ def check_store(store: Store) -> None:
         by_run = sorted(rule(store, LOW, found), key=repr)  # GROUP BY gives no order of runs
         assert by_run == sorted(rule(store, LOW, scope), key=repr), rule.__name__
     assert run_inputs.load_rows(store, marks=found.marks) == run_inputs.load_rows(store)
+    check_report_series(store)
 
 
 def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:
