@@ -110,12 +110,7 @@ OLD_REPORT_SERIES = """
 WITH iteration_phase AS (
     SELECT * EXCLUDE (n), rank() OVER (PARTITION BY run_id ORDER BY line_no) AS n FROM iteration_phase
 )
-SELECT run_id, min(iteration) AS it0, max(iteration) AS it, count(*) AS lines, min(line_no) AS line,
-       avg(elapsed_s) AS s, min(elapsed_s) AS s_lo, max(elapsed_s) AS s_hi,
-       avg(tflops_reported) AS tf, min(tflops_reported) AS tf_lo, max(tflops_reported) AS tf_hi,
-       avg(lm_loss) AS loss, min(lm_loss) AS loss_lo, max(lm_loss) AS loss_hi, min(loss_scale) AS scale,
-       sum(coalesce(skipped, 0))::BIGINT AS skipped, sum(coalesce(nan, 0))::BIGINT AS nan,
-       bool_or(warmup)::INTEGER AS warmup, max(consumed_tokens) AS tok, max(consumed_samples) AS samples
+SELECT run_id, {figures}
 FROM iteration_phase WHERE {runs}
 GROUP BY run_id, (n - 1) * {points} // logged ORDER BY run_id, it
 """
@@ -142,7 +137,7 @@ def check_report_series(store: Store) -> None:
             patch.setattr(sections, "POINTS_PER_RUN", points)
             patch.setattr(sections, "POINTS_TOTAL", points * max(1, len(run_ids)))
             new = sections._series(store, selection)
-        old = store.query(OLD_REPORT_SERIES.format(runs=runs, points=points))
+        old = store.query(OLD_REPORT_SERIES.format(figures=sections.SERIES_FIGURES, runs=runs, points=points))
         assert len(new) == len(old)
         # row for row, floats to 12 digits: averages summed in another order differ in the last bits
         key = ["run_id", "line"]

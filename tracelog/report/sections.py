@@ -239,6 +239,17 @@ def _pick(pred: pd.DataFrame, role: str) -> pd.DataFrame:
     return pred.iloc[0:0]
 
 
+# What each bucket of a run's iterations shows (`_series`).
+SERIES_FIGURES = """
+    min(iteration) AS it0, max(iteration) AS it, count(*) AS lines, min(line_no) AS line,
+    avg(elapsed_s) AS s, min(elapsed_s) AS s_lo, max(elapsed_s) AS s_hi,
+    avg(tflops_reported) AS tf, min(tflops_reported) AS tf_lo, max(tflops_reported) AS tf_hi,
+    avg(lm_loss) AS loss, min(lm_loss) AS loss_lo, max(lm_loss) AS loss_hi, min(loss_scale) AS scale,
+    sum(coalesce(skipped, 0))::BIGINT AS skipped, sum(coalesce(nan, 0))::BIGINT AS nan,
+    bool_or(warmup)::INTEGER AS warmup, max(consumed_tokens) AS tok, max(consumed_samples) AS samples
+"""
+
+
 def _series(store: Store, scope: Selection) -> pd.DataFrame:
     """Iterations per run in equal-count buckets of consecutive log lines (one line each when few).
 
@@ -256,12 +267,7 @@ def _series(store: Store, scope: Selection) -> pd.DataFrame:
                    CAST(sum(count(*)) OVER (PARTITION BY run_id ORDER BY line_no) - count(*) + 1 AS BIGINT) AS n
             FROM iterations WHERE {scope.sql("run")} GROUP BY run_id, line_no
         )
-        SELECT run_id, min(iteration) AS it0, max(iteration) AS it, count(*) AS lines, min(line_no) AS line,
-               avg(elapsed_s) AS s, min(elapsed_s) AS s_lo, max(elapsed_s) AS s_hi,
-               avg(tflops_reported) AS tf, min(tflops_reported) AS tf_lo, max(tflops_reported) AS tf_hi,
-               avg(lm_loss) AS loss, min(lm_loss) AS loss_lo, max(lm_loss) AS loss_hi, min(loss_scale) AS scale,
-               sum(coalesce(skipped, 0))::BIGINT AS skipped, sum(coalesce(nan, 0))::BIGINT AS nan,
-               bool_or(warmup)::INTEGER AS warmup, max(consumed_tokens) AS tok, max(consumed_samples) AS samples
+        SELECT run_id, {SERIES_FIGURES}
         FROM iteration_marks JOIN ranked USING (run_id, line_no) WHERE {scope.sql("run")}
         GROUP BY run_id, (n - 1) * {points} // logged ORDER BY run_id, it
         """
