@@ -29,7 +29,8 @@ from tracelog.store.benches import is_bench_ref
 @click.option(
     "--efficiency",
     type=click.FloatRange(0, 1, min_open=True),
-    help="Share of the dense peak the GEMMs sustain.  [default: 0.52]",
+    help="Flat share of the dense peak for all FLOPs, instead of each operation timed at its own "
+    "(its GEMM shape, the GPU and precision, memory-bound parts from HBM bandwidth).",
 )
 @click.option("--layers", type=click.IntRange(min=1))
 @click.option("--hidden", type=click.IntRange(min=1))
