@@ -52,6 +52,16 @@ def test_every_schema_file_applies_to_a_new_lake_store(file_lake: str) -> None:
         assert again.scalar("SELECT count(*) FROM schema_version") == len(migrations())
 
 
+def test_the_sequences_come_with_the_schema_file_that_names_them() -> None:
+    """`lake.COUNTERS_VERSION` is the schema file that moves a PostgreSQL catalog's ids to its sequences:
+    the version an older tracelog refuses, so it must be that file's number."""
+    names = {version: name for version, name, _ in migrations()}
+    assert names[lake.COUNTERS_VERSION] == "015_lake_id_counters.sql"
+    assert lake.sequence("run") == "tracelog_run_ids"
+    with pytest.raises(ValueError):
+        lake.sequence("runs; DROP TABLE x")
+
+
 def test_ids_come_from_the_store_and_each_write_is_counted(file_lake: str) -> None:
     with Store(file_lake) as store:
         writes = store.scalar("SELECT next_id FROM tracelog_ids WHERE kind = ?", [lake.WRITES])
