@@ -220,13 +220,20 @@ class LineSource:
 
     def frames(self, ahead: int = 1) -> Iterator[tuple[Block, pl.DataFrame]]:
         """Each block with its frame, read, hashed and split into lines on a worker thread `ahead` blocks
-        early, so that the parser's thread only parses."""
-        return prefetched(((block, block.frame()) for block in self.blocks()), ahead)
+        early, so that the parser's thread only parses. A block handed out with its frame no longer holds
+        its bytes (the frame has the lines): 16 MB less per block in flight."""
+        return prefetched((_framed(block) for block in self.blocks()), ahead)
 
     def lines(self) -> Iterator[tuple[int, str]]:
         """(line number, text) for every line: for parsers whose formats are small."""
         for block in self.blocks():
             yield from enumerate(block.lines(), start=block.first_line)
+
+
+def _framed(block: Block) -> tuple[Block, pl.DataFrame]:
+    frame = block.frame()
+    block.data, block._lines = b"", None  # its line count stays (`Block.line_count`, set by `frame`)
+    return block, frame
 
 
 @dataclass
