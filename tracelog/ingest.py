@@ -16,7 +16,6 @@ ahead on a worker thread while the store inserts on the calling thread (see `pre
 
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 import os
@@ -265,7 +264,7 @@ def _ingest_file(
         # Store.transaction), holding the locks of its path and bytes.
         beside = lake_keys if lake_keys and previous is None and replace is None else None
         stage = (
-            staging.staged(store, _stage_folder())
+            staging.staged(store, spool_folder())
             if beside is not None and not force and not _may_merge(store, parser)
             else nullcontext()
         )
@@ -457,13 +456,6 @@ def _ingest_stream(
         bytes_pending=pending,
         merged=merged,
     )
-
-
-@functools.cache
-def _stage_folder() -> str:
-    """Where DuckDB spills staged rows past the ingest's memory cap: one folder per process, removed at
-    its exit (`parse_jobs.spool_folder`)."""
-    return spool_folder()
 
 
 def _may_merge(store: Store, parser: ModuleType) -> bool:
