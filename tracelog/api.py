@@ -13,14 +13,12 @@ imports this module.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracelog import clusters as cluster_config
-from tracelog import files, parse_jobs, resolve
+from tracelog import files, resolve
 from tracelog import hardware as catalog
 from tracelog.analysis import calibration, link_fit, side_by_side
 from tracelog.analysis import refresh as refresher
@@ -28,7 +26,8 @@ from tracelog.analysis.plan import PlanRequest
 from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.analysis.what_if import what_if
 from tracelog.errors import TracelogError
-from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
+from tracelog.ingest import IngestResult
+from tracelog.intake import FollowRound, IngestFailure, follow, ingest
 from tracelog.locations import DATA_PATH_ENVVAR, config_folder
 from tracelog.queries import (
     Db,
@@ -62,10 +61,10 @@ if TYPE_CHECKING:  # Altair and vl-convert: loaded when a report is written, not
 
     from tracelog.report import ReportResult
 
-ProgressFor = Callable[[str], AbstractContextManager[Progress | None]]
 """Given a path, a context that yields the callback its ingest reports bytes read to (or None)."""
 
 __all__ = [
+    "FollowRound",
     "IngestFailure",
     "IngestResult",
     "PlanRequest",
@@ -80,6 +79,7 @@ __all__ = [
     "expand_paths",
     "export_parquet",
     "flags",
+    "follow",
     "hardware",
     "ingest",
     "note_run",
@@ -104,125 +104,9 @@ __all__ = [
 ]
 
 
-@dataclass
-class IngestFailure:
-    path: str
-    error: TracelogError
-
-
 def expand_paths(paths: Iterable[str]) -> list[str]:
     """Files as given, folders recursively, globs expanded (a name that exists is never a pattern)."""
     return files.expand_paths(paths)
-
-
-def ingest(
-    db: Db,
-    paths: Iterable[str],
-    *,
-    parser: str | None = None,
-    name: str | None = None,
-    tags: dict[str, str] | None = None,
-    gpu: str | None = None,
-    fabric: str | None = None,
-    nodes: int | None = None,
-    gpus_per_node: int | None = None,
-    nics_per_node: int | None = None,
-    force: bool = False,
-    verify: bool = False,
-    progress: ProgressFor | None = None,
-    jobs: int = 1,
-) -> list[IngestResult | IngestFailure]:
-    """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
-
-    Paths are expanded once, here. `gpu` is a catalog id or the name a tool prints (`NVIDIA
-    A100-SXM4-80GB`), `fabric` a catalog link id (a port's counts `nics_per_node` of them); both are
-    checked before anything is read. `parser`
-    skips detection. A file that fails is reported and skipped; the files before and after it still land.
-    `verify` checks every MiB of a grown file's old bytes, not a sample (`fingerprint.verify_prefix`).
-    `jobs` > 1 parses that many files at once in worker processes while this process writes them, in
-    order, one transaction each: the database is the one a serial ingest gives (`parse_jobs`); 0 is one
-    worker per core.
-    """
-    gpu_model = catalog.resolve_gpu_id(gpu) if gpu else None
-    fabric_id = catalog.link(fabric).id if fabric else None
-    store = connect(db)
-    paths = list(paths)
-    options = RunOptions(
-        clusters=cluster_config.load(store.path, paths, store.data_path),
-        name=name,
-        tags=dict(tags or {}),
-        gpu_model=gpu_model,
-        fabric=fabric_id,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        nics_per_node=nics_per_node,
-    )
-    results: list[IngestResult | IngestFailure] = []
-    expanded = files.expand(paths)
-    results.extend(IngestResult(path, "skipped", warning=why) for path, why in expanded.skipped)
-    workers = parse_jobs.worker_count(jobs)
-    with (
-        parse_jobs.ParsedAhead([p for p, _ in expanded.files], parser, workers)
-        if workers > 1 and len(expanded.files) > 1
-        else nullcontext()
-    ) as ahead:
-        _ingest_files(store, expanded.files, parser, options, force, verify, progress, ahead, results)
-    return results
-
-
-def _ingest_files(
-    store: Store,
-    paths: list[tuple[str, bool]],
-    parser: str | None,
-    options: RunOptions,
-    force: bool,
-    verify: bool,
-    progress: ProgressFor | None,
-    ahead: parse_jobs.ParsedAhead | None,
-    results: list[IngestResult | IngestFailure],
-) -> None:
-    for path, from_folder in paths:
-        with progress(path) if progress is not None else nullcontext() as advance:
-            try:
-                parsed = ahead.take(path) if ahead is not None else None
-                result = ingest_file(
-                    store,
-                    path,
-                    parser,
-                    options,
-                    force,
-                    advance,
-                    verify=verify,
-                    parsed=parsed,
-                    within=refresher.refresh_landing if store.lake else None,
-                )
-            except Unrecognised as exc:
-                # A folder's README or job script is not a failure; a file named on its own is.
-                results.append(
-                    IngestResult(path, "skipped", warning=exc.message)
-                    if from_folder
-                    else IngestFailure(path, exc)
-                )
-                continue
-            except TracelogError as exc:
-                results.append(IngestFailure(path, exc))
-                continue
-        results.append(result)
-        if result.source_id is None or result.status == "skipped":
-            continue
-        pending = "SELECT refresh_pending FROM sources WHERE source_id = ?"
-        if result.refreshed or not store.scalar(pending, [result.source_id]):
-            continue  # already refreshed: an unchanged file, or a new one in a DuckLake store
-        try:
-            result.warning = refresher.try_refresh_source(store, result.source_id)
-            for into in result.merged.values():  # a run that gained this file's rows
-                joined = store.scalar("SELECT source_id FROM runs WHERE run_id = ?", [into])
-                result.warning = result.warning or refresher.try_refresh_source(store, joined)
-        except refresher.RefreshInterrupted as exc:
-            results.append(IngestFailure(path, exc))
-            break  # Ctrl-C: the files after this one are not read
-        if result.status == "already ingested" and result.warning is None:
-            result.status = "refreshed"
 
 
 def export_parquet(db: Db, directory: str, *, overwrite: bool = False) -> pd.DataFrame:

@@ -60,6 +60,25 @@ PROGRESS_AFTER_S = 2.0
     show_default=True,
     help="Parse this many files at once in worker processes (0: one per core); this process writes them.",
 )
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep going: ingest what the files (and new files in the folders) gain until Ctrl-C; each round "
+    "prints what landed and the flags it raised, and the store stays open to other commands between rounds.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="With --follow: seconds between looks at the files.",
+)
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0),
+    help="With --follow: stop once no file has changed for this many seconds.",
+)
 @pass_ctx
 def ingest(
     obj: Context,
@@ -76,6 +95,9 @@ def ingest(
     force: bool,
     verify: bool,
     jobs: int,
+    follow: bool,
+    interval: float,
+    idle: float | None,
 ) -> None:
     """Ingest log files, folders (recursively), globs, .gz files or '-' for standard input.
 
@@ -83,7 +105,7 @@ def ingest(
     Example:
         tracelog ingest run.log 'jobs/*.out' logs/
         tracelog ingest nccl.txt --gpu a100-sxm4-80gb --nodes 2 --gpus-per-node 8 --fabric ib-hdr-x8
-        tail -f run.log | tracelog ingest -
+        tracelog ingest --follow run.log          # a live run: what it appends, every 5 s
         tracelog ingest --jobs 4 logs/
 
     A folder's files that no parser recognises or that cannot be read (a README, a job script, a FIFO,
@@ -93,6 +115,15 @@ def ingest(
         click.echo("Warning: ingest --format is now --parser (--format is the output format)", err=True)
     parsed_tags = parse_tags(tags)
     err = Console(stderr=True, markup=False, highlight=False)
+    if follow:
+        if force or jobs != 1:
+            raise click.UsageError("--follow ingests what the files gain: --force and --jobs do not apply")
+        options = dict(name=name, tags=parsed_tags, gpu=gpu, fabric=fabric, nodes=nodes)
+        options.update(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, verify=verify)
+        _follow(obj, paths, parser_id or old_format_id, options, interval, idle, err)
+        return
+    if interval != 5.0 or idle is not None:
+        raise click.UsageError("--interval and --idle go with --follow")
     bar = IngestProgress(err)
     with user_errors():
         try:
@@ -131,6 +162,68 @@ def ingest(
                 click.echo(f"Warning: {result.path}: {result.warning}; the next command retries it", err=True)
     if failures:
         sys.exit(1)
+
+
+def _follow(
+    obj: Context,
+    paths: tuple[str, ...],
+    parser: str | None,
+    options: dict[str, Any],
+    interval: float,
+    idle: float | None,
+    err: Console,
+) -> None:
+    """`ingest --follow`: each round's files and new flags, a line each with the time. Ctrl-C is how a
+    follow ends: every round before it is committed (the one it stops, if any, is rolled back)."""
+    obj.close()  # the store is opened per round, and closed between them for other commands
+
+    def told(done: api.FollowRound) -> None:
+        at = time.strftime("%H:%M:%S")
+        for result in done.results:
+            if isinstance(result, api.IngestFailure):
+                click.echo(f"{at} Error: {result.error}", err=True)
+            else:
+                click.echo(f"{at} {result.summary()}")
+                if result.warning and result.status != "skipped":
+                    click.echo(f"{at} Warning: {result.path}: {result.warning}", err=True)
+        for rule, severity, kind, subject, message in done.new_flags:
+            click.echo(f"{at} {severity} {rule} ({kind} {subject}): {message}")
+
+    rounds = 0
+    with user_errors():
+        try:
+            rounds = api.follow(
+                obj.db,
+                paths,
+                data_path=obj.data_path,
+                interval_s=interval,
+                idle_s=idle,
+                on_round=told,
+                parser=parser,
+                progress=FileProgress(err),
+                **options,
+            )
+        except KeyboardInterrupt:
+            click.echo("stopped following; what landed before Ctrl-C is kept", err=True)
+            return
+    click.echo(f"no change for {idle:g} s: stopped following after {rounds} round(s) that ingested", err=True)
+
+
+class FileProgress:
+    """A follow's progress: a bar per file, shown once that file has taken `PROGRESS_AFTER_S` (a round
+    that reads a few new lines prints nothing extra)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    @contextmanager
+    def __call__(self, path: str) -> Iterator[Any]:
+        bar = IngestProgress(self.console)
+        try:
+            with bar(path) as advance:
+                yield advance
+        finally:
+            bar.close()
 
 
 class IngestProgress:

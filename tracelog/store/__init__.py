@@ -161,6 +161,10 @@ def sql_errors() -> Iterator[None]:
         raise TracelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
 
 
+class StoreLocked(TracelogError):
+    """Another process has the database file open (DuckDB: one writer, and no reader beside it)."""
+
+
 class Store:
     """One open database. Use as a context manager, or call `close()`.
 
@@ -235,7 +239,7 @@ class Store:
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower():
-                raise TracelogError(
+                raise StoreLocked(
                     "the database is locked by another process; close it there (or use another --db)",
                     self.path,
                 ) from None
