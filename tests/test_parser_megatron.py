@@ -243,6 +243,19 @@ def test_world_size_line_and_parameter_counts() -> None:
     assert run["params"] == 64 * 1000
 
 
+def test_world_size_line_with_the_value_glued_to_the_next_key() -> None:
+    """Megatron-LM 2024-2025 (megatron/training/arguments.py) printed the hierarchical context-parallel
+    sizes with no separator before `tensor-model-parallel size`: None, or a list."""
+    for sizes in ("None", "[2, 4]"):
+        text = (
+            "using world size: 64, data-parallel size: 4, context-parallel size: 2, hierarchical "
+            f"context-parallel sizes: {sizes}tensor-model-parallel size: 4, encoder-tensor-model-parallel "
+            "size: 0, pipeline-model-parallel size: 2, encoder-pipeline-model-parallel size: 0\n"
+        )
+        (run,) = collect(text)["runs"]
+        assert (run["gpus"], run["dp"], run["tp"], run["pp"], run["cp"]) == (64, 4, 4, 2, 2)
+
+
 def test_parameter_count_left_unknown_when_ranks_are_missing() -> None:
     text = (
         "using world size: 8, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 2\n"
@@ -493,7 +506,7 @@ def test_a_log_without_its_arguments_takes_the_global_batch_its_lines_print() ->
 @pytest.mark.parametrize("fast", [True, False], ids=["layout", "regex"])
 def test_gpt_neox_leads_its_iteration_line_with_samples_per_second(fast: bool) -> None:
     # Invented, in the shape of GPT-NeoX's training log (megatron/training.py `training_log`): samples/sec
-    # first, FLOPs in human units, which stay a metric as printed.
+    # first, FLOPs in human units (a rate in TFLOPS is the line's TFLOPs; another unit stays a metric).
     line = (
         " samples/sec: {s} | iteration {i:8d}/   10000 | elapsed time per iteration (ms): 4103.1 | "
         "learning rate: 2.111E-06 | approx flops per GPU: 112.9TFLOPS | lm_loss: 1.118665E+01 | "
@@ -504,11 +517,12 @@ def test_gpt_neox_leads_its_iteration_line_with_samples_per_second(fast: bool) -
     for batch in megatron.parse(source_of(text), fast=fast):
         rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
         out.setdefault(batch.table, []).extend(rows)
-    rows = [(r["iteration"], r["samples_per_s"], r["lm_loss"], r["elapsed_s"]) for r in out["iterations"]]
-    assert rows == [(34, 7.799, 11.18665, 4.1031), (35, 7.812, 11.18665, 4.1031)]
-    assert {(m["key"], m["text"]) for m in out["iteration_metrics"]} == {
-        ("approx flops per GPU", "112.9TFLOPS")
-    }
+    rows = [
+        (r["iteration"], r["samples_per_s"], r["lm_loss"], r["elapsed_s"], r["tflops_reported"])
+        for r in out["iterations"]
+    ]
+    assert rows == [(34, 7.799, 11.18665, 4.1031, 112.9), (35, 7.812, 11.18665, 4.1031, 112.9)]
+    assert "iteration_metrics" not in out
 
 
 def test_deepspeeds_memory_figures_in_a_megatron_deepspeed_log_are_memory_rows() -> None:
@@ -693,3 +707,31 @@ def test_zero_reduce_bucket_is_kept_for_the_memory_model() -> None:
     assert [r["text"] for r in out["unparsed"]] == [
         "[2024-05-13 09:14:33,318] [INFO] [stage_1_and_2.py:149:__init__] Allgather bucket size 500000000"
     ]
+
+
+def test_neox_flops_with_their_unit_and_modellinks_spelling_of_the_batch_size() -> None:
+    """GPT-NeoX glues the unit to its FLOP rate (`approx flops per GPU: 112.9TFLOPS`, line as quoted in
+    deepspeedai/DeepSpeed#3742); ModelLink's sample output spells `gloabl batch size` (its LLaMA-33B/65B
+    README). The lines below are written after those two, with invented values."""
+    neox = (
+        " samples/sec: 7.801 | iteration       35/   10000 | elapsed time per iteration (ms): 4101.7 | "
+        "learning rate: 2.173E-06 | approx flops per GPU: {flops} | lm_loss: 1.117210E+01 | number of "
+        "skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    modellink = (
+        " iteration  4/50000 | consumed samples: 1024 | consumed tokens:  2097152 | elapsed time per "
+        "iteration (ms):  33790.5 | learning rate:    1.875E-07 | gloabl batch size:  256 | lm loss:  "
+        "1.198410E+01 | loss scale:  1.0 | grad norm:    8.902 | number of skipped iterations: 0 | number of "
+        "nan iterations:   0 | samples per second: 7.576 | TFLOPs: 107.18 |\n"
+    )
+    out = collect(neox.format(flops="112.9TFLOPS") + neox.format(flops="901.3GFLOPS").replace("35/", "36/"))
+    first, second = out["iterations"]
+    assert (first["tflops_reported"], first["samples_per_s"], first["elapsed_s"]) == (112.9, 7.801, 4.1017)
+    assert second["tflops_reported"] is None  # another unit: kept as the metric it printed
+    kept = {(m["iteration"], m["key"]): m["value"] for m in out["iteration_metrics"]}
+    assert kept == {(36, "approx flops per GPU"): 901.3}
+    (row,) = collect(modellink)["iterations"]
+    assert (row["global_batch_size"], row["tflops_reported"]) == (256, 107.18)
+    assert "iteration_metrics" not in collect(modellink) or not any(
+        "batch" in m["key"] for m in collect(modellink)["iteration_metrics"]
+    )

@@ -36,6 +36,7 @@ from tracelog.parsers.megatron_lines import (
     ITERATION_COLUMNS,
     KEY_VALUE_MARK,
     MEMORY_MARK,
+    NEOX_FLOPS_MARK,
     SPECIAL_RX,
     STATEFUL_RX,
     TIMER_ALL_HEAD,
@@ -51,6 +52,7 @@ from tracelog.parsers.megatron_lines import (
     iterations_by_regex,
     key_value_as_classic,
     memory_rows,
+    neox_flops_as_classic,
     per_thousand,
     timers_by_regex,
 )
@@ -267,6 +269,9 @@ def _parse_block(
     key_value = line.str.contains(KEY_VALUE_MARK, literal=True)
     if frame.select(key_value.any()).item():
         frame = frame.with_columns(pl.when(key_value).then(key_value_as_classic(line)).otherwise(line))
+    neox = line.str.contains(NEOX_FLOPS_MARK, literal=True)
+    if frame.select(neox.any()).item():
+        frame = frame.with_columns(pl.when(neox).then(neox_flops_as_classic(line)).otherwise(line))
     frame = frame.with_columns(
         line.str.contains(ITER_MARK, literal=True).alias("_iter"),
         line.str.contains(TIMER_MARK, literal=True).alias("_timer"),

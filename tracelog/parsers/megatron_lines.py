@@ -53,6 +53,17 @@ def key_value_as_classic(line: pl.Expr) -> pl.Expr:
     return named.str.replace_all(r"(\|\s*)([A-Za-z][^|=:]{0,80}?)=", "${1}${2}: ")
 
 
+# GPT-NeoX (megatron/training.py, `training_log`) prints its FLOP rate with the unit glued on by
+# `human_readable_flops`: `approx flops per GPU: 112.9TFLOPS` (deepspeedai/DeepSpeed#3742 quotes one). A
+# rate in TFLOPS is read as the classic line's `TFLOPs: 112.9`; one in another unit (GFLOPS, PFLOPS) stays
+# a metric with its text.
+NEOX_FLOPS_MARK = "approx flops per GPU:"
+
+
+def neox_flops_as_classic(line: pl.Expr) -> pl.Expr:
+    return line.str.replace(r"approx flops per GPU:\s*([0-9]+(?:\.[0-9]+)?)TFLOPS", "TFLOPs: ${1}")
+
+
 # Iteration line fields: column -> (pattern with one group, dtype). Aliases across eras share a column.
 ITER_FIELDS: dict[str, tuple[str, Any]] = {
     "iteration": (r"iteration\s+(\d+)\s*/", pl.Int64),
@@ -61,7 +72,8 @@ ITER_FIELDS: dict[str, tuple[str, Any]] = {
     "consumed_tokens": (r"consumed tokens:\s*(\d+)", pl.Int64),
     "elapsed_raw": (r"elapsed time per iteration \(m?s\):\s*" + NUM, pl.Float64),
     "learning_rate": (r"learning rate:\s*" + NUM, pl.Float64),
-    "global_batch_size": (r"global batch size:\s*(\d+)", pl.Int64),
+    # `gloabl` as ModelLink / MindSpeed (Ascend) print it in their READMEs' sample output
+    "global_batch_size": (r"gl(?:oba|oab)l batch size:\s*(\d+)", pl.Int64),
     "lm_loss": (r"lm[ _-]loss:\s*" + NUM, pl.Float64),
     "loss_scale": (r"loss scale:\s*" + NUM, pl.Float64),
     "grad_norm": (r"grad[ _-]norm:\s*" + NUM, pl.Float64),
@@ -79,6 +91,7 @@ KNOWN_KEYS = {
     "elapsed time per iteration (s)",
     "learning rate",
     "global batch size",
+    "gloabl batch size",
     "lm loss",
     "lm-loss",
     "lm_loss",
@@ -204,7 +217,9 @@ TIMER_RANK_LITERAL = "     rank "
 TIMER_NAME_RX = regex.compile(r"^\s{1,4}(\S[^:|]*?):\s*$")
 TIMER_RANK_RX = regex.compile(r"^\s*rank\s+(\d+):\s*" + NUM + r"\s*$")
 WORLD_RX = regex.compile(r"using world size:\s*(\d+)(.*)")
-WORLD_PART_RX = regex.compile(r"([a-z-]+?)[- ]size:\s*(\d+)")
+# Megatron-LM 2024-2025 printed `hierarchical context-parallel sizes: {}` with no separator after it:
+# `... sizes: Nonetensor-model-parallel size: 1` (megatron/training/arguments.py); a list value ends in `]`.
+WORLD_PART_RX = regex.compile(r"(?:None)?([a-z-]+?)[- ]size:\s*(\d+)")
 PARAMS_RX = regex.compile(
     r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
 )
