@@ -473,3 +473,23 @@ def test_nics_given_at_ingest_beat_the_log_s(tmp_path: Path) -> None:
     nvlink3 = hardware.link("nvlink3")
     one_port = plateau_busbw("all_reduce", Placement(16, 2, nvlink3, hardware.link("opa-100")))[0]
     assert two == pytest.approx(2 * one_port)
+
+
+def test_a_bench_held_to_an_assumed_fabric_is_told_so_not_warned(store: Store, tmp_path: Path) -> None:
+    """Without its NET/IB line the bench names no fabric: the model takes the A100's reference (8 HDR
+    ports per node), and 37.9 GB/s falls far below it. Whether the nodes are slow or simply have fewer
+    ports is not known, so the flag is an info that names the assumption; with the fabric named, the same
+    shortfall is a warning."""
+    path = tmp_path / "no_net_line.txt"
+    path.write_text("".join(line for line in OPA_BENCH.splitlines(True) if "NCCL INFO" not in line))
+    bench = _bench(store, path)
+    severity, message, hint = store.con.execute(
+        "SELECT severity, message, hint FROM flags WHERE rule = 'low_bandwidth' AND subject_id = ?", [bench]
+    ).fetchone()
+    assert severity == "info"
+    assert "for ib-hdr-x8, the GPU's reference fabric, assumed because none was named" in message
+    assert "--fabric" in hint
+    api.set_hardware(store, f"bench:{bench}", fabric="ib-hdr-x8")
+    assert store.con.execute(
+        "SELECT severity FROM flags WHERE rule = 'low_bandwidth' AND subject_id = ?", [bench]
+    ).fetchone() == ("warning",)

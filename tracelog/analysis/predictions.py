@@ -423,6 +423,8 @@ def _bench_curve(
         "nodes": place.nodes,
         "ranks_per_node": place.ranks_per_node,
         "fabric": place.fabric.id if place.fabric else None,
+        # no fabric named or found: the GPU's reference one, which a flag must not hold the nodes to
+        "fabric_assumed": fabric is None and place.fabric is not None,
     }
     predicted.append(_row("model_plateau_busbw_gbps", plateau, "GB/s", formula, where))
     if assumed:
