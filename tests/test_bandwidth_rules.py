@@ -25,7 +25,7 @@ def add_bench(
         [nodes, gpu_name, status],
     )
     wrong = wrong or [0] * len(busbw)
-    for line, (size, bw, bad) in enumerate(zip(SIZES, busbw, wrong, strict=True), start=100):
+    for line, (size, bw, bad) in enumerate(zip(SIZES[: len(busbw)], busbw, wrong, strict=True), start=100):
         store.con.execute(
             "INSERT INTO collectives (bench_id, size_bytes, placement, busbw_gbps, algbw_gbps, wrong, line_no) "
             "VALUES (?, ?, 'out-of-place', ?, ?, ?, ?)",
@@ -184,6 +184,17 @@ def test_a_dip_past_the_half_plateau_is_not_latency_bound(store: Store) -> None:
     (flag,) = rules_of(store)["latency_bound"]
     assert (flag["measured"], flag["expected"]) == (2**18, 2**20)
     assert flag["message"].startswith("Messages up to 262.144 KB reach less than 50%")
+
+
+def test_a_sweep_cut_before_its_plateau_has_no_latency_bound_sizes(store: Store) -> None:
+    # Modeled on a two-node sendrecv that stopped at 4 KiB (nccl-tests#214): the last size printed is
+    # the peak, twice the one before; nothing says where the plateau is, so no size is held to it. The
+    # same sweep carried on to where it flattens has latency-bound sizes again.
+    add_bench(store, [0.01, 0.03, 0.06, 0.13], status="partial")
+    assert "latency_bound" not in rules_of(store)
+    add_bench(store, [0.01, 0.03, 0.06, 0.13, 0.5, 1.9, 6.0, 10.5, 11.6, 11.9, 12.0])
+    (flag,) = rules_of(store)["latency_bound"]
+    assert (flag["measured"], flag["expected"]) == (2**20, 2**22)
 
 
 def test_p2p_outlier_pair(store: Store) -> None:

@@ -189,6 +189,10 @@ def incomplete(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     return flags
 
 
+PLATEAU_SHARE = 0.8
+"""Sizes within this share of a sweep's peak busbw are on its plateau; `latency_bound` needs two."""
+
+
 def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
@@ -199,6 +203,9 @@ def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         half AS (
             SELECT o.bench_id, min(o.size_bytes) FILTER (o.busbw_gbps >= ? * p.peak) AS half_at, any_value(p.peak) AS peak
             FROM oop o JOIN plateau p USING (bench_id) WHERE p.peak > 0 GROUP BY o.bench_id
+            -- a plateau is where the curve flattens: a sweep cut short (a failed bench, a small -e) whose
+            -- peak is its last size, far above the one before, has none to hold its sizes to
+            HAVING count(*) FILTER (o.busbw_gbps >= ? * p.peak) >= 2
         )
         -- the small messages below the first size that reaches the share: a size past it that dips
         -- under (a noisy or congested point) is not latency-bound
@@ -206,7 +213,7 @@ def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                any_value(h.half_at), any_value(h.peak)
         FROM oop o JOIN half h USING (bench_id) GROUP BY o.bench_id
         """,
-        [t.latency_bound, t.latency_bound],
+        [t.latency_bound, PLATEAU_SHARE, t.latency_bound],
     ).fetchall()
     flags = []
     for bench_id, bound_up_to, half_at, peak in rows:
