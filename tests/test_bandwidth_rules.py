@@ -210,3 +210,21 @@ def test_p2p_outlier_pair(store: Store) -> None:
             )
     (flag,) = rules_of(store)["p2p_disabled"]
     assert "1→3" in flag["message"] and flag["measured"] == pytest.approx(40.0)
+
+
+def test_pairs_without_p2p_are_counted_once_across_matrices(store: Store) -> None:
+    # Modeled on an 8-GPU box whose GPUs cannot access each other (no P2P): every matrix, unidirectional
+    # and bidirectional, shows the same bandwidth with P2P on as off. 8 GPUs have 56 ordered pairs.
+    bench_id = store.scalar(
+        "INSERT INTO benches (source_id, bench_key, tool) VALUES (1, 0, 'p2pBandwidthLatencyTest') RETURNING bench_id"
+    )
+    for matrix, value in (("bandwidth_uni_p2p", 10.5), ("bandwidth_bi_p2p", 15.2)):
+        for state in ("on", "off"):
+            for src in range(8):
+                for dst in range(8):
+                    store.con.execute(
+                        "INSERT INTO p2p VALUES (?, ?, ?, ?, ?, 'GB/s', ?)",
+                        [bench_id, f"{matrix}_{state}", src, dst, 400.0 if src == dst else value, 10 + src],
+                    )
+    (flag,) = rules_of(store)["p2p_disabled"]
+    assert flag["measured"] == 56 and flag["message"].startswith("56 GPU pair(s) gain nothing")

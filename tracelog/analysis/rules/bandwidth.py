@@ -324,7 +324,8 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         )
     no_gain = store.con.execute(
         f"""
-        SELECT on_.bench_id, count(*), min(on_.line_no)
+        -- a pair once, however many of its matrices (unidirectional, bidirectional, reads) show it
+        SELECT on_.bench_id, count(DISTINCT (on_.src, on_.dst)), min(on_.line_no)
         FROM p2p on_ JOIN p2p off ON on_.bench_id = off.bench_id AND on_.src = off.src AND on_.dst = off.dst
          AND off.matrix = replace(on_.matrix, 'p2p_on', 'p2p_off')
         WHERE {scope.benches.replace("bench_id", "on_.bench_id")} AND on_.matrix LIKE 'bandwidth_%p2p_on%'
