@@ -466,3 +466,56 @@ def test_a_refresh_killed_or_interrupted_is_redone_by_the_next_command(
     with Store(db_path) as store:
         assert not store.scalar("SELECT bool_or(refresh_pending) FROM sources")
         assert store.scalar("SELECT count(*) FROM predictions") > 0
+
+
+def _stdin_ingest(db: Path, feed: str) -> subprocess.Popen[str]:
+    """`tracelog ingest -` at the end of a shell pipe, in a process group of its own as a terminal's job:
+    a Ctrl-C reaches the writer and tracelog at once."""
+    script = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from tracelog.cli import main; sys.argv = ['tracelog', '--db', sys.argv[1], 'ingest', '-']; main()"
+    )
+    return subprocess.Popen(
+        ["bash", "-c", f'{feed} | "{sys.executable}" -c "{script}" "{db}"'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _wait_for(proc: subprocess.Popen[str], seconds: float) -> None:
+    time.sleep(seconds)
+    assert proc.poll() is None, proc.communicate()
+
+
+def test_ctrl_c_ends_standard_input_and_what_was_read_lands(tmp_path: Path) -> None:
+    """`python train.py | tracelog ingest -`: Ctrl-C stops the training script, whose end closes the pipe;
+    the lines read so far land as one file instead of being rolled back with the interrupt."""
+    db = tmp_path / "t.duckdb"
+    proc = _stdin_ingest(db, f'(cat "{LLAMA}"; sleep 60)')
+    _wait_for(proc, 3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "-: ingested as megatron, 2 runs, 128 rows" in out
+    assert "standard input ends when its writer stops" in err
+    api.ingest(tmp_path / "file.duckdb", [str(LLAMA)])
+    with Store(db, read_only=True) as piped, Store(tmp_path / "file.duckdb", read_only=True) as whole:
+        assert counts(piped) == counts(whole)
+
+
+def test_a_second_ctrl_c_aborts_standard_input(tmp_path: Path) -> None:
+    """A writer that ignores Ctrl-C keeps the pipe open; the second Ctrl-C aborts, and nothing lands."""
+    db = tmp_path / "t.duckdb"
+    proc = _stdin_ingest(db, f"(trap '' INT; cat \"{LLAMA}\"; sleep 8)")
+    _wait_for(proc, 3)
+    os.killpg(proc.pid, signal.SIGINT)
+    _wait_for(proc, 1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "ingested" not in out
+    if db.exists():
+        with Store(db, read_only=True) as store:
+            assert store.scalar("SELECT count(*) FROM iterations") == 0

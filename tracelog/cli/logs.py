@@ -4,7 +4,9 @@ report."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,7 +127,7 @@ def ingest(
     if interval != 5.0 or idle is not None:
         raise click.UsageError("--interval and --idle go with --follow")
     bar = IngestProgress(err)
-    with user_errors():
+    with user_errors(), stdin_ends_at_ctrl_c("-" in paths, err):
         try:
             results = api.ingest(
                 obj.store(create=True),
@@ -162,6 +164,33 @@ def ingest(
                 click.echo(f"Warning: {result.path}: {result.warning}; the next command retries it", err=True)
     if failures:
         sys.exit(1)
+
+
+@contextmanager
+def stdin_ends_at_ctrl_c(reading_stdin: bool, err: Console) -> Iterator[None]:
+    """While standard input is read, the first Ctrl-C ends the input instead of the ingest: in
+    `python train.py | tracelog ingest -` it stops the writer too, whose end closes the pipe, and what was
+    read lands as one file. A second Ctrl-C aborts (nothing of the input lands), as one always did
+    before. Only the main thread may set a handler; elsewhere (a notebook's worker) nothing changes."""
+    if not reading_stdin or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed = []
+
+    def first_press(signum: int, frame: Any) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(signum)
+        err.print(
+            "Ctrl-C: standard input ends when its writer stops, and what was read lands; Ctrl-C again to abort",
+            soft_wrap=True,
+        )
+
+    previous = signal.signal(signal.SIGINT, first_press)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _follow(
