@@ -424,3 +424,28 @@ def test_without_gpu_a_p2p_excerpt_has_no_spec_to_hold(db_path: Path, tmp_path: 
     )
     ingest(db_path, excerpt)
     assert sql(db_path, "SELECT rule FROM flags") == [("bench_incomplete",)]
+
+
+def test_old_layout_counts_out_of_bounds_results_only_in_its_footer(db_path: Path, tmp_path: Path) -> None:
+    """nccl-tests before `#wrong` printed each row's largest error and counted the failures only in its
+    footer. The sample's footer edited to a failure (its rows as printed): a critical flag on that line."""
+    sample = (SAMPLES / "nccl_old_layout_4xv100.txt").read_text()
+    assert "# Out of bounds values : 0 OK" in sample
+    failed = tmp_path / "old_layout_failed.txt"
+    failed.write_text(sample.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED"))
+    ingest(db_path, SAMPLES / "nccl_old_layout_4xv100.txt", failed)
+    flags = sql(
+        db_path,
+        "SELECT subject_id, severity, row_ref, measured, message FROM flags WHERE rule = 'nccl_data_error'",
+    )
+    footer = 1 + sample.splitlines().index("# Out of bounds values : 0 OK")
+    assert flags == [
+        (
+            2,
+            "critical",
+            f"line {footer}",
+            2.0,
+            "nccl-tests counted 2 out-of-bounds result(s) (the largest error printed: 1e-07): the collective "
+            "returned corrupted data.",
+        )
+    ]

@@ -25,6 +25,12 @@ def _size(n: float) -> str:
     return f"{int(n)} B"
 
 
+CORRUPTION_HINT = (
+    "Data corruption is a hardware or driver fault, not a tuning matter: rerun on the same GPUs with "
+    "-c 1, then test node by node and GPU pair by pair to isolate the bad GPU, NVLink or NIC."
+)
+
+
 def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
@@ -32,21 +38,50 @@ def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         FROM collectives WHERE {scope.benches} AND wrong > 0 GROUP BY bench_id
         """
     ).fetchall()
-    return [
+    flags = [
         bench_flag(
             "nccl_data_error",
             "critical",
             bench_id,
             f"{int(wrong)} wrong values in {rows_bad} row(s), from {_size(size)} up: the collective returned "
             "corrupted data.",
-            "Data corruption is a hardware or driver fault, not a tuning matter: rerun on the same GPUs with "
-            "-c 1, then test node by node and GPU pair by pair to isolate the bad GPU, NVLink or NIC.",
+            CORRUPTION_HINT,
             row_ref=f"line {line}",
             measured=float(wrong),
             expected=0.0,
         )
         for bench_id, wrong, rows_bad, size, line in rows
     ]
+    # nccl-tests before the `#wrong` column (2019) printed each row's largest error and counted the rows
+    # over its tolerance only in its footer, `# Out of bounds values : N FAILED`: the count is all there is.
+    counted = store.con.execute(
+        f"""
+        SELECT b.bench_id, b.out_of_bounds, min(e.line_no) AS line,
+               any_value(p.value) FILTER (p.name = 'max_error') AS max_error
+        FROM benches b
+        LEFT JOIN events e ON e.bench_id = b.bench_id AND e.kind = 'out_of_bounds'
+        LEFT JOIN bench_params p ON p.bench_id = b.bench_id
+        WHERE {scope.benches.replace("bench_id", "b.bench_id")} AND b.out_of_bounds > 0
+          AND b.bench_id NOT IN (SELECT bench_id FROM collectives WHERE wrong > 0)
+        GROUP BY b.bench_id, b.out_of_bounds
+        """
+    ).fetchall()
+    for bench_id, out_of_bounds, line, max_error in counted:
+        largest = f" (the largest error printed: {max_error})" if max_error is not None else ""
+        flags.append(
+            bench_flag(
+                "nccl_data_error",
+                "critical",
+                bench_id,
+                f"nccl-tests counted {int(out_of_bounds)} out-of-bounds result(s){largest}: the collective "
+                "returned corrupted data.",
+                CORRUPTION_HINT,
+                row_ref=f"line {line}" if line is not None else None,
+                measured=float(out_of_bounds),
+                expected=0.0,
+            )
+        )
+    return flags
 
 
 INCOMPLETE_SQL = """
