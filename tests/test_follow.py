@@ -21,7 +21,7 @@ from tracelog.watch import Watch
 
 LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
 NAN_LINE = (
-    " [2024-05-14 11:00:00] iteration      200/     500 | consumed samples:        51200 | elapsed time per "
+    " [2024-05-14 10:41:22] iteration      260/     500 | consumed samples:        66560 | elapsed time per "
     "iteration (ms): 4711.2 | throughput per GPU (TF/s/GPU): 403.0 | learning rate: 3.000000E-04 | global "
     "batch size:   256 | lm loss: nan | loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations:"
     "   0 | number of nan iterations:   1 |\n"
@@ -69,6 +69,11 @@ def test_a_growing_log_lands_round_by_round_as_one_ingest_of_the_whole(
 
     assert done == 2
     assert [[r.status for r in round_.results] for round_ in rounds] == [["ingested"], ["appended"]]
+    # where the run stands after each round: its last iteration moves on, its steady figures are there
+    with Store(any_db, read_only=True) as store:
+        last = store.scalar("SELECT max(iteration) FROM iterations")
+    assert rounds[1].runs[-1].last_iteration == last > rounds[0].runs[-1].last_iteration
+    assert rounds[1].runs[-1].sec_per_it is not None and rounds[1].runs[-1].final_loss is not None
     api.ingest(tmp_path / "once.duckdb", [str(log)])
     assert counts(any_db) == counts(tmp_path / "once.duckdb")
     assert counts(any_db)[0] == 1  # one source that grew, not two
@@ -184,5 +189,7 @@ def test_cli_follow_prints_each_round_and_stops_when_idle(tmp_path: Path) -> Non
         for line in lines
     )
     assert lines[0][:2].isdigit() and lines[0][2] == ":"  # the time of the round
+    states = [line[9:] for line in lines if line[9:].startswith("run ")]
+    assert len(states) == 2 and all(" s/it steady" in state and ", loss " in state for state in states)
     assert "stopped following after 1 round(s)" in result.output
     assert isinstance(api.ingest(db, [str(LLAMA)])[0], IngestResult)

@@ -27,7 +27,7 @@ from tracelog.analysis.plan import plan as plan_layouts
 from tracelog.analysis.what_if import what_if
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult
-from tracelog.intake import FollowRound, IngestFailure, follow, ingest
+from tracelog.intake import FollowRound, IngestFailure, RunState, follow, ingest
 from tracelog.locations import DATA_PATH_ENVVAR, config_folder
 from tracelog.queries import (
     Db,
@@ -68,6 +68,7 @@ __all__ = [
     "IngestFailure",
     "IngestResult",
     "PlanRequest",
+    "RunState",
     "benches",
     "calibrate",
     "calibrations",

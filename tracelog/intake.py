@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tracelog import clusters as cluster_config
 from tracelog import files, parse_jobs
@@ -21,6 +21,7 @@ from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
 from tracelog.queries import Db, connect
 from tracelog.store import Store, StoreLocked
+from tracelog.store.runs import PREDICTED_SQL
 from tracelog.watch import Watch
 
 ProgressFor = Callable[[str], AbstractContextManager[Progress | None]]
@@ -107,6 +108,20 @@ class FollowRound:
 
     results: list[IngestResult | IngestFailure]
     new_flags: list[tuple[str, str, str, int, str]]  # rule, severity, subject kind, subject id, message
+    runs: list[RunState] = field(default_factory=list)
+
+
+@dataclass
+class RunState:
+    """Where a run that gained lines in a round stands: its last iteration and steady-state figures
+    (warm-up left out, as `tracelog runs` shows them) beside the model's sec/it."""
+
+    run_id: int
+    name: str | None
+    last_iteration: int | None
+    sec_per_it: float | None
+    sec_per_it_predicted: float | None
+    final_loss: float | None
 
 
 def follow(
@@ -168,6 +183,7 @@ def follow(
                     raise KeyboardInterrupt  # Ctrl-C during a refresh: it stays owed, the next command redoes it
                 watch.mark(changes)
                 now = _raised(store)
+                states = _run_states(store, results)
             finally:
                 store.close()
             landed = [r for r in results if not isinstance(r, IngestResult) or r.status != "already ingested"]
@@ -175,10 +191,25 @@ def follow(
             raised = now
             rounds += any(isinstance(r, IngestResult) and r.status != "skipped" for r in landed)
             if (landed or fresh) and on_round is not None:
-                on_round(FollowRound(landed, fresh))
+                on_round(FollowRound(landed, fresh, states))
         elif idle_s is not None and time.monotonic() - last_change >= idle_s:
             return rounds
         sleep(interval_s)
+
+
+def _run_states(store: Store, results: list[IngestResult | IngestFailure]) -> list[RunState]:
+    sources = sorted(
+        {r.source_id for r in results if isinstance(r, IngestResult) and r.source_id is not None}
+        - {r.source_id for r in results if isinstance(r, IngestResult) and r.status == "already ingested"}
+    )
+    if not sources:
+        return []
+    rows = store.con.execute(
+        "SELECT run_id, name, last_iteration, sec_per_it, sec_per_it_predicted, final_loss FROM run_summary "
+        f"{PREDICTED_SQL} WHERE run_id IN (SELECT run_id FROM runs WHERE source_id IN "
+        f"({', '.join(str(int(s)) for s in sources)})) ORDER BY run_id"
+    ).fetchall()
+    return [RunState(*row) for row in rows]
 
 
 FlagKey = tuple[str, str, str, int, str]
