@@ -735,3 +735,31 @@ def test_neox_flops_with_their_unit_and_modellinks_spelling_of_the_batch_size() 
     assert "iteration_metrics" not in collect(modellink) or not any(
         "batch" in m["key"] for m in collect(modellink)["iteration_metrics"]
     )
+
+
+# A Slurm job's `--error` file when NCCL hung (invented, in the shape of PyTorch 2.3's ProcessGroupNCCL
+# watchdog and torchrun's messages as quoted in NVIDIA/Megatron-LM#735): nothing of Megatron's own in it.
+DIED_STDERR = """\
+/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:91: UserWarning: None of the inputs have requires_grad=True. Gradients will be None
+  warnings.warn(
+[rank5]:[E ProcessGroupNCCL.cpp:563] [Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=81207, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600045 milliseconds before timing out.
+[rank5]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 5] Timeout at NCCL work: 81207, last enqueued NCCL work: 81207, last completed NCCL work: 81206.
+[rank5]:[E ProcessGroupNCCL.cpp:577] [Rank 5] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.
+W0607 03:12:44.123000 140213 torch/distributed/elastic/multiprocessing/api.py:851] Sending process 8812 closing signal SIGTERM
+E0607 03:12:45.456000 140213 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -6) local_rank: 5 (pid: 8817) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+
+
+def test_a_dying_jobs_stderr_is_read_for_what_killed_it(tmp_path: Path) -> None:
+    assert megatron.detect(DIED_STDERR) == 1  # the lowest claim: any parser that knows the file wins
+    assert megatron.detect('Traceback (most recent call last):\n  File "x.py", line 1\nValueError: no\n') == 0
+    path = tmp_path / "job-81207.err"
+    path.write_text(DIED_STDERR)
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(path)])
+    assert (result.status, result.format, result.runs) == ("ingested", "megatron", 1)
+    flags = api.flags(tmp_path / "t.duckdb")
+    (flag,) = flags[flags["rule"] == "training_health"].to_dict("records")
+    assert (
+        flag["severity"] == "critical" and "Watchdog caught collective operation timeout" in flag["message"]
+    )

@@ -138,7 +138,7 @@ NUMBER_RX = re.compile(r"^\s*" + NUM + r"\s*$")
 
 def detect(head: str) -> int:
     """DeepSpeed engine output; a Megatron-DeepSpeed log (which carries these lines too) stays Megatron's."""
-    if megatron.detect(head):
+    if megatron.own_score(head):
         return 0
     score = 0
     if "DeepSpeedEngine configuration:" in head:

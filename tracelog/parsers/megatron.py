@@ -76,6 +76,14 @@ SETUP_MARKS = (
 
 
 def detect(head: str) -> int:
+    score = own_score(head)
+    if not score and any(mark in head for mark in DYING_JOB_MARKS):
+        return 1  # a job's stderr, or the tail of its log: what killed it (the lowest claim of any parser)
+    return score
+
+
+def own_score(head: str) -> int:
+    """How sure the head is Megatron's by Megatron's own lines (the DeepSpeed parser defers to these)."""
     score = 0
     if ITER_LINE_RX.search(head):
         score += 10
@@ -95,6 +103,18 @@ def detect(head: str) -> int:
     if score and "megatron" in head.lower():
         score += 2
     return score
+
+
+DYING_JOB_MARKS = (
+    "Watchdog caught collective operation timeout",  # PyTorch's ProcessGroupNCCL watchdog
+    "Some NCCL operations have failed or timed out",
+    "torch.OutOfMemoryError: CUDA out of memory",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",  # torchrun, one rank failed
+)
+"""What a dying PyTorch distributed job prints to its stderr: a file that holds nothing else (Slurm's
+`--error` file, a pasted crash) is read for its error lines, which the health rules turn into a critical
+flag naming the first one, rather than refused."""
 
 
 @dataclass
