@@ -88,6 +88,8 @@ def test_readme_command_runs(
     text = (workspace / stdin).read_text(encoding="utf-8") if stdin else None
     if args[:1] == ["rm"]:
         text = "y\n"  # it asks first
+    if "--follow" in args and "--idle" not in args:
+        args += ["--idle", "0", "--interval", "0.1"]  # a follow waits for Ctrl-C; here it ends once idle
     result = CliRunner().invoke(cli, args, input=text, env={**os.environ})
     assert result.exit_code == 0, f"{line}\n{result.output}\n{result.exception!r}"
 
