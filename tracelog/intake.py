@@ -8,6 +8,7 @@ worker processes when asked (`parse_jobs`), and keep going past a file that fail
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -103,8 +104,8 @@ def _run_options(
 
 @dataclass
 class FollowRound:
-    """What one round of `follow` did: the files it ingested (or failed to) and the flags raised since
-    the round before."""
+    """What one round of `follow` did: the files it ingested (or failed to), the flags raised since the
+    round before, and where each run of those files stands."""
 
     results: list[IngestResult | IngestFailure]
     new_flags: list[tuple[str, str, str, int, str]]  # rule, severity, subject kind, subject id, message
@@ -125,7 +126,7 @@ class RunState:
 
 
 def follow(
-    db: str | None,
+    db: str | os.PathLike[str] | None,
     paths: Iterable[str],
     *,
     data_path: str | None = None,

@@ -175,7 +175,7 @@ def stdin_ends_at_ctrl_c(reading_stdin: bool, err: Console) -> Iterator[None]:
     if not reading_stdin or threading.current_thread() is not threading.main_thread():
         yield
         return
-    pressed = []
+    pressed: list[int] = []
 
     def first_press(signum: int, frame: Any) -> None:
         if pressed:
