@@ -763,3 +763,45 @@ def test_a_dying_jobs_stderr_is_read_for_what_killed_it(tmp_path: Path) -> None:
     assert (
         flag["severity"] == "critical" and "Watchdog caught collective operation timeout" in flag["message"]
     )
+
+
+def test_checkpoint_lines_of_both_eras_are_events_with_their_iteration(tmp_path: Path) -> None:
+    """Megatron-LM prints `successfully saved checkpoint from iteration N to PATH` (before 2023, and
+    Megatron-DeepSpeed: `at iteration N`), and on a restart `successfully loaded checkpoint from PATH [ t
+    1/4, p 1/1 ] at iteration N` (megatron/training/checkpointing.py). Lines written after those, invented
+    paths; then the NCCL watchdog kills the job: its flag says where it can go on from."""
+    log = tmp_path / "restarted.log"
+    log.write_text(
+        "  successfully loaded checkpoint from /ckpt/gpt [ t 1/4, p 1/1 ] at iteration 1200\n"
+        " iteration     1210/   50000 | elapsed time per iteration (ms): 5120.4 | lm loss: 2.412E+00 |\n"
+        "saving checkpoint at iteration    1250 to /ckpt/gpt in torch_dist format\n"
+        "  successfully saved checkpoint from iteration    1250 to /ckpt/gpt [ t 1/4, p 1/1 ]\n"
+        " iteration     1260/   50000 | elapsed time per iteration (ms): 5118.9 | lm loss: 2.405E+00 |\n"
+        "  successfully saved checkpoint at iteration    1300 to /ckpt/gpt\n"
+        " iteration     1310/   50000 | elapsed time per iteration (ms): 5121.0 | lm loss: 2.398E+00 |\n"
+        "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9012, OpType=ALLREDUCE) ran for 600031 milliseconds before timing out.\n"
+    )
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    events = api.sql(db, "SELECT line_no, kind FROM events ORDER BY line_no")
+    assert list(events.itertuples(index=False, name=None)) == [
+        (1, "checkpoint_loaded"),
+        (4, "checkpoint_saved"),
+        (6, "checkpoint_saved"),
+        (8, "timeout"),
+    ]
+    (message,) = api.sql(db, "SELECT message FROM flags WHERE rule = 'training_health'")["message"]
+    assert message.endswith("The last checkpoint saved before it: iteration 1300 (line 6).")
+    shown = api.show_run(db, 1)["checkpoints"]
+    assert list(shown.itertuples(index=False, name=None)) == [
+        ("checkpoint_saved", 2, 1300, 6),
+        ("checkpoint_loaded", 1, 1200, 1),
+    ]
+    # a job that died before its first checkpoint says so
+    log.write_text("\n".join(log.read_text().splitlines()[6:]) + "\n")
+    api.ingest(tmp_path / "early.duckdb", [str(log)])
+    (message,) = api.sql(
+        tmp_path / "early.duckdb", "SELECT message FROM flags WHERE rule = 'training_health'"
+    )["message"]
+    assert message.endswith("No checkpoint saved before it in this log.")

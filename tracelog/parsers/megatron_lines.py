@@ -124,12 +124,19 @@ CRASH_WORDS = (
     r"timed out|timing out|operation timeout|failed \(exitcode|pure virtual method called|core dumped"
     r"|cancelled at"
 )
+# Megatron's word that a checkpoint is on disk (megatron/training/checkpointing.py: `successfully saved
+# checkpoint from iteration N to PATH`, before 2023 and in Megatron-DeepSpeed `... at iteration N to PATH`)
+# and that a restart resumed from one (`successfully loaded checkpoint from PATH [ t 1/4, p 1/1 ] at
+# iteration N`): where a run that died can go on from.
+CHECKPOINT_WORDS = r"successfully saved checkpoint|successfully loaded checkpoint"
 WARNING_RX = (
     r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
-    r"|killed|segmentation fault|" + CRASH_WORDS + ")"
+    r"|killed|segmentation fault|" + CRASH_WORDS + "|" + CHECKPOINT_WORDS + ")"
 )
 # event kind -> words that mark it, most specific first
 EVENT_KINDS = (
+    ("checkpoint_saved", "successfully saved checkpoint"),
+    ("checkpoint_loaded", "successfully loaded checkpoint"),
     ("traceback", "traceback (most recent call last)"),
     ("oom", "out of memory"),
     ("timeout", "operation timeout"),

@@ -220,6 +220,13 @@ def show_run(
             "SELECT name, count(*) AS lines, median(time_ms) AS median_ms, max(time_ms) AS max_ms "
             f"FROM timers WHERE run_id = {run} GROUP BY name ORDER BY median_ms DESC"
         ),
+        "checkpoints": fetch(
+            "SELECT kind, count(*) AS lines, "
+            "arg_max(try_cast(regexp_extract(text, 'iteration\\s+(\\d+)', 1) AS BIGINT), line_no) "
+            "AS last_iteration, "
+            f"max(line_no) AS last_line FROM events WHERE run_id = {run} "
+            "AND kind IN ('checkpoint_saved', 'checkpoint_loaded') GROUP BY kind ORDER BY kind DESC"
+        ),
         "memory": fetch(
             "SELECT rank, count(*) AS reports, max(max_allocated_mib) AS max_allocated_mib, "
             "max(max_reserved_mib) AS max_reserved_mib, arg_max(iteration, max_reserved_mib) AS at_iteration, "

@@ -313,16 +313,18 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     flags = []
     for run_id, text, line, count, fatal_text, fatal_line in rows:
         died = (
-            f" It died at line {fatal_line}: {fatal_text.strip()[:200]}"
+            f" It died at line {fatal_line}: {_sentence(fatal_text)}"
             if fatal_line is not None and fatal_line != line
             else ""
         )
+        if fatal_line is not None:
+            died += _last_checkpoint(store, run_id, fatal_line)
         flags.append(
             _flag(
                 "training_health",
                 "critical" if fatal_line is not None else "warning",
                 run_id,
-                f"{count} error line(s) in the log; the last: {text.strip()[:200]}.{died}",
+                f"{count} error line(s) in the log; the last: {_sentence(text)}{died}",
                 'Read the events table for this run (tracelog sql "SELECT * FROM events WHERE run_id = '
                 f'{run_id}"): a crash ends the run early and its last iterations are not steady state.',
                 row_ref=f"line {fatal_line if fatal_line is not None else line}",
@@ -331,6 +333,30 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         )
     return flags
+
+
+def _sentence(text: str, most: int = 200) -> str:
+    """A log line quoted in a message: whole up to `most` characters and a full stop, else cut at a space
+    with `…`."""
+    text = text.strip()
+    if len(text) <= most:
+        return text + "."
+    cut = text[:most]
+    return (cut[: cut.rfind(" ")] if " " in cut[most // 2 :] else cut) + "…"
+
+
+def _last_checkpoint(store: Store, run_id: int, before_line: int) -> str:
+    """Where a run that died can go on from: the last checkpoint its log says was saved before it died
+    (Megatron's `successfully saved checkpoint ... iteration N`, kept as `checkpoint_saved` events)."""
+    saved = store.con.execute(
+        "SELECT arg_max(try_cast(regexp_extract(text, 'iteration\\s+(\\d+)', 1) AS BIGINT), line_no), "
+        "max(line_no) FROM events "
+        f"WHERE run_id = {int(run_id)} AND kind = 'checkpoint_saved' AND line_no < {int(before_line)}"
+    ).fetchone()
+    if saved is None or saved[1] is None:
+        return " No checkpoint saved before it in this log."
+    iteration, line = saved
+    return f" The last checkpoint saved before it: iteration {iteration or '?'} (line {line})."
 
 
 RULES = (nan_and_skipped, loss_scale_collapse, loss_spikes, sec_per_it_drift, straggler_steps, ended_in_error)
