@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracelog import clusters as cluster_config
 from tracelog import files, parse_jobs
@@ -64,7 +65,17 @@ def ingest(
     """
     store = connect(db)
     paths = list(paths)
-    options = _run_options(store, paths, name, tags, gpu, fabric, nodes, gpus_per_node, nics_per_node)
+    options = _run_options(
+        store,
+        paths,
+        name=name,
+        tags=tags,
+        gpu=gpu,
+        fabric=fabric,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+    )
     results: list[IngestResult | IngestFailure] = []
     expanded = files.expand(paths)
     results.extend(IngestResult(path, "skipped", warning=why) for path, why in expanded.skipped)
@@ -81,13 +92,14 @@ def ingest(
 def _run_options(
     store: Store,
     paths: list[str],
-    name: str | None,
-    tags: dict[str, str] | None,
-    gpu: str | None,
-    fabric: str | None,
-    nodes: int | None,
-    gpus_per_node: int | None,
-    nics_per_node: int | None,
+    *,
+    name: str | None = None,
+    tags: dict[str, str] | None = None,
+    gpu: str | None = None,
+    fabric: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    nics_per_node: int | None = None,
 ) -> RunOptions:
     """What `ingest` was told about the runs, checked against the catalog before anything is read."""
     return RunOptions(
@@ -134,19 +146,15 @@ def follow(
     idle_s: float | None = None,
     on_round: Callable[[FollowRound], None] | None = None,
     parser: str | None = None,
-    name: str | None = None,
-    tags: dict[str, str] | None = None,
-    gpu: str | None = None,
-    fabric: str | None = None,
-    nodes: int | None = None,
-    gpus_per_node: int | None = None,
-    nics_per_node: int | None = None,
     verify: bool = False,
     progress: ProgressFor | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    **facts: Any,
 ) -> int:
     """Ingest the files, then what they gain while a run writes them, until Ctrl-C (KeyboardInterrupt)
-    or `idle_s` seconds without a change; returns how many rounds ingested something.
+    or `idle_s` seconds without a change; returns how many rounds ingested something. `facts` are what
+    `ingest` is told about the runs: `name`, `tags`, `gpu`, `fabric`, `nodes`, `gpus_per_node`,
+    `nics_per_node`.
 
     Every `interval_s` the files are looked at (`watch.Watch`: folders and globs expanded again, so a
     new job's log joins); a round ingests those that changed the way `ingest` does (a grown log resumes
@@ -171,9 +179,7 @@ def follow(
             try:
                 if raised is None:
                     raised = _raised(store)
-                options = _run_options(
-                    store, watch.paths, name, tags, gpu, fabric, nodes, gpus_per_node, nics_per_node
-                )
+                options = _run_options(store, watch.paths, **facts)
                 results: list[IngestResult | IngestFailure] = []
                 done = [(c.path, c.from_folder) for c in changes]
                 _ingest_files(store, done, parser, options, False, verify, progress, None, results)
