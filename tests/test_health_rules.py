@@ -109,6 +109,23 @@ def test_deepspeeds_running_count_on_a_tails_first_line_tells_of_a_run_that_neve
     assert flag["row_ref"] == "line 2"  # the step line glued behind the bar
 
 
+def test_a_tail_with_one_step_line_is_told_by_its_running_count_alone(tmp_path: Path) -> None:
+    # The tail above cut after its first step line (as transformers#14531 quotes it): nothing follows the
+    # running count to add to it, and the count alone tells of a run that never trained.
+    path = tmp_path / "t5.log"
+    path.write_text(
+        "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}\n"
+        "  8%|#         | 1999/24128 [1:52:09<20:27:23,  3.33s/it]"
+        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, "
+        "lr=[0.001, 0.001], mom=[0.0, 0.0]\n"
+        "[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234\n"
+    )
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = [f for f in tracelog.api.flags(db).to_dict("records") if f["severity"] == "critical"]
+    assert "1995 of about 2000 iterations were skipped (99.8%)" in flag["message"], flag["message"]
+
+
 def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path: Path) -> None:
     # Invented, in the words PyTorch's NCCL watchdog and torchrun's elastic agent print (ProcessGroupNCCL
     # .cpp, torch/distributed/elastic/multiprocessing/api.py), after 20 healthy iterations.

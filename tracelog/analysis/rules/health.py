@@ -97,7 +97,9 @@ def _barely_trained(store: Store, t: Thresholds, scope: Scope, rows: list[tuple]
             SELECT run_id, arg_min(value, line_no) AS value, min(line_no) AS line_no
             FROM iteration_metrics WHERE {scope.runs} AND key = ? AND iteration > 0 GROUP BY run_id
         )
-        SELECT c.run_id, any_value(c.value) + sum(coalesce(m.skipped, 0)) FILTER (m.line_no > c.line_no),
+        -- no step line after the first: nothing to add (a sum over no rows is NULL, not 0)
+        SELECT c.run_id,
+               any_value(c.value) + coalesce(sum(coalesce(m.skipped, 0)) FILTER (m.line_no > c.line_no), 0),
                max(m.iteration), any_value(c.line_no)
         FROM counts c JOIN {scope.marks} m USING (run_id) GROUP BY c.run_id
         """,
