@@ -503,3 +503,20 @@ def test_any_mix_of_table_fragments_parses_without_error(lines: list[str]) -> No
     out = collect("\n".join(lines))
     for run in out.get("runs", []):
         assert run["line_start"] >= 1
+
+
+def test_a_file_without_an_experiment_table_keeps_every_line_as_unparsed(tmp_path: Path) -> None:
+    """`--parser table` named for another tool's output (invented lines in torchtitan's shape): no table,
+    so nothing was read, and every line lands in `unparsed` with the ingest's warning, as the other
+    parsers do, instead of counting as read and vanishing."""
+    log = tmp_path / "titan.log"
+    lines = [
+        f"[rank0]:[titan] 2026-05-18 16:04:{46 + k},338 - root - INFO - step: {14 + k}  loss:  3.2{k}405  "
+        "memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%"
+        for k in range(5)
+    ] + ["", "# a heading, not a table", "| not | an | experiment |"]
+    log.write_text("\n".join(lines) + "\n")
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(log)], parser="table")
+    assert (result.runs, result.lines_total, result.lines_unparsed) == (0, 8, 7)
+    kept = api.sql(tmp_path / "t.duckdb", "SELECT line_no, text FROM unparsed ORDER BY line_no")
+    assert kept["line_no"].tolist() == [1, 2, 3, 4, 5, 7, 8] and kept["text"][0] == lines[0]

@@ -115,6 +115,10 @@ class _Parser:
         self.csv_columns: list[Column] | None = None
         self.mode: str | None = None  # markdown or csv, decided by the first meaningful line
         self.preamble: list[tuple[int, str]] = []
+        # Until its first experiment table a file may be no lab notes at all (`--parser table` on another
+        # tool's output): its lines are held, and go to `unparsed` if no table comes (or, past
+        # `PROSE_LINES * 2`, the older half, too far from any table to be its context).
+        self.before_any_table: list[tuple[int, str]] | None = []
         self.run_key = 0
         self.names: set[str] = set()
         self.out: dict[str, list[dict[str, Any]]] = {}
@@ -137,6 +141,11 @@ class _Parser:
 
     # ---- lines --------------------------------------------------------------------------------------
     def feed(self, line_no: int, line: str) -> None:
+        if self.before_any_table is not None and line.strip():
+            self.before_any_table.append((line_no, line))
+            if len(self.before_any_table) > 2 * PROSE_LINES:
+                self._unparsed(self.before_any_table[:PROSE_LINES])
+                del self.before_any_table[:PROSE_LINES]
         if self.mode is None:
             if (not line.strip() or line.lstrip().startswith("#")) and len(self.preamble) < PROSE_LINES:
                 self.preamble.append((line_no, line))  # a markdown heading or a CSV comment: undecided
@@ -234,7 +243,12 @@ class _Parser:
         self.prose = [line]
 
     # ---- tables -------------------------------------------------------------------------------------
+    def _unparsed(self, lines: list[tuple[int, str]]) -> None:
+        for line_no, text in lines:
+            self._emit("unparsed", {"line_no": line_no, "text": text})
+
     def _start_table(self, line_no: int, columns: list[Column]) -> None:
+        self.before_any_table = None  # the lines before it were its notes and context
         self._finish_notes()
         context, self.context = self.context, []
         hint = self.precision_hint
@@ -293,6 +307,9 @@ class _Parser:
             self._prose_or_context(*self.held)
             self.held = None
         self._finish_notes()
+        if self.before_any_table:  # no experiment table in the whole file: nothing of it was read
+            self._unparsed(self.before_any_table)
+        self.before_any_table = None
 
     # ---- runs ---------------------------------------------------------------------------------------
     def _build(self, table: _Table, after: str) -> None:
