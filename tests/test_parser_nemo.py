@@ -266,3 +266,23 @@ def test_a_nemo_run_is_modelled_with_fused_attention(tmp_path) -> None:
         assert run_inputs.flash_attention(nemo_run)
         old = dataclasses.replace(nemo_run, framework="megatron")
         assert not run_inputs.flash_attention(old)
+
+
+def test_peak_memory_in_bytes_on_the_printer_line_is_a_memory_row() -> None:
+    # Invented values, in the shape of NeMo 2's performance-recipe printer line as NVIDIA/NeMo#14850 quotes
+    # it (Slurm's ` 0: ` task label in front): torch.cuda's peaks in bytes.
+    text = "".join(
+        f" 0: Training epoch 0, iteration {k}/29 | lr: 5.389e-06 | global_batch_size: 512 | global_step: {k} | "
+        f"max_memory_reserved: {reserved} | max_memory_allocated: 53930270720 | reduced_train_loss: 10.22 | "
+        "train_step_timing in s: 27.01 | consumed_samples: 4608 | TFLOPS_per_GPU: 48.58\n"
+        for k, reserved in ((8, 57466159104), (9, 57675874304))
+    )
+    out = collect(text)
+    assert [
+        (m["iteration"], m["rank"], m["max_reserved_mib"], m["max_allocated_mib"]) for m in out["memory"]
+    ] == [
+        (8, 0, 54804.0, 53930270720 / 2**20),
+        (9, 0, 55004.0, 53930270720 / 2**20),
+    ]
+    assert not [m for m in out.get("iteration_metrics", []) if m["key"].startswith("max_memory")]
+    assert [r["elapsed_s"] for r in out["iterations"]] == [27.01, 27.01]

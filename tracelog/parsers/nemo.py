@@ -96,6 +96,10 @@ ITERATION_KEYS: dict[str, str] = {
     "loss_scale": "loss_scale",
 }
 INT_COLUMNS = {"global_batch_size", "consumed_samples"}
+# Peak memory in bytes as NeMo 2's performance recipes print it on the printer's line (torch.cuda's
+# `max_memory_reserved()`, `max_memory_allocated()`: `max_memory_reserved: 57466159104`, NVIDIA/NeMo#14850):
+# a memory row of the printing rank, in MiB.
+MEMORY_KEYS = {"max_memory_reserved": "max_reserved_mib", "max_memory_allocated": "max_allocated_mib"}
 SKIPPED_KEYS = {"global_step", "v_num"}
 # last YAML name -> run column; NeMo 2 recipes (trainer.strategy.*, model.config.*, data.*) and NeMo 1
 # Hydra configs (model.*, trainer.*) share these leaf names.
@@ -421,15 +425,20 @@ class _Parser:
             return  # the bar redrawn at a step already read (from the printer or an earlier redraw)
         self.iteration = int(iteration)
         row: dict[str, Any] = {"run_key": 0, "iteration": iteration, "train_iters": total, "rank": rank}
+        memory: dict[str, Any] = {}
         for key, raw in fields:
             column = ITERATION_KEYS.get(key)
             value = _number(raw)
-            if column is not None:
+            if key in MEMORY_KEYS and value is not None:
+                memory[MEMORY_KEYS[key]] = value / 2**20
+            elif column is not None:
                 row[column] = as_int(value) if column in INT_COLUMNS and value is not None else value
             elif key not in SKIPPED_KEYS:
                 metric = {"run_key": 0, "iteration": iteration, "key": key, "value": value, "text": raw}
                 self.out.add("iteration_metrics", {**metric, "line_no": n})
         self.out.add("iterations", {**row, "line_no": n})
+        if memory:
+            self.out.add("memory", {"run_key": 0, "iteration": iteration, "rank": rank, **memory, "line_no": n})
         self.columns.setdefault("train_iters", total)
         if row.get("global_batch_size") is not None:
             self.logged_gbs = row["global_batch_size"]
