@@ -21,12 +21,14 @@ from tracelog.parsers import (
     table,
     tensorboard,
     topo,
+    torchtitan,
 )
 
 PARSERS: list[ModuleType] = [
     megatron,
     nemo,
     deepspeed,
+    torchtitan,
     table,
     nccl_tests,
     nccl_tests_json,

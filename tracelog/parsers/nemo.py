@@ -438,7 +438,9 @@ class _Parser:
                 self.out.add("iteration_metrics", {**metric, "line_no": n})
         self.out.add("iterations", {**row, "line_no": n})
         if memory:
-            self.out.add("memory", {"run_key": 0, "iteration": iteration, "rank": rank, **memory, "line_no": n})
+            self.out.add(
+                "memory", {"run_key": 0, "iteration": iteration, "rank": rank, **memory, "line_no": n}
+            )
         self.columns.setdefault("train_iters", total)
         if row.get("global_batch_size") is not None:
             self.logged_gbs = row["global_batch_size"]

@@ -1,0 +1,108 @@
+"""torchtitan's training log: steps, memory per rank, seconds per step from the lines' times, the run's
+layout from its start lines, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES, source_of
+from tracelog import api, parsers
+from tracelog.parsers import torchtitan
+from tracelog.parsers.base import head_text
+
+SAMPLE = SAMPLES / "torchtitan_llama3_8b_h100.log"
+
+
+def collect(text: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in torchtitan.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if hasattr(batch.rows, "to_dicts") else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def test_the_sample_is_detected_as_torchtitan_and_nothing_else_claims_it() -> None:
+    head = head_text(SAMPLE.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, SAMPLE.name) is torchtitan
+    others = {p.FORMAT: p.detect(head) for p in parsers.PARSERS if p is not torchtitan}
+    assert max(others.values()) < torchtitan.detect(head), others
+
+
+def test_the_sample_lands_as_two_runs_with_one_row_per_step(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(SAMPLE)])
+    assert (result.format, result.runs, result.bytes_pending) == ("torchtitan", 2, 97)  # step 64 cut off
+    rows = api.sql(
+        db,
+        "SELECT run_id, iteration, rank, lm_loss, grad_norm, tflops_reported, elapsed_s FROM iterations ORDER BY line_no",
+    )
+    # ranks 0 and 1 print every step: one row each, the first printed; the relaunch logs step 50 again
+    assert [tuple(r)[:3] for r in rows.itertuples(index=False)] == [
+        (1, 1, 0), (1, 10, 0), (1, 20, 0), (1, 30, 0), (1, 40, 0), (1, 50, 0), (2, 50, 0), (2, 60, 0)
+    ]  # fmt: skip
+    first = rows.iloc[1]
+    assert (first.lm_loss, first.grad_norm, first.tflops_reported) == (9.88124, 4.2104, 391.58)
+    # seconds per step: 09:14:25,473 to 09:14:36,971 over steps 1 to 10; none for a run's first line
+    assert first.elapsed_s == pytest.approx(11.498 / 9)
+    assert rows.elapsed_s.isna().tolist() == [True, False, False, False, False, False, True, False]
+    runs = api.sql(
+        db,
+        "SELECT run_id, framework, gpus, dp, tp, pp, cp, params, seq_len, gbs, train_iters FROM runs ORDER BY run_id",
+    )
+    assert [tuple(r)[1:] for r in runs.itertuples(index=False)] == [
+        ("torchtitan", 8, 8, 1, 1, 1, 8030261248, 8192, 8, 1000)
+    ] * 2
+    memory = api.sql(
+        db, "SELECT rank, max(max_reserved_mib) FROM memory WHERE run_id = 1 GROUP BY rank ORDER BY rank"
+    )
+    assert memory.values.tolist() == [[0, pytest.approx(60.13 * 1024)], [1, pytest.approx(60.12 * 1024)]]
+    metrics = api.sql(
+        db,
+        "SELECT iteration, key, value FROM iteration_metrics WHERE run_id = 1 AND iteration = 40 ORDER BY key",
+    )
+    assert metrics.values.tolist() == [
+        [40, "mfu (%)", 40.0],
+        [40, "tokens per second per device", 6478.0],
+        [40, "validation loss", 7.0518],
+    ]
+    # the hardware scan reads the GPU from the `CUDA capacity` line; the watchdog kills run 1
+    assert set(api.sql(db, "SELECT gpu_model FROM runs")["gpu_model"]) == {"h100-sxm5-80gb"}
+    kinds = api.sql(db, "SELECT run_id, kind FROM events ORDER BY line_no").values.tolist()
+    assert kinds == [[1, "warning"], [1, "timeout"]]
+
+
+def test_older_lines_colours_and_the_2024_start_lines() -> None:
+    """torchtitan before 2025 printed `wps`, no grad norm, `Building 2-D device mesh with [...], [...]` and
+    `Training starts at step 1, with local batch size ...`; on a terminal its metrics line is coloured
+    (ANSI escapes), and `mfu` is `N/A` with FP8. Lines written after metrics.py and train.py of that time;
+    values invented."""
+    red, green, reset = "\x1b[31m", "\x1b[32m", "\x1b[39m"
+    text = (
+        "[titan] 2024-09-02 11:00:00,010 - root - INFO - Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]\n"
+        "[titan] 2024-09-02 11:00:09,500 - root - INFO - Training starts at step 1, with local batch size 2, "
+        "global batch size 8, sequence length 4096, total steps 500 (warmup 50)\n"
+        f"[titan] 2024-09-02 11:00:20,000 - root - INFO - {red}step:  1  {green}loss: 10.9311  "
+        f"memory: 30.21GiB(38.19%)  wps: 1,002  mfu: 4.12%{reset}\n"
+        f"[titan] 2024-09-02 11:00:31,000 - root - INFO - {red}step: 10  {green}loss:  8.2250  "
+        f"memory: 35.50GiB(44.88%)  wps: 6,702  mfu: N/A{reset}\n"
+    )
+    out = collect(text)
+    (run,) = out["runs"]
+    assert {k: run[k] for k in ("gpus", "dp", "tp", "mbs", "gbs", "seq_len", "train_iters")} == {
+        "gpus": 8, "dp": 4, "tp": 2, "mbs": 2, "gbs": 8, "seq_len": 4096, "train_iters": 500
+    }  # fmt: skip
+    assert [(r["iteration"], r["lm_loss"], r["grad_norm"], r["elapsed_s"]) for r in out["iterations"]] == [
+        (1, 10.9311, None, None),
+        (10, 8.225, None, pytest.approx(11 / 9)),
+    ]
+    metrics = {(m["iteration"], m["key"]): (m["value"], m["text"]) for m in out["iteration_metrics"]}
+    assert metrics[(10, "tokens per second per device")] == (6702.0, "6,702")
+    assert metrics[(10, "mfu (%)")] == (None, "N/A")  # kept as printed
+    assert "unparsed" not in out
+
+
+def test_a_megatron_log_is_not_torchtitans() -> None:
+    megatron_head = head_text((SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()[: parsers.HEAD_BYTES])
+    assert torchtitan.detect(megatron_head) == 0

@@ -1,0 +1,228 @@
+"""torchtitan's training log (pytorch/torchtitan): PyTorch-native pretraining with FSDP2, TP, PP and CP.
+
+Its metrics line (torchtitan/components/metrics.py, `MetricsProcessor.log`), every `log_freq` steps, on
+every rank (torchrun's `[rankN]:` prefix where it tags them), in colours on a terminal:
+
+    [rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 14  loss:  3.24405  grad_norm:  0.8319
+    memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%
+
+(one line) gives an `iterations` row per step: the loss, the grad norm and the TFLOP/s per GPU as
+printed (`num_flops_per_token * tps`). Seconds per step are not printed: they are the time between this
+step's line and the last step's over the steps between, as the metrics processor itself times them
+(`time_end_to_end = time_delta / log_freq`); the first step logged has none. `memory` is the peak
+reserved memory of the printing rank since the last line (`max_reserved_gib`): a `memory` row per rank.
+`tps` (tokens per second per device, `wps` before 2024) and `mfu` (%, `N/A` with FP8) are metrics. The
+same step printed by several ranks is one row, the first printed; a step not above the last one starts a
+new run (a restart from a checkpoint), as does `Training starts at step N` after steps were read.
+
+The run's configuration, as the trainer prints it at start: `Building device mesh with parallelism:
+pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1` (or, before 2025, `Building 2-D device mesh with
+['dp_shard', 'tp'], [4, 2]`), `Model llama3 8B size: 8,030,261,248 total parameters`, `Trainer is
+initialized with ... tokens per train step, ..., maximum context length 8192, total steps 1000` (before
+2025: `Training starts at step 1, with local batch size 1, global batch size 8, sequence length 8192,
+total steps 1000 (warmup 200)`) and `Peak FLOPS used for computing MFU: 9.890e+14`. The `CUDA capacity:
+NVIDIA H100 80GB HBM3 with 79.11GiB memory` line names the GPU for the hardware scan, as unparsed lines
+do. Warnings and tracebacks are events; anything else is `unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
+
+FORMAT = "torchtitan"
+VERSION = "1"
+
+NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
+RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
+STAMP_RX = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,(\d{3}))?")
+STEP_RX = re.compile(r"(?<![\w])(?<!validate )step:\s*(\d+)\s+loss:\s*" + NUM)
+VALIDATE_RX = re.compile(r"validate step:\s*(\d+)\s+loss:\s*" + NUM)
+FIELD_RX = re.compile(r"\b(grad_norm|memory|tps|wps|tflops|mfu):\s*" + NUM[:-1] + r"|N/A)(GiB)?")
+MESH_RX = re.compile(r"Building device mesh with parallelism: (.*)")
+OLD_MESH_RX = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
+SIZE_RX = re.compile(r"\bsize: ([\d,]+) total parameters")
+INITIALIZED_RX = re.compile(
+    r"([\d,]+) tokens per train step, .*maximum context length (\d+), total steps (\d+)"
+)
+STARTS_RX = re.compile(
+    r"Training starts at step (\d+)(?:, with local batch size (\d+), global batch size (\d+), "
+    r"sequence length (\d+), total steps (\d+))?"
+)
+PEAK_RX = re.compile(r"Peak FLOPS used for computing MFU: " + NUM)
+JOB_RX = re.compile(r"\bStarting job: (.*)")
+START_LINES = (JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, STARTS_RX)
+WARNING_LINE_RX = re.compile(WARNING_RX)
+METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
+
+
+def detect(head: str) -> int:
+    """Two metrics lines of torchtitan's shape (a step, a loss and its throughput), or its `[titan]`
+    logger with a metrics line."""
+    steps = [line for line in head.split("\n") if STEP_RX.search(line) and ("tps:" in line or "wps:" in line)]
+    if len(steps) >= 2 or (steps and "[titan]" in head):
+        return 40
+    return 0
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.out = Emitter()
+        self.run_key = 0
+        self.runs: dict[int, dict[str, Any]] = {}
+        self.last_step: int | None = None
+        self.last_stamp: datetime | None = None
+        self.memory_seen: set[tuple[int, int | None]] = set()
+
+    def run(self, line_no: int) -> dict[str, Any]:
+        run = self.runs.setdefault(
+            self.run_key,
+            {"run_key": self.run_key, "framework": FORMAT, "line_start": line_no, "run_params": []},
+        )
+        run["line_end"] = line_no
+        return run
+
+    def new_run(self) -> None:
+        if self.last_step is not None:
+            self.run_key += 1
+            self.last_step, self.last_stamp = None, None
+            self.memory_seen.clear()
+
+    def param(self, line_no: int, name: str, value: Any) -> None:
+        self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
+
+    def line(self, n: int, text: str) -> None:
+        body = ANSI_RX.sub("", text)
+        rank_match = RANK_RX.match(body)
+        rank = int(rank_match.group(1)) if rank_match else None
+        if match := STEP_RX.search(body):
+            self.step(n, body, match, rank)
+        elif match := VALIDATE_RX.search(body):
+            metric = {"run_key": self.run_key, "iteration": int(match.group(1)), "key": "validation loss"}
+            self.out.add(
+                "iteration_metrics",
+                {**metric, "value": _number(match.group(2)), "text": match.group(2), "line_no": n},
+            )
+        elif not self.config(n, body) and body.strip():
+            if WARNING_LINE_RX.search(body):
+                self.out.add(
+                    "events", {"run_key": self.run_key, "line_no": n, "kind": kind_of(body), "text": text}
+                )
+            else:
+                self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def step(self, n: int, body: str, match: re.Match[str], rank: int | None) -> None:
+        step = int(match.group(1))
+        fields = {key: (value, unit) for key, value, unit in FIELD_RX.findall(body)}
+        if self.last_step is not None and step < self.last_step:
+            self.new_run()  # a restart from a checkpoint logs steps again
+        if "memory" in fields and (step, rank) not in self.memory_seen:
+            self.memory_seen.add((step, rank))
+            gib = _number(fields["memory"][0])
+            at = {"run_key": self.run_key, "iteration": step, "rank": rank, "line_no": n}
+            self.out.add("memory", {**at, "max_reserved_mib": gib * 1024 if gib is not None else None})
+        if step == self.last_step:
+            return  # the same step from another rank
+        self.run(n)
+        stamp = STAMP_RX.search(body)
+        ts = None
+        if stamp:
+            ts = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
+            ts = ts.replace(microsecond=int(stamp.group(2) or 0) * 1000)
+        elapsed = None
+        if (
+            ts is not None
+            and self.last_stamp is not None
+            and self.last_step is not None
+            and step > self.last_step
+        ):
+            elapsed = round((ts - self.last_stamp).total_seconds() / (step - self.last_step), 6)
+        row = {
+            "run_key": self.run_key,
+            "iteration": step,
+            "rank": rank,
+            "lm_loss": _number(match.group(2)),
+            "grad_norm": _number(fields["grad_norm"][0]) if "grad_norm" in fields else None,
+            "tflops_reported": _number(fields["tflops"][0]) if "tflops" in fields else None,
+            "elapsed_s": elapsed,
+            "ts": ts,
+            "line_no": n,
+        }
+        self.out.add("iterations", row)
+        for key, name in METRIC_KEYS.items():
+            if key in fields:
+                value = fields[key][0]
+                metric = {"run_key": self.run_key, "iteration": step, "key": name, "text": value}
+                self.out.add("iteration_metrics", {**metric, "value": _number(value), "line_no": n})
+        self.last_step, self.last_stamp = step, ts
+
+    def config(self, n: int, body: str) -> bool:
+        """A line of the trainer's start that says the run's layout, size or length; after steps were
+        read, such a line is the start of the next run (a relaunch logging to the same file)."""
+        if any(rx.search(body) for rx in START_LINES):
+            self.new_run()
+        if match := MESH_RX.search(body):
+            degrees = {
+                k.strip(): int(v)
+                for k, _, v in (p.partition("=") for p in match.group(1).split(","))
+                if v.strip().isdigit()
+            }
+            self.layout(n, degrees)
+            self.param(n, "device_mesh", match.group(1).strip())
+        elif match := OLD_MESH_RX.search(body):
+            names = [name.strip(" '\"") for name in match.group(1).split(",")]
+            sizes = [int(size) for size in match.group(2).split(",") if size.strip().isdigit()]
+            self.layout(n, dict(zip(names, sizes, strict=False)))
+            self.param(n, "device_mesh", f"{match.group(1)} {match.group(2)}")
+        elif match := SIZE_RX.search(body):
+            self.run(n)["params"] = int(match.group(1).replace(",", ""))
+        elif match := INITIALIZED_RX.search(body):
+            tokens, context, steps = (int(g.replace(",", "")) for g in match.groups())
+            run = self.run(n)
+            run.update(seq_len=context, train_iters=steps)
+            if tokens % context == 0:
+                run["gbs"] = tokens // context
+        elif match := STARTS_RX.search(body):
+            if match.group(2) is not None:
+                local, global_, seq, steps = (int(g) for g in match.groups()[1:])
+                self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
+            self.param(n, "start_step", match.group(1))
+        elif match := PEAK_RX.search(body):
+            self.param(n, "peak_flops_for_mfu", match.group(1))
+        elif match := JOB_RX.search(body):
+            self.param(n, "job_description", match.group(1).strip())
+        else:
+            return False
+        return True
+
+    def layout(self, n: int, degrees: dict[str, int]) -> None:
+        run = self.run(n)
+        for name, column in (("tp", "tp"), ("pp", "pp"), ("cp", "cp")):
+            if name in degrees:
+                run[column] = degrees[name]
+        dp = degrees.get("dp_replicate", 1) * degrees.get("dp_shard", 1) * degrees.get("dp", 1)
+        run["dp"] = dp
+        run["gpus"] = dp * degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
+
+    def finish(self) -> None:
+        for run in self.runs.values():
+            self.out.add("runs", run)
+
+
+@guarded
+def parse(source: LineSource) -> Iterator[Batch]:
+    parser = _Parser()
+    return drive(parser, source)
