@@ -85,7 +85,8 @@ class _Parser:
         self.runs: dict[int, dict[str, Any]] = {}
         self.last_step: int | None = None
         self.last_stamp: datetime | None = None
-        self.memory_seen: set[tuple[int, int | None]] = set()
+        self.memory_step: int | None = None
+        self.memory_seen: set[int | None] = set()  # the ranks whose memory of `memory_step` was read
 
     def run(self, line_no: int) -> dict[str, Any]:
         run = self.runs.setdefault(
@@ -99,7 +100,7 @@ class _Parser:
         if self.last_step is not None:
             self.run_key += 1
             self.last_step, self.last_stamp = None, None
-            self.memory_seen.clear()
+            self.memory_step, self.memory_seen = None, set()
 
     def param(self, line_no: int, name: str, value: Any) -> None:
         self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
@@ -129,8 +130,10 @@ class _Parser:
         fields = {key: (value, unit) for key, value, unit in FIELD_RX.findall(body)}
         if self.last_step is not None and step < self.last_step:
             self.new_run()  # a restart from a checkpoint logs steps again
-        if "memory" in fields and (step, rank) not in self.memory_seen:
-            self.memory_seen.add((step, rank))
+        if step != self.memory_step:  # ranks print a step's lines together: only its own are held
+            self.memory_step, self.memory_seen = step, set()
+        if "memory" in fields and rank not in self.memory_seen:
+            self.memory_seen.add(rank)
             gib = _number(fields["memory"][0])
             at = {"run_key": self.run_key, "iteration": step, "rank": rank, "line_no": n}
             self.out.add("memory", {**at, "max_reserved_mib": gib * 1024 if gib is not None else None})
