@@ -86,44 +86,39 @@ def test_a_few_skips_at_the_start_stay_calibration(tmp_path: Path) -> None:
     assert strict["severity"] == "critical" and "3 of about 30" in strict["message"]
 
 
+# Invented, in the shape of an fp16 fine-tuning job's output as DeepSpeed 0.5 printed it (logging.py's
+# log_dist, timer.py's throughput line) behind the Trainer's progress bar: the log starts at step 2000, so
+# the count on the first step line is of every step before it.
+T5_TAIL = [
+    "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}",
+    "  8%|#         | 1999/24128 [1:52:09<20:27:23,  3.33s/it]"
+    "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, "
+    "lr=[0.001, 0.001], mom=[0.0, 0.0]",
+    "[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234",
+    "[2021-11-26 03:40:31,102] [INFO] [logging.py:69:log_dist] [Rank 0] step=2010, skipped=2005, "
+    "lr=[0.001, 0.001], mom=[0.0, 0.0]",
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (4, "2005 of about 2010 iterations were skipped (99.8%)"),
+        # cut after its first step line (as transformers#14531 quotes it): the running count alone tells
+        (3, "1995 of about 2000 iterations were skipped (99.8%)"),
+    ],
+    ids=["two-step-lines", "one-step-line"],
+)
 def test_deepspeeds_running_count_on_a_tails_first_line_tells_of_a_run_that_never_trained(
-    tmp_path: Path,
+    tmp_path: Path, lines: int, says: str
 ) -> None:
-    # Invented, in the shape of an fp16 fine-tuning job's output as DeepSpeed 0.5 printed it (logging.py's
-    # log_dist, timer.py's throughput line) behind the Trainer's progress bar: the log starts at step 2000,
-    # so the count on the first step line is of every step before it.
     path = tmp_path / "t5.log"
-    path.write_text(
-        "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}\n"
-        "  8%|#         | 1999/24128 [1:52:09<20:27:23,  3.33s/it]"
-        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, "
-        "lr=[0.001, 0.001], mom=[0.0, 0.0]\n"
-        "[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234\n"
-        "[2021-11-26 03:40:31,102] [INFO] [logging.py:69:log_dist] [Rank 0] step=2010, skipped=2005, "
-        "lr=[0.001, 0.001], mom=[0.0, 0.0]\n"
-    )
+    path.write_text("\n".join(T5_TAIL[:lines]) + "\n")
     db = tmp_path / "t.duckdb"
     api.ingest(db, [str(path)])
     (flag,) = [f for f in tracelog.api.flags(db).to_dict("records") if f["severity"] == "critical"]
-    assert "2005 of about 2010 iterations were skipped (99.8%)" in flag["message"], flag["message"]
+    assert says in flag["message"], flag["message"]
     assert flag["row_ref"] == "line 2"  # the step line glued behind the bar
-
-
-def test_a_tail_with_one_step_line_is_told_by_its_running_count_alone(tmp_path: Path) -> None:
-    # The tail above cut after its first step line (as transformers#14531 quotes it): nothing follows the
-    # running count to add to it, and the count alone tells of a run that never trained.
-    path = tmp_path / "t5.log"
-    path.write_text(
-        "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}\n"
-        "  8%|#         | 1999/24128 [1:52:09<20:27:23,  3.33s/it]"
-        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, "
-        "lr=[0.001, 0.001], mom=[0.0, 0.0]\n"
-        "[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234\n"
-    )
-    db = tmp_path / "t.duckdb"
-    api.ingest(db, [str(path)])
-    (flag,) = [f for f in tracelog.api.flags(db).to_dict("records") if f["severity"] == "critical"]
-    assert "1995 of about 2000 iterations were skipped (99.8%)" in flag["message"], flag["message"]
 
 
 def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path: Path) -> None:
