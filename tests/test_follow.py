@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tests.conftest import SAMPLES
 from tracelog import api
 from tracelog.cli import cli
+from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult
 from tracelog.store import Store
 from tracelog.watch import Watch
@@ -193,3 +194,18 @@ def test_cli_follow_prints_each_round_and_stops_when_idle(tmp_path: Path) -> Non
     assert len(states) == 2 and all(" s/it steady" in state and ", loss " in state for state in states)
     assert "stopped following after 1 round(s)" in result.output
     assert isinstance(api.ingest(db, [str(LLAMA)])[0], IngestResult)
+
+
+def test_a_log_rotated_away_between_looks_is_waited_for(tmp_path: Path) -> None:
+    """A name that matches nothing is an error at the first look, and waited for at later ones (the log
+    moved aside and a new one not yet started), as `tail -F` does."""
+    with pytest.raises(TracelogError, match="no such file"):
+        Watch([str(tmp_path / "typo.log")]).changed()
+    log = tmp_path / "run.log"
+    log.write_bytes(LLAMA.read_bytes())
+    watch = Watch([str(log)])
+    watch.mark(watch.changed())
+    log.rename(tmp_path / "run.log.1")
+    assert watch.changed() == [] and watch.seen == {}
+    log.write_bytes(halves(LLAMA)[0])
+    assert [c.path for c in watch.changed()] == [str(log)]

@@ -26,6 +26,7 @@ class Watch:
 
     paths: list[str]
     seen: dict[str, Stamp] = field(default_factory=dict)
+    looked: bool = False
 
     def __post_init__(self) -> None:
         if "-" in self.paths:
@@ -35,13 +36,25 @@ class Watch:
 
     def changed(self) -> list[Changed]:
         """The files that are new or whose stamp moved since they were `mark`ed, each with the stamp it
-        has now. A file that vanished is forgotten: one that comes back is new."""
-        found = expand(self.paths).files
+        has now. A file that vanished is forgotten: one that comes back is new. A path that names nothing
+        is an error at the first look (a mistyped name) and skipped at later ones (a log rotated away,
+        or a folder emptied, between two looks: `tail -F` waits for it the same way)."""
+        found = expand(self.paths).files if not self.looked else self._expand_each()
+        self.looked = True
         present = {path for path, _ in found}
         for gone in set(self.seen) - present:
             del self.seen[gone]
         now = [Changed(path, from_folder, _stamp(path)) for path, from_folder in found]
         return [c for c in now if c.stamp is not None and self.seen.get(c.path) != c.stamp]
+
+    def _expand_each(self) -> list[tuple[str, bool]]:
+        found: list[tuple[str, bool]] = []
+        for path in self.paths:
+            try:
+                found += expand([path]).files
+            except TracelogError:
+                continue
+        return found
 
     def mark(self, done: list[Changed]) -> None:
         """Record these files as ingested with the stamps `changed` saw before they were read (a failed
