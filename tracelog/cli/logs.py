@@ -67,7 +67,7 @@ PROGRESS_AFTER_S = 2.0
     "-f",
     is_flag=True,
     help="Keep going: ingest what the files (and new files in the folders) gain until Ctrl-C; each round "
-    "prints what landed and the flags it raised, and the store stays open to other commands between rounds.",
+    "prints what landed and the flags it raised, and the store is left free for other commands between rounds.",
 )
 @click.option(
     "--interval",
@@ -244,8 +244,8 @@ def _run_state(run: api.RunState) -> str:
     """`run 3 (llama-70b): iteration 5267, 5.24 s/it steady (model 4.91), loss 2.095`"""
     parts = [f"iteration {run.last_iteration}"] if run.last_iteration is not None else []
     if run.sec_per_it is not None:
-        model = f" (model {run.sec_per_it_predicted:.3g})" if run.sec_per_it_predicted is not None else ""
-        parts.append(f"{run.sec_per_it:.3g} s/it steady{model}")
+        model = f" (model {run.sec_per_it_predicted:.4g})" if run.sec_per_it_predicted is not None else ""
+        parts.append(f"{run.sec_per_it:.4g} s/it steady{model}")
     if run.final_loss is not None:
         parts.append(f"loss {run.final_loss:.4g}")
     name = f" ({run.name})" if run.name else ""
