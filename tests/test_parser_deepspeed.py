@@ -179,6 +179,14 @@ def test_see_memory_usage_lines_are_memory_rows() -> None:
     )
 
 
+def test_max_ca_rounded_to_whole_gb_never_reads_under_ca() -> None:
+    # DeepSpeed prints Max_CA with no decimals (runtime/utils.py `see_memory_usage`); the line of
+    # deepspeedai/DeepSpeed#2302 reads `CA 0.08 GB ... Max_CA 0 GB`: the peak is at least what is reserved.
+    line = f"{TS} [INFO] [utils.py:828:see_memory_usage] MA 0.02 GB         Max_MA 0.02 GB         CA 0.08 GB         Max_CA 0 GB"
+    (mem,) = collect(line + "\n")["memory"]
+    assert (mem["reserved_mib"], mem["max_reserved_mib"]) == (0.08 * 1024, 0.08 * 1024)
+
+
 @pytest.mark.parametrize(
     ("bf16", "precision"),
     [(True, "bf16"), (False, "fp16")],

@@ -48,6 +48,7 @@ from tracelog.parsers.deepspeed_config import (
     iteration_row,
     memory_row,
     number,
+    see_memory_mib,
 )
 from tracelog.parsers.deepspeed_profiler import profiler_line
 
@@ -334,7 +335,7 @@ class _Parser:
             self.config_streams.discard(source)
         if match := SEE_MEMORY_RX.search(msg):
             run = self.run(line_no)
-            values = [number(v) * 1024.0 for v in match.groups()]
+            values = see_memory_mib(match.groups())
             self.emit("memory", memory_row(run, rank, run.last_step, line_no, *values))
             return True
         if match := SCALE_RX.search(msg):

@@ -176,6 +176,14 @@ def iteration_row(run: RunState, step: int, line_no: int, rank: int | None, ts: 
     return row
 
 
+def see_memory_mib(printed: tuple[str, ...]) -> tuple[float, float, float, float]:
+    """`see_memory_usage`'s MA, Max_MA, CA and Max_CA in MiB. Max_CA alone is rounded to whole GB
+    (runtime/utils.py: `round(torch_max_memory_reserved() / (1024 * 1024 * 1024))`, no digits): under
+    CA it is that rounding, and CA is the better reading of the peak."""
+    allocated, peak, reserved, peak_reserved = (float(v) * 1024.0 for v in printed)
+    return allocated, peak, reserved, max(peak_reserved, reserved)
+
+
 def memory_row(
     run: RunState,
     rank: int | None,
