@@ -1,0 +1,106 @@
+"""Where the fields of a nccl-tests data line sit (`Layout`), and the figures printed beside the table
+(`-S 1` timestamps, `-M 1` memory), as nccl-tests `src/common.cu` and `src/util.cu` print them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+NUMBER_RX = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+MEMORY_PART_RX = re.compile(r"([A-Za-z][\w-]{0,40})\s+([-\d.]+)\s*(B|KB|MB|GB)\b")
+MEMORY_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}  # getMemString: 1024-based
+
+PLACEMENTS = ("out-of-place", "in-place")
+PREFIX_NAMES = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type"}
+PREFIX_NAMES |= {"redop": "redop", "op": "redop", "root": "root"}
+GROUP_NAMES = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw"}
+GROUP_NAMES |= {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error", "i_cv%": "i_cv"}
+STAMP_RX = re.compile(r"\d\d:\d\d:\d\d$")
+# `-I 1` summary columns (src/util.cu writePerIterReport) and the row columns they land in.
+PER_ITER_COLUMNS = {"i_min": "i_min_us", "i_max": "i_max_us", "i_p99": "i_p99_us", "i_cv": "i_cv_pct"}
+
+
+def printed_time(day: str, clock: str) -> datetime | None:
+    """A `-S 1` timestamp, local time of the printing host as nccl-tests prints it; None if no date."""
+    try:
+        return datetime.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
+def memory_report(text: str) -> dict[str, int]:
+    """`-M 1`'s `Initialization 1.23 GB | User-Allocated 3.00 GB | Collective 512.0 MB | Total 4.73 GB`
+    (src/util.cu writeMemInfo) as `memory_<part>_bytes`; the printed figures keep 3 digits, so do these."""
+    return {
+        f"memory_{name.lower().replace('-', '_')}_bytes": round(float(value) * MEMORY_UNITS[unit])
+        for name, value, unit in MEMORY_PART_RX.findall(text)
+        if NUMBER_RX.match(value)
+    }
+
+
+@dataclass
+class Layout:
+    """Where the fields of a data line sit: the leading columns, then one group per placement."""
+
+    prefix: list[str]
+    group: list[str]
+    timestamp: bool = False
+    cputime: bool = False  # `-C 1`: the time column is host wall time, not CUDA time
+
+    @classmethod
+    def from_header(cls, text: str) -> Layout | None:
+        names = [t.lower() for t in text.lstrip("#").split()]
+        if "algbw" not in names or "busbw" not in names:
+            return None
+        times = [i for i, n in enumerate(names) if n in ("time", "cputime")]
+        if not times:
+            return None
+        prefix = [PREFIX_NAMES.get(n, n) for n in names[: times[0]]]
+        end = times[1] if len(times) > 1 else len(names)
+        group = [GROUP_NAMES.get(n, n) for n in names[times[0] : end]]
+        return cls(prefix, group, timestamp=names[-1] == "timestamp", cputime=names[times[0]] == "cputime")
+
+    @classmethod
+    def infer(cls, tokens: list[str]) -> Layout | None:
+        """The layout of a data line seen without a header, from its number of fields."""
+        base = ["time", "algbw", "busbw", "wrong"]
+        per_iter = base + ["i_min", "i_max", "i_p99", "i_cv"]
+        n = len(tokens)
+        if n == 13:
+            return cls(["size", "count", "type", "redop", "root"], base)
+        if n == 15 and re.match(r"\d\d:\d\d:\d\d$", tokens[-1]):
+            return cls(["size", "count", "type", "redop", "root"], base, timestamp=True)
+        if n == 21:
+            return cls(["size", "count", "type", "redop", "root"], per_iter)
+        if n == 23 and STAMP_RX.match(tokens[-1]):
+            return cls(["size", "count", "type", "redop", "root"], per_iter, timestamp=True)
+        if n == 12:
+            fourth = "root" if re.match(r"-?\d+$", tokens[3]) else "redop"
+            return cls(["size", "count", "type", fourth], base)
+        if n == 11:
+            return cls(["size", "count", "type"], base)
+        return None
+
+    def split(
+        self, tokens: list[str]
+    ) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]], datetime | None] | None:
+        """The leading fields, per placement printed its fields, and the `-S 1` timestamp (`%Y-%m-%d
+        %H:%M:%S`, src/util.cu); None if the line does not fit."""
+        stamp = None
+        if self.timestamp and len(tokens) >= 2 and STAMP_RX.match(tokens[-1]):
+            stamp = printed_time(tokens[-2], tokens[-1])
+            tokens = tokens[:-2]
+        p, g = len(self.prefix), len(self.group)
+        if len(tokens) == p + 2 * g:
+            placements = list(PLACEMENTS)
+        elif len(tokens) == p + g:  # trace replay prints the in-place half only
+            placements = ["in-place"]
+        else:
+            return None
+        head = dict(zip(self.prefix, tokens[:p], strict=True))
+        groups = []
+        for k, placement in enumerate(placements):
+            part = tokens[p + k * g : p + (k + 1) * g]
+            groups.append((placement, dict(zip(self.group, part, strict=True))))
+        return head, groups, stamp
