@@ -733,3 +733,34 @@ def test_a_row_cut_short_by_the_failure_that_stopped_the_test() -> None:
     errors = [e for e in out["events"] if e["kind"] == "error"]
     assert [e["text"].strip()[:7] for e in errors] == ["2097152", ".. node"]
     assert "unparsed" not in out
+
+
+def test_a_tail_cut_before_the_device_list_takes_its_ranks_from_ncclss_init_lines() -> None:
+    """A pasted tail of a 16-rank run (the shape of an EKS/EFA guide's log: OpenMPI's `[1,N]<stdout>:`
+    tags, NCCL INFO lines inside the header, the old layout; sizes and times invented): no `Rank ...
+    device` lines, but every rank's `comm ... rank R nranks 16 ... Init COMPLETE`. The count names the
+    collective from the busbw factor, 2(16-1)/16."""
+    init = "".join(
+        f"[1,{r}]<stdout>:worker-0:{26 + r}:{67 + r} [{r}] NCCL INFO comm 0x7fc1dc000dc0 rank {r} nranks 16 "
+        f"cudaDev {r % 8} busId {r}01c0 - Init COMPLETE\n"
+        for r in range(3)
+    )
+    table = (
+        "[1,0]<stdout>:#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "[1,0]<stdout>:#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+        "[1,0]<stdout>:    1048576        262144   float     sum    483.5    2.17    4.07  5e-07    483.6    2.17    4.07  5e-07\n"
+        "[1,0]<stdout>:   16777216       4194304   float     sum   1895.5    8.85   16.60  5e-07   1900.9    8.83   16.55  5e-07\n"
+        "[1,0]<stdout>:# Out of bounds values : 0 OK\n"
+        "[1,0]<stdout>:# Avg bus bandwidth    : 10.3\n"
+    )
+    bench = the_bench(collect(init + table))
+    assert (bench["ranks"], bench["collective"], bench["nodes"]) == (16, "all_reduce", None)
+    params = {p["name"]: p["value"] for p in collect(init + table)["bench_params"]}
+    assert (
+        params["ranks_source"] == "NCCL INFO comm ... nranks"
+        and params["collective_source"] == "busbw factor"
+    )
+    # with the device list printed, its lines count the ranks, as before
+    assert "ranks_source" not in {
+        p["name"] for p in collect((SAMPLES / "nccl_all_reduce_8xa100.txt").read_text())["bench_params"]
+    }

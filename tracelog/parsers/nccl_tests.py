@@ -76,6 +76,9 @@ FAILURE_RX = re.compile(
     r"|Bus error"
 )
 XID_RX = re.compile(r"NVRM: Xid\b")
+# NCCL's init line for each rank (init.cc): `comm 0x7fc1dc000dc0 rank 7 nranks 16 cudaDev 7 busId a01d0 - Init
+# COMPLETE`; older releases print `nRanks`
+COMM_RX = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
 UNITS_RX = re.compile(r"^#\s*\(B\)")
 
@@ -124,6 +127,7 @@ class Bench:
     avg_busbw: float | None = None
     footer: bool = False
     failed: bool = False
+    init_ranks: int | None = None  # NCCL's `comm 0x... rank R nranks N`, where no device list was printed
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -137,7 +141,7 @@ class Bench:
         hosts = list(dict.fromkeys(h for h, _ in devices))
         per_host = Counter(h for h, _ in devices)
         names = list(dict.fromkeys(n for _, n in self.devices if n))
-        ranks = len(devices) or None
+        ranks = len(devices) or self.init_ranks
         return {
             "bench_key": self.key,
             "tool": TOOL,
@@ -159,7 +163,7 @@ class Bench:
 
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
-        ranks = len(self.communicator())
+        ranks = len(self.communicator()) or self.init_ranks or 0
         if self.collective or ranks <= 2 or not self.best:
             return
         algbw, busbw = self.best
@@ -183,6 +187,7 @@ class _Parser:
         self.pending: list[
             tuple[str, str, int, str]
         ] = []  # params seen before their bench opened, with the line
+        self.init_ranks: int | None = None  # the last `nranks` NCCL's init lines said
 
     # -- bench lifecycle ------------------------------------------------------------------------------
     def open(self, line_no: int, phase: int) -> Bench:
@@ -216,6 +221,9 @@ class _Parser:
         if bench is None:
             return
         self.last = bench
+        if not bench.devices and self.init_ranks:  # a tail cut before the device list (a pasted log)
+            bench.init_ranks = self.init_ranks
+            self.param("ranks_source", "NCCL INFO comm ... nranks", bench.line_start, bench)
         if len(set(bench.groups)) > 1:
             self.param("comm_groups", str(len(set(bench.groups))), bench.line_start, bench)
             self.param("world_ranks", str(len(bench.devices)), bench.line_start, bench)
@@ -256,6 +264,8 @@ class _Parser:
         if not text.strip():
             return
         if " NCCL INFO " in text:  # the bulk of a debug log: kept as unparsed, read no further
+            if " nranks " in text and (match := COMM_RX.search(text)):
+                self.init_ranks = int(match.group(1))  # the communicator's size, as NCCL's init says it
             self.out.add("unparsed", {"line_no": line_no, "text": text})
             return
         if self.handle(line_no, text):
