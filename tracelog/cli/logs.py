@@ -147,23 +147,27 @@ def ingest(
             )
         finally:
             bar.close()
-    failures = 0
-    for result in results:
-        if isinstance(result, api.IngestFailure):
-            failures += 1
-            click.echo(f"Error: {result.error}", err=True)
-        else:
-            click.echo(result.summary())
-            if result.nothing_read:
-                click.echo(
-                    f"Warning: {result.path}: none of its {result.lines_total} lines was read as {result.format}; "
-                    "if it is another tool's output, name its format with --parser",
-                    err=True,
-                )
-            if result.warning and result.status != "skipped":
-                click.echo(f"Warning: {result.path}: {result.warning}; the next command retries it", err=True)
+    failures = sum(_tell(result) for result in results)
     if failures:
         sys.exit(1)
+
+
+def _tell(result: api.IngestResult | api.IngestFailure, at: str = "") -> bool:
+    """One file's outcome as an ingest prints it (after `at`, a follow's time of the round); whether it
+    failed."""
+    if isinstance(result, api.IngestFailure):
+        click.echo(f"{at}Error: {result.error}", err=True)
+        return True
+    click.echo(f"{at}{result.summary()}")
+    if result.nothing_read:
+        click.echo(
+            f"{at}Warning: {result.path}: none of its {result.lines_total} lines was read as {result.format}; "
+            "if it is another tool's output, name its format with --parser",
+            err=True,
+        )
+    if result.warning and result.status != "skipped":
+        click.echo(f"{at}Warning: {result.path}: {result.warning}; the next command retries it", err=True)
+    return False
 
 
 @contextmanager
@@ -209,12 +213,7 @@ def _follow(
     def told(done: api.FollowRound) -> None:
         at = time.strftime("%H:%M:%S")
         for result in done.results:
-            if isinstance(result, api.IngestFailure):
-                click.echo(f"{at} Error: {result.error}", err=True)
-            else:
-                click.echo(f"{at} {result.summary()}")
-                if result.warning and result.status != "skipped":
-                    click.echo(f"{at} Warning: {result.path}: {result.warning}", err=True)
+            _tell(result, f"{at} ")
         for run in done.runs:
             click.echo(f"{at} {_run_state(run)}")
         for rule, severity, kind, subject, message in done.new_flags:
