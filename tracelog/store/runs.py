@@ -41,6 +41,9 @@ RUN_LIST_COLUMNS = [
     "seq_len",
     "vocab",
 ]
+CHECKPOINT_ITERATION_SQL = "try_cast(regexp_extract(text, 'iteration\\s+(\\d+)', 1) AS BIGINT)"
+"""The iteration a checkpoint event names (Megatron's `successfully saved checkpoint from iteration N`,
+`... loaded checkpoint from PATH ... at iteration N`), over `events.text`."""
 PREDICTED_SQL = """
 LEFT JOIN (
     SELECT subject_id AS run_id,
@@ -221,9 +224,7 @@ def show_run(
             f"FROM timers WHERE run_id = {run} GROUP BY name ORDER BY median_ms DESC"
         ),
         "checkpoints": fetch(
-            "SELECT kind, count(*) AS lines, "
-            "arg_max(try_cast(regexp_extract(text, 'iteration\\s+(\\d+)', 1) AS BIGINT), line_no) "
-            "AS last_iteration, "
+            f"SELECT kind, count(*) AS lines, arg_max({CHECKPOINT_ITERATION_SQL}, line_no) AS last_iteration, "
             f"max(line_no) AS last_line FROM events WHERE run_id = {run} "
             "AND kind IN ('checkpoint_saved', 'checkpoint_loaded') GROUP BY kind ORDER BY kind DESC"
         ),

@@ -8,6 +8,7 @@ from tracelog.analysis.rules import run_flag as _flag
 from tracelog.analysis.scope import Scope
 from tracelog.parsers.deepspeed import SKIPPED_RUNNING
 from tracelog.store import Store
+from tracelog.store.runs import CHECKPOINT_ITERATION_SQL
 from tracelog.thresholds import Thresholds
 
 # NaN iterations a line tells of: the framework's own count where it prints one (Megatron), else a loss
@@ -351,8 +352,7 @@ def _last_checkpoint(store: Store, run_id: int, before_line: int) -> str:
     """Where a run that died can go on from: the last checkpoint its log says was saved before it died
     (Megatron's `successfully saved checkpoint ... iteration N`, kept as `checkpoint_saved` events)."""
     saved = store.con.execute(
-        "SELECT arg_max(try_cast(regexp_extract(text, 'iteration\\s+(\\d+)', 1) AS BIGINT), line_no), "
-        "max(line_no) FROM events "
+        f"SELECT arg_max({CHECKPOINT_ITERATION_SQL}, line_no), max(line_no) FROM events "
         f"WHERE run_id = {int(run_id)} AND kind = 'checkpoint_saved' AND line_no < {int(before_line)}"
     ).fetchone()
     if saved is None or saved[1] is None:
