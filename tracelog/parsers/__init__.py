@@ -13,6 +13,7 @@ from tracelog.errors import TracelogError
 from tracelog.parsers import (
     allreduce_bench,
     deepspeed,
+    hf_trainer,
     megatron,
     nccl_tests,
     nccl_tests_json,
@@ -29,6 +30,7 @@ PARSERS: list[ModuleType] = [
     nemo,
     deepspeed,
     torchtitan,
+    hf_trainer,
     table,
     nccl_tests,
     nccl_tests_json,

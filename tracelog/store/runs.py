@@ -41,9 +41,12 @@ RUN_LIST_COLUMNS = [
     "seq_len",
     "vocab",
 ]
-CHECKPOINT_ITERATION_SQL = "try_cast(regexp_extract(text, 'iteration\\s+(\\d+)', 1) AS BIGINT)"
+CHECKPOINT_ITERATION_SQL = (
+    "try_cast(regexp_extract(text, '(?:iteration\\s+|checkpoint-|global[ _]step\\s*)(\\d+)', 1) AS BIGINT)"
+)
 """The iteration a checkpoint event names (Megatron's `successfully saved checkpoint from iteration N`,
-`... loaded checkpoint from PATH ... at iteration N`), over `events.text`."""
+`... loaded checkpoint from PATH ... at iteration N`; the Hugging Face Trainer's `Saving model checkpoint
+to out/checkpoint-N` and `Continuing training from global step N`; DeepSpeed's `global_stepN`), over `events.text`."""
 PREDICTED_SQL = """
 LEFT JOIN (
     SELECT subject_id AS run_id,

@@ -1,0 +1,216 @@
+"""The Hugging Face Trainer's log: logged dicts placed at the training bar's step, the run's shape from the
+Trainer's start block, the model's configuration and DeepSpeed's echo, and the ways a log says no step.
+
+The inline logs are invented, modeled on transformers' ProgressCallback/PrinterCallback output and
+LLaMA-Factory's trainer_log.jsonl; their figures are not measurements."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES, source_of
+from tracelog import api, parsers
+from tracelog.parsers import deepspeed, hf_trainer
+from tracelog.parsers.base import head_text
+
+SAMPLE = SAMPLES / "hf_trainer_deepspeed_zero3_llama2_7b.log"
+
+
+def collect(text: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in hf_trainer.parse(source_of(text)):
+        rows = batch.rows.to_dicts() if hasattr(batch.rows, "to_dicts") else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+def params(out: dict[str, list[dict]], run: int = 0) -> dict[str, str]:
+    return {p["name"]: p["value"] for p in out["runs"][run]["run_params"]}
+
+
+def test_the_sample_is_the_trainers_and_not_deepspeeds() -> None:
+    """The sample carries DeepSpeed's engine lines too: the Trainer's parser reads both, DeepSpeed's
+    would leave every logged loss unparsed."""
+    head = head_text(SAMPLE.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, SAMPLE.name) is hf_trainer
+    assert deepspeed.detect(head) > 0  # it would claim the file if the Trainer's parser did not
+    pure = head_text((SAMPLES / "deepspeed_zero2_gpt2_1b3.log").read_bytes()[: parsers.HEAD_BYTES])
+    assert hf_trainer.detect(pure) == 0
+
+
+def test_the_sample_lands_one_row_per_logged_step(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(SAMPLE)])
+    assert (result.format, result.runs) == ("hf_trainer", 1)
+    rows = api.sql(
+        db, "SELECT iteration, elapsed_s, lm_loss, grad_norm, learning_rate FROM iterations ORDER BY line_no"
+    )
+    assert rows.iteration.tolist() == list(range(10, 601, 10))
+    first = rows.iloc[0]
+    # line 92: `... 10/600 [00:50<44:04,  4.48s/it]` then `{'loss': 1.6036, 'grad_norm': 0.946332, ...`
+    assert (first.elapsed_s, first.lm_loss, first.grad_norm, first.learning_rate) == (
+        4.48, 1.6036, 0.946332, 1.11111e-05
+    )  # fmt: skip
+    runs = api.sql(
+        db,
+        "SELECT framework, gpus, dp, mbs, gbs, train_iters, zero_stage, precision, recompute, layers, hidden, "
+        "heads, query_groups, ffn_hidden, vocab, swiglu FROM runs",
+    )
+    assert tuple(runs.iloc[0]) == (
+        "hf-trainer", 8, 8, 4, 128, 600, 3, "bf16", "full", 32, 4096, 32, 32, 11008, 32000, True
+    )  # fmt: skip
+    # the evaluation at step 200 (its bar, 32 long, is not the training bar)
+    val = api.sql(db, "SELECT iteration, value FROM iteration_metrics WHERE key = 'validation loss'")
+    assert val.iteration.tolist() == [200, 400]
+    # see_memory_usage: `CA 12.41 GB Max_CA 12 GB` (Max_CA rounded to whole GB) peaks at CA
+    memory = api.sql(db, "SELECT max_allocated_mib, max_reserved_mib FROM memory ORDER BY line_no")
+    assert memory.values.tolist() == [
+        [pytest.approx(2.73 * 1024), pytest.approx(3 * 1024)],
+        [pytest.approx(12.02 * 1024), pytest.approx(12.41 * 1024)],
+    ]
+    saved = api.sql(
+        db,
+        "SELECT text FROM events WHERE kind = 'checkpoint_saved' ORDER BY line_no",
+    )
+    assert [t.rsplit("-", 1)[1] for t in saved.text] == ["200", "400"]
+    summary = api.sql(
+        db, "SELECT name, value FROM run_params WHERE name IN ('train_runtime', 'step_source') ORDER BY name"
+    )
+    assert summary.values.tolist() == [["step_source", "tqdm bar"], ["train_runtime", "2569.7928"]]
+    # the torchrun banner, DeepSpeed's chatter, the config's path line and the closing words are kept
+    assert result.lines_unparsed == 18
+
+
+def test_a_log_without_a_bar_counts_its_steps_by_logging_steps() -> None:
+    """`disable_tqdm=True`: PrinterCallback prints the dicts alone; the printed arguments say how many
+    steps lie between two of them."""
+    text = (
+        "Training/evaluation parameters TrainingArguments(\n"
+        "_n_gpu=1,\n"
+        "logging_steps=25,\n"
+        "per_device_train_batch_size=2,\n"
+        ")\n"
+        "{'loss': 2.3012, 'learning_rate': 4.9e-05, 'epoch': 0.02}\n"
+        "{'loss': 2.1004, 'learning_rate': 4.8e-05, 'epoch': 0.04}\n"
+        "{'loss': 2.0533, 'learning_rate': 4.7e-05, 'epoch': 0.06}\n"
+    )
+    out = collect(text)
+    assert [r["iteration"] for r in out["iterations"]] == [25, 50, 75]
+    assert [r["elapsed_s"] for r in out["iterations"]] == [None] * 3
+    assert params(out)["step_source"] == "count x logging_steps"
+    bare = collect(text.split(")\n", 1)[1])
+    assert [r["iteration"] for r in bare["iterations"]] == [1, 2, 3]
+    assert params(bare)["step_source"] == "count of logged lines"
+    assert [m["key"] for m in bare["iteration_metrics"]] == ["epoch"] * 3
+
+
+def test_wrapped_numbers_nan_and_the_rate_in_steps_per_second(tmp_path: Path) -> None:
+    """numpy 2 prints `np.float64(...)`; some versions logged the grad norm as a tensor; a rate over one
+    step a second is `it/s`; a NaN loss is a NaN iteration, flagged."""
+    log = tmp_path / "hf.log"
+    log.write_text(
+        "***** Running training *****\n"
+        "  Num examples = 1,000\n"
+        "  Total optimization steps = 30\n"
+        "\r 33%|███▎      | 10/30 [00:06<00:12,  1.60it/s]\r" + " " * 40 + "\r"
+        "{'loss': 2.5, 'grad_norm': np.float64(1.25), 'learning_rate': 1e-05, 'epoch': 0.33}\n"
+        "\r 67%|██████▋   | 20/30 [00:12<00:06,  1.61it/s]\r" + " " * 40 + "\r"
+        "{'loss': nan, 'grad_norm': tensor(nan, device='cuda:0'), 'learning_rate': 1e-05, 'epoch': 0.67}\n"
+        "\r100%|██████████| 30/30 [00:18<00:00,  1.62it/s]\r" + " " * 40 + "\r"
+        "{'loss': nan, 'grad_norm': tensor(nan, device='cuda:0'), 'learning_rate': 1e-05, 'epoch': 1.0}\n"
+    )
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(log)])
+    assert result.lines_unparsed == 0
+    rows = api.sql(db, "SELECT iteration, elapsed_s, lm_loss, grad_norm FROM iterations ORDER BY iteration")
+    assert rows.iteration.tolist() == [10, 20, 30]
+    assert rows.elapsed_s.tolist() == pytest.approx([1 / 1.60, 1 / 1.61, 1 / 1.62])
+    assert rows.grad_norm[0] == 1.25 and math.isnan(rows.grad_norm[1])
+    flags = api.sql(db, "SELECT severity, message FROM flags WHERE rule = 'training_health'")
+    assert flags.values.tolist() == [
+        ["critical", "2 NaN iteration(s), the first in the interval ending at iteration 20."]
+    ]
+
+
+def test_llama_factory_lines_carry_their_step_and_clock() -> None:
+    """LLaMA-Factory's trainer_log.jsonl: the step is printed, seconds per step come from the elapsed clock;
+    a step counted again starts a new run (a resumed job appending to the same file)."""
+    line = (
+        '{{"current_steps": {step}, "total_steps": 11250, "loss": {loss}, "eval_loss": null, '
+        '"learning_rate": 7.04e-05, "epoch": 0.39, "percentage": 0.78, "elapsed_time": "{clock}", '
+        '"remaining_time": "7 days, 4:55:18"}}\n'
+    )
+    text = "".join(
+        line.format(step=s, loss=loss, clock=c)
+        for s, loss, c in [
+            (87, 0.91, "1:20:52"),
+            (88, 0.9, "1:21:47"),
+            (90, 0.88, "1:23:38"),
+            (10, 1.4, "0:09:01"),
+        ]
+    )
+    out = collect(text)
+    rows = out["iterations"]
+    assert [(r["run_key"], r["iteration"]) for r in rows] == [(0, 87), (0, 88), (0, 90), (1, 10)]
+    assert [r["elapsed_s"] for r in rows] == [None, 55.0, 55.5, None]
+    assert [r["train_iters"] for r in out["runs"]] == [11250, 11250]
+    assert params(out)["step_source"] == "logged step"
+
+
+def test_a_second_training_block_is_a_second_run() -> None:
+    text = (
+        "***** Running training *****\n"
+        "  Instantaneous batch size per device = 8\n"
+        "  Total train batch size (w. parallel, distributed & accumulation) = 64\n"
+        "  Gradient Accumulation steps = 2\n"
+        "  Total optimization steps = 100\n"
+        "{'loss': 2.0, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+        "Traceback (most recent call last):\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+        "***** Running training *****\n"
+        "  Continuing training from global step 40\n"
+        "  Instantaneous batch size per device = 4\n"
+        "{'loss': 1.8, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
+    )
+    out = collect(text)
+    assert [(r["run_key"], r.get("mbs"), r.get("gbs"), r.get("dp")) for r in out["runs"]] == [
+        (0, 8, 64, 4), (1, 4, None, None)
+    ]  # fmt: skip
+    assert [(e["run_key"], e["kind"]) for e in out["events"]] == [
+        (0, "traceback"), (0, "oom"), (1, "checkpoint_loaded")
+    ]  # fmt: skip
+
+
+def test_deepspeeds_step_lines_give_the_logged_steps_their_skips(tmp_path: Path) -> None:
+    """An fp16 run on DeepSpeed whose loss scaler skips nearly every step (as transformers#14531 reported
+    for T5): DeepSpeed's running count on its step lines, one of them written behind the bar without a
+    newline, becomes each logged step's skips, and the run is flagged as barely trained."""
+    bar = "  8%|#         | {0}/24128 [1:52:09<20:27:23,  3.33s/it]"
+    step = (
+        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step={0}, skipped={1}, lr=[0.001]"
+    )
+    loss = "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}"
+    log = tmp_path / "t5.log"
+    log.write_text(
+        "\r".join([bar.format(1990), loss])
+        + "\n"
+        + bar.format(1999)
+        + step.format(2000, 1995)
+        + "\n"
+        + "\r".join([bar.format(2000), loss])
+        + "\n"
+        + step.format(2010, 2005)
+        + "\n"
+        + "\r".join([bar.format(2010), loss])
+        + "\n"
+    )
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(log)])
+    assert (result.format, result.lines_unparsed) == ("hf_trainer", 0)
+    rows = api.sql(db, "SELECT iteration, coalesce(skipped, -1) FROM iterations ORDER BY iteration")
+    assert rows.values.tolist() == [[1990, -1], [2000, 0], [2010, 10]]  # none known before the first
+    (flag,) = api.sql(db, "SELECT message FROM flags WHERE severity = 'critical'").message
+    assert "2005 of about 2010 iterations were skipped" in flag

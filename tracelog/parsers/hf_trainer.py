@@ -1,0 +1,481 @@
+"""Hugging Face Trainer output (transformers' `Trainer`, and the tools built on it: TRL, LLaMA-Factory,
+axolotl), alone or with DeepSpeed underneath (`--deepspeed ds_config.json`).
+
+The Trainer prints what it logs as a Python dict, every `logging_steps` steps, on the main process
+(trainer_callback.py: `ProgressCallback.on_log` writes `str(logs)` through the progress bar, or
+`PrinterCallback` prints it when the bar is off):
+
+    {'loss': 1.9012, 'grad_norm': 0.8374, 'learning_rate': 1.8e-05, 'epoch': 0.1}
+
+The dict says no step. The step is the training bar's (tqdm's `50/1000 [02:05<39:35,  2.50s/it]`,
+updated by `on_step_end` just before the step's log is printed: in a file the bar's redraws and the dict
+share one line, separated by carriage returns); without a bar, `logging_steps` times the count of dicts
+when the arguments were printed, else the count (`step_source` says which). Seconds per step are the
+bar's rate (`2.50s/it`, `1.25it/s`: tqdm's moving average). LLaMA-Factory's `trainer_log.jsonl` lines
+(`{"current_steps": 87, "total_steps": 11250, "loss": ...}`) carry their step. `eval_*` dicts are metrics
+of the step (`eval_loss` as `validation loss`), the closing `train_runtime` dict run parameters; a
+`nan` loss is a NaN iteration. Values printed as `np.float64(0.8)` or `tensor(0.8, device='cuda:0')`
+(numpy 2, some versions' grad norm) are read as their number.
+
+The run's shape comes from the Trainer's `***** Running training *****` block (micro-batch per device,
+total batch, accumulation steps, total steps; data-parallel size is their quotient), the model's
+configuration as `from_pretrained` logs it (`Model config LlamaConfig { "hidden_size": 4096, ... }`), a
+printed `TrainingArguments(...)`, and DeepSpeed's configuration echo (`zero_optimization_stage`,
+precision, batch sizes) and `see_memory_usage` lines (memory rows). A second `Running training` block
+after steps starts a new run. Warnings and tracebacks are events; anything else is `unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.deepspeed import (
+    CONFIG_LINE_RX,
+    LOG_PREFIX_RX,
+    SEE_MEMORY_RX,
+    SKIPPED_RUNNING,
+    STEPS_PER_PRINT,
+)
+from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
+from tracelog.parsers.deepspeed_config import config_columns, see_memory_mib
+from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
+
+FORMAT = "hf_trainer"
+VERSION = "1"
+FRAMEWORK = "hf-trainer"
+
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf|NaN|Infinity|-Infinity"
+# one `'key': value` of a dict's repr or a JSON object: a number (bare, or wrapped by numpy or torch), a
+# string, or a constant
+PAIR_RX = re.compile(
+    r"""['"]([^'"]+)['"]\s*:\s*(?:(?:np\.\w+|numpy\.\w+|tensor)\(\s*)?"""
+    r"""(""" + NUM + r"""|'[^']*'|"[^"]*"|None|null|True|False|true|false)"""
+)
+DICT_RX = re.compile(r"""^\s*\{\s*['"][^'"]+['"]\s*:.*\}\s*$""")
+# tqdm's bar: `  5%|▌         | 50/1000 [02:05<39:35,  2.50s/it]` (a postfix may follow the rate)
+BAR_RX = re.compile(
+    r"^\s*([^|]*?:\s*)?\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([\d:]+)<[^,\]]*,\s*"
+    r"(?:(\d+(?:\.\d+)?)(s/it|it/s)|\?\w*/\w+)[^\]]*\]"
+)
+HEADER_RX = {
+    "num_examples": re.compile(r"\bNum examples = ([\d,]+)"),
+    "num_epochs": re.compile(r"\bNum Epochs = ([\d,]+)"),
+    "mbs": re.compile(r"\bInstantaneous batch size per device = ([\d,]+)"),
+    "gbs": re.compile(r"\bTotal train batch size \(w\. parallel, distributed & accumulation\) = ([\d,]+)"),
+    "gradient_accumulation_steps": re.compile(r"\bGradient Accumulation steps = ([\d,]+)"),
+    "train_iters": re.compile(r"\bTotal optimization steps = ([\d,]+)"),
+    "trainable_parameters": re.compile(r"\bNumber of trainable parameters = ([\d,]+)"),
+}
+SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
+RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
+RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
+MODEL_CONFIG_RX = re.compile(r"\bModel config (\w+) \{\s*$")
+CONFIG_PAIR_RX = re.compile(r'^\s*"(\w+)":\s*(.*?),?\s*$')
+ARGS_START_RX = re.compile(r"\b(?:\w*TrainingArguments|\w*Config)\($")
+ARG_RX = re.compile(r"^\s*(\w+)=(.*?),?\s*$")
+WARNING_LINE_RX = re.compile(WARNING_RX)
+# the model configuration's keys (transformers' names; GPT-2's and Falcon's older spellings) -> run columns
+MODEL_KEYS = {
+    "hidden_size": "hidden",
+    "n_embd": "hidden",
+    "num_hidden_layers": "layers",
+    "n_layer": "layers",
+    "num_attention_heads": "heads",
+    "n_head": "heads",
+    "num_key_value_heads": "query_groups",
+    "intermediate_size": "ffn_hidden",
+    "n_inner": "ffn_hidden",
+    "vocab_size": "vocab",
+}
+# TrainingArguments fields kept as run parameters (the rest of the block is read, not kept)
+ARG_KEYS = (
+    "logging_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_steps",
+    "bf16",
+    "fp16",
+    "gradient_checkpointing",
+    "deepspeed",
+    "fsdp",
+    "optim",
+    "learning_rate",
+    "seed",
+)
+# model types whose MLP is gated (gate, up and down projections: SwiGLU or GeGLU), as their modeling
+# files build it; the FLOP count and the model's memory take the third matrix from `swiglu`
+GATED_MODELS = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "olmo2",
+)
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
+ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
+STEP_KEYS = ("current_steps", "step", "global_step")
+IGNORED_KEYS = {*STEP_KEYS, "total_steps", "percentage", "remaining_time", "total_flos"}
+
+
+def detect(head: str) -> int:
+    """The Trainer's `Running training` block, or two logged dicts with a loss and a learning rate or
+    epoch: above DeepSpeed's own lines, which an HF log run on DeepSpeed carries too."""
+    if RUNNING_RX.search(head) and ("Total optimization steps" in head or "Num examples" in head):
+        return 45
+    logged = 0
+    for line in head.split("\n"):
+        for part in line.split("\r"):
+            if (
+                DICT_RX.match(part)
+                and re.search(r"""['"]loss['"]\s*:""", part)
+                and ("learning_rate" in part or "epoch" in part)
+            ):
+                logged += 1
+    return 45 if logged >= 2 else 0
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").replace("Infinity", "inf"))
+    except ValueError:
+        return None
+
+
+def _seconds(clock: str) -> float | None:
+    """`1:20:52`, `02:05` or `2 days, 4:57:16` as seconds."""
+    days = 0
+    if "day" in clock:
+        head, _, clock = clock.partition(",")
+        days = int(head.split()[0])
+    parts = clock.strip().split(":")
+    if not all(p.isdigit() for p in parts):
+        return None
+    seconds = 0.0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return days * 86400 + seconds
+
+
+def _value(raw: str) -> Any:
+    if raw[:1] in "'\"":
+        return raw[1:-1]
+    if raw in ("None", "null"):
+        return None
+    if raw in ("True", "true", "False", "false"):
+        return raw in ("True", "true")
+    return _number(raw)
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.out = Emitter()
+        self.run_key = 0
+        self.runs: dict[int, dict[str, Any]] = {}
+        self.config: dict[int, dict[str, str]] = {}
+        self.train_total: int | None = None
+        self.bar_step: int | None = None
+        self.bar_rate: float | None = None  # seconds per step
+        self.last_step: int | None = None
+        self.logged = 0  # training dicts of this run
+        self.logging_steps: int | None = None
+        self.clock: tuple[int, float] | None = (
+            None  # (step, seconds since start) of LLaMA-Factory's last line
+        )
+        self.block: str | None = None  # "model" or "args" while such a block is open
+        self.depth = 0  # brackets open inside the model's configuration (a list of architectures)
+        self.step_source: str | None = None
+        self.args: dict[int, dict[str, str]] = {}
+        self.ds_skipped: int | None = (
+            None  # DeepSpeed's running count of skipped steps, at its last step line
+        )
+        self.skipped_pending = 0  # steps skipped since the last logged dict
+
+    # ------------------------------------------------------------------------------------------ runs
+    def run(self, line_no: int) -> dict[str, Any]:
+        run = self.runs.setdefault(
+            self.run_key,
+            {"run_key": self.run_key, "framework": FRAMEWORK, "line_start": line_no, "run_params": []},
+        )
+        run["line_end"] = line_no
+        return run
+
+    def param(self, line_no: int, name: str, value: Any) -> None:
+        self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
+
+    def new_run(self) -> None:
+        if self.last_step is not None or self.logged:
+            self._close_run()
+            self.run_key += 1
+            self.last_step, self.logged, self.clock = None, 0, None
+            self.bar_step, self.bar_rate, self.train_total = None, None, None
+            self.step_source = None
+            self.ds_skipped, self.skipped_pending = None, 0
+
+    def _close_run(self) -> None:
+        if self.step_source is not None and self.run_key in self.runs:
+            self.param(self.runs[self.run_key]["line_end"], "step_source", self.step_source)
+
+    # ----------------------------------------------------------------------------------------- lines
+    def line(self, n: int, text: str) -> None:
+        understood = False
+        for part in text.split("\r"):
+            if part.strip():
+                understood = self.part(n, part) or understood
+            elif "\r" in text:
+                understood = True  # tqdm's clearing of its bar
+        if understood or not text.strip():
+            return
+        if WARNING_LINE_RX.search(text):
+            self.out.add(
+                "events", {"run_key": self.run_key, "line_no": n, "kind": kind_of(text), "text": text}
+            )
+        else:
+            self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def part(self, n: int, part: str) -> bool:
+        if self.block is not None:
+            return self.in_block(n, part)
+        if match := BAR_RX.match(part):
+            if match.group(1) is None:  # a described bar (`Loading checkpoint shards: `) is not training's
+                self.bar(int(match.group(2)), int(match.group(3)), match.group(5), match.group(6))
+            rest = part[match.end() :]  # a line another process wrote behind the bar, without a newline
+            return self.part(n, rest) if rest.strip() else True
+        if DICT_RX.match(part):
+            return self.logged_dict(n, part)
+        if (match := LOG_PREFIX_RX.match(part.strip())) is not None:
+            return self.deepspeed(n, match)
+        return self.header(n, part)
+
+    def bar(self, step: int, total: int, rate: str | None, unit: str | None) -> None:
+        """A training bar's position and rate; bars of another length (evaluation's) are not the steps'."""
+        if self.train_total is None:
+            self.train_total = total
+        if total != self.train_total:
+            return
+        self.bar_step = step
+        if rate is not None:
+            value = float(rate)
+            self.bar_rate = value if unit == "s/it" else (1.0 / value if value else None)
+
+    def logged_dict(self, n: int, part: str) -> bool:
+        pairs = {key: _value(raw) for key, raw in PAIR_RX.findall(part)}
+        if not pairs:
+            return False
+        if "train_runtime" in pairs:
+            for key in SUMMARY_KEYS:
+                if pairs.get(key) is not None:
+                    self.param(n, key, pairs[key])
+            return True
+        if isinstance(pairs.get("loss"), float):
+            self.training_row(n, pairs)
+            return True
+        if any(key.startswith("eval_") and isinstance(value, float) for key, value in pairs.items()):
+            step = self._step_of(pairs, advance=False)
+            for key, value in pairs.items():
+                if key.startswith("eval_") and isinstance(value, float):
+                    self.metric(n, step, key, value)
+            return True
+        return False
+
+    def _step_of(self, pairs: dict[str, Any], advance: bool) -> int:
+        """The step a logged dict belongs to (see the module's docstring); `advance`: a training dict,
+        which moves the count on."""
+        for key in STEP_KEYS:
+            if isinstance(pairs.get(key), float):
+                self.step_source = self.step_source or "logged step"
+                return int(pairs[key])
+        last = self.last_step or 0
+        if self.bar_step is not None and (self.bar_step > last or not advance):
+            self.step_source = self.step_source or "tqdm bar"
+            return self.bar_step
+        if not advance:
+            return last
+        if self.logging_steps:
+            self.step_source = self.step_source or "count x logging_steps"
+            return last + self.logging_steps
+        self.step_source = self.step_source or "count of logged lines"
+        return last + 1
+
+    def training_row(self, n: int, pairs: dict[str, Any]) -> None:
+        step = self._step_of(pairs, advance=True)
+        if self.last_step is not None and step <= self.last_step and "current_steps" in pairs:
+            self.new_run()  # LLaMA-Factory's log of a restarted run counts again
+        self.logged += 1
+        run = self.run(n)
+        if isinstance(pairs.get("total_steps"), float):
+            run.setdefault("train_iters", int(pairs["total_steps"]))
+        elapsed = self.bar_rate if self.bar_step == step else None
+        clock = _seconds(pairs["elapsed_time"]) if isinstance(pairs.get("elapsed_time"), str) else None
+        if clock is not None:
+            if self.clock is not None and step > self.clock[0]:
+                elapsed = round((clock - self.clock[1]) / (step - self.clock[0]), 6)
+            self.clock = (step, clock)
+        row = {"run_key": self.run_key, "iteration": step, "elapsed_s": elapsed, "line_no": n}
+        if self.ds_skipped is not None:
+            row["skipped"], self.skipped_pending = self.skipped_pending, 0
+        for key, column in ROW_KEYS.items():
+            value = pairs.get(key)
+            row[column] = value if isinstance(value, float) else None
+        self.out.add("iterations", row)
+        for key, value in pairs.items():
+            if key in ROW_KEYS or key in IGNORED_KEYS or not isinstance(value, float):
+                continue
+            self.metric(n, step, key, value)
+        self.last_step = step
+
+    def metric(self, n: int, step: int, key: str, value: float) -> None:
+        key = "validation loss" if key == "eval_loss" else key  # the name other parsers give it
+        self.out.add(
+            "iteration_metrics",
+            {
+                "run_key": self.run_key,
+                "iteration": step,
+                "key": key,
+                "value": value,
+                "text": str(value),
+                "line_no": n,
+            },
+        )
+
+    def header(self, n: int, part: str) -> bool:
+        for rx, kind in ((SAVED_RX, "checkpoint_saved"), (RESUMED_RX, "checkpoint_loaded")):
+            if rx.search(part):
+                self.out.add(
+                    "events", {"run_key": self.run_key, "line_no": n, "kind": kind, "text": part.strip()}
+                )
+                return True
+        if match := RUNNING_RX.search(part):
+            if match.group(1) == "training":
+                self.new_run()
+                self.run(n)
+            return True
+        for name, rx in HEADER_RX.items():
+            if match := rx.search(part):
+                value = int(match.group(1).replace(",", ""))
+                run = self.run(n)
+                if name in ("mbs", "gbs", "train_iters"):
+                    run[name] = value
+                    if name == "train_iters":
+                        self.train_total = value
+                else:
+                    self.param(n, name, value)
+                    if name == "gradient_accumulation_steps":
+                        run["_accumulation"] = value
+                return True
+        if match := MODEL_CONFIG_RX.search(part):
+            self.block = "model"
+            self.param(n, "model_config", match.group(1))
+            return True
+        if ARGS_START_RX.search(part.rstrip()) and "TrainingArguments" in part:
+            self.block = "args"
+            return True
+        return False
+
+    def in_block(self, n: int, part: str) -> bool:
+        """A line of the model's configuration (JSON) or of printed TrainingArguments."""
+        stripped = part.strip()
+        if self.depth > 0:
+            self.depth += (
+                stripped.count("[") + stripped.count("{") - stripped.count("]") - stripped.count("}")
+            )
+            return True
+        if (self.block == "model" and stripped == "}") or (self.block == "args" and stripped == ")"):
+            self.block = None
+            return True
+        if self.block == "model" and (match := CONFIG_PAIR_RX.match(part)):
+            key, raw = match.groups()
+            self.depth = max(0, raw.count("[") + raw.count("{") - raw.count("]") - raw.count("}"))
+            column = MODEL_KEYS.get(key)
+            value = _number(raw) if column else None
+            if column and value is not None:
+                self.run(n).setdefault(column, int(value))
+            elif key in ("model_type", "hidden_act", "torch_dtype", "max_position_embeddings"):
+                self.param(n, key, raw.strip('"'))
+                if key == "model_type":
+                    self.run(n)["swiglu"] = raw.strip('"') in GATED_MODELS
+            return True
+        if self.block == "args" and (match := ARG_RX.match(part)):
+            key, raw = match.groups()
+            if key in ARG_KEYS:
+                self.param(n, key, raw)
+                self.args.setdefault(self.run_key, {})[key] = raw
+                if key == "logging_steps" and raw.isdigit():
+                    self.logging_steps = int(raw)
+            return True
+        self.block = None  # a line of neither shape: the block was cut off
+        return self.part(n, part)
+
+    def deepspeed(self, n: int, match: re.Match[str]) -> bool:
+        """DeepSpeed's configuration echo (one `name ..... value` per line), memory reports and step lines
+        (`step=N, skipped=K, lr=[...]`: K is DeepSpeed's running count of steps the fp16 loss scaler
+        skipped; what it grew by since the last logged dict is that dict's `skipped`)."""
+        where, msg = match.group(3), match.group(6)
+        if step_line := DS_STEP_RX.search(msg):
+            self.ds_step(n, int(step_line.group(1)), int(step_line.group(2)))
+            return True
+        if memory := SEE_MEMORY_RX.search(msg):
+            alloc, peak, reserved, peak_reserved = see_memory_mib(memory.groups())
+            row = {"run_key": self.run_key, "rank": None, "iteration": self.last_step, "line_no": n}
+            self.out.add(
+                "memory",
+                {
+                    **row,
+                    "allocated_mib": alloc,
+                    "max_allocated_mib": peak,
+                    "reserved_mib": reserved,
+                    "max_reserved_mib": peak_reserved,
+                },
+            )
+            return True
+        if msg.strip() == "DeepSpeedEngine configuration:":
+            return True
+        if where == "config.py" and (pair := CONFIG_LINE_RX.match(msg)):
+            name, value = pair.group(1), pair.group(2)
+            if value.count("{") + value.count("[") > value.count("}") + value.count("]"):
+                return False  # a multi-line value: its lines stay unparsed, as they are kept
+            self.config.setdefault(self.run_key, {})[name] = value
+            self.param(n, f"deepspeed.{name}", value)
+            return True
+        return False
+
+    def ds_step(self, n: int, step: int, total: int) -> None:
+        if self.ds_skipped is None and not self.config.get(self.run_key) and step > STEPS_PER_PRINT:
+            # the first step line of a tail: its count is of steps this log does not hold (see deepspeed.py)
+            self.metric(n, step, SKIPPED_RUNNING, float(total))
+        else:
+            self.skipped_pending += max(total - (self.ds_skipped or 0), 0)
+        self.ds_skipped = total
+        self.run(n)
+
+    def finish(self) -> None:
+        self._close_run()
+        for key, run in self.runs.items():
+            columns = config_columns(self.config.get(key, {}))
+            columns.pop("dp", None)  # DeepSpeed's world_size: every rank, not the data-parallel size
+            args = self.args.get(key, {})
+            if args.get("gradient_checkpointing") in ("True", "False"):
+                columns["recompute"] = "full" if args["gradient_checkpointing"] == "True" else "none"
+            if "precision" not in columns and (args.get("bf16") == "True" or args.get("fp16") == "True"):
+                columns["precision"] = "bf16" if args.get("bf16") == "True" else "fp16"
+            for name, value in columns.items():
+                run.setdefault(name, value)
+            accumulation = run.pop("_accumulation", None)
+            mbs, gbs = run.get("mbs"), run.get("gbs")
+            if mbs and gbs and accumulation and gbs % (mbs * accumulation) == 0:
+                run.setdefault("dp", gbs // (mbs * accumulation))
+                run.setdefault("gpus", run["dp"])
+            self.out.add("runs", run)
+
+
+@guarded
+def parse(source: LineSource) -> Iterator[Batch]:
+    parser = _Parser()
+    return drive(parser, source)
