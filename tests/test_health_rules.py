@@ -66,6 +66,36 @@ def test_a_nan_loss_without_the_frameworks_count_is_a_nan_iteration(tmp_path: Pa
     assert (nan["severity"], nan["row_ref"], nan["measured"]) == ("critical", "line 18", 1.0)
 
 
+def test_a_nan_grad_norm_on_a_step_not_skipped_is_a_nan_iteration(tmp_path: Path) -> None:
+    """Megatron-DeepSpeed in bf16 prints `grad norm: nan` with no loss and a NaN count of 0 (invented lines
+    in the shape of bigscience-workshop/Megatron-DeepSpeed#396); the same on a skipped step is the fp16
+    loss scaler's overflow, which the skip count already tells."""
+    line = (
+        " iteration {i:8d}/  250000 | consumed samples: {s:10d} | elapsed time per iteration (ms): 2350.1 | "
+        "learning rate: 6.000E-05 | global batch size:   512 | {loss}loss scale: {scale} | grad norm: {norm} | "
+        "number of skipped iterations: {skipped:3d} | number of nan iterations:   0 |"
+    )
+    rows = [dict(loss="lm loss: 2.310000E+00 | ", scale="1.0", norm="0.312", skipped=0) for _ in range(24)]
+    rows[20] = dict(loss="", scale="1.0", norm="nan", skipped=0)
+    rows[21] = dict(loss="", scale="1.0", norm="nan", skipped=0)
+    log = tmp_path / "run.log"
+    log.write_text("".join(line.format(i=i + 1, s=(i + 1) * 512, **r) + "\n" for i, r in enumerate(rows)))
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"], flag["measured"]) == ("critical", "line 21", 2.0)
+    # the fp16 case: skipped steps with an infinite norm are overflows, not NaN iterations
+    fp16 = [dict(r, scale="65536.0") for r in rows]
+    fp16[20] = dict(loss="", scale="32768.0", norm="inf", skipped=1)
+    fp16[21] = dict(loss="lm loss: 2.300000E+00 | ", scale="32768.0", norm="0.3", skipped=0)
+    log.write_text("".join(line.format(i=i + 1, s=(i + 1) * 512, **r) + "\n" for i, r in enumerate(fp16)))
+    (tmp_path / "b").mkdir()
+    api.ingest(tmp_path / "b" / "t.duckdb", [str(log)])
+    assert not [
+        f for f in tracelog.api.flags(tmp_path / "b" / "t.duckdb").to_dict("records") if "NaN" in f["message"]
+    ]
+
+
 def test_a_run_that_skipped_most_of_its_steps_is_critical_not_calibrating(tmp_path: Path) -> None:
     # Every line but the last two skipped its step: the loss scaler overflowing throughout, which the
     # warm-up cut (leading lines with skips) would otherwise have called calibration ("info").
@@ -84,6 +114,20 @@ def test_a_few_skips_at_the_start_stay_calibration(tmp_path: Path) -> None:
     (tmp_path / "lower").mkdir()
     (strict,) = flags_for(tmp_path / "lower", rows, skipped_share=0.05)
     assert strict["severity"] == "critical" and "3 of about 30" in strict["message"]
+
+
+@pytest.mark.parametrize(
+    ("scale", "says"),
+    [(65536.0, "the fp16 loss scaler hit overflows"), (1.0, "with a loss scale of 1.0 there is no fp16 scaler")],
+)
+def test_skips_are_blamed_on_the_loss_scaler_only_where_there_is_one(
+    tmp_path: Path, scale: float, says: str
+) -> None:
+    # argonne-lcf's `--train-range-to-skip` and Megatron's `--iterations-to-skip` skip steps in bf16 too
+    rows = [{"scale": scale} for _ in range(30)]
+    rows[20]["skipped"] = 1
+    (flag,) = flags_for(tmp_path, rows)
+    assert flag["severity"] == "warning" and says in flag["message"], flag["message"]
 
 
 # Invented, in the shape of an fp16 fine-tuning job's output as DeepSpeed 0.5 printed it (logging.py's

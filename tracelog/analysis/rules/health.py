@@ -11,9 +11,25 @@ from tracelog.store import Store
 from tracelog.store.runs import CHECKPOINT_ITERATION_SQL
 from tracelog.thresholds import Thresholds
 
-# NaN iterations a line tells of: the framework's own count where it prints one (Megatron), else a loss
-# printed as NaN (NeMo's bar, DeepSpeed's scripts) is one.
-NAN_LINES = "CASE WHEN nan IS NOT NULL THEN nan WHEN isnan(lm_loss) THEN 1 ELSE 0 END"
+NAN_LINES = (
+    "CASE WHEN NOT isfinite(lm_loss) OR (NOT isfinite(grad_norm) AND coalesce(skipped, 0) = 0) "
+    "THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
+)
+"""NaN iterations a line stands for: the framework's count, and at least one where the loss is not finite, or
+the grad norm is not finite on a step that was not skipped. Megatron-DeepSpeed under bf16 prints `grad
+norm: nan` with no loss and `number of nan iterations: 0` (bigscience-workshop/Megatron-DeepSpeed#396): its
+count checks only the loss it reduced. A non-finite grad norm on a skipped step is the fp16 loss scaler's
+overflow, which the skipped count tells."""
+
+
+NOT_SCALER = (
+    "with a loss scale of 1.0 there is no fp16 scaler to overflow: steps the run was told to skip "
+    "(Megatron's `--iterations-to-skip`, argonne-lcf's `--train-range-to-skip`) or whose grad norm a check rejected."
+)
+NOT_SCALER_HINT = (
+    "Look for the log's own word before the first of them (`Caught N in 'ranges_to_skip'`, `Bad grad_norm "
+    "detected`): a bad batch or a spike the run stepped over; the optimizer did not update on those steps."
+)
 
 
 def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
@@ -30,14 +46,26 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                -- line's own (the mean interval between lines)
                CASE WHEN count(iteration) > 1 THEN (max(iteration) - min(iteration)) * count(iteration)
                     / (count(iteration) - 1) END AS covered,
-               min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line
+               min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line,
+               -- no fp16 loss scaler: the run printed a scale of 1.0 at most (bf16, fp32)
+               coalesce(max(loss_scale) <= 1, false) AS unscaled
         FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
         """
     ).fetchall()
     flags: list[Flag] = []
     barely = _barely_trained(store, t, scope, rows)
     flags.extend(barely.values())
-    for run_id, nan_total, first_nan, nan_line, skipped_steady, skipped_warmup, first_skip, *_ in rows:
+    for (
+        run_id,
+        nan_total,
+        first_nan,
+        nan_line,
+        skipped_steady,
+        skipped_warmup,
+        first_skip,
+        *_,
+        unscaled,
+    ) in rows:
         if nan_total:
             flags.append(
                 _flag(
@@ -61,9 +89,11 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "warning",
                     run_id,
                     f"{int(skipped_steady)} skipped iteration(s) after warm-up (first near iteration {first_skip}): "
-                    "the fp16 loss scaler hit overflows.",
-                    "Repeated overflows after warm-up point at instability: consider bf16, a lower learning rate "
-                    "or a larger initial loss scale window.",
+                    + (NOT_SCALER if unscaled else "the fp16 loss scaler hit overflows."),
+                    NOT_SCALER_HINT
+                    if unscaled
+                    else "Repeated overflows after warm-up point at instability: consider bf16, a lower learning "
+                    "rate or a larger initial loss scale window.",
                     measured=float(skipped_steady),
                     expected=0.0,
                 )
@@ -74,8 +104,10 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "training_health",
                     "info",
                     run_id,
-                    f"{int(skipped_warmup)} skipped iteration(s) during warm-up: the fp16 loss scale calibrating.",
-                    "Normal at the start of fp16 training; these lines are left out of the steady-state medians.",
+                    f"{int(skipped_warmup)} skipped iteration(s) during warm-up: "
+                    + (NOT_SCALER if unscaled else "the fp16 loss scale calibrating."),
+                    (NOT_SCALER_HINT + " " if unscaled else "Normal at the start of fp16 training; ")
+                    + "these lines are left out of the steady-state medians.",
                     measured=float(skipped_warmup),
                     expected=0.0,
                 )
@@ -109,7 +141,8 @@ def _barely_trained(store: Store, t: Thresholds, scope: Scope, rows: list[tuple]
     for run_id, count, last, line_no in running:
         if count is not None and last and count > t.skipped_share * last:
             share[run_id] = (float(count), float(last), f"line {line_no}")
-    for run_id, _, _, _, steady, warmup, _, covered, first_line in rows:
+    unscaled = {row[0]: row[-1] for row in rows}
+    for run_id, _, _, _, steady, warmup, _, covered, first_line, _ in rows:
         skipped = (steady or 0) + (warmup or 0)
         if run_id not in share and covered and skipped and skipped > t.skipped_share * covered:
             share[run_id] = (skipped, covered, f"line {first_line}")
@@ -118,9 +151,15 @@ def _barely_trained(store: Store, t: Thresholds, scope: Scope, rows: list[tuple]
             "training_health",
             "critical",
             run_id,
-            f"{int(count)} of about {int(round(covered))} iterations were skipped ({min(count / covered, 1):.1%}): the "
-            "fp16 loss scaler overflowed on most steps, so the weights were rarely updated.",
-            "Check the loss scale settings (DeepSpeed's `fp16.initial_scale_power`, `loss_scale_window`, "
+            f"{int(count)} of about {int(round(covered))} iterations were skipped ({min(count / covered, 1):.1%}): "
+            + (
+                NOT_SCALER[:-1] + ", so the weights were rarely updated."
+                if unscaled.get(run_id)
+                else "the fp16 loss scaler overflowed on most steps, so the weights were rarely updated."
+            ),
+            NOT_SCALER_HINT
+            if unscaled.get(run_id)
+            else "Check the loss scale settings (DeepSpeed's `fp16.initial_scale_power`, `loss_scale_window`, "
             "`min_loss_scale`; Megatron's `--initial-loss-scale`) and the weights' range: a model trained in "
             "bf16 often overflows fp16; train it in bf16 or fp32.",
             row_ref=ref,
