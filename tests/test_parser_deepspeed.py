@@ -106,6 +106,8 @@ def test_skipped_is_the_difference_of_the_running_count_and_overflows_set_the_lo
     assert [r["skipped"] for r in rows] == [1, 2, 0]
     assert [r["loss_scale"] for r in rows] == [32768.0, 16384.0, 16384.0]
     assert "unparsed" not in out
+    # each overflow stays in the store, for a log with no step line to count it (steps_per_print off)
+    assert [(e["kind"], e["line_no"]) for e in out["events"]] == [("overflow", 16), ("overflow", 18)]
 
 
 def test_a_bf16_run_has_no_loss_scale_and_an_fp16_run_starts_at_the_initial_scale() -> None:

@@ -196,3 +196,61 @@ def test_deepspeeds_timers_between_sparser_step_lines_count_their_steps() -> Non
     assert [steps[("optimizer_allgather", n)] for n in (1, 3, 6, 8)] == [1, 2, 3, 4]
     # the first engine line has no step line before it in the log: it keeps what was before (none)
     assert [steps[("fwd_microstep", n)] for n in (2, 5, 7, 10)] == [None, 2, 3, 4]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_memory_report_in_gigabytes_is_a_memory_row(fast: bool) -> None:
+    """Megatron-LM's report over `torch.cuda.memory_stats()` since 2025 prints GB under its own keys (an
+    invented line in its shape, two ranks' reports glued as ranks print them at once)."""
+    report = (
+        "[Rank {r}] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 51.072 | "
+        "mem-active-gigabytes: 51.072 | mem-inactive-gigabytes: 10.971 | mem-reserved-gigabytes: 216.89 | "
+        "mem-max-allocated-gigabytes: {peak} | mem-max-active-gigabytes: 195.46 | mem-max-inactive-gigabytes: "
+        "14.369 | mem-max-reserved-gigabytes: 216.89 | mem-alloc-retires: 0 | mem-allocated-count: 571"
+    )
+    text = (
+        " [2025-12-19 10:48:02] iteration        1/      50 | consumed samples:          128 | elapsed time per "
+        "iteration (ms): 41290.3 | learning rate: 1.000000E-06 | global batch size:   128 | lm loss: 1.20E+01 |"
+        " loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+        + report.format(r=0, peak="194.41")
+        + report.format(r=4, peak="194.5")
+        + "\n"
+    )
+    out = collect(text, fast)
+    rows = sorted(out["memory"], key=lambda r: r["rank"])
+    assert [(r["rank"], r["iteration"]) for r in rows] == [(0, 1), (4, 1)]
+    assert rows[0]["allocated_mib"] == pytest.approx(51.072 * 1024)
+    assert rows[0]["max_allocated_mib"] == pytest.approx(194.41 * 1024)
+    assert rows[1]["max_allocated_mib"] == pytest.approx(194.5 * 1024)
+    assert rows[0]["max_reserved_mib"] == pytest.approx(216.89 * 1024)
+    assert "unparsed" not in out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_primus_and_torchrun_prefixes_give_the_rank_and_time(fast: bool) -> None:
+    """AMD Primus's logger prefixes `[YYYYMMDD HH:MM:SS][rank-R/W][LEVEL] [---file:line] :` and prints
+    `current/average` pairs (primus/core/utils/logger.py, training_log/print_rank_last_patches.py);
+    torchrun's `--tee` prefixes `[defaultR]:`. Invented lines in those shapes."""
+    primus = (
+        "[20251202 09:12:{s}][rank-7/8][INFO ] [--------trainer.py:2560] : iteration {i}/ 5000 | consumed "
+        "samples: {c} | elapsed time per iteration (ms): 13372.8/13364.7 | hip mem usage/free/total/usage_ratio: "
+        "153.81GB/102.17GB/255.98GB/60.09% | throughput per GPU (TFLOP/s/GPU): 567.6/568.0 | tokens per GPU "
+        "(tokens/s/GPU): 9801.4/9807.3 | learning rate: 9.984820E-06 | global batch size: 128 | lm loss: "
+        "6.548988E-03 | loss scale: 1.0 | grad norm: 0.061 | number of skipped iterations: 0 | number of nan "
+        "iterations: 0 |\n"
+    )
+    tee = (
+        "[default3]: iteration       10/     100 | consumed samples:         1280 | elapsed time per iteration "
+        "(ms): 900.1 | learning rate: 1.000000E-04 | global batch size:   128 | lm loss: 9.100000E+00 | loss "
+        "scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    out = collect(primus.format(s="08", i=126, c=16128) + primus.format(s="21", i=127, c=16256), fast)
+    rows = out["iterations"]
+    assert [(r["iteration"], r["rank"], str(r["ts"])) for r in rows] == [
+        (126, 7, "2025-12-02 09:12:08"), (127, 7, "2025-12-02 09:12:21")
+    ]  # fmt: skip
+    assert (rows[0]["elapsed_s"], rows[0]["tflops_reported"]) == (pytest.approx(13.3728), 567.6)
+    metrics = {m["key"]: m["value"] for m in out["iteration_metrics"] if m["iteration"] == 126}
+    assert metrics["hip mem usage/free/total/usage_ratio"] == pytest.approx(153.81)
+    (row,) = collect(tee, fast)["iterations"]
+    assert (row["iteration"], row["rank"], row["lm_loss"]) == (10, 3, 9.1)

@@ -286,3 +286,24 @@ def test_peak_memory_in_bytes_on_the_printer_line_is_a_memory_row() -> None:
     ]
     assert not [m for m in out.get("iteration_metrics", []) if m["key"].startswith("max_memory")]
     assert [r["elapsed_s"] for r in out["iterations"]] == [27.01, 27.01]
+
+
+def test_an_error_written_onto_the_bar_is_an_event_and_the_bars_rate_its_step_time() -> None:
+    """Another stream's line glued behind the bar (no newline between: a watchdog's error, as pytorch#118369
+    quotes one) is kept as an event of that line; without `train_step_timing`, tqdm's rate is the step
+    time. Invented lines in that shape."""
+    bar = (
+        "Epoch 0:   6%|▋         | 32040/500150 [6:28:43<94:39:17,  1.37it/s, v_num=0, reduced_train_loss=2.590, "
+        "global_step=3.2e+4, consumed_samples=8.2e+6]"
+    )
+    watchdog = (
+        "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96120, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800523 milliseconds before timing out."
+    )
+    out = collect(bar + watchdog + "\n" + "\r".join([bar, "Epoch 0: lost redraw " + watchdog]) + "\n")
+    (row,) = out["iterations"]
+    assert (row["iteration"], row["lm_loss"]) == (32040, 2.59)
+    assert row["elapsed_s"] == pytest.approx(1 / 1.37, abs=1e-6)
+    assert [(e["line_no"], e["kind"]) for e in out["events"]] == [(1, "timeout"), (2, "timeout")]
+    assert out["events"][0]["text"] == watchdog
+    assert "unparsed" not in out

@@ -41,6 +41,7 @@ from tracelog.parsers.base import (
     numbers_guarded,
 )
 from tracelog.parsers.deepspeed_config import (
+    INFO_PARAMS,
     NUM,
     RunState,
     flatten,
@@ -111,17 +112,6 @@ USER_JSON_RX = re.compile(r"^\s*json = (\{.*)$")
 LAUNCH_RX = re.compile(r"nnodes=(\d+), num_local_procs=(\d+)")
 WORLD_RX = re.compile(r"\bdist_world_size=(\d+)")
 SCALE_RX = re.compile(r"(?:reducing to|loss scale from \S+ to)\s*" + NUM)
-INFO_PARAMS = (
-    (re.compile(r"DeepSpeed info: version=([^,\s]+)"), "deepspeed_version"),
-    (re.compile(r"Initializing TorchBackend in DeepSpeed with backend (\w+)"), "backend"),
-    (re.compile(r"DeepSpeed Final Optimizer = (\S+)"), "optimizer"),
-    (re.compile(r"DeepSpeed Basic Optimizer = (\S+)"), "basic_optimizer"),
-    (re.compile(r"using (?:configured|client) LR scheduler(?: = (\S+))?"), "lr_scheduler"),
-    (re.compile(r"WORLD INFO DICT: (.*)"), "world_info"),
-    (re.compile(r"Creating (.+? optimizer)"), "optimizer_wrapper"),
-    (re.compile(r"DeepSpeed Flops Profiler Enabled: (\w+)"), "flops_profiler_enabled"),
-    (megatron_lines.REDUCE_BUCKET_RX, "reduce_bucket_size"),
-)
 # DeepSpeed's default `steps_per_print` until 0.15.2 (runtime/constants.py STEPS_PER_PRINT_DEFAULT; None
 # since, which prints no step line): the interval of a log's first step line.
 STEPS_PER_PRINT = 10
@@ -338,10 +328,14 @@ class _Parser:
             values = see_memory_mib(match.groups())
             self.emit("memory", memory_row(run, rank, run.last_step, line_no, *values))
             return True
-        if match := SCALE_RX.search(msg):
-            self.run(line_no).loss_scale = number(match.group(1))
-            return True
-        if "Grad overflow on iteration" in msg:
+        if (match := SCALE_RX.search(msg)) or "Grad overflow on iteration" in msg:
+            # a step the fp16 loss scaler skipped: kept as an event (a log without step lines counts none)
+            self.emit(
+                "events",
+                {"run_key": self.run(line_no).key, "line_no": line_no, "kind": "overflow", "text": msg},
+            )
+            if match:
+                self.run(line_no).loss_scale = number(match.group(1))
             return True
         if profiler_line(self, line_no, msg):
             return True
@@ -359,7 +353,12 @@ class _Parser:
         if "Checkpoint global_step" in msg or "Saving model checkpoint" in msg:
             self.emit(
                 "events",
-                {"run_key": self.run(line_no).key, "line_no": line_no, "kind": "checkpoint", "text": msg},
+                {
+                    "run_key": self.run(line_no).key,
+                    "line_no": line_no,
+                    "kind": "checkpoint_saved",
+                    "text": msg,
+                },
             )
             return True
         return False

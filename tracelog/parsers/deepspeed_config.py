@@ -5,13 +5,28 @@ the loss scale, the parameters kept), as JSON too, for an ingest that resumes wh
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tracelog.parsers import megatron_lines
 from tracelog.parsers.base import as_int
+
+# One-line facts of the engine's start, kept as run parameters by name
+INFO_PARAMS = (
+    (re.compile(r"DeepSpeed info: version=([^,\s]+)"), "deepspeed_version"),
+    (re.compile(r"Initializing TorchBackend in DeepSpeed with backend (\w+)"), "backend"),
+    (re.compile(r"DeepSpeed Final Optimizer = (\S+)"), "optimizer"),
+    (re.compile(r"DeepSpeed Basic Optimizer = (\S+)"), "basic_optimizer"),
+    (re.compile(r"using (?:configured|client) LR scheduler(?: = (\S+))?"), "lr_scheduler"),
+    (re.compile(r"WORLD INFO DICT: (.*)"), "world_info"),
+    (re.compile(r"Creating (.+? optimizer)"), "optimizer_wrapper"),
+    (re.compile(r"DeepSpeed Flops Profiler Enabled: (\w+)"), "flops_profiler_enabled"),
+    (megatron_lines.REDUCE_BUCKET_RX, "reduce_bucket_size"),
+)
 
 
 @dataclass

@@ -35,7 +35,6 @@ from tracelog.parsers.megatron_lines import (
     ITER_MARK,
     ITERATION_COLUMNS,
     KEY_VALUE_MARK,
-    MEMORY_MARK,
     NEOX_FLOPS_MARK,
     SPECIAL_RX,
     STATEFUL_RX,
@@ -51,11 +50,11 @@ from tracelog.parsers.megatron_lines import (
     iteration_anchors,
     iterations_by_regex,
     key_value_as_classic,
-    memory_rows,
     neox_flops_as_classic,
     per_thousand,
     timers_by_regex,
 )
+from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory_rows
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 
 FORMAT = "megatron"
@@ -72,6 +71,7 @@ SETUP_MARKS = (
     "[after dataloaders are built] datetime:",
     "Theoretical memory footprints:",
     f"(after 1 iterations) {MEMORY_MARK}",
+    f"(after 1 iterations) {MEMORY_GB_MARK}",
 )
 
 
@@ -303,7 +303,9 @@ def _parse_block(
         line.str.contains(ARGS_END, literal=True).alias("end"),
         line.str.contains("using world size:", literal=True).alias("world"),
         line.str.contains(STATEFUL_RX).alias("state"),
-        line.str.contains(MEMORY_MARK, literal=True).alias("memory"),
+        (
+            line.str.contains(MEMORY_MARK, literal=True) | line.str.contains(MEMORY_GB_MARK, literal=True)
+        ).alias("memory"),
         line.str.contains(TIMER_RANK_LITERAL, literal=True).alias("rank_line"),
         line.str.contains(TIMER_ALL_HEAD, literal=True).alias("all_head"),
     )

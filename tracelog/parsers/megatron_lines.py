@@ -16,7 +16,6 @@ import regex
 NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
 ITER_MARK = "elapsed time per iteration"
 TIMER_MARK = "time (ms) |"
-MEMORY_MARK = "memory (MB) |"
 ARGS_START = regex.compile(r"-{3,}\s*arguments\s*-{3,}")
 ARGS_END = "end of arguments"
 
@@ -107,14 +106,13 @@ KNOWN_KEYS = {
     "tflops",
     "throughput per gpu (tflop/s/gpu)",
 }
-TIMESTAMP = r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?\]"
-RANK_PREFIX = r"^\s*(?:\[(?:rank|Rank|RANK)\s*(\d+)\]:?|(\d+):\s)"
-MEMORY_FIELDS = {
-    "allocated_mib": r"\|\s*allocated:\s*" + NUM,
-    "max_allocated_mib": r"max allocated:\s*" + NUM,
-    "reserved_mib": r"\|\s*reserved:\s*" + NUM,
-    "max_reserved_mib": r"max reserved:\s*" + NUM,
-}
+TIMESTAMP = r"\[(\d{4}-?\d\d-?\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?\]"
+"""A line's time: `[2024-05-01 10:00:00]`, or AMD Primus's logger's `[20251202 09:12:08]`."""
+RANK_PREFIX = r"^\s*(?:\[(?:rank|Rank|RANK|default)\s*(\d+)\]:?|(\d+):\s)"
+"""torchrun's `[rank3]:` (`--local-ranks-filter`, PyTorch's default since 2.2) and `[default3]:` (`--tee`),
+and the `3: ` of srun's `--label`."""
+PRIMUS_RANK = r"^\s*\[\d{8} \d\d:\d\d:\d\d\]\[rank-(\d+)/\d+\]"
+"""AMD Primus's logger (primus/core/utils/logger.py): `[20251202 09:12:08][rank-7/8][INFO ] [---trainer.py:2560] :`."""
 # What a dying job prints beside errors: PyTorch's NCCL watchdog (`Watchdog caught collective operation
 # timeout: WorkNCCL(...) ran for 600030 milliseconds before timing out`, `Some NCCL operations have failed or
 # timed out`), torchrun's elastic agent in glog form (`E1019 ... api.py:874] failed (exitcode: -6)`), the C++
@@ -181,7 +179,7 @@ STATEFUL_RX = (
 # the regexes need to see (argument blocks, configuration echoes, memory reports).
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
-    r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \(MB\) \|"
+    r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \([MG]B\) \|"
     r"|loss at iteration \d|in billions:" + DEEPSPEED_LINES
 )
 # megatron/training/training.py `evaluate_and_print_results`: ` validation loss at iteration 100 | lm loss
@@ -284,9 +282,12 @@ LINE_PARAMS = (
 """DeepSpeed's lines inside a Megatron log that are kept as run parameters, by the name each takes."""
 PADDED_RX = regex.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*(?:([A-Za-z%/]+))?\s*(?:/\s*" + NUM + r")?\s*$")
+LEAD_VALUE_RX = regex.compile(r"^\s*" + NUM + r"\s*([A-Za-z%]+)?/(?:[-+.\w]+%?/)+[-+.\w]+%?\s*$")
 
 
-ITER_LINE_RX = regex.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration")
+ITER_LINE_RX = regex.compile(r"iteration(?:\s+|=\s*)\d+\s*/\s*\d+\s*\|.*elapsed[ _]time[ _]per[ _]iteration")
+"""An iteration line of any era, argonne-lcf's `iteration=  1/ 635782 | ... elapsed_time_per_iteration_ms=`
+spelling included: detection's mark of a Megatron log."""
 
 
 ITERATION_COLUMNS = (
@@ -341,9 +342,14 @@ def iterations_by_regex(iters: pl.DataFrame) -> pl.DataFrame:
         line.str.contains(r"elapsed time per iteration \(ms\)").alias("_ms"),
         line.str.extract(TIMESTAMP, 1)
         .str.replace("T", " ")
+        .str.replace(r"^(\d{4})(\d\d)(\d\d) ", "${1}-${2}-${3} ")
         .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
         .alias("ts"),
-        pl.coalesce(line.str.extract(RANK_PREFIX, 1), line.str.extract(RANK_PREFIX, 2))
+        pl.coalesce(
+            line.str.extract(RANK_PREFIX, 1),
+            line.str.extract(RANK_PREFIX, 2),
+            line.str.extract(PRIMUS_RANK, 1),
+        )
         .cast(pl.Int32, strict=False)
         .alias("rank"),
         (line.str.count_matches(r"[^\s|]:\s") - line.str.contains(RANK_PREFIX).cast(pl.UInt32)).alias(
@@ -374,7 +380,9 @@ def parse_value(raw: str) -> tuple[float | None, str | None, float | None]:
     """A number, its unit (`153.81GB`) and the average of a `current/average` pair, where printed."""
     match = VALUE_RX.match(raw)
     if not match:
-        return None, None, None
+        # a run of slash-separated figures (Primus's `153.81GB/102.17GB/255.98GB/60.09%`): the first
+        lead = LEAD_VALUE_RX.match(raw)
+        return (float(lead.group(1)), lead.group(2), None) if lead else (None, None, None)
     value = float(match.group(1))
     average = float(match.group(3)) if match.group(3) else None
     return value, match.group(2), average
@@ -546,24 +554,3 @@ def generic_metrics(iters: pl.DataFrame, extra: pl.DataFrame) -> list[dict[str, 
                     }
                 )
     return out
-
-
-def memory_rows(memory: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
-    """One row per rank's report. Ranks print at once into one stream, and a report that lost its newline
-    to another rank's carries the next one on its line (`... max reserved: 13236.0[Rank 6] (after 1
-    iterations) memory (MB) | ...`): each `[Rank N]` report of a line is a row of that line."""
-    line = pl.col("line")
-    memory = (
-        memory.with_columns(line.str.replace_all(r"(\S)(\[Rank\s*\d+\])", "${1}\n${2}").str.split("\n"))
-        .explode("line")
-        .filter(line.str.contains(MEMORY_MARK, literal=True))
-    )
-    rows = memory.select(
-        "line_no",
-        "run_key",
-        line.str.extract(r"\[Rank\s*(\d+)\]", 1).cast(pl.Int32, strict=False).alias("rank"),
-        line.str.extract(r"after\s+(\d+)\s+iterations", 1).cast(pl.Int64, strict=False).alias("_it"),
-        *[line.str.extract(p, 1).cast(pl.Float64, strict=False).alias(c) for c, p in MEMORY_FIELDS.items()],
-    )
-    rows = attach_iteration(rows, anchors)
-    return rows.with_columns(pl.coalesce("_it", "iteration").alias("iteration")).drop("_it")

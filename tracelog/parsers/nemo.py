@@ -96,6 +96,7 @@ ITERATION_KEYS: dict[str, str] = {
     "loss_scale": "loss_scale",
 }
 INT_COLUMNS = {"global_batch_size", "consumed_samples"}
+RATE_RX = re.compile(r"^\s*(\d+(?:\.\d+)?)(s/it|it/s)\s*$")
 # Peak memory in bytes as NeMo 2's performance recipes print it on the printer's line (torch.cuda's
 # `max_memory_reserved()`, `max_memory_allocated()`: `max_memory_reserved: 57466159104`, NVIDIA/NeMo#14850):
 # a memory row of the printing rank, in MiB.
@@ -247,12 +248,24 @@ class _Parser:
                 return
         glog = GLOG_RX.match(body)
         if level in LEVEL_KINDS or glog or WARNING_RX.search(body):
-            lowered = body.lower()
             default = LEVEL_KINDS.get(level or (glog.group(1) if glog else "W"), "warning")
-            kind = next((k for k, word in EVENT_KINDS if word in lowered and k != "warning"), default)
-            self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind, "text": text})
+            self.event(n, body, text, default)
             return
         self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def event(self, n: int, body: str, text: str, default: str = "warning") -> None:
+        lowered = body.lower()
+        kind = next((k for k, word in EVENT_KINDS if word in lowered and k != "warning"), default)
+        self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind, "text": text})
+
+    def leftover(self, n: int, text: str, rest: list[str]) -> None:
+        """What another stream wrote onto a bar's line (a watchdog's error glued behind the bar, or between
+        its redraws): an event when it tells of one, else the whole line is unparsed; never dropped."""
+        told = [part for part in rest if WARNING_RX.search(part)]
+        if told:
+            self.event(n, " ".join(told), " ".join(part.strip() for part in told))
+        else:
+            self.out.add("unparsed", {"line_no": n, "text": text})
 
     @staticmethod
     def stripped(text: str) -> tuple[str, int | None, str | None]:
@@ -382,18 +395,22 @@ class _Parser:
             body, rank, _level = self.stripped(segment)
             match = BAR_RX.search(body)
             if match:
-                latest[int(match.group(2))] = (body, rank)
+                latest[int(match.group(2))] = (body[: match.end()], rank)
+                if body[match.end() :].strip():
+                    other.append(body[match.end() :])
             elif body.strip():
                 other.append(body)
         for body, rank in latest.values():
             self.bar(n, body, rank)
-        if other and not latest:
-            self.out.add("unparsed", {"line_no": n, "text": text})
+        if other:
+            self.leftover(n, text, other)
 
     def bar(self, n: int, body: str, rank: int | None) -> bool:
         match = BAR_RX.search(body)
         if match is None:
             return False
+        if body[match.end() :].strip() and "\r" not in body:
+            self.leftover(n, body, [body[match.end() :]])
         fields = []
         for part in match.group(4).split(", ")[1:]:
             key, sep, raw = part.partition("=")
@@ -402,6 +419,11 @@ class _Parser:
         step = int(match.group(2))
         if not any(key in ITERATION_KEYS or key == "global_step" for key, _ in fields):
             return True  # a bar drawn before any metric: progress only
+        rate = RATE_RX.match(match.group(4).split(", ")[1]) if ", " in match.group(4) else None
+        if rate and "train_step_timing in s" not in dict(fields):
+            # no step timing logged: the bar's own rate (tqdm's moving average) is the seconds per step
+            seconds = float(rate.group(1)) if rate.group(2) == "s/it" else 1 / float(rate.group(1))
+            fields.append(("train_step_timing in s", repr(round(seconds, 6))))
         self.iteration_row(n, step, int(match.group(3)), fields, rank, bar=True)
         return True
 
