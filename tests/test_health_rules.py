@@ -116,9 +116,31 @@ def test_a_few_skips_at_the_start_stay_calibration(tmp_path: Path) -> None:
     assert strict["severity"] == "critical" and "3 of about 30" in strict["message"]
 
 
+def test_a_line_megatron_printed_without_its_loss_is_a_nan_iteration(tmp_path: Path) -> None:
+    """Megatron prints a loss only when its average is above 0, so a NaN loss leaves the line without one
+    (Megatron-DeepSpeed#434); a skipped step's line has none either, and is no NaN."""
+    rows = [{} for _ in range(30)]
+    log = write_log(tmp_path / "run.log", rows)
+    lines = log.read_text().splitlines()
+    lines[24] = lines[24].replace("lm loss: 3.000000E+00 | ", "")
+    lines[10] = (
+        lines[10].replace("lm loss: 3.000000E+00 | ", "").replace("iterations:   0 |", "iterations:   1 |", 1)
+    )
+    log.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    flags = tracelog.api.flags(db).to_dict("records")
+    (nan,) = [f for f in flags if "NaN" in f["message"]]
+    assert (nan["severity"], nan["row_ref"], nan["measured"]) == ("critical", "line 25", 1.0)
+    assert "1 of them a line without its loss" in nan["message"]
+
+
 @pytest.mark.parametrize(
     ("scale", "says"),
-    [(65536.0, "the fp16 loss scaler hit overflows"), (1.0, "with a loss scale of 1.0 there is no fp16 scaler")],
+    [
+        (65536.0, "the fp16 loss scaler hit overflows"),
+        (1.0, "with a loss scale of 1.0 there is no fp16 scaler"),
+    ],
 )
 def test_skips_are_blamed_on_the_loss_scaler_only_where_there_is_one(
     tmp_path: Path, scale: float, says: str

@@ -22,6 +22,29 @@ count checks only the loss it reduced. A non-finite grad norm on a skipped step 
 overflow, which the skipped count tells."""
 
 
+LOSS_LEFT_OUT = f"lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND ({NAN_LINES}) = 0"
+"""A line without its loss, on a step not skipped: Megatron prints each loss only when its average is above
+0 (megatron/training/training.py `training_log`: `if avg > 0.0`), so a NaN loss leaves its line without one,
+the only sign of it where the NaN count is not kept (Megatron-DeepSpeed#434). Read as a NaN iteration in a
+Megatron run that prints its loss on other lines."""
+
+
+def _with_losses_left_out(rows: list[tuple], megatron: set[int]) -> tuple[list[tuple], dict[int, int]]:
+    """The rule's rows with the lines whose loss Megatron left out counted as NaN iterations (`LOSS_LEFT_OUT`,
+    in Megatron runs that print a loss elsewhere), in the shape the rest of the rule reads; and how many
+    such lines each run has."""
+    out, left_out = [], {}
+    for row in rows:
+        run_id, nan_total, first_nan, nan_line, *middle, unscaled, left, first_left, left_line, has_loss = row
+        if left and has_loss and run_id in megatron:
+            left_out[run_id] = int(left)
+            nan_total = (nan_total or 0) + left
+            if first_nan is None or left_line < nan_line:
+                first_nan, nan_line = first_left, left_line
+        out.append((run_id, nan_total, first_nan, nan_line, *middle, unscaled))
+    return out, left_out
+
+
 NOT_SCALER = (
     "with a loss scale of 1.0 there is no fp16 scaler to overflow: steps the run was told to skip "
     "(Megatron's `--iterations-to-skip`, argonne-lcf's `--train-range-to-skip`) or whose grad norm a check rejected."
@@ -48,10 +71,21 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     / (count(iteration) - 1) END AS covered,
                min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line,
                -- no fp16 loss scaler: the run printed a scale of 1.0 at most (bf16, fp32)
-               coalesce(max(loss_scale) <= 1, false) AS unscaled
+               coalesce(max(loss_scale) <= 1, false) AS unscaled,
+               count(*) FILTER ({LOSS_LEFT_OUT}) AS left_out,
+               min(iteration) FILTER ({LOSS_LEFT_OUT}) AS first_left_out,
+               min(line_no) FILTER ({LOSS_LEFT_OUT}) AS first_left_out_line,
+               count(lm_loss) > 0 AS has_loss
         FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
         """
     ).fetchall()
+    megatron = {
+        run_id
+        for (run_id,) in store.con.execute(
+            f"SELECT run_id FROM runs WHERE {scope.runs} AND framework IN ('megatron', 'megatron-deepspeed')"
+        ).fetchall()
+    }
+    rows, left_out = _with_losses_left_out(rows, megatron)
     flags: list[Flag] = []
     barely = _barely_trained(store, t, scope, rows)
     flags.extend(barely.values())
@@ -72,7 +106,13 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "training_health",
                     "critical",
                     run_id,
-                    f"{int(nan_total)} NaN iteration(s), the first in the interval ending at iteration {first_nan}.",
+                    f"{int(nan_total)} NaN iteration(s), the first in the interval ending at iteration {first_nan}"
+                    + (
+                        f"; {left_out[run_id]} of them a line without its loss, which Megatron leaves out when it "
+                        "is NaN."
+                        if left_out.get(run_id)
+                        else "."
+                    ),
                     "Look at the loss and grad norm before it; lower the learning rate or restart from the last "
                     "good checkpoint, and check the data shard of that step.",
                     row_ref=f"line {nan_line}",
