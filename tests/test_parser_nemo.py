@@ -3,6 +3,8 @@ blocks, the configuration dump as run columns, and what it leaves to Megatron's 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import polars as pl
 import pytest
 
@@ -307,3 +309,29 @@ def test_an_error_written_onto_the_bar_is_an_event_and_the_bars_rate_its_step_ti
     assert [(e["line_no"], e["kind"]) for e in out["events"]] == [(1, "timeout"), (2, "timeout")]
     assert out["events"][0]["text"] == watchdog
     assert "unparsed" not in out
+
+
+def test_a_plain_lightning_bar_gives_its_loss_and_rate() -> None:
+    """A Lightning module's own bar (`self.log("train_loss", loss, prog_bar=True)`; invented line in its
+    shape): the loss is the row's loss, the rate its step time."""
+    out = collect(
+        "Epoch 0:  10%|█         | 10/100 [00:20<03:00,  2.00s/it, v_num=1, train_loss=2.310, global_step=9]\n"
+    )
+    (row,) = out["iterations"]
+    assert (row["iteration"], row["lm_loss"], row["elapsed_s"]) == (9, 2.31, 2.0)
+
+
+def test_a_launchers_time_before_the_printer_line_is_the_rows_time() -> None:
+    """NeMo-Run's `[ISO time] task/rank` prefix (invented lines in its shape); a line without one gets none."""
+    line = (
+        "{stamp}retraining/0 Training epoch 0, iteration {i}/99 | lr: 1.469e-05 | global_batch_size: 128 | "
+        "global_step: {i} | reduced_train_loss: 6.265 | train_step_timing in s: 12.22\n"
+    )
+    out = collect(
+        line.format(stamp="[2025-11-20T14:55:23+08:00] ", i=97)
+        + "[2025-11-20T14:55:30+08:00] retraining/0 some other line\n"
+        + line.format(stamp="", i=98)
+    )
+    assert [(r["iteration"], r.get("ts")) for r in out["iterations"]] == [
+        (97, datetime(2025, 11, 20, 14, 55, 23)), (98, None)
+    ]  # fmt: skip

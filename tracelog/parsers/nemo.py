@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, as_int, drive, guarded, strip_prefix
@@ -89,6 +90,10 @@ ITERATION_KEYS: dict[str, str] = {
     "lr": "learning_rate",
     "global_batch_size": "global_batch_size",
     "reduced_train_loss": "lm_loss",
+    # a plain Lightning module's bar (`self.log("train_loss", ..., prog_bar=True)`), or a script's own tqdm
+    # bar in the same shape: its loss
+    "train_loss": "lm_loss",
+    "loss": "lm_loss",
     "train_step_timing in s": "elapsed_s",
     "consumed_samples": "consumed_samples",
     "TFLOPS_per_GPU": "tflops_reported",
@@ -96,6 +101,8 @@ ITERATION_KEYS: dict[str, str] = {
     "loss_scale": "loss_scale",
 }
 INT_COLUMNS = {"global_batch_size", "consumed_samples"}
+# a launcher's ISO time before the line, its zone dropped (the store keeps naive local times)
+STAMP_RX = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
 RATE_RX = re.compile(r"^\s*(\d+(?:\.\d+)?)(s/it|it/s)\s*$")
 # Peak memory in bytes as NeMo 2's performance recipes print it on the printer's line (torch.cuda's
 # `max_memory_reserved()`, `max_memory_allocated()`: `max_memory_reserved: 57466159104`, NVIDIA/NeMo#14850):
@@ -186,6 +193,7 @@ class _Parser:
         self.timer_name: str | None = None
         self.iteration: int | None = None
         self.logged_gbs: int | None = None  # the last `global_batch_size` a printer or bar line said
+        self.stamp: datetime | None = None  # the time a launcher wrote before the line being read
 
     def state(self) -> dict[str, Any]:
         """What crosses the last complete line, as JSON: the run's parameters and columns so far, the
@@ -226,6 +234,7 @@ class _Parser:
     def line(self, n: int, text: str) -> None:
         self.line_start = self.line_start or n
         self.line_end = n
+        self.stamp = None
         if "\r" in text:
             self.bar_line(n, text)
             return
@@ -237,6 +246,8 @@ class _Parser:
             return
         launcher_free, _host = strip_prefix(body)
         if launcher_free != body:
+            stamp = STAMP_RX.search(body[: len(body) - len(launcher_free)])
+            self.stamp = datetime.fromisoformat(stamp.group(1).replace("T", " ")) if stamp else None
             # a launcher's prefix before torchrun's: NeMo-Run's `retraining/0 [default0]:`, a timestamp
             named = TORCHRUN_RANK_RX.search(body[: len(body) - len(launcher_free)])
             body, inner_rank, inner_level = self.stripped(launcher_free)
@@ -447,6 +458,10 @@ class _Parser:
             return  # the bar redrawn at a step already read (from the printer or an earlier redraw)
         self.iteration = int(iteration)
         row: dict[str, Any] = {"run_key": 0, "iteration": iteration, "train_iters": total, "rank": rank}
+        if (
+            self.stamp is not None
+        ):  # the launcher's time before the line (NeMo-Run's `[2025-11-20T14:55:23+08:00]`)
+            row["ts"], self.stamp = self.stamp, None
         memory: dict[str, Any] = {}
         for key, raw in fields:
             column = ITERATION_KEYS.get(key)
