@@ -42,6 +42,7 @@ from tracelog.parsers.deepspeed import (
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
 from tracelog.parsers.deepspeed_config import config_columns, see_memory_mib
 from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
+from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "hf_trainer"
 VERSION = "1"
@@ -174,11 +175,12 @@ def _value(raw: str) -> Any:
     return _number(raw)
 
 
-class _Parser:
+class _Parser(RunRows):
+    framework = FRAMEWORK
+
     def __init__(self) -> None:
+        super().__init__()
         self.out = Emitter()
-        self.run_key = 0
-        self.runs: dict[int, dict[str, Any]] = {}
         self.config: dict[int, dict[str, str]] = {}
         self.train_total: int | None = None
         self.bar_step: int | None = None
@@ -199,17 +201,6 @@ class _Parser:
         self.skipped_pending = 0  # steps skipped since the last logged dict
 
     # ------------------------------------------------------------------------------------------ runs
-    def run(self, line_no: int) -> dict[str, Any]:
-        run = self.runs.setdefault(
-            self.run_key,
-            {"run_key": self.run_key, "framework": FRAMEWORK, "line_start": line_no, "run_params": []},
-        )
-        run["line_end"] = line_no
-        return run
-
-    def param(self, line_no: int, name: str, value: Any) -> None:
-        self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
-
     def new_run(self) -> None:
         if self.last_step is not None or self.logged:
             self._close_run()

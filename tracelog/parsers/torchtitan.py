@@ -30,10 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
+from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "torchtitan"
 VERSION = "1"
@@ -78,32 +78,22 @@ def _number(text: str) -> float | None:
         return None
 
 
-class _Parser:
+class _Parser(RunRows):
+    framework = FORMAT
+
     def __init__(self) -> None:
+        super().__init__()
         self.out = Emitter()
-        self.run_key = 0
-        self.runs: dict[int, dict[str, Any]] = {}
         self.last_step: int | None = None
         self.last_stamp: datetime | None = None
         self.memory_step: int | None = None
         self.memory_seen: set[int | None] = set()  # the ranks whose memory of `memory_step` was read
-
-    def run(self, line_no: int) -> dict[str, Any]:
-        run = self.runs.setdefault(
-            self.run_key,
-            {"run_key": self.run_key, "framework": FORMAT, "line_start": line_no, "run_params": []},
-        )
-        run["line_end"] = line_no
-        return run
 
     def new_run(self) -> None:
         if self.last_step is not None:
             self.run_key += 1
             self.last_step, self.last_stamp = None, None
             self.memory_step, self.memory_seen = None, set()
-
-    def param(self, line_no: int, name: str, value: Any) -> None:
-        self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
 
     def line(self, n: int, text: str) -> None:
         body = ANSI_RX.sub("", text)

@@ -1,0 +1,28 @@
+"""The runs a line-at-a-time parser opens, kept by their `run_key` as the `runs` table takes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RunRows:
+    """`runs` rows by run key: the run a line belongs to is `run(line_no)`, which opens it at its first line
+    and moves its last line on; `param` keeps one of its `run_params` (a configuration echo, verbatim).
+    A parser starts the next run by moving `run_key` on."""
+
+    framework = ""
+
+    def __init__(self) -> None:
+        self.run_key = 0
+        self.runs: dict[int, dict[str, Any]] = {}
+
+    def run(self, line_no: int) -> dict[str, Any]:
+        run = self.runs.setdefault(
+            self.run_key,
+            {"run_key": self.run_key, "framework": self.framework, "line_start": line_no, "run_params": []},
+        )
+        run["line_end"] = line_no
+        return run
+
+    def param(self, line_no: int, name: str, value: Any) -> None:
+        self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
