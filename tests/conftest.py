@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import postgres
-from tracelog.parsers.base import LineSource
+from tracelog.parsers.base import Batch, LineSource
 from tracelog.store import Store
 from tracelog.store.lake import DATA_PATH_ENVVAR
 
@@ -81,6 +81,15 @@ def alone(sample: str | Path, folder: Path) -> str:
 def source_of(text: str | bytes, block_bytes: int = 1 << 20) -> LineSource:
     data = text.encode() if isinstance(text, str) else text
     return LineSource(io.BytesIO(data), "<test>", block_bytes=block_bytes)
+
+
+def rows_by_table(parse: Callable[[LineSource], Iterable[Batch]], text: str | bytes) -> dict[str, list[dict]]:
+    """What a parser hands out for `text`, as plain rows per table (a frame's rows or a batch's dicts)."""
+    out: dict[str, list[dict]] = {}
+    for batch in parse(source_of(text)):
+        rows = batch.rows.to_dicts() if hasattr(batch.rows, "to_dicts") else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
 
 
 def corpus_files(fmt: str) -> list[Path]:

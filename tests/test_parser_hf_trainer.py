@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES, source_of
+from tests.conftest import SAMPLES, rows_by_table
 from tracelog import api, parsers
 from tracelog.parsers import deepspeed, hf_trainer
 from tracelog.parsers.base import head_text
@@ -20,11 +20,7 @@ SAMPLE = SAMPLES / "hf_trainer_deepspeed_zero3_llama2_7b.log"
 
 
 def collect(text: str) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for batch in hf_trainer.parse(source_of(text)):
-        rows = batch.rows.to_dicts() if hasattr(batch.rows, "to_dicts") else list(batch.rows)
-        out.setdefault(batch.table, []).extend(rows)
-    return out
+    return rows_by_table(hf_trainer.parse, text)
 
 
 def params(out: dict[str, list[dict]], run: int = 0) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES, source_of
+from tests.conftest import SAMPLES, rows_by_table
 from tracelog import api, parsers
 from tracelog.parsers import torchtitan
 from tracelog.parsers.base import head_text
@@ -16,11 +16,7 @@ SAMPLE = SAMPLES / "torchtitan_llama3_8b_h100.log"
 
 
 def collect(text: str) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for batch in torchtitan.parse(source_of(text)):
-        rows = batch.rows.to_dicts() if hasattr(batch.rows, "to_dicts") else list(batch.rows)
-        out.setdefault(batch.table, []).extend(rows)
-    return out
+    return rows_by_table(torchtitan.parse, text)
 
 
 def test_the_sample_is_detected_as_torchtitan_and_nothing_else_claims_it() -> None:
