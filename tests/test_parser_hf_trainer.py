@@ -53,10 +53,10 @@ def test_the_sample_lands_one_row_per_logged_step(tmp_path: Path) -> None:
     runs = api.sql(
         db,
         "SELECT framework, gpus, dp, mbs, gbs, train_iters, zero_stage, precision, recompute, layers, hidden, "
-        "heads, query_groups, ffn_hidden, vocab, swiglu FROM runs",
+        "heads, query_groups, ffn_hidden, vocab, swiglu, seq_len FROM runs",
     )
     assert tuple(runs.iloc[0]) == (
-        "hf-trainer", 8, 8, 4, 128, 600, 3, "bf16", "full", 32, 4096, 32, 32, 11008, 32000, True
+        "hf-trainer", 8, 8, 4, 128, 600, 3, "bf16", "full", 32, 4096, 32, 32, 11008, 32000, True, 512
     )  # fmt: skip
     # the evaluation at step 200 (its bar, 32 long, is not the training bar)
     val = api.sql(db, "SELECT iteration, value FROM iteration_metrics WHERE key = 'validation loss'")
@@ -87,6 +87,7 @@ def test_a_log_without_a_bar_counts_its_steps_by_logging_steps() -> None:
         "Training/evaluation parameters TrainingArguments(\n"
         "_n_gpu=1,\n"
         "logging_steps=25,\n"
+        "max_seq_length=1024,\n"
         "per_device_train_batch_size=2,\n"
         ")\n"
         "{'loss': 2.3012, 'learning_rate': 4.9e-05, 'epoch': 0.02}\n"
@@ -97,6 +98,8 @@ def test_a_log_without_a_bar_counts_its_steps_by_logging_steps() -> None:
     assert [r["iteration"] for r in out["iterations"]] == [25, 50, 75]
     assert [r["elapsed_s"] for r in out["iterations"]] == [None] * 3
     assert params(out)["step_source"] == "count x logging_steps"
+    # TRL's truncation length is the sequence length the model takes; without packing, an upper bound
+    assert out["runs"][0]["seq_len"] == 1024 and "seq_len_assumed" in params(out)
     bare = collect(text.split(")\n", 1)[1])
     assert [r["iteration"] for r in bare["iterations"]] == [1, 2, 3]
     assert params(bare)["step_source"] == "count of logged lines"

@@ -75,7 +75,9 @@ RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
 RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
 MODEL_CONFIG_RX = re.compile(r"\bModel config (\w+) \{\s*$")
 CONFIG_PAIR_RX = re.compile(r'^\s*"(\w+)":\s*(.*?),?\s*$')
-ARGS_START_RX = re.compile(r"\b(?:\w*TrainingArguments|\w*Config)\($")
+# the Trainer's arguments as a script prints them: transformers' TrainingArguments, TRL's SFTConfig,
+# DPOConfig, GRPOConfig, ... (subclasses of it)
+ARGS_START_RX = re.compile(r"\b(\w*TrainingArguments|(?:SFT|DPO|ORPO|KTO|CPO|GRPO|PPO|Reward)Config)\($")
 ARG_RX = re.compile(r"^\s*(\w+)=(.*?),?\s*$")
 WARNING_LINE_RX = re.compile(WARNING_RX)
 # the model configuration's keys (transformers' names; GPT-2's and Falcon's older spellings) -> run columns
@@ -105,7 +107,13 @@ ARG_KEYS = (
     "optim",
     "learning_rate",
     "seed",
+    "max_seq_length",
+    "max_length",
+    "packing",
 )
+# TRL's sequence length (SFTConfig `max_seq_length`, `max_length` since 0.20): every sequence's length when
+# examples are packed, an upper bound otherwise
+SEQ_KEYS = ("max_seq_length", "max_length")
 # model types whose MLP is gated (gate, up and down projections: SwiGLU or GeGLU), as their modeling
 # files build it; the FLOP count and the model's memory take the third matrix from `swiglu`
 GATED_MODELS = (
@@ -365,7 +373,7 @@ class _Parser(RunRows):
             self.block = "model"
             self.param(n, "model_config", match.group(1))
             return True
-        if ARGS_START_RX.search(part.rstrip()) and "TrainingArguments" in part:
+        if ARGS_START_RX.search(part.rstrip()):
             self.block = "args"
             return True
         return False
@@ -452,6 +460,17 @@ class _Parser(RunRows):
             columns = config_columns(self.config.get(key, {}))
             columns.pop("dp", None)  # DeepSpeed's world_size: every rank, not the data-parallel size
             args = self.args.get(key, {})
+            seq = next((args[k] for k in SEQ_KEYS if args.get(k, "").isdigit()), None)
+            if seq is not None:
+                run.setdefault("seq_len", int(seq))
+                if args.get("packing") != "True":
+                    run["run_params"].append(
+                        {
+                            "name": "seq_len_assumed",
+                            "value": "the truncation length: examples are not packed, most are shorter",
+                            "line_no": run["line_start"],
+                        }
+                    )
             if args.get("gradient_checkpointing") in ("True", "False"):
                 columns["recompute"] = "full" if args["gradient_checkpointing"] == "True" else "none"
             if "precision" not in columns and (args.get("bf16") == "True" or args.get("fp16") == "True"):
