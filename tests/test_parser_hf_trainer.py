@@ -76,8 +76,13 @@ def test_the_sample_lands_one_row_per_logged_step(tmp_path: Path) -> None:
         db, "SELECT name, value FROM run_params WHERE name IN ('train_runtime', 'step_source') ORDER BY name"
     )
     assert summary.values.tolist() == [["step_source", "tqdm bar"], ["train_runtime", "2569.7928"]]
-    # the torchrun banner, DeepSpeed's chatter, the config's path line and the closing words are kept
-    assert result.lines_unparsed == 18
+    # the torchrun banner, DeepSpeed's memory headings, the config's path line and the closing words are kept;
+    # the engine's start lines are parameters
+    assert result.lines_unparsed == 14
+    engine = api.sql(
+        db, "SELECT value FROM run_params WHERE name LIKE 'deepspeed.%' AND line_no < 70 ORDER BY line_no"
+    )
+    assert engine.value.tolist() == ["nccl", "0.15.4", "BF16 ZeRO stage 3 optimizer"]
 
 
 def test_a_log_without_a_bar_counts_its_steps_by_logging_steps() -> None:
@@ -213,3 +218,79 @@ def test_deepspeeds_step_lines_give_the_logged_steps_their_skips(tmp_path: Path)
     assert rows.values.tolist() == [[1990, -1], [2000, 0], [2010, 10]]  # none known before the first
     (flag,) = api.sql(db, "SELECT message FROM flags WHERE severity = 'critical'").message
     assert "2005 of about 2010 iterations were skipped" in flag
+
+
+def test_transformers_4_50_strings_a_bar_on_the_dicts_line_and_a_logger_prefix(tmp_path: Path) -> None:
+    """Newer transformers prints each number as a string (`f"{v:.4g}"`); a log whose carriage returns were
+    lost has the bar and the dict on one line; LLaMA-Factory logs each step's dict twice, once through its
+    logger (with `throughput`), once plain. Invented lines in those shapes."""
+    bar = "{p:3d}%|██        | {s}/50 [00:17<01:06,  1.67s/it]"
+    text = (
+        bar.format(p=20, s=10) + "{'loss': '0.6957', 'grad_norm': '0.8901', 'learning_rate': '3.333e-05', "
+        "'epoch': '0.2', 'global_step/max_steps': '10/50'}\n"
+        + bar.format(p=40, s=20)
+        + "[INFO|2025-04-30 22:55:57] llamafactory.train.callbacks:143 >> {'loss': 0.6012, 'learning_rate': "
+        "2.9e-05, 'epoch': 0.4, 'throughput': 1828.21}\n"
+        "{'loss': 0.6012, 'grad_norm': 0.75, 'learning_rate': 2.9e-05, 'epoch': 0.4}\n"
+    )
+    head = head_text(text.encode())
+    assert parsers.detect(head, "x.log") is hf_trainer
+    out = collect(text)
+    rows = out["iterations"]
+    assert [(r["iteration"], r["lm_loss"], r["grad_norm"], r["elapsed_s"]) for r in rows] == [
+        (10, 0.6957, 0.8901, 1.67), (20, 0.6012, 0.75, 1.67)
+    ]  # fmt: skip
+    metrics = {(m["iteration"], m["key"]): m["value"] for m in out["iteration_metrics"]}
+    assert metrics == {(10, "epoch"): 0.2, (20, "epoch"): 0.4, (20, "throughput"): 1828.21}
+    assert "unparsed" not in out
+
+
+def test_a_relaunch_after_the_summary_is_a_new_run_and_evaluation_figures_stay_the_evaluations() -> None:
+    text = (
+        "***** Running training *****\n"
+        "  Num examples = 5,995\n"
+        "  Total optimization steps = 20\n"
+        "{'loss': 2.0, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
+        "***** Running Evaluation *****\n"
+        "  Num examples = 667\n"
+        "{'train_runtime': 60.1, 'train_samples_per_second': 9.9, 'train_steps_per_second': 0.33, "
+        "'train_loss': 2.0, 'epoch': 1.0}\n"
+        "100%|██████████| 20/20 [01:00<00:00,  3.01s/it]\n"
+        "{'loss': 6.4573, 'learning_rate': 1e-05, 'epoch': 0.05}\n"
+    )
+    out = collect(text)
+    assert [(r["run_key"], r["iteration"], r["elapsed_s"]) for r in out["iterations"]] == [
+        (0, 1, None),
+        (1, 1, None),
+    ]
+    assert [p["value"] for p in out["runs"][0]["run_params"] if p["name"] == "num_examples"] == ["5995"]
+
+
+def test_an_fp16_scalers_overflow_beside_a_finite_loss_is_no_nan(tmp_path: Path) -> None:
+    """The Trainer keeps no skip count: `'grad_norm': nan` beside a finite loss is the fp16 scaler's
+    overflow, unless the run has no scaler (bf16) or the loss beside it is 0.0 (weights gone NaN)."""
+    lines = [
+        f"{{'loss': {loss}, 'grad_norm': {norm}, 'learning_rate': 1e-05, 'epoch': 0.{k}}}"
+        for k, (loss, norm) in enumerate(
+            [
+                (2.0, 1.0),
+                (1.9, 1.0),
+                (1.8, "nan"),
+                (1.7, 1.0),
+                (1.6, 1.0),
+                (1.5, 1.0),
+                (1.4, "inf"),
+                (1.3, 1.0),
+            ]
+        )
+    ]
+    for precision, nan_flags in (("fp16", 0), ("bf16", 1)):
+        log = tmp_path / f"{precision}.log"
+        args = f"TrainingArguments(\n{precision}=True,\nlogging_steps=10,\n)\n"
+        log.write_text(args + "\n".join(lines) + "\n")
+        db = tmp_path / f"{precision}.duckdb"
+        api.ingest(db, [str(log)], parser="hf_trainer")
+        flags = api.sql(db, "SELECT message FROM flags WHERE message LIKE '%NaN%'").message.tolist()
+        assert len(flags) == nan_flags, (precision, flags)
+        if nan_flags:
+            assert flags[0].startswith("2 NaN iteration(s), the first in the interval ending at iteration 30")

@@ -765,6 +765,28 @@ def test_a_dying_jobs_stderr_is_read_for_what_killed_it(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "last",
+    [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.35 GiB total capacity)",
+        "[rank0]: RuntimeError: CUDA error: out of memory",
+    ],
+    ids=["since-1.13", "before-1.13", "in-a-kernel-launch"],
+)
+def test_every_pytorch_wording_of_out_of_memory_is_a_dying_job(tmp_path: Path, last: str) -> None:
+    """The out-of-memory a stderr file ends in, as each PyTorch era words it (invented tracebacks)."""
+    path = tmp_path / "job.err"
+    path.write_text(
+        'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n' + last + "\n"
+    )
+    assert megatron.detect(path.read_text()) == 1
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(path)])
+    assert result.format == "megatron"
+    (flag,) = api.flags(tmp_path / "t.duckdb").to_dict("records")
+    assert flag["severity"] == "critical" and "out of memory" in flag["message"]
+
+
 def test_checkpoint_lines_of_both_eras_are_events_with_their_iteration(tmp_path: Path) -> None:
     """Megatron-LM prints `successfully saved checkpoint from iteration N to PATH` (before 2023, and
     Megatron-DeepSpeed: `at iteration N`), and on a restart `successfully loaded checkpoint from PATH [ t

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 from tracelog.parsers.deepspeed import (
     CONFIG_LINE_RX,
     LOG_PREFIX_RX,
@@ -40,7 +40,7 @@ from tracelog.parsers.deepspeed import (
     STEPS_PER_PRINT,
 )
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
-from tracelog.parsers.deepspeed_config import config_columns, see_memory_mib
+from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, see_memory_mib
 from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
 from tracelog.parsers.run_rows import RunRows
 
@@ -55,10 +55,11 @@ PAIR_RX = re.compile(
     r"""['"]([^'"]+)['"]\s*:\s*(?:(?:np\.\w+|numpy\.\w+|tensor)\(\s*)?"""
     r"""(""" + NUM + r"""|'[^']*'|"[^"]*"|None|null|True|False|true|false)"""
 )
+NUMBER_RX = re.compile(r"^\s*(?:" + NUM + r")\s*$")
 DICT_RX = re.compile(r"""^\s*\{\s*['"][^'"]+['"]\s*:.*\}\s*$""")
 # tqdm's bar: `  5%|▌         | 50/1000 [02:05<39:35,  2.50s/it]` (a postfix may follow the rate)
 BAR_RX = re.compile(
-    r"^\s*([^|]*?:\s*)?\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([\d:]+)<[^,\]]*,\s*"
+    r"^\s*([^|%]*?:\s*)?\d+%(?:\|[^|]*\|)?\s*(\d+)/(\d+)\s*\[([\d:]+)<[^,\]]*,\s*"
     r"(?:(\d+(?:\.\d+)?)(s/it|it/s)|\?\w*/\w+)[^\]]*\]"
 )
 HEADER_RX = {
@@ -72,6 +73,11 @@ HEADER_RX = {
 }
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
 RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
+RELAUNCH_MARK = "Setting OMP_NUM_THREADS environment variable for each process"
+# LLaMA-Factory's word that the model recomputes its activations (model/model_utils/checkpointing.py)
+GRADIENT_CHECKPOINTING_RX = re.compile(r"\bGradient checkpointing enabled\b")
+WORLD_SIZE_RX = re.compile(r"\bworld_size = (\d+)")
+SAMPLES_RX = re.compile(r"\b\d+/(\d+), SamplesPerSec=([\d.]+)")
 RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
 MODEL_CONFIG_RX = re.compile(r"\bModel config (\w+) \{\s*$")
 CONFIG_PAIR_RX = re.compile(r'^\s*"(\w+)":\s*(.*?),?\s*$')
@@ -142,6 +148,7 @@ def detect(head: str) -> int:
     logged = 0
     for line in head.split("\n"):
         for part in line.split("\r"):
+            part = _logged_text(part)
             if (
                 DICT_RX.match(part)
                 and re.search(r"""['"]loss['"]\s*:""", part)
@@ -149,6 +156,15 @@ def detect(head: str) -> int:
             ):
                 logged += 1
     return 45 if logged >= 2 else 0
+
+
+def _logged_text(part: str) -> str:
+    """What a logged dict's line holds past a bar drawn before it and a logger's prefix (`[INFO|trainer.py:398]
+    2021-01-15 10:28:50,371 >> `, LLaMA-Factory's `[INFO|...] llamafactory.train.callbacks:143 >> `)."""
+    if (bar := BAR_RX.match(part) or BAR_RX.match(strip_prefix(part)[0])) is not None:
+        part = part[part.find(bar.group(0)) + len(bar.group(0)) :]
+    at = part.find(">> {")
+    return part[at + 3 :] if at >= 0 else part
 
 
 def _number(text: str) -> float | None:
@@ -175,7 +191,10 @@ def _seconds(clock: str) -> float | None:
 
 def _value(raw: str) -> Any:
     if raw[:1] in "'\"":
-        return raw[1:-1]
+        # transformers since 4.50 prints each float as a string (`'loss': '0.3713'`, `f"{v:.4g}"`)
+        text = raw[1:-1]
+        number = _number(text) if NUMBER_RX.match(text) else None
+        return number if number is not None else text
     if raw in ("None", "null"):
         return None
     if raw in ("True", "true", "False", "false"):
@@ -203,9 +222,13 @@ class _Parser(RunRows):
         self.depth = 0  # brackets open inside the model's configuration (a list of architectures)
         self.step_source: str | None = None
         self.args: dict[int, dict[str, str]] = {}
-        self.ds_skipped: int | None = (
-            None  # DeepSpeed's running count of skipped steps, at its last step line
-        )
+        self.ended = False  # the run's closing `train_runtime` dict was read
+        self.bar_placed = False  # the last row's step was the bar's
+        self.step_keys: set[str] = set()  # the keys of the last row's dict
+        self.last_row: dict[str, Any] | None = None
+        self.section = "training"  # the Trainer block being read: training, Evaluation or Prediction
+        # DeepSpeed's running count of skipped steps, at its last step line
+        self.ds_skipped: int | None = None
         self.skipped_pending = 0  # steps skipped since the last logged dict
 
     # ------------------------------------------------------------------------------------------ runs
@@ -217,6 +240,7 @@ class _Parser(RunRows):
             self.bar_step, self.bar_rate, self.train_total = None, None, None
             self.step_source = None
             self.ds_skipped, self.skipped_pending = None, 0
+            self.ended, self.bar_placed, self.step_keys = False, False, set()
 
     def _close_run(self) -> None:
         if self.step_source is not None and self.run_key in self.runs:
@@ -232,6 +256,7 @@ class _Parser(RunRows):
                 understood = True  # tqdm's clearing of its bar
         if understood or not text.strip():
             return
+        self.run(n)
         if WARNING_LINE_RX.search(text):
             self.out.add(
                 "events", {"run_key": self.run_key, "line_no": n, "kind": kind_of(text), "text": text}
@@ -243,15 +268,21 @@ class _Parser(RunRows):
         if self.block is not None:
             return self.in_block(n, part)
         if match := BAR_RX.match(part):
-            if match.group(1) is None:  # a described bar (`Loading checkpoint shards: `) is not training's
+            described = (match.group(1) or "").strip().lower()
+            # a described bar is another loop's (`Loading checkpoint shards: `), unless it names training
+            if not described or described.startswith(("train", "epoch")):
                 self.bar(int(match.group(2)), int(match.group(3)), match.group(5), match.group(6))
             rest = part[match.end() :]  # a line another process wrote behind the bar, without a newline
             return self.part(n, rest) if rest.strip() else True
-        if DICT_RX.match(part):
-            return self.logged_dict(n, part)
+        logged = _logged_text(part)
+        if DICT_RX.match(logged):
+            return self.logged_dict(n, logged)
         if (match := LOG_PREFIX_RX.match(part.strip())) is not None:
             return self.deepspeed(n, match)
-        return self.header(n, part)
+        if self.header(n, part):
+            return True
+        bare, _host = strip_prefix(part)  # a launcher's `host: ` or time before any of the above
+        return bare != part and bool(bare.strip()) and self.part(n, bare)
 
     def bar(self, step: int, total: int, rate: str | None, unit: str | None) -> None:
         """A training bar's position and rate; bars of another length (evaluation's) are not the steps'."""
@@ -272,10 +303,15 @@ class _Parser(RunRows):
             for key in SUMMARY_KEYS:
                 if pairs.get(key) is not None:
                     self.param(n, key, pairs[key])
+            self.ended = True  # the training loop returned: a dict after this is another launch's
             return True
         if isinstance(pairs.get("loss"), float):
+            if self.ended:
+                self.new_run()
             self.training_row(n, pairs)
             return True
+        if "current_steps" in pairs:
+            return True  # LLaMA-Factory's last line: the final step, without a loss
         if any(key.startswith("eval_") and isinstance(value, float) for key, value in pairs.items()):
             step = self._step_of(pairs, advance=False)
             for key, value in pairs.items():
@@ -292,6 +328,8 @@ class _Parser(RunRows):
                 self.step_source = self.step_source or "logged step"
                 return int(pairs[key])
         last = self.last_step or 0
+        if advance and self.bar_step is not None and self.bar_step == self.last_step and self.bar_placed:
+            return last  # a second dict of the step the bar placed the last one at (LLaMA-Factory logs twice)
         if self.bar_step is not None and (self.bar_step > last or not advance):
             self.step_source = self.step_source or "tqdm bar"
             return self.bar_step
@@ -305,6 +343,19 @@ class _Parser(RunRows):
 
     def training_row(self, n: int, pairs: dict[str, Any]) -> None:
         step = self._step_of(pairs, advance=True)
+        if step == self.last_step and self.bar_placed:
+            pending = self.out.tables.get("iterations") or []
+            for key, value in pairs.items():  # the same step again: only what the first dict did not say
+                if key in self.step_keys or key in IGNORED_KEYS or not isinstance(value, float):
+                    continue
+                self.step_keys.add(key)
+                if key in ROW_KEYS and pending and pending[-1] is self.last_row:  # not handed out yet
+                    self.last_row[ROW_KEYS[key]] = value
+                else:
+                    self.metric(n, step, key, value)
+            return
+        self.bar_placed = self.step_source == "tqdm bar" and self.bar_step == step
+        self.step_keys = set(pairs)
         if self.last_step is not None and step <= self.last_step and "current_steps" in pairs:
             self.new_run()  # LLaMA-Factory's log of a restarted run counts again
         self.logged += 1
@@ -324,6 +375,7 @@ class _Parser(RunRows):
             value = pairs.get(key)
             row[column] = value if isinstance(value, float) else None
         self.out.add("iterations", row)
+        self.last_row = row
         for key, value in pairs.items():
             if key in ROW_KEYS or key in IGNORED_KEYS or not isinstance(value, float):
                 continue
@@ -352,12 +404,21 @@ class _Parser(RunRows):
                 )
                 return True
         if match := RUNNING_RX.search(part):
+            self.section = match.group(1)
             if match.group(1) == "training":
                 self.new_run()
                 self.run(n)
             return True
+        if RELAUNCH_MARK in part:
+            self.new_run()  # torchrun's banner: a new launch of the job writing to the same file
+            return False
+        if GRADIENT_CHECKPOINTING_RX.search(part):
+            self.run(n).setdefault("recompute", "full")
+            return True
         for name, rx in HEADER_RX.items():
             if match := rx.search(part):
+                if self.section != "training":
+                    return True  # the evaluation's own examples and batch: not the run's
                 value = int(match.group(1).replace(",", ""))
                 run = self.run(n)
                 if name in ("mbs", "gbs", "train_iters"):
@@ -436,6 +497,16 @@ class _Parser(RunRows):
             return True
         if msg.strip() == "DeepSpeedEngine configuration:":
             return True
+        if world := WORLD_SIZE_RX.search(msg):
+            self.run(n).setdefault("gpus", int(world.group(1)))
+            return True
+        if rate := SAMPLES_RX.search(msg):  # the engine's throughput timer: `0/2000, SamplesPerSec=9.5`
+            self.metric(n, int(rate.group(1)), "samples per second (DeepSpeed)", float(rate.group(2)))
+            return True
+        for rx, name in INFO_PARAMS:
+            if said := rx.search(msg):
+                self.param(n, f"deepspeed.{name}", (said.group(1) or "").strip())
+                return True
         if where == "config.py" and (pair := CONFIG_LINE_RX.match(msg)):
             name, value = pair.group(1), pair.group(2)
             if value.count("{") + value.count("[") > value.count("}") + value.count("]"):

@@ -108,8 +108,9 @@ def own_score(head: str) -> int:
 DYING_JOB_MARKS = (
     "Watchdog caught collective operation timeout",  # PyTorch's ProcessGroupNCCL watchdog
     "Some NCCL operations have failed or timed out",
-    "torch.OutOfMemoryError: CUDA out of memory",
-    "torch.cuda.OutOfMemoryError: CUDA out of memory",
+    "OutOfMemoryError: CUDA out of memory",  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError (1.13 on)
+    "RuntimeError: CUDA out of memory",  # before PyTorch 1.13
+    "RuntimeError: CUDA error: out of memory",  # the allocation that failed inside a kernel launch
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",  # torchrun, one rank failed
 )
 """What a dying PyTorch distributed job prints to its stderr: a file that holds nothing else (Slurm's

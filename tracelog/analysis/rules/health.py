@@ -12,14 +12,18 @@ from tracelog.store.runs import CHECKPOINT_ITERATION_SQL
 from tracelog.thresholds import Thresholds
 
 NAN_LINES = (
-    "CASE WHEN NOT isfinite(lm_loss) OR (NOT isfinite(grad_norm) AND coalesce(skipped, 0) = 0) "
-    "THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
+    "CASE WHEN NOT isfinite(lm_loss) OR (NOT isfinite(grad_norm) AND (skipped = 0 OR (skipped IS NULL AND "
+    "(lm_loss IS NULL OR lm_loss = 0 OR run_id IN (SELECT run_id FROM runs WHERE precision IN ('bf16', 'fp32'))))"
+    ")) THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
 )
 """NaN iterations a line stands for: the framework's count, and at least one where the loss is not finite, or
 the grad norm is not finite on a step that was not skipped. Megatron-DeepSpeed under bf16 prints `grad
 norm: nan` with no loss and `number of nan iterations: 0` (bigscience-workshop/Megatron-DeepSpeed#396): its
 count checks only the loss it reduced. A non-finite grad norm on a skipped step is the fp16 loss scaler's
-overflow, which the skipped count tells."""
+overflow, which the skipped count tells. A log that keeps no skip count (the Hugging Face Trainer) prints
+the scaler's overflow as `'grad_norm': nan` beside a finite loss, so there it is a NaN only where no scaler
+runs (bf16, fp32) or the loss beside it is missing or exactly 0 (a model whose weights went NaN:
+AnswerDotAI/ModernBERT#233)."""
 
 
 LOSS_LEFT_OUT = f"lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND ({NAN_LINES}) = 0"
