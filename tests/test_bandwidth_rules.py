@@ -228,3 +228,17 @@ def test_pairs_without_p2p_are_counted_once_across_matrices(store: Store) -> Non
                     )
     (flag,) = rules_of(store)["p2p_disabled"]
     assert flag["measured"] == 56 and flag["message"].startswith("56 GPU pair(s) gain nothing")
+
+
+def test_a_sweep_cut_before_its_plateau_is_not_held_to_the_spec(store: Store) -> None:
+    """A pasted first row of an MI300X all_reduce (8 MB at 161 GB/s, modeled on an rccl-tests excerpt) says
+    nothing of the plateau: an info, not a low-bandwidth warning, and an AMD hint on the full sweep."""
+    add_bench(store, [0.3, 1.1, 4.2, 16.0, 161.0][-1:], status="partial", gpu_name="AMD Instinct MI300X")
+    (flag,) = rules_of(store)["low_bandwidth"]
+    assert flag["severity"] == "info" and "stops before its curve flattens" in flag["message"]
+    store.con.execute("DELETE FROM flags")
+    store.con.execute("DELETE FROM collectives")
+    store.con.execute("DELETE FROM benches")
+    add_bench(store, [0.3, 1.1, 4.2, 16.0, 50.0, 120.0, 150.0, 160.0, 161.0], gpu_name="AMD Instinct MI300X")
+    (flag,) = rules_of(store)["low_bandwidth"]
+    assert flag["severity"] == "warning" and "rocm-smi --showtopo" in flag["hint"]

@@ -764,3 +764,36 @@ def test_a_tail_cut_before_the_device_list_takes_its_ranks_from_ncclss_init_line
     assert "ranks_source" not in {
         p["name"] for p in collect((SAMPLES / "nccl_all_reduce_8xa100.txt").read_text())["bench_params"]
     }
+
+
+def test_a_shortened_device_list_takes_its_size_from_the_highest_rank() -> None:
+    """A published multi-node result keeps the first and last device lines with `...` between them (as
+    GB300 NVL72 write-ups print them; invented hosts): 64 ranks on 16 nodes of 4, not 4 ranks on 2."""
+    listed = [
+        "#  Rank  0 Group  0 Pid 568399 on   tray-01 device  0 [0008:06:00] NVIDIA GB300",
+        "#  Rank  1 Group  0 Pid 568400 on   tray-01 device  1 [0009:06:00] NVIDIA GB300",
+        "...",
+        "#  Rank 62 Group  0 Pid 480831 on   tray-16 device  2 [0018:06:00] NVIDIA GB300",
+        "#  Rank 63 Group  0 Pid 480833 on   tray-16 device  3 [0019:06:00] NVIDIA GB300",
+    ]
+    text = modern(
+        rows=[" 8589934592  2147483648  float  sum  -1  18842  455.88  897.52  0  18790  457.15  900.01  0"]
+    )
+    text = text.replace("\n".join(devices(8)), "\n".join(listed))
+    bench = the_bench(collect(text))
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (64, 16, 4)
+    params = {p["name"]: p["value"] for p in collect(text)["bench_params"]}
+    assert params["ranks_source"] == "the highest rank of a shortened device list"
+
+
+def test_every_process_printing_rank_0_is_one_gpu_tests_and_a_warning() -> None:
+    """nccl-tests built without MPI=1 and started by srun once per GPU: every process prints `Rank 0`."""
+    listed = [
+        f"#  Rank  0 Group  0 Pid {223120 + k} on cnode2-00{1 + k // 4} device  0 [0000:1b:00] NVIDIA H100 80GB HBM3"
+        for k in range(8)
+    ]
+    out = collect(modern().replace("\n".join(devices(8)), "\n".join(listed)))
+    bench = the_bench(out)
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (1, 1, 1)
+    (warning,) = [e for e in out["events"] if e["kind"] == "warning"]
+    assert "8 device lines says Rank 0" in warning["text"] and "MPI=1" in warning["text"]

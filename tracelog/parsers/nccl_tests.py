@@ -116,6 +116,8 @@ class Bench:
     layout: Layout | None = None
     devices: list[tuple[str, str]] = field(default_factory=list)  # (host, gpu name)
     groups: list[int | None] = field(default_factory=list)  # NCCL_TESTS_SPLIT's `Group` per device line
+    numbers: list[tuple[int, int]] = field(default_factory=list)  # (rank, device index) per device line
+    elided: bool = False  # a `...` line in the device list: someone shortened it
     types: dict[str, None] = field(default_factory=dict)
     redops: dict[str, None] = field(default_factory=dict)
     rows: int = 0
@@ -142,13 +144,24 @@ class Bench:
         per_host = Counter(h for h, _ in devices)
         names = list(dict.fromkeys(n for _, n in self.devices if n))
         ranks = len(devices) or self.init_ranks
+        nodes, per_node = (
+            len(hosts) or None,
+            per_host[hosts[0]] if hosts and len(set(per_host.values())) == 1 else None,
+        )
+        if self.shortened():
+            # the highest rank printed says the size; the highest device index how many GPUs a node has
+            ranks = max(r for r, _ in self.numbers) + 1
+            per_node = max(d for _, d in self.numbers) + 1
+            nodes = ranks // per_node if ranks % per_node == 0 else None
+        elif self.one_gpu_runs():
+            ranks, nodes, per_node = 1, 1, 1
         return {
             "bench_key": self.key,
             "tool": TOOL,
             "collective": self.collective,
             "ranks": ranks,
-            "nodes": len(hosts) or None,
-            "gpus_per_node": per_host[hosts[0]] if hosts and len(set(per_host.values())) == 1 else None,
+            "nodes": nodes,
+            "gpus_per_node": per_node,
             "gpu_name": ", ".join(names) or None,
             "dtype": ",".join(self.types) or None,
             "redop": ",".join(self.redops) or None,
@@ -161,10 +174,23 @@ class Bench:
             "line_end": self.line_end,
         }
 
+    def shortened(self) -> bool:
+        """A device list someone cut (`...` between its lines) or whose rank numbers run past its lines."""
+        if not self.numbers or len(set(self.groups)) > 1:
+            return False
+        return self.elided or max(r for r, _ in self.numbers) + 1 > len(self.numbers)
+
+    def one_gpu_runs(self) -> bool:
+        """Every device line says `Rank 0`: nccl-tests built without MPI and started once per GPU (srun,
+        mpirun) runs as many one-GPU tests, each printing its own rank 0."""
+        return len(self.numbers) > 1 and all(r == 0 for r, _ in self.numbers)
+
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
         ranks = len(self.communicator()) or self.init_ranks or 0
-        if self.collective or ranks <= 2 or not self.best:
+        if self.shortened():
+            ranks = max(r for r, _ in self.numbers) + 1
+        if self.collective or ranks <= 2 or not self.best or self.one_gpu_runs():
             return
         algbw, busbw = self.best
         if abs(busbw / algbw - 2 * (ranks - 1) / ranks) <= ALL_REDUCE_FACTOR_TOLERANCE * busbw / algbw:
@@ -229,6 +255,17 @@ class _Parser:
             self.param("world_ranks", str(len(bench.devices)), bench.line_start, bench)
         if bench.max_error is not None:
             self.param("max_error", f"{bench.max_error[0]:g}", bench.max_error[1], bench)
+        if bench.shortened():
+            self.param("ranks_source", "the highest rank of a shortened device list", bench.line_start, bench)
+        elif bench.one_gpu_runs():
+            self.event(
+                "warning",
+                f"every one of the {len(bench.numbers)} device lines says Rank 0: nccl-tests built without MPI=1 "
+                "and started once per GPU runs that many separate one-GPU tests; rebuild with MPI=1 and launch "
+                "with mpirun or srun --mpi",
+                bench.line_start,
+                bench,
+            )
         bench.infer_collective()
         if bench.collective_source:
             self.param("collective_source", bench.collective_source, bench.line_start, bench)
@@ -381,6 +418,8 @@ class _Parser:
         if body.strip("#").strip() in ("", "..."):
             if self.bench is not None and self.bench.phase < 6:
                 self.bench.line_end = n
+                if "..." in body and self.bench.devices and self.bench.rows == 0:
+                    self.bench.elided = True
             return True
         return False
 
@@ -389,6 +428,7 @@ class _Parser:
         rank, group, pid, host, device, bus, name = match.groups()
         bench.devices.append((host, name))
         bench.groups.append(int(group) if group is not None else None)
+        bench.numbers.append((int(rank), int(device)))
         self.out.add(
             "bench_devices",
             {
