@@ -466,7 +466,8 @@ def test_collective_named_by_the_command_line() -> None:
 
 
 def test_unnamed_all_reduce_recognised_by_its_busbw_factor() -> None:
-    out = collect(modern(first=[]).replace("# Collective test starting: all_reduce_perf\n", ""))
+    text = modern(first=[]).replace("# Collective test starting: all_reduce_perf\n", "")
+    out = collect(text.replace("# Collective test concluded: all_reduce_perf\n", ""))
     bench = the_bench(out)
     assert bench["collective"] == "all_reduce"
     assert {p["name"]: p["value"] for p in out["bench_params"]}["collective_source"] == "busbw factor"
@@ -797,3 +798,35 @@ def test_every_process_printing_rank_0_is_one_gpu_tests_and_a_warning() -> None:
     assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (1, 1, 1)
     (warning,) = [e for e in out["events"] if e["kind"] == "warning"]
     assert "8 device lines says Rank 0" in warning["text"] and "MPI=1" in warning["text"]
+
+
+def test_an_rccl_tests_tail_is_detected_and_named_by_its_end() -> None:
+    """rccl-tests' output cut after its header (a pasted tail; invented figures in its shape): detected by its
+    footer, named by `Collective test concluded`, its version block and asterisk legend read."""
+    rows = [
+        f"  {size:>10}  {size // 4:>12}     float    none       0   {size / 7.1e3:7.1f}    7.10    7.10      0"
+        f"   {size / 7.1e3:7.1f}    7.10    7.10      0"
+        for size in (16777216, 33554432, 67108864)
+    ]
+    text = "\n".join(
+        [
+            "RCCL version : 2.28.3-gfx1151-rccl:a188cf2",
+            "HIP version  : 7.12.60430-713bdeef5b",
+            *rows,
+            "# Errors with asterisks indicate errors that have exceeded the maximum threshold.",
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 7.1",
+            "#",
+            "# Collective test concluded: broadcast_perf",
+        ]
+    )
+    assert parsers.detect(head_text(text.encode()), "tail.txt") is nccl_tests
+    out = collect(text + "\n")
+    assert the_bench(out)["collective"] == "broadcast"
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["RCCL version"] == "2.28.3-gfx1151-rccl:a188cf2" and params["HIP version"].startswith(
+        "7.12"
+    )
+    assert "unparsed" not in out
+    version = collect("# rccl-tests version 2.17.9 rccl-headers=22803 rccl-library=22803\n")
+    assert {p["name"]: p["value"] for p in version["bench_params"]}["rccl-tests version"] == "2.17.9"

@@ -256,3 +256,28 @@ def test_a_p2p_matrix_pasted_without_its_command_is_read_as_one() -> None:
     assert bench["status"] == "complete" and "links" not in out
     params = {p["name"]: p["value"] for p in out["bench_params"]}
     assert params["p2p_mode"] == "unknown" and params["GPU1 GPU3 p2p unknown"] == "CNS"
+
+
+def test_a_bracketed_prompt_after_an_env_name_and_colour_codes_without_their_escape() -> None:
+    """RHEL's `[user@host dir]$` after a conda env name names the host; a header whose colour codes lost
+    their ESC byte in a copy (`[4mGPU0 ... NUMA Affinity[0m`, as sglang's environment dump shows it) is still
+    the header. Invented lines in those shapes."""
+    text = "\n".join(
+        [
+            "((sglang-0.5.9) ) [dev@gpu-node-7 ~]$ nvidia-smi topo -m",
+            "\t[4mGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID[0m",
+            "GPU0\t X \tNV18\tPXB\t0-63\t0\t\tN/A",
+            "GPU1\tNV18\t X \tNODE\t0-63\t0\t\tN/A",
+            "NIC0\tPXB\tNODE\t X ",
+            "",
+        ]
+    )
+    assert topo.detect(text) > 0
+    out = collect(text)
+    (bench,) = out["benches"]
+    assert (bench["hosts"], bench["status"]) == (["gpu-node-7"], "complete")
+    assert {(r["a"], r["b"], r["link_kind"]) for r in out["links"]} >= {
+        ("GPU0", "GPU1", "NV18"),
+        ("GPU0", "NIC0", "PXB"),
+    }
+    assert "unparsed" not in out

@@ -49,7 +49,7 @@ FORMAT = "nccl_tests"
 VERSION = "1"
 TOOL = "nccl-tests"
 
-VERSION_RX = re.compile(r"^#\s*nccl-tests version\s+(\S+)(.*)$")
+VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 CONCLUDED_RX = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
 NTHREAD_RX = re.compile(r"^#\s*nThread:?\s+\d+")
@@ -70,6 +70,7 @@ REDUCED_RX = re.compile(r"^#\s*Reducing maxBytes to (\d+)")
 ERROR_LINE_RX = re.compile(r"^#\s*error:\s*(.*?)\s*$")
 NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
 RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
+RCCL_FACT_RX = re.compile(r"^(RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*:\s*(\S.*?)\s*$")
 FAILURE_RX = re.compile(
     r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|MPI_ABORT|mpirun noticed|exited on signal"
     r"|Segmentation fault|srun: error|slurmstepd: error|CANCELLED AT|terminate called|\bAborted\b|\bKilled\b"
@@ -96,6 +97,8 @@ def detect(head: str) -> int:
             return 50
         if DEVICE_RX.match(body) or (body.startswith("#") and "algbw" in body and "busbw" in body):
             score = 40
+        elif CONCLUDED_RX.match(body) or OOB_RX.match(body) or AVG_RX.match(body):
+            score = max(score, 30)  # a tail cut after the header: its rows and footer
     return score
 
 
@@ -338,6 +341,9 @@ class _Parser:
         if match := RCCL_VERSION_RX.match(body):
             self.param("rccl-tests version", match.group(1), n, text=text)
             return True
+        if match := RCCL_FACT_RX.match(body):  # rccl-tests' block: `RCCL version : 2.28.3`, `Hostname : ...`
+            self.param(match.group(1), match.group(2), n, text=text)
+            return True
         if NCCL_WARN_RX.search(body):
             self.event("nccl_warn", text, n)
             return True
@@ -357,10 +363,12 @@ class _Parser:
         return False
 
     def comment(self, n: int, body: str) -> bool:
+        if body.startswith("# Errors with asterisks indicate"):  # rccl-tests' legend above its footer
+            return True
         if match := VERSION_RX.match(body):
             bench = self.open(n, 0)
-            self.param("nccl-tests version", match.group(1), n, bench)
-            for name, value in re.findall(r"([\w-]{1,64})=(\S+)", match.group(2)):
+            self.param(f"{match.group(1)}-tests version", match.group(2), n, bench)
+            for name, value in re.findall(r"([\w-]{1,64})=(\S+)", match.group(3)):
                 self.param(name, value, n, bench)
             return True
         if match := STARTING_RX.match(body):
@@ -395,6 +403,8 @@ class _Parser:
         if match := CONCLUDED_RX.match(body):
             if self.bench is not None:
                 self.bench.line_end = n
+                if not self.bench.collective:  # a tail cut after its `starting` line: named at its end
+                    self.name_collective(match.group(1), "printed")
                 self.close()
             return True
         if match := REDUCED_RX.match(body):

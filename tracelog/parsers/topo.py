@@ -39,10 +39,15 @@ AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
 DEVICE_NAME_RX = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+|CPU\d*)$")
 CELL_RX = re.compile(r"^(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
 P2P_CELL_RX = re.compile(r"^(?:X|OK|NS|CNS|GNS|TNS|U)$")
-HEADER_DETECT_RX = re.compile(r"^(?:[\w.\-]+:)?[ \t]*GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE)
-PROMPT_RX = re.compile(
-    r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*nvidia-smi\s+topo\b(?:.*?\s-p2p\s+([a-z]+))?"
+HEADER_DETECT_RX = re.compile(
+    r"^(?:[\w.\-]+:)?[ \t]*(?:\[[0-9;]*m)?GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE
 )
+PROMPT_RX = re.compile(
+    # `user@host:~$`, `[user@host dir]$` (RHEL), after a conda or venv name `(env) ` / `((env) ) `
+    r"^(?:\(+[^$#@]*?\)+\s*)?\[?(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*nvidia-smi\s+topo\b(?:.*?\s-p2p\s+([a-z]+))?"
+)
+# a terminal's colour code whose ESC byte was lost in a copy (`[4mGPU0 ... GPU NUMA ID[0m`)
+ANSI_RESIDUE_RX = re.compile(r"\[[0-9;]*m")
 LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC|OK|NS|CNS|GNS|TNS|U)\s+=)")
 NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
 
@@ -124,6 +129,8 @@ class _Parser:
 
     def handle(self, n: int, text: str, prefix_host: str | None) -> bool:
         body = text.strip()
+        if "m" in body and "[" in body:
+            body = ANSI_RESIDUE_RX.sub("", body).strip()
         if match := PROMPT_RX.match(body):
             self.host = match.group(1) or prefix_host
             self.p2p = match.group(2)
