@@ -389,23 +389,41 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     no_gain = store.con.execute(
         f"""
         -- a pair once, however many of its matrices (unidirectional, bidirectional, reads) show it
-        SELECT on_.bench_id, count(DISTINCT (on_.src, on_.dst)), min(on_.line_no)
+        WITH latency AS (
+            -- the GPU latency with P2P off and on: a direct path that answers far faster is in use
+            SELECT bench_id, median(value) FILTER (matrix = 'latency_gpu_p2p_off') AS off_us,
+                   median(value) FILTER (matrix = 'latency_gpu_p2p_on') AS on_us
+            FROM p2p WHERE {scope.benches} AND src <> dst GROUP BY bench_id
+        )
+        SELECT on_.bench_id, count(DISTINCT (on_.src, on_.dst)), min(on_.line_no),
+               any_value(l.off_us), any_value(l.on_us)
         FROM p2p on_ JOIN p2p off ON on_.bench_id = off.bench_id AND on_.src = off.src AND on_.dst = off.dst
          AND off.matrix = replace(on_.matrix, 'p2p_on', 'p2p_off')
+        LEFT JOIN latency l ON l.bench_id = on_.bench_id
         WHERE {scope.benches.replace("bench_id", "on_.bench_id")} AND on_.matrix LIKE 'bandwidth_%p2p_on%'
           AND on_.src <> on_.dst AND on_.value <= 1.1 * off.value
         GROUP BY on_.bench_id
         """
     ).fetchall()
-    for bench_id, count, line in no_gain:
+    for bench_id, count, line, off_us, on_us in no_gain:
+        direct = off_us is not None and on_us is not None and on_us < 0.5 * off_us
         flags.append(
             bench_flag(
                 "p2p_disabled",
                 "warning",
                 bench_id,
-                f"{count} GPU pair(s) gain nothing from enabling P2P: their traffic goes through host memory.",
-                "Check that P2P is supported between those GPUs (CAN Access Peer lines), IOMMU/ACS settings on the "
-                "PCIe switches, and that the driver exposes NVLink.",
+                f"{count} GPU pair(s) gain nothing from enabling P2P: "
+                + (
+                    f"P2P is on (GPU latency {off_us:.3g} → {on_us:.3g} µs), but the direct path moves data no faster "
+                    "than through host memory: PCIe, not NVLink."
+                    if direct
+                    else "their traffic goes through host memory."
+                ),
+                "NVLink is not carrying these pairs: check nvidia-smi nvlink --status and nvidia-smi topo -m (a VM or "
+                "container may expose PCIe only)."
+                if direct
+                else "Check that P2P is supported between those GPUs (CAN Access Peer lines), IOMMU/ACS settings on "
+                "the PCIe switches, and that the driver exposes NVLink.",
                 kind="p2p",
                 row_ref=f"line {line}",
                 measured=float(count),
