@@ -235,6 +235,14 @@ def test_every_link_figure_is_quoted_by_its_source() -> None:
         ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
         ("NVIDIA L4", "l4"),
         ("NVIDIA A10", "a10"),
+        # as nccl-tests device lines and nvidia-smi print them (GB300 NVL72, DGX-2, PCIe boards, GeForce)
+        ("NVIDIA GB300", "gb300"),
+        ("Tesla V100-SXM3-32GB", "v100-sxm3-32gb"),
+        ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+        ("Tesla V100-PCIE-32GB", "v100-pcie-32gb"),
+        ("NVIDIA A40", "a40"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA GeForce RTX 5090", "rtx-5090"),
     ],
 )
 def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
@@ -264,6 +272,12 @@ def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
         ("l4", 121),
         # NVIDIA A10 datasheet: BF16 Tensor Core 125 | 250 TFLOPS (dense | sparse).
         ("a10", 125),
+        # GB300 NVL72: FP16/BF16 360 PFLOPS with sparsity for 72 GPUs -> 2.5 PF dense per GPU.
+        ("gb300", 2500),
+        # NVIDIA A40 datasheet: BF16 Tensor Core (FP32 accumulate) 149.7 | 299.4 TFLOPS (dense | sparse).
+        ("a40", 149.7),
+        # NVIDIA RTX Blackwell whitepaper, Appendix A (RTX 5090): FP16/BF16 with FP32 accumulate 209.5 dense.
+        ("rtx-5090", 209.5),
     ],
 )
 def test_new_gpus_dense_bf16_is_the_datasheet_figure(gpu_id: str, bf16: float) -> None:
