@@ -236,11 +236,20 @@ def test_pairs_without_p2p_are_counted_once_across_matrices(store: Store) -> Non
             for dst in range(8):
                 store.con.execute(
                     "INSERT INTO p2p VALUES (?, ?, ?, ?, ?, 'us', ?)",
-                    [bench_id, f"latency_gpu_p2p_{state}", src, dst, 0.0 if src == dst else latency, 40 + src],
+                    [
+                        bench_id,
+                        f"latency_gpu_p2p_{state}",
+                        src,
+                        dst,
+                        0.0 if src == dst else latency,
+                        40 + src,
+                    ],
                 )
     store.con.execute("DELETE FROM flags")
     (flag,) = rules_of(store)["p2p_disabled"]
-    assert "P2P is on (GPU latency 20.1 → 2.25 µs)" in flag["message"] and "PCIe, not NVLink" in flag["message"]
+    assert (
+        "P2P is on (GPU latency 20.1 → 2.25 µs)" in flag["message"] and "PCIe, not NVLink" in flag["message"]
+    )
 
 
 def test_a_sweep_cut_before_its_plateau_is_not_held_to_the_spec(store: Store) -> None:

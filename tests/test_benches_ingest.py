@@ -449,3 +449,62 @@ def test_old_layout_counts_out_of_bounds_results_only_in_its_footer(db_path: Pat
             "returned corrupted data.",
         )
     ]
+
+
+def test_a_summary_across_nodes_is_held_to_its_fabric(db_path: Path, tmp_path: Path) -> None:
+    """all_reduce_bench's summary prints no time: the time its algbw means (size / algbw) gives the model a
+    point, so two 4-GPU nodes at 3.5 GB/s busbw are flagged against their four Slingshot NICs (invented
+    figures in the shape of a run whose NCCL lacked its network plugin)."""
+    out = tmp_path / "allreduce_2nodes.txt"
+    out.write_text(
+        "The average bandwidth of all_reduce with a 4.0GB payload (20 trials, 8 ranks):\n"
+        " algbw: 2.019 GBps (16.1 Gbps)\n"
+        " busbw: 3.533 GBps (28.3 Gbps)\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        ["--db", str(db_path), "ingest", str(out), "--gpu", "gh200-96gb", "--gpus-per-node", "4"]
+        + ["--fabric", "slingshot11-x4"],
+    )
+    assert result.exit_code == 0, result.output
+    predicted = sql(db_path, "SELECT count(*) FROM predictions WHERE subject_kind = 'collective'")
+    assert predicted[0][0] > 0
+    (flag,) = sql(db_path, "SELECT severity, message FROM flags WHERE rule = 'low_bandwidth'")
+    assert flag[0] == "warning" and "3.5 GB/s" in flag[1] and "slingshot11-x4" in flag[1]
+
+
+def test_a_second_command_after_a_cut_bench_and_an_error_over_the_tolerance(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """Two invocations pasted into one note, the first cut before its footer (invented rows in the shape of
+    nccl-tests#104's sendrecv on two GTX 1080): the second command starts the second bench; the first's
+    `error` column of 3e+02 on uint8 is corruption nccl-tests' footer would have counted; the second's last
+    row, cut inside its in-place half, keeps its out-of-place half."""
+    head = [
+        "#                                               out-of-place                       in-place          ",
+        "#       size         count      type     time   algbw   busbw  error     time   algbw   busbw  error",
+        "#        (B)    (elements)               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+    ]
+    out = tmp_path / "note.txt"
+    out.write_text(
+        "\n".join(
+            [
+                "./build/sendrecv_perf -b 8 -e 196M -g 2 -d uint8",
+                *head,
+                "    37748744      37748744     uint8    11732    3.22    3.22  0e+00    11698    3.23    3.23  3e+02",
+                "./build/sendrecv_perf -b 36M -e 36M -g 2 -d uint8",
+                *head,
+                "    37748736      37748736     uint8   6485.7    5.82    5.82  0e+00   6496.1",
+                "",
+            ]
+        )
+    )
+    ingest(db_path, out)
+    benches = sql(db_path, "SELECT bench_id, collective FROM benches ORDER BY bench_id")
+    assert benches == [(1, "sendrecv"), (2, "sendrecv")]
+    rows = sql(
+        db_path, "SELECT bench_id, placement, busbw_gbps FROM collectives ORDER BY bench_id, placement"
+    )
+    assert rows == [(1, "in-place", 3.23), (1, "out-of-place", 3.22), (2, "out-of-place", 5.82)]
+    (flag,) = sql(db_path, "SELECT subject_id, severity, measured FROM flags WHERE rule = 'nccl_data_error'")
+    assert flag == (1, "critical", 300.0)

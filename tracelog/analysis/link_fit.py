@@ -307,11 +307,15 @@ class FabricCurve:
 
 def measured_times(store: Store, bench_id: int) -> list[tuple[float, float, float | None]]:
     """(size, median time, peak busbw) per message size of one bench: its out-of-place rows, or its
-    in-place ones when it has no others (torch.distributed's all_reduce, as all_reduce_bench times it)."""
+    in-place ones when it has no others (torch.distributed's all_reduce, as all_reduce_bench times it). A
+    row that prints no time (all_reduce_bench's summary: `The average bandwidth of all_reduce with a 4.0GB
+    payload ...: algbw: 2.019 GBps`) takes the time its algbw means: size / algbw."""
     for placement in ("out-of-place", "in-place"):
         rows = store.con.execute(
-            "SELECT size_bytes, median(time_us), max(busbw_gbps) FROM collectives WHERE bench_id = ? "
-            "AND placement = ? AND time_us > 0 GROUP BY size_bytes ORDER BY size_bytes",
+            "SELECT size_bytes, median(coalesce(time_us, size_bytes / nullif(algbw_gbps, 0) / 1e3)) AS t, "
+            "max(busbw_gbps) FROM collectives WHERE bench_id = ? AND placement = ? "
+            "AND coalesce(time_us, size_bytes / nullif(algbw_gbps, 0) / 1e3) > 0 "
+            "GROUP BY size_bytes ORDER BY size_bytes",
             [bench_id, placement],
         ).fetchall()
         if rows:

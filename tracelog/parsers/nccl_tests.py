@@ -353,7 +353,8 @@ class _Parser:
         if FAILURE_RX.search(body):
             return self.failure(n, text)
         if "#" not in body and "NCCL INFO" not in body and COMMAND_RX.search(" " + body):
-            if self.bench is None or self.bench.phase >= 6:
+            # a command after a bench's rows starts the next bench, footer or not (a run cut short)
+            if self.bench is None or self.bench.phase >= 5:
                 self.close()
                 self.pending.append(("command", body, n, text))
             else:

@@ -96,6 +96,10 @@ class Layout:
             placements = list(PLACEMENTS)
         elif len(tokens) == p + g:  # trace replay prints the in-place half only
             placements = ["in-place"]
+        elif (
+            p + g < len(tokens) < p + 2 * g
+        ):  # a row cut inside its in-place half: the out-of-place one stands
+            placements, tokens = ["out-of-place"], tokens[: p + g]
         else:
             return None
         head = dict(zip(self.prefix, tokens[:p], strict=True))

@@ -81,7 +81,46 @@ def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                 expected=0.0,
             )
         )
+    # the same layout cut before its footer: its rows' largest error is all there is, held to the tolerance
+    # nccl-tests held it to (`_error_tolerance`)
+    uncounted = store.con.execute(
+        f"""
+        SELECT b.bench_id, b.dtype, try_cast(p.value AS DOUBLE) AS max_error, p.line_no
+        FROM benches b JOIN bench_params p ON p.bench_id = b.bench_id AND p.name = 'max_error'
+        WHERE {scope.benches.replace("bench_id", "b.bench_id")} AND b.out_of_bounds IS NULL
+          AND b.bench_id NOT IN (SELECT bench_id FROM collectives WHERE wrong > 0)
+        """
+    ).fetchall()
+    for bench_id, dtype, max_error, line in uncounted:
+        if max_error is None or max_error <= _error_tolerance(dtype):
+            continue
+        flags.append(
+            bench_flag(
+                "nccl_data_error",
+                "critical",
+                bench_id,
+                f"A row's error is {max_error:g}, over what nccl-tests tolerates for {dtype or 'float'} "
+                f"({_error_tolerance(dtype):g}); the output stops before the footer that would count such rows: "
+                "the collective returned corrupted data.",
+                CORRUPTION_HINT,
+                row_ref=f"line {line}",
+                measured=float(max_error),
+                expected=_error_tolerance(dtype),
+            )
+        )
     return flags
+
+
+def _error_tolerance(dtype: str | None) -> float:
+    """The largest error nccl-tests passed while it printed an `error` column (src/common.cu
+    `DeltaMaxValue`): none for an integer type, 1e-12 for double, 1e-5 for float, 5e-2 for half (1e-2 in
+    some versions: the larger is taken, so no row nccl-tests passed is called wrong)."""
+    kind = (dtype or "float").split(",")[0].strip().lower()
+    if kind.startswith(("int", "uint", "char")):
+        return 0.0
+    if kind in ("double", "float64"):
+        return 1e-12
+    return 5e-2 if kind in ("half", "bfloat16", "float16", "bf16", "fp16") else 1e-5
 
 
 INCOMPLETE_SQL = """
