@@ -264,3 +264,9 @@ def test_a_sweep_cut_before_its_plateau_is_not_held_to_the_spec(store: Store) ->
     add_bench(store, [0.3, 1.1, 4.2, 16.0, 50.0, 120.0, 150.0, 160.0, 161.0], gpu_name="AMD Instinct MI300X")
     (flag,) = rules_of(store)["low_bandwidth"]
     assert flag["severity"] == "warning" and "rocm-smi --showtopo" in flag["hint"]
+
+
+def test_wrong_values_in_one_row_are_said_at_that_size(store: Store) -> None:
+    add_bench(store, HEALTHY, wrong=[0] * 5 + [96] + [0] * 5)
+    (flag,) = rules_of(store)["nccl_data_error"]
+    assert flag["message"].startswith("96 wrong values in 1 row(s), at 1.04858 MB:")

@@ -830,3 +830,12 @@ def test_an_rccl_tests_tail_is_detected_and_named_by_its_end() -> None:
     assert "unparsed" not in out
     version = collect("# rccl-tests version 2.17.9 rccl-headers=22803 rccl-library=22803\n")
     assert {p["name"]: p["value"] for p in version["bench_params"]}["rccl-tests version"] == "2.17.9"
+
+
+def test_a_failure_after_the_footer_belongs_to_the_bench_it_ends() -> None:
+    """`Test failure common.cu:1189` lines follow the footer of the test that found wrong values (as an
+    srun of nccl-tests on two nodes prints them; invented hosts)."""
+    text = modern() + "\n .. gpu-1-1 pid 662195: Test failure common.cu:1189\n"
+    out = collect(text)
+    (error,) = [e for e in out["events"] if e["kind"] == "error"]
+    assert error["bench_key"] == the_bench(out)["bench_key"]

@@ -281,3 +281,21 @@ def test_a_bracketed_prompt_after_an_env_name_and_colour_codes_without_their_esc
         ("GPU0", "NIC0", "PXB"),
     }
     assert "unparsed" not in out
+
+
+def test_another_tools_gpu_matrix_is_no_bench_and_its_lines_stay() -> None:
+    """rocm-smi --showtopo's matrices have a `GPU0 GPU1 ...` header too, but none of nvidia-smi's cells:
+    read as topo (forced), they make no empty bench and every line is kept as unparsed."""
+    text = "\n".join(
+        [
+            "=========================== Weight between two GPUs ============================",
+            "       GPU0         GPU1",
+            "GPU0   0            15",
+            "GPU1   15           0",
+            "",
+        ]
+    )
+    assert topo.detect(text) == 0
+    out = collect(text)
+    assert "benches" not in out
+    assert sorted(r["line_no"] for r in out["unparsed"]) == [1, 2, 3, 4]

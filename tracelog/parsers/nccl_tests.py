@@ -318,7 +318,8 @@ class _Parser:
         self.out.add("unparsed", {"line_no": line_no, "text": text})
 
     def failure(self, n: int, text: str) -> bool:
-        self.event("error", text, n)
+        # after a bench's end (`Test failure common.cu:1189` follows the footer of the test it failed), its own
+        self.event("error", text, n, self.bench or self.last)
         if self.bench is not None and not self.bench.footer:
             self.bench.failed = True
             self.bench.line_end = n

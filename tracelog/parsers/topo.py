@@ -70,6 +70,7 @@ class _Bench:
     labels: list[str]
     rows: set[str] = field(default_factory=set)
     p2p: str | None = None  # the mode of a `-p2p` matrix (r, w, rw, n, a, p, or unknown)
+    header: str = ""  # the header line as printed, kept as unparsed if no row of the matrix follows
 
     def record(self) -> dict[str, Any]:
         gpus = sum(1 for d in self.devices if d.startswith("GPU")) or None
@@ -101,6 +102,10 @@ class _Parser:
     def close(self, host: str | None) -> None:
         bench = self.benches.pop(host, None)
         if bench is None:
+            return
+        if not bench.rows and bench.p2p is None:
+            # a header no row of ours followed (another tool's matrix: rocm-smi --showtopo's weights)
+            self.out.add("unparsed", {"line_no": bench.line_start, "text": bench.header})
             return
         missing = [d for d in bench.devices if d not in bench.rows]
         if missing:
@@ -158,7 +163,9 @@ class _Parser:
             return False
         labels = AFFINITY_RX.findall(body)
         self.close(host)
-        bench = _Bench(self.next_key, host, n, n, devices, labels, p2p=None if labels else self.p2p)
+        bench = _Bench(
+            self.next_key, host, n, n, devices, labels, p2p=None if labels else self.p2p, header=body
+        )
         self.benches[host] = bench
         self.next_key += 1
         if bench.p2p is not None:

@@ -34,7 +34,7 @@ CORRUPTION_HINT = (
 def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
-        SELECT bench_id, sum(wrong), count(*), min(size_bytes), min(line_no)
+        SELECT bench_id, sum(wrong), count(*), min(size_bytes), max(size_bytes), min(line_no)
         FROM collectives WHERE {scope.benches} AND wrong > 0 GROUP BY bench_id
         """
     ).fetchall()
@@ -43,14 +43,15 @@ def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             "nccl_data_error",
             "critical",
             bench_id,
-            f"{int(wrong)} wrong values in {rows_bad} row(s), from {_size(size)} up: the collective returned "
-            "corrupted data.",
+            f"{int(wrong)} wrong values in {rows_bad} row(s), "
+            + (f"at {_size(size)}" if size == largest else f"from {_size(size)} to {_size(largest)}")
+            + ": the collective returned corrupted data.",
             CORRUPTION_HINT,
             row_ref=f"line {line}",
             measured=float(wrong),
             expected=0.0,
         )
-        for bench_id, wrong, rows_bad, size, line in rows
+        for bench_id, wrong, rows_bad, size, largest, line in rows
     ]
     # nccl-tests before the `#wrong` column (2019) printed each row's largest error and counted the rows
     # over its tolerance only in its footer, `# Out of bounds values : N FAILED`: the count is all there is.
