@@ -102,3 +102,53 @@ def test_older_lines_colours_and_the_2024_start_lines() -> None:
 def test_a_megatron_log_is_not_torchtitans() -> None:
     megatron_head = head_text((SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()[: parsers.HEAD_BYTES])
     assert torchtitan.detect(megatron_head) == 0
+
+
+def test_the_2025_start_lines_and_ranks_printing_without_a_prefix() -> None:
+    """torchtitan since late 2025 says `Trainer is initialized with local batch size ..., sequence length
+    ..., total steps ...`, and names the model's shape in its `TransformerModelArgs(...)`; ranks launched
+    without `--local-ranks-filter` print every line, validations included (invented lines in that shape)."""
+    stamp = "[titan] 2026-01-16 02:41:43,288 - root - INFO - "
+    start = [
+        stamp
+        + "Building llama3 8B with TransformerModelArgs(_enforced='x', dim=4096, n_layers=32, n_heads=32, "
+        "n_kv_heads=8, vocab_size=128256, multiple_of=1024, ffn_dim_multiplier=1.3, norm_eps=1e-05, max_seq_len=8192)",
+        stamp
+        + "Trainer is initialized with local batch size 6, global batch size 48, gradient accumulation steps 1, "
+        "sequence length 4096, total steps 150000 (warmup 200)",
+    ]
+    step = (
+        stamp
+        + "step: 10  loss:  7.1234  grad_norm:  1.2000  memory: 60.10GiB(75.99%)  tps: 5,210  tflops: 301.2  mfu: 30.46%"
+    )
+    validate = stamp + "validate step: 10  loss:  7.0001"
+    out = collect("\n".join(start * 2 + [step] * 2 + [validate] * 2) + "\n")
+    (run,) = out["runs"]
+    assert (run["mbs"], run["gbs"], run["seq_len"], run["train_iters"]) == (6, 48, 4096, 150000)
+    # Llama 3 8B's FFN: 2/3 of 4 x 4096 = 10922, x 1.3 = 14198, rounded up to a multiple of 1024 = 14336
+    assert (run["layers"], run["hidden"], run["heads"], run["query_groups"], run["ffn_hidden"], run["vocab"]) == (
+        32, 4096, 32, 8, 14336, 128256
+    )  # fmt: skip
+    assert [p["name"] for p in run["run_params"]].count("gradient_accumulation_steps") == 1
+    assert len([m for m in out["iteration_metrics"] if m["key"] == "validation loss"]) == 1
+
+
+def test_an_env_warning_naming_error_handling_is_no_error_line(tmp_path: Path) -> None:
+    """torchtitan warns at every start that `ENV[TORCH_NCCL_ASYNC_ERROR_HANDLING] = 1 will be overridden`:
+    `error` inside a variable's name is no error line, so no health flag; a C++ stack frame naming
+    `c10::Error::Error` belongs to its traceback."""
+    from tracelog.parsers.megatron_lines import kind_of
+
+    line = (
+        "[rank0]:[titan] 2025-11-25 19:44:55,284 - root - WARNING - ENV[TORCH_NCCL_ASYNC_ERROR_HANDLING] = 1 "
+        "will be overridden to 3 based on job config"
+    )
+    assert kind_of(line) == "warning"
+    assert kind_of("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x99") == "traceback"
+    assert kind_of("ValueError: invalid literal") == "error"
+    log = tmp_path / "titan.log"
+    log.write_text(SAMPLE.read_text().split("\n", 1)[0] + "\n" + line + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)], parser="torchtitan")
+    assert api.sql(db, "SELECT kind FROM events").kind.tolist() == ["warning"]
+    assert api.sql(db, "SELECT count(*) AS n FROM flags WHERE rule = 'training_health'").n[0] == 0

@@ -498,18 +498,41 @@ def timers_by_regex(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame
     return attach_iteration(parts, anchors)
 
 
+# A C++ stack frame of a traceback (`frame #0: c10::Error::Error(c10::SourceLocation, ...)`): part of the
+# traceback, not an error line of its own. `error` inside an identifier (`TORCH_NCCL_ASYNC_ERROR_HANDLING`,
+# torchtitan's warning at every start) is no error either: the word, or the end of an exception's name.
+FRAME_RX = r"^\s*frame #\d+:"
+ERROR_WORD_RX = r"(?:^|[^_])error(?:$|[^_])"
+
+
 def event_kind() -> pl.Expr:
     lowered = pl.col("line").str.to_lowercase()
-    expr: Any = pl
+    expr: Any = pl.when(lowered.str.contains(FRAME_RX)).then(pl.lit("traceback"))
     for kind, word in EVENT_KINDS:
-        expr = expr.when(lowered.str.contains(word, literal=True)).then(pl.lit(kind))
+        found = (
+            lowered.str.contains(ERROR_WORD_RX)
+            if word == "error"
+            else lowered.str.contains(word, literal=True)
+        )
+        expr = expr.when(found).then(pl.lit(kind))
     return expr.otherwise(pl.lit("warning"))
 
 
-def kind_of(text: str) -> str:
-    """The event kind of one line's text (`event_kind` for a whole column)."""
+def kind_of(text: str, fallback: str = "warning") -> str:
+    """The event kind of one line's text (`event_kind` for a whole column); `fallback` where no word says
+    one (a logger's level, for a parser that reads it)."""
     lowered = text.lower()
-    return next((kind for kind, word in EVENT_KINDS if word in lowered), "warning")
+    if regex.match(FRAME_RX, lowered):
+        return "traceback"
+    return next(
+        (
+            kind
+            for kind, word in EVENT_KINDS
+            if kind != "warning"
+            and (regex.search(ERROR_WORD_RX, lowered) if word == "error" else word in lowered)
+        ),
+        fallback,
+    )
 
 
 def per_thousand(values: pl.Series) -> pl.Series:

@@ -39,12 +39,12 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, as_int, drive, guarded, strip_prefix
 from tracelog.parsers.megatron_lines import (
     CRASH_WORDS,
-    EVENT_KINDS,
     ITER_MARK,
     TIMER_ALL_HEAD,
     TIMER_BLOCK_LINE_RX,
     TIMER_NAME_RX,
     TIMER_RANK_RX,
+    kind_of,
 )
 
 FORMAT = "nemo"
@@ -265,9 +265,7 @@ class _Parser:
         self.out.add("unparsed", {"line_no": n, "text": text})
 
     def event(self, n: int, body: str, text: str, default: str = "warning") -> None:
-        lowered = body.lower()
-        kind = next((k for k, word in EVENT_KINDS if word in lowered and k != "warning"), default)
-        self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind, "text": text})
+        self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind_of(body, default), "text": text})
 
     def leftover(self, n: int, text: str, rest: list[str]) -> None:
         """What another stream wrote onto a bar's line (a watchdog's error glued behind the bar, or between

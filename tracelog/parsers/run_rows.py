@@ -25,4 +25,7 @@ class RunRows:
         return run
 
     def param(self, line_no: int, name: str, value: Any) -> None:
-        self.run(line_no)["run_params"].append({"name": name, "value": str(value), "line_no": line_no})
+        """Kept once per run: ranks that all print the trainer's start lines say the same thing eight times."""
+        params = self.run(line_no)["run_params"]
+        if not any(p["name"] == name and p["value"] == str(value) for p in params):
+            params.append({"name": name, "value": str(value), "line_no": line_no})

@@ -51,13 +51,25 @@ SIZE_RX = re.compile(r"\bsize: ([\d,]+) total parameters")
 INITIALIZED_RX = re.compile(
     r"([\d,]+) tokens per train step, .*maximum context length (\d+), total steps (\d+)"
 )
+# since late 2025: `Trainer is initialized with local batch size 8, global batch size 64, gradient accumulation
+# steps 1, sequence length 2048, total steps 10 (warmup 2)`
+INITIALIZED_2025_RX = re.compile(
+    r"Trainer is initialized with local batch size (\d+), global batch size (\d+), gradient accumulation "
+    r"steps (\d+), sequence length (\d+), total steps (\d+)"
+)
 STARTS_RX = re.compile(
     r"Training starts at step (\d+)(?:, with local batch size (\d+), global batch size (\d+), "
     r"sequence length (\d+), total steps (\d+))?"
 )
 PEAK_RX = re.compile(r"Peak FLOPS used for computing MFU: " + NUM)
 JOB_RX = re.compile(r"\bStarting job: (.*)")
-START_LINES = (JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, STARTS_RX)
+# `Building llama3 8B with TransformerModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=...,
+# multiple_of=1024, ffn_dim_multiplier=1.3, ...)`: the Llama shape (torchtitan/models/llama3/model/args.py)
+MODEL_ARGS_RX = re.compile(r"\bTransformerModelArgs\((.*)\)")
+MODEL_ARG_RX = re.compile(
+    r"\b(dim|n_layers|n_heads|n_kv_heads|vocab_size|multiple_of|ffn_dim_multiplier)=([\w.]+)"
+)
+START_LINES = (JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, INITIALIZED_2025_RX, STARTS_RX)
 WARNING_LINE_RX = re.compile(WARNING_RX)
 METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
 
@@ -84,6 +96,7 @@ class _Parser(RunRows):
     def __init__(self) -> None:
         super().__init__()
         self.out = Emitter()
+        self.validated: set[tuple[int, str]] = set()  # (run, step) of the validation lines read
         self.last_step: int | None = None
         self.last_stamp: datetime | None = None
         self.memory_step: int | None = None
@@ -101,7 +114,10 @@ class _Parser(RunRows):
         rank = int(rank_match.group(1)) if rank_match else None
         if match := STEP_RX.search(body):
             self.step(n, body, match, rank)
-        elif match := VALIDATE_RX.search(body):
+        elif (match := VALIDATE_RX.search(body)) and (self.run_key, match.group(1)) in self.validated:
+            return  # the same validation from another rank
+        elif match:
+            self.validated.add((self.run_key, match.group(1)))
             metric = {"run_key": self.run_key, "iteration": int(match.group(1)), "key": "validation loss"}
             self.out.add(
                 "iteration_metrics",
@@ -182,6 +198,10 @@ class _Parser(RunRows):
             self.param(n, "device_mesh", f"{match.group(1)} {match.group(2)}")
         elif match := SIZE_RX.search(body):
             self.run(n)["params"] = int(match.group(1).replace(",", ""))
+        elif match := INITIALIZED_2025_RX.search(body):
+            local, global_, accumulation, seq, steps = (int(g) for g in match.groups())
+            self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
+            self.param(n, "gradient_accumulation_steps", accumulation)
         elif match := INITIALIZED_RX.search(body):
             tokens, context, steps = (int(g.replace(",", "")) for g in match.groups())
             run = self.run(n)
@@ -193,6 +213,8 @@ class _Parser(RunRows):
                 local, global_, seq, steps = (int(g) for g in match.groups()[1:])
                 self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
             self.param(n, "start_step", match.group(1))
+        elif match := MODEL_ARGS_RX.search(body):
+            self.model_shape(n, dict(MODEL_ARG_RX.findall(match.group(1))))
         elif match := PEAK_RX.search(body):
             self.param(n, "peak_flops_for_mfu", match.group(1))
         elif match := JOB_RX.search(body):
@@ -200,6 +222,25 @@ class _Parser(RunRows):
         else:
             return False
         return True
+
+    def model_shape(self, n: int, args: dict[str, str]) -> None:
+        """Run columns from a Llama `TransformerModelArgs`; the FFN width as its FeedForward computes it
+        (torchtitan/models/llama3/model/model.py: 2/3 of 4·dim, times ffn_dim_multiplier, rounded up to a
+        multiple of multiple_of) and a gated (SwiGLU) MLP."""
+        if not (args.get("dim", "").isdigit() and args.get("n_layers", "").isdigit()):
+            return
+        dim, run = int(args["dim"]), self.run(n)
+        run.update(hidden=dim, layers=int(args["n_layers"]), swiglu=True)
+        for key, column in (("n_heads", "heads"), ("n_kv_heads", "query_groups"), ("vocab_size", "vocab")):
+            if args.get(key, "").isdigit():
+                run[column] = int(args[key])
+        ffn = int(2 * 4 * dim / 3)
+        multiplier, multiple = _number(args.get("ffn_dim_multiplier", "")), args.get("multiple_of", "")
+        if multiplier is not None:
+            ffn = int(multiplier * ffn)
+        if multiple.isdigit():
+            ffn = int(multiple) * ((ffn + int(multiple) - 1) // int(multiple))
+        run["ffn_hidden"] = ffn
 
     def layout(self, n: int, degrees: dict[str, int]) -> None:
         run = self.run(n)
