@@ -108,6 +108,11 @@ def test_skipped_is_the_difference_of_the_running_count_and_overflows_set_the_lo
     assert "unparsed" not in out
     # each overflow stays in the store, for a log with no step line to count it (steps_per_print off)
     assert [(e["kind"], e["line_no"]) for e in out["events"]] == [("overflow", 16), ("overflow", 18)]
+    hysteresis = (
+        f"{TS} [INFO] [loss_scaler.py:190:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted "
+        "loss scale: 4294967296, but hysteresis is 2. Reducing hysteresis to 1"
+    )
+    assert [e["kind"] for e in collect(hysteresis + "\n")["events"]] == ["overflow"]
 
 
 def test_a_bf16_run_has_no_loss_scale_and_an_fp16_run_starts_at_the_initial_scale() -> None:

@@ -254,3 +254,24 @@ def test_primus_and_torchrun_prefixes_give_the_rank_and_time(fast: bool) -> None
     assert metrics["hip mem usage/free/total/usage_ratio"] == pytest.approx(153.81)
     (row,) = collect(tee, fast)["iterations"]
     assert (row["iteration"], row["rank"], row["lm_loss"]) == (10, 3, 9.1)
+
+
+def test_arguments_with_names_too_long_for_their_dots_are_kept() -> None:
+    """Megatron pads a name with `48 - len(name)` dots: from 47 characters on, one dot or none
+    (megatron/training/arguments.py `_print_args`; names of Megatron-Core 2025)."""
+    text = "\n".join(
+        [
+            "------------------------ arguments ------------------------",
+            "  inference_dynamic_batching_buffer_guaranteed_fraction  0.2",
+            "  keep_fp8_transpose_cache_when_using_custom_fsdp . False",
+            "  micro_batch_size ................................ 4",
+            "-------------------- end of arguments ---------------------",
+            "",
+        ]
+    )
+    out = collect(text)
+    params = {p["name"]: p["value"] for r in out["runs"] for p in r["run_params"]}
+    assert params["inference_dynamic_batching_buffer_guaranteed_fraction"] == "0.2"
+    assert params["keep_fp8_transpose_cache_when_using_custom_fsdp"] == "False"
+    assert params["micro_batch_size"] == "4"
+    assert "unparsed" not in out

@@ -47,6 +47,7 @@ def test_keys_without_a_column_are_metrics_and_global_step_is_the_iteration() ->
     assert out["iterations"][0]["iteration"] == 103
     assert {(m["key"], m["value"]) for m in out["iteration_metrics"]} == {
         ("val_loss", 2.61),
+        ("validation loss", 2.61),  # a new `val_loss`, under the name show trends
         ("TFLOPS", 1234.0),
     }
 
@@ -204,6 +205,7 @@ def test_a_bar_of_2023_with_a_nan_loss_and_a_rounded_step(tmp_path) -> None:
     assert (second["iteration"], second["lm_loss"]) == (12345, 6.812)
     assert {(m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"]} == {
         (9000, "val_loss", 7.04),
+        (9000, "validation loss", 7.04),  # once: the bar repeats the last validation's value
         (12345, "val_loss", 7.04),
     }
     path = tmp_path / "nemo.log"
@@ -335,3 +337,16 @@ def test_a_launchers_time_before_the_printer_line_is_the_rows_time() -> None:
     assert [(r["iteration"], r.get("ts")) for r in out["iterations"]] == [
         (97, datetime(2025, 11, 20, 14, 55, 23)), (98, None)
     ]  # fmt: skip
+
+
+def test_lightnings_val_loss_is_the_validation_loss() -> None:
+    """`val_loss` on the printer line (BioNeMo's NeMo 2 recipes print it; invented figures) is the metric
+    `show` trends as the validation loss."""
+    out = collect(
+        "Training epoch 0, iteration 49/99 | lr: 1e-05 | global_batch_size: 8 | global_step: 49 | "
+        "reduced_train_loss: 4.2 | train_step_timing in s: 0.03146 | val_loss: 4.106\n"
+    )
+    assert sorted((m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"]) == [
+        (49, "val_loss", 4.106),
+        (49, "validation loss", 4.106),
+    ]

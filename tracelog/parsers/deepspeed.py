@@ -328,7 +328,7 @@ class _Parser:
             values = see_memory_mib(match.groups())
             self.emit("memory", memory_row(run, rank, run.last_step, line_no, *values))
             return True
-        if (match := SCALE_RX.search(msg)) or "Grad overflow on iteration" in msg:
+        if (match := SCALE_RX.search(msg)) or "Grad overflow on iteration" in msg or "OVERFLOW!" in msg:
             # a step the fp16 loss scaler skipped: kept as an event (a log without step lines counts none)
             self.emit(
                 "events",

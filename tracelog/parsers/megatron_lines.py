@@ -210,7 +210,11 @@ RANK_PREFIX_RX = regex.compile(RANK_PREFIX)
 # The part naming the iteration, behind whatever prefix a logger put before it
 # (`[2025-11-10 09:43:36,161992][I][megatron/training_log:402:training_log]  iteration  136004/ 136100`).
 ITERATION_PART_RX = regex.compile(r"(?:^|[\s\]:])iteration\s+\d+\s*/")
-ARG_LINE_RX = regex.compile(r"^\s*([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)\s*$")
+ARG_LINE_RX = regex.compile(
+    # megatron/training/arguments.py `_print_args`: `'.' * (48 - len(name))` between a name and its value,
+    # so a name of 47 characters or more gets one dot or none
+    r"^\s*(?:([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)|([a-z_][a-z0-9_]{46,}) \.? ?(\S.*?))\s*$"
+)
 # megatron/core/timers.py, `--timing-log-option`: minmax prints `name ....: (min, max)`, max prints
 # `name ....: max` (group 2 the max, group 3 empty), all prints `times across ranks (ms):`, then per timer
 # `  name:` and `     rank  N: value`.

@@ -120,7 +120,7 @@ def stateful_batches(
                 carry.timer_name = match.group(1)
                 continue
             if match := ARG_LINE_RX.match(line):
-                run.set_arg(match.group(1), match.group(2), line_no)
+                run.set_arg(match.group(1) or match.group(3), match.group(2) or match.group(4) or "", line_no)
                 continue
             if match := WORLD_RX.search(line):
                 run.set_world(int(match.group(1)), dict(WORLD_PART_RX.findall(match.group(2))), line_no)

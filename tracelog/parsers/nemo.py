@@ -194,6 +194,7 @@ class _Parser:
         self.iteration: int | None = None
         self.logged_gbs: int | None = None  # the last `global_batch_size` a printer or bar line said
         self.stamp: datetime | None = None  # the time a launcher wrote before the line being read
+        self.last_val_loss: float | None = None
 
     def state(self) -> dict[str, Any]:
         """What crosses the last complete line, as JSON: the run's parameters and columns so far, the
@@ -207,6 +208,7 @@ class _Parser:
             "timer": [self.timer_mode, self.timer_name],
             "iteration": self.iteration,
             "logged_gbs": self.logged_gbs,
+            "last_val_loss": self.last_val_loss,
         }
 
     @classmethod
@@ -229,6 +231,8 @@ class _Parser:
         parser.timer_name = str(name) if name is not None else None
         parser.iteration = _int_or_none(state["iteration"])
         parser.logged_gbs = _int_or_none(state.get("logged_gbs"))  # absent from states saved before it
+        last_val = state.get("last_val_loss")
+        parser.last_val_loss = None if last_val is None else float(last_val)
         return parser
 
     def line(self, n: int, text: str) -> None:
@@ -470,6 +474,11 @@ class _Parser:
                 row[column] = as_int(value) if column in INT_COLUMNS and value is not None else value
             elif key not in SKIPPED_KEYS:
                 metric = {"run_key": 0, "iteration": iteration, "key": key, "value": value, "text": raw}
+                if key == "val_loss" and value is not None and value != self.last_val_loss:
+                    # Lightning repeats the last validation's `val_loss` on every line until the next one: a
+                    # new value is a validation, kept under the name `show` trends (other parsers' name)
+                    self.last_val_loss = value
+                    self.out.add("iteration_metrics", {**metric, "key": "validation loss", "line_no": n})
                 self.out.add("iteration_metrics", {**metric, "line_no": n})
         self.out.add("iterations", {**row, "line_no": n})
         if memory:
