@@ -453,6 +453,12 @@ def _parse_block(
                 run.logged_gbs = gbs if gbs is not None else run.logged_gbs
                 run.logged_train_iters = train_iters if train_iters is not None else run.logged_train_iters
 
+    bridge = plain.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True))
+    if not bridge.is_empty():
+        metrics = _bridge_step_metrics(bridge, anchors)
+        if not metrics.is_empty():
+            yield Batch("iteration_metrics", metrics)
+            plain = plain.filter(~pl.col("line_no").is_in(metrics["line_no"].unique().implode()))
     warned = plain.select(line.str.contains(WARNING_RX)).to_series()
     events = plain.filter(warned)
     if not events.is_empty():
@@ -463,6 +469,41 @@ def _parse_block(
     other = plain.filter(~warned).filter(line.str.strip_chars() != "")
     if not other.is_empty():
         yield Batch("unparsed", other.select("line_no", pl.col("line").alias("text")))
+
+
+BRIDGE_STEP_MARK = "Step Time : "
+BRIDGE_STEP_RX = r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)(MODEL_)?TFLOP/s/GPU"
+"""Megatron-Bridge's line after each logged iteration (NeMo 25.x on): `Step Time : 4.72s GPU utilization:
+554.3MODEL_TFLOP/s/GPU`, the step's seconds and its model TFLOP/s per GPU; metrics of the iteration before."""
+
+
+def _bridge_step_metrics(lines: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    line = pl.col("line")
+    rows = attach_iteration(
+        lines.select(
+            "line_no",
+            "run_key",
+            line.str.extract(BRIDGE_STEP_RX, 1).cast(pl.Float64, strict=False).alias("seconds"),
+            line.str.extract(BRIDGE_STEP_RX, 2).cast(pl.Float64, strict=False).alias("tflops"),
+            line.str.extract(BRIDGE_STEP_RX, 1).alias("seconds_text"),
+            line.str.extract(BRIDGE_STEP_RX, 2).alias("tflops_text"),
+        ).filter(pl.col("seconds").is_not_null() & pl.col("tflops").is_not_null()),
+        anchors,
+    ).filter(pl.col("iteration").is_not_null())
+    keys = (("step time (s)", "seconds"), ("GPU utilization (TFLOP/s/GPU)", "tflops"))
+    return pl.concat(
+        [
+            rows.select(
+                "run_key",
+                "iteration",
+                pl.lit(key).alias("key"),
+                pl.col(value).alias("value"),
+                pl.col(f"{value}_text").alias("text"),
+                "line_no",
+            )
+            for key, value in keys
+        ]
+    ).sort("line_no", maintain_order=True)
 
 
 def _iteration_rows(
