@@ -827,3 +827,19 @@ def test_checkpoint_lines_of_both_eras_are_events_with_their_iteration(tmp_path:
         tmp_path / "early.duckdb", "SELECT message FROM flags WHERE rule = 'training_health'"
     )["message"]
     assert message.endswith("No checkpoint saved before it in this log.")
+
+
+def test_the_rerun_state_machines_nan_is_a_critical_flag(tmp_path: Path) -> None:
+    """Megatron-Core's rerun state machine (`--rerun-mode validate_results`) reports a NaN in its own line
+    and stops the job (the line's shape from Megatron-LM#5026; invented rank, node and message tail)."""
+    path = tmp_path / "job.err"
+    path.write_text(
+        "ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3 invocation #2 "
+        "(message='found NaN in local grad norm for bucket #0 in backward pass')\n"
+    )
+    assert megatron.detect(path.read_text()) == 1
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(path)])
+    assert result.format == "megatron"
+    (flag,) = api.sql(db, "SELECT severity, message FROM flags WHERE message LIKE '%NaN check%'").values
+    assert flag[0] == "critical" and "first at iteration 3" in flag[1]

@@ -112,6 +112,7 @@ DYING_JOB_MARKS = (
     "RuntimeError: CUDA out of memory",  # before PyTorch 1.13
     "RuntimeError: CUDA error: out of memory",  # the allocation that failed inside a kernel launch
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",  # torchrun, one rank failed
+    "megatron.core.rerun_state_machine:Unexpected result",  # Megatron-Core's NaN or spike check, which stops the job
 )
 """What a dying PyTorch distributed job prints to its stderr: a file that holds nothing else (Slurm's
 `--error` file, a pasted crash) is read for its error lines, which the health rules turn into a critical

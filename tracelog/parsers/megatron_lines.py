@@ -136,6 +136,7 @@ EVENT_KINDS = (
     ("checkpoint_saved", "successfully saved checkpoint"),
     ("checkpoint_loaded", "successfully loaded checkpoint"),
     ("traceback", "traceback (most recent call last)"),
+    ("nan", "unexpected result nan"),  # Megatron-Core's rerun state machine found a NaN
     ("oom", "out of memory"),
     ("timeout", "operation timeout"),
     ("timeout", "timed out"),

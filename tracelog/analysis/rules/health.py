@@ -444,7 +444,45 @@ def _last_checkpoint(store: Store, run_id: int, before_line: int) -> str:
     return f" The last checkpoint saved before it: iteration {iteration or '?'} (line {line})."
 
 
-RULES = (nan_and_skipped, loss_scale_collapse, loss_spikes, sec_per_it_drift, straggler_steps, ended_in_error)
+def nan_found_by_a_check(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """NaNs a run's own check found and said so in a line rather than in its counts: Megatron-Core's rerun
+    state machine (`ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3
+    ... (message='found NaN in local grad norm ...')`, `--rerun-mode validate_results`), which stops the
+    job before any iteration line says it."""
+    rows = store.con.execute(
+        f"""
+        SELECT run_id, count(*), min(line_no), arg_min(text, line_no),
+               min(try_cast(regexp_extract(text, 'at iteration #(\\d+)', 1) AS BIGINT))
+        FROM events WHERE {scope.runs} AND run_id IS NOT NULL AND kind = 'nan' GROUP BY run_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "critical",
+            run_id,
+            f"The run's NaN check fired {count} time(s)"
+            + (f", first at iteration {iteration}" if iteration is not None else "")
+            + f": {_sentence(text)}",
+            "A NaN in the loss or the gradients: look at the batch of that iteration and the steps before it; "
+            "Megatron's rerun state machine says whether it reproduces on another GPU (a faulty GPU if not).",
+            row_ref=f"line {line}",
+            measured=float(count),
+            expected=0.0,
+        )
+        for run_id, count, line, text, iteration in rows
+    ]
+
+
+RULES = (
+    nan_and_skipped,
+    nan_found_by_a_check,
+    loss_scale_collapse,
+    loss_spikes,
+    sec_per_it_drift,
+    straggler_steps,
+    ended_in_error,
+)
 
 
 def evaluate(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
