@@ -378,3 +378,26 @@ def test_each_files_own_refresh_writes_what_a_full_refresh_writes(tmp_path: Path
     assert {"run", "bench"} <= kinds, kinds
     api.refresh(db)
     assert outputs() == file_by_file
+
+
+def test_a_log_that_ends_inside_a_checkpoint_save_says_so(tmp_path: Path) -> None:
+    """`saving checkpoint at iteration N` with nothing after it: a save that hung (as a flash-checkpoint
+    job's log ends, dlrover; invented path). A save followed by its `successfully saved` line says nothing."""
+    rows = [{} for _ in range(20)]
+    log = write_log(tmp_path / "run.log", rows)
+    saving = "saving checkpoint at iteration      20 to /ckpt/llama in torch_dist format\n"
+    log.write_text(log.read_text() + saving)
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    (flag,) = [f for f in tracelog.api.flags(db).to_dict("records") if "checkpoint save" in f["message"]]
+    assert (flag["severity"], flag["row_ref"]) == ("info", "line 21")
+    log.write_text(
+        log.read_text() + "  successfully saved checkpoint from iteration      20 to /ckpt/llama\n"
+    )
+    (tmp_path / "b").mkdir()
+    api.ingest(tmp_path / "b" / "t.duckdb", [str(log)])
+    assert not [
+        f
+        for f in tracelog.api.flags(tmp_path / "b" / "t.duckdb").to_dict("records")
+        if "save" in f["message"]
+    ]

@@ -809,6 +809,7 @@ def test_checkpoint_lines_of_both_eras_are_events_with_their_iteration(tmp_path:
     events = api.sql(db, "SELECT line_no, kind FROM events ORDER BY line_no")
     assert list(events.itertuples(index=False, name=None)) == [
         (1, "checkpoint_loaded"),
+        (3, "checkpoint_saving"),
         (4, "checkpoint_saved"),
         (6, "checkpoint_saved"),
         (8, "timeout"),

@@ -126,7 +126,9 @@ CRASH_WORDS = (
 # checkpoint from iteration N to PATH`, before 2023 and in Megatron-DeepSpeed `... at iteration N to PATH`)
 # and that a restart resumed from one (`successfully loaded checkpoint from PATH [ t 1/4, p 1/1 ] at
 # iteration N`): where a run that died can go on from.
-CHECKPOINT_WORDS = r"successfully saved checkpoint|successfully loaded checkpoint"
+CHECKPOINT_WORDS = (
+    r"successfully saved checkpoint|successfully loaded checkpoint|saving checkpoint at iteration"
+)
 WARNING_RX = (
     r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
     r"|killed|segmentation fault|" + CRASH_WORDS + "|" + CHECKPOINT_WORDS + ")"
@@ -135,6 +137,7 @@ WARNING_RX = (
 EVENT_KINDS = (
     ("checkpoint_saved", "successfully saved checkpoint"),
     ("checkpoint_loaded", "successfully loaded checkpoint"),
+    ("checkpoint_saving", "saving checkpoint at iteration"),  # a save begun; `successfully saved` ends it
     ("traceback", "traceback (most recent call last)"),
     ("nan", "unexpected result nan"),  # Megatron-Core's rerun state machine found a NaN
     ("oom", "out of memory"),

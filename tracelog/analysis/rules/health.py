@@ -474,8 +474,40 @@ def nan_found_by_a_check(store: Store, t: Thresholds, scope: Scope) -> list[Flag
     ]
 
 
+def save_unfinished(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """A log that ends inside a checkpoint save: Megatron's `saving checkpoint at iteration N` with no
+    `successfully saved` and no iteration after it (a save that hung, as an asynchronous one on slow
+    storage can, or a job killed in it). An info: a live log may simply be mid-save."""
+    rows = store.con.execute(
+        f"""
+        SELECT e.run_id, max(e.line_no) FILTER (e.kind = 'checkpoint_saving') AS started,
+               arg_max(e.text, e.line_no) FILTER (e.kind = 'checkpoint_saving'),
+               max(e.line_no) FILTER (e.kind = 'checkpoint_saved') AS saved,
+               (SELECT max(i.line_no) FROM iterations i WHERE i.run_id = e.run_id) AS stepped
+        FROM events e WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
+          AND e.kind IN ('checkpoint_saving', 'checkpoint_saved')
+        GROUP BY e.run_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "info",
+            run_id,
+            f"The log ends inside a checkpoint save begun at line {started}: {_sentence(text)}; no line says it "
+            "was saved.",
+            "If the job stopped there, the save hung or was killed (storage, an asynchronous save): the "
+            "checkpoint before it is the last complete one.",
+            row_ref=f"line {started}",
+        )
+        for run_id, started, text, saved, stepped in rows
+        if started is not None and started > (saved or 0) and started > (stepped or 0)
+    ]
+
+
 RULES = (
     nan_and_skipped,
+    save_unfinished,
     nan_found_by_a_check,
     loss_scale_collapse,
     loss_spikes,
