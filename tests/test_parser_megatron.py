@@ -844,3 +844,24 @@ def test_the_rerun_state_machines_nan_is_a_critical_flag(tmp_path: Path) -> None
     assert result.format == "megatron"
     (flag,) = api.sql(db, "SELECT severity, message FROM flags WHERE message LIKE '%NaN check%'").values
     assert flag[0] == "critical" and "first at iteration 3" in flag[1]
+
+
+def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -> None:
+    """Without an arguments block, each (tensor, pipeline) rank's `number of parameters` line (invented
+    counts) names the grid when every cell of it printed; a grid with a hole says nothing."""
+    lines = [
+        f" > number of parameters on (tensor, pipeline) model parallel rank ({tp}, {pp}): 3513341952"
+        for tp in range(4)
+        for pp in range(2)
+    ]
+    iteration = (
+        " iteration       10/     100 | consumed samples:          640 | elapsed time per iteration (ms): 9000.1 |"
+        " learning rate: 1.0E-04 | global batch size:    64 | lm loss: 9.1E+00 | loss scale: 1.0 |\n"
+    )
+    for name, shown, want in (("whole", lines, (4, 2)), ("holed", lines[:5], (None, None))):
+        log = tmp_path / f"{name}.log"
+        log.write_text("\n".join(shown) + "\n" + iteration)
+        db = tmp_path / f"{name}.duckdb"
+        api.ingest(db, [str(log)])
+        (row,) = api.sql(db, "SELECT coalesce(tp, -1) AS tp, coalesce(pp, -1) AS pp FROM runs").values.tolist()
+        assert tuple(row) == tuple(-1 if v is None else v for v in want)

@@ -197,6 +197,13 @@ class RunInfo:
             columns["gbs"] = train_batch
         if self.logged_gbs is not None and not columns.get("gbs"):
             columns["gbs"] = self.logged_gbs
+        if self.rank_params and not columns.get("tp") and not columns.get("pp"):
+            # no arguments block (a tail): every (tensor, pipeline) rank prints its parameter count, so the
+            # largest of each names the degree; a grid with a hole is no proof of it
+            tps = {tp for tp, _ in self.rank_params}
+            pps = {pp for _, pp in self.rank_params}
+            if len(self.rank_params) == len(tps) * len(pps) == (max(tps) + 1) * (max(pps) + 1):
+                columns["tp"], columns["pp"] = max(tps) + 1, max(pps) + 1
         if self.params_printed:
             columns["params"] = self.params_printed
         elif self.rank_params and len(self.rank_params) == (columns.get("tp") or 0) * (
