@@ -294,3 +294,20 @@ def test_an_fp16_scalers_overflow_beside_a_finite_loss_is_no_nan(tmp_path: Path)
         assert len(flags) == nan_flags, (precision, flags)
         if nan_flags:
             assert flags[0].startswith("2 NaN iteration(s), the first in the interval ending at iteration 30")
+
+
+def test_one_dict_is_the_trainers_unless_deepspeeds_step_lines_claim_the_log() -> None:
+    """A pasted single step of TRL's GRPO trainer (invented values, 4.50 strings behind its bar) is the
+    Trainer's; the same dict quoted in a DeepSpeed log with its `step=N, skipped=K` lines stays DeepSpeed's."""
+    bar = "  4%|▍         | 9/200 [03:00<1:04:17, 20.20s/it]"
+    one = (
+        bar
+        + "{'loss': '-0.007415', 'grad_norm': '0.2584', 'learning_rate': '9.6e-07', 'num_tokens': '4.996e+04'}\n"
+    )
+    assert parsers.detect(head_text(one.encode()), "grpo.log") is hf_trainer
+    (row,) = collect(one)["iterations"]
+    assert (row["iteration"], row["lm_loss"], row["elapsed_s"]) == (9, -0.007415, 20.2)
+    quoted = "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}\n" + (
+        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, lr=[0.001]\n"
+    )
+    assert parsers.detect(head_text(quoted.encode()), "t5.log") is deepspeed

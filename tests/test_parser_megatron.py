@@ -863,5 +863,7 @@ def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -
         log.write_text("\n".join(shown) + "\n" + iteration)
         db = tmp_path / f"{name}.duckdb"
         api.ingest(db, [str(log)])
-        (row,) = api.sql(db, "SELECT coalesce(tp, -1) AS tp, coalesce(pp, -1) AS pp FROM runs").values.tolist()
+        (row,) = api.sql(
+            db, "SELECT coalesce(tp, -1) AS tp, coalesce(pp, -1) AS pp FROM runs"
+        ).values.tolist()
         assert tuple(row) == tuple(-1 if v is None else v for v in want)

@@ -141,8 +141,9 @@ IGNORED_KEYS = {*STEP_KEYS, "total_steps", "percentage", "remaining_time", "tota
 
 
 def detect(head: str) -> int:
-    """The Trainer's `Running training` block, or two logged dicts with a loss and a learning rate or
-    epoch: above DeepSpeed's own lines, which an HF log run on DeepSpeed carries too."""
+    """The Trainer's `Running training` block, or logged dicts with a loss and a learning rate or epoch
+    (two, or one in a head without DeepSpeed's step lines): above DeepSpeed's own lines, which an HF log
+    run on DeepSpeed carries too."""
     if RUNNING_RX.search(head) and ("Total optimization steps" in head or "Num examples" in head):
         return 45
     logged = 0
@@ -155,7 +156,8 @@ def detect(head: str) -> int:
                 and ("learning_rate" in part or "epoch" in part)
             ):
                 logged += 1
-    return 45 if logged >= 2 else 0
+    # one dict is enough where no DeepSpeed step line says the log is DeepSpeed's (quoting the Trainer once)
+    return 45 if logged >= 2 or (logged == 1 and DS_STEP_RX.search(head) is None) else 0
 
 
 def _logged_text(part: str) -> str:
