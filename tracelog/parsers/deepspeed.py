@@ -119,10 +119,6 @@ STEPS_PER_PRINT = 10
 
 RESTART_MARKS = ("DeepSpeedEngine configuration:", "DeepSpeed info: version=", "WORLD INFO DICT")
 EXCEPTION_RX = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt|Exit)\b:?")
-# The same words without the leading `\w*` the Megatron parser's (linear, Rust) regex carries: Python's
-# backtracking `search` retries that prefix at every position, quadratic in a long word (minutes for
-# one 64 KiB line); for "does the line name one" the prefix changes nothing.
-EVENT_WORDS_RX = re.compile(megatron.WARNING_RX.replace(r"\w*", ""))
 NUM_RX = re.compile(NUM)
 NUMBER_RX = re.compile(r"^\s*" + NUM + r"\s*$")
 
@@ -326,7 +322,7 @@ class _Parser:
         if match := SEE_MEMORY_RX.search(msg):
             run = self.run(line_no)
             values = see_memory_mib(match.groups())
-            self.emit("memory", memory_row(run, rank, run.last_step, line_no, *values))
+            self.emit("memory", memory_row(run.key, rank, run.last_step, line_no, *values))
             return True
         if (match := SCALE_RX.search(msg)) or "Grad overflow on iteration" in msg or "OVERFLOW!" in msg:
             # a step the fp16 loss scaler skipped: kept as an event (a log without step lines counts none)
@@ -501,7 +497,7 @@ class _Parser:
         if fields["alloc"] is not None or fields["max_alloc"] is not None:
             alloc = fields["alloc"] * 1024.0 if fields["alloc"] is not None else None
             peak = fields["max_alloc"] * 1024.0 if fields["max_alloc"] is not None else None
-            self.emit("memory", memory_row(run, rank, step, line_no, alloc, peak, None, None))
+            self.emit("memory", memory_row(run.key, rank, step, line_no, alloc, peak, None, None))
 
     def _timers(self, line_no: int, msg: str, rank: int | None) -> None:
         run = self.run(line_no)
@@ -532,7 +528,7 @@ class _Parser:
             self.emit(
                 "memory",
                 memory_row(
-                    run,
+                    run.key,
                     rank,
                     run.last_step,
                     line_no,
@@ -554,7 +550,7 @@ class _Parser:
             kind = megatron_lines.kind_of(text) if exception else open_kind
             if exception and open_kind == "traceback":
                 del self.event_kind[source]
-        elif level in ("WARNING", "ERROR", "CRITICAL") or EVENT_WORDS_RX.search(text):
+        elif level in ("WARNING", "ERROR", "CRITICAL") or megatron_lines.EVENT_WORDS_RX.search(text):
             kind = megatron_lines.kind_of(text)
             if level == "WARNING" and kind == "error":
                 kind = "warning"

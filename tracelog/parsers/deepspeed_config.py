@@ -200,7 +200,7 @@ def see_memory_mib(printed: tuple[str, ...]) -> tuple[float, float, float, float
 
 
 def memory_row(
-    run: RunState,
+    run_key: int,
     rank: int | None,
     step: int | None,
     line_no: int,
@@ -210,7 +210,7 @@ def memory_row(
     max_reserved: float | None,
 ) -> dict[str, Any]:
     return {
-        "run_key": run.key,
+        "run_key": run_key,
         "rank": rank,
         "iteration": step,
         "allocated_mib": alloc,

@@ -40,8 +40,8 @@ from tracelog.parsers.deepspeed import (
     STEPS_PER_PRINT,
 )
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
-from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, see_memory_mib
-from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
+from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, memory_row, see_memory_mib
+from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "hf_trainer"
@@ -85,7 +85,6 @@ CONFIG_PAIR_RX = re.compile(r'^\s*"(\w+)":\s*(.*?),?\s*$')
 # DPOConfig, GRPOConfig, ... (subclasses of it)
 ARGS_START_RX = re.compile(r"\b(\w*TrainingArguments|(?:SFT|DPO|ORPO|KTO|CPO|GRPO|PPO|Reward)Config)\($")
 ARG_RX = re.compile(r"^\s*(\w+)=(.*?),?\s*$")
-WARNING_LINE_RX = re.compile(WARNING_RX)
 # the model configuration's keys (transformers' names; GPT-2's and Falcon's older spellings) -> run columns
 MODEL_KEYS = {
     "hidden_size": "hidden",
@@ -217,9 +216,8 @@ class _Parser(RunRows):
         self.last_step: int | None = None
         self.logged = 0  # training dicts of this run
         self.logging_steps: int | None = None
-        self.clock: tuple[int, float] | None = (
-            None  # (step, seconds since start) of LLaMA-Factory's last line
-        )
+        # (step, seconds since start) of LLaMA-Factory's last line
+        self.clock: tuple[int, float] | None = None
         self.block: str | None = None  # "model" or "args" while such a block is open
         self.depth = 0  # brackets open inside the model's configuration (a list of architectures)
         self.step_source: str | None = None
@@ -259,7 +257,7 @@ class _Parser(RunRows):
         if understood or not text.strip():
             return
         self.run(n)
-        if WARNING_LINE_RX.search(text):
+        if EVENT_WORDS_RX.search(text):
             self.out.add(
                 "events", {"run_key": self.run_key, "line_no": n, "kind": kind_of(text), "text": text}
             )
@@ -484,18 +482,8 @@ class _Parser(RunRows):
             self.ds_step(n, int(step_line.group(1)), int(step_line.group(2)))
             return True
         if memory := SEE_MEMORY_RX.search(msg):
-            alloc, peak, reserved, peak_reserved = see_memory_mib(memory.groups())
-            row = {"run_key": self.run_key, "rank": None, "iteration": self.last_step, "line_no": n}
-            self.out.add(
-                "memory",
-                {
-                    **row,
-                    "allocated_mib": alloc,
-                    "max_allocated_mib": peak,
-                    "reserved_mib": reserved,
-                    "max_reserved_mib": peak_reserved,
-                },
-            )
+            values = see_memory_mib(memory.groups())
+            self.out.add("memory", memory_row(self.run_key, None, self.last_step, n, *values))
             return True
         if msg.strip() == "DeepSpeedEngine configuration:":
             return True

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
-from tracelog.parsers.megatron_lines import WARNING_RX, kind_of
+from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "torchtitan"
@@ -70,7 +70,6 @@ MODEL_ARG_RX = re.compile(
     r"\b(dim|n_layers|n_heads|n_kv_heads|vocab_size|multiple_of|ffn_dim_multiplier)=([\w.]+)"
 )
 START_LINES = (JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, INITIALIZED_2025_RX, STARTS_RX)
-WARNING_LINE_RX = re.compile(WARNING_RX)
 METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
 
 
@@ -124,7 +123,7 @@ class _Parser(RunRows):
                 {**metric, "value": _number(match.group(2)), "text": match.group(2), "line_no": n},
             )
         elif not self.config(n, body) and body.strip():
-            if WARNING_LINE_RX.search(body):
+            if EVENT_WORDS_RX.search(body):
                 self.out.add(
                     "events", {"run_key": self.run_key, "line_no": n, "kind": kind_of(body), "text": text}
                 )
