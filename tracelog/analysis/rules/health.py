@@ -13,8 +13,7 @@ from tracelog.thresholds import Thresholds
 
 NAN_LINES = (
     "CASE WHEN NOT isfinite(lm_loss) OR (NOT isfinite(grad_norm) AND (skipped = 0 OR (skipped IS NULL AND "
-    "(lm_loss IS NULL OR lm_loss = 0 OR run_id IN (SELECT run_id FROM runs WHERE precision IN ('bf16', 'fp32'))))"
-    ")) THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
+    "(lm_loss IS NULL OR lm_loss = 0 OR no_scaler)))) THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
 )
 """NaN iterations a line stands for: the framework's count, and at least one where the loss is not finite, or
 the grad norm is not finite on a step that was not skipped. Megatron-DeepSpeed under bf16 prints `grad
@@ -22,11 +21,18 @@ norm: nan` with no loss and `number of nan iterations: 0` (bigscience-workshop/M
 count checks only the loss it reduced. A non-finite grad norm on a skipped step is the fp16 loss scaler's
 overflow, which the skipped count tells. A log that keeps no skip count (the Hugging Face Trainer) prints
 the scaler's overflow as `'grad_norm': nan` beside a finite loss, so there it is a NaN only where no scaler
-runs (bf16, fp32) or the loss beside it is missing or exactly 0 (a model whose weights went NaN:
-AnswerDotAI/ModernBERT#233)."""
+runs (`no_scaler`: the run's precision is bf16 or fp32) or the loss beside it is missing or exactly 0 (a
+model whose weights went NaN: AnswerDotAI/ModernBERT#233). Over the lines of `NAN_LINES_SQL`."""
+
+NAN_LINES_SQL = f"""
+SELECT m.*, {NAN_LINES} AS nan_lines
+FROM (SELECT * FROM {{marks}} WHERE {{runs}}) m
+LEFT JOIN (SELECT run_id, coalesce(precision IN ('bf16', 'fp32'), false) AS no_scaler FROM runs) USING (run_id)
+"""
+"""A run's lines with the NaN iterations each stands for, worked out once for every aggregate of the rule."""
 
 
-LOSS_LEFT_OUT = f"lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND ({NAN_LINES}) = 0"
+LOSS_LEFT_OUT = "lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND nan_lines = 0"
 """A line without its loss, on a step not skipped: Megatron prints each loss only when its average is above
 0 (megatron/training/training.py `training_log`: `if avg > 0.0`), so a NaN loss leaves its line without one,
 the only sign of it where the NaN count is not kept (Megatron-DeepSpeed#434). Read as a NaN iteration in a
@@ -63,9 +69,9 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
         SELECT run_id,
-               sum({NAN_LINES}) AS nan_total,
-               min(iteration) FILTER ({NAN_LINES} > 0) AS first_nan,
-               min(line_no) FILTER ({NAN_LINES} > 0) AS first_nan_line,
+               sum(nan_lines) AS nan_total,
+               min(iteration) FILTER (nan_lines > 0) AS first_nan,
+               min(line_no) FILTER (nan_lines > 0) AS first_nan_line,
                sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
                sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
                min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip,
@@ -80,7 +86,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                min(iteration) FILTER ({LOSS_LEFT_OUT}) AS first_left_out,
                min(line_no) FILTER ({LOSS_LEFT_OUT}) AS first_left_out_line,
                count(lm_loss) > 0 AS has_loss
-        FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
+        FROM ({NAN_LINES_SQL.format(marks=scope.marks, runs=scope.runs)}) GROUP BY run_id
         """
     ).fetchall()
     megatron = {
@@ -494,8 +500,8 @@ def save_unfinished(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             "training_health",
             "info",
             run_id,
-            f"The log ends inside a checkpoint save begun at line {started}: {_sentence(text)}; no line says it "
-            "was saved.",
+            f"The log ends inside a checkpoint save begun at line {started}, and no line says it was saved: "
+            f"{_sentence(text)}",
             "If the job stopped there, the save hung or was killed (storage, an asynchronous save): the "
             "checkpoint before it is the last complete one.",
             row_ref=f"line {started}",
