@@ -153,7 +153,7 @@ class Bench:
         )
         if self.shortened():
             # the highest rank printed says the size; the highest device index how many GPUs a node has
-            ranks = max(r for r, _ in self.numbers) + 1
+            ranks = self.listed_ranks()
             per_node = max(d for _, d in self.numbers) + 1
             nodes = ranks // per_node if ranks % per_node == 0 else None
         elif self.one_gpu_runs():
@@ -181,7 +181,11 @@ class Bench:
         """A device list someone cut (`...` between its lines) or whose rank numbers run past its lines."""
         if not self.numbers or len(set(self.groups)) > 1:
             return False
-        return self.elided or max(r for r, _ in self.numbers) + 1 > len(self.numbers)
+        return self.elided or self.listed_ranks() > len(self.numbers)
+
+    def listed_ranks(self) -> int:
+        """The ranks the device lines' numbers say there are: the highest one printed, plus one."""
+        return max(r for r, _ in self.numbers) + 1
 
     def one_gpu_runs(self) -> bool:
         """Every device line says `Rank 0`: nccl-tests built without MPI and started once per GPU (srun,
@@ -192,7 +196,7 @@ class Bench:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
         ranks = len(self.communicator()) or self.init_ranks or 0
         if self.shortened():
-            ranks = max(r for r, _ in self.numbers) + 1
+            ranks = self.listed_ranks()
         if self.collective or ranks <= 2 or not self.best or self.one_gpu_runs():
             return
         algbw, busbw = self.best

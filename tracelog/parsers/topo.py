@@ -94,6 +94,7 @@ class _Parser:
         self.next_key = 0
         self.host: str | None = None  # named by the last prompt
         self.p2p: str | None = None  # the mode the last prompt asked for (`topo -p2p rw`), or None
+        self.text = ""
 
     def finish(self) -> None:
         for host in list(self.benches):
@@ -123,6 +124,7 @@ class _Parser:
     def line(self, n: int, text: str) -> None:
         if not text.strip():
             return
+        self.text = text  # the line as printed, for a header kept as unparsed (`close`)
         if self.handle(n, text, None):
             return
         body, host = strip_prefix(text)
@@ -164,7 +166,7 @@ class _Parser:
         labels = AFFINITY_RX.findall(body)
         self.close(host)
         bench = _Bench(
-            self.next_key, host, n, n, devices, labels, p2p=None if labels else self.p2p, header=body
+            self.next_key, host, n, n, devices, labels, p2p=None if labels else self.p2p, header=self.text
         )
         self.benches[host] = bench
         self.next_key += 1

@@ -265,6 +265,8 @@ def incomplete(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 
 
 PLATEAU_SHARE = 0.8
+"""Sizes within this share of a sweep's peak busbw are on its plateau; `latency_bound` and the spec check
+need two."""
 LINK_HINT = (
     "Check that NVLink/NVSwitch or the NICs are used (NCCL_DEBUG=INFO shows the transport), that "
     "NCCL_P2P_DISABLE/NCCL_IB_DISABLE are unset, the PCIe topology (nvidia-smi topo -m) and GPU clocks."
@@ -273,7 +275,6 @@ LINK_HINT_AMD = (
     "Check that the Infinity Fabric (xGMI) links or the NICs are used (NCCL_DEBUG=INFO shows RCCL's transport), "
     "that NCCL_P2P_DISABLE/NCCL_IB_DISABLE are unset, the links (rocm-smi --showtopo) and GPU clocks."
 )
-"""Sizes within this share of a sweep's peak busbw are on its plateau; `latency_bound` needs two."""
 
 
 def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
