@@ -479,17 +479,19 @@ BRIDGE_STEP_RX = r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)(MODEL_)?TFLOP
 
 
 def _bridge_step_metrics(lines: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
-    line = pl.col("line")
+    parts = pl.col("line").str.extract_groups(BRIDGE_STEP_RX)
+    texts = lines.select(
+        "line_no",
+        "run_key",
+        parts.struct.field("1").alias("seconds_text"),
+        parts.struct.field("2").alias("tflops_text"),
+    )
+    numbers = texts.with_columns(
+        pl.col("seconds_text").cast(pl.Float64, strict=False).alias("seconds"),
+        pl.col("tflops_text").cast(pl.Float64, strict=False).alias("tflops"),
+    )
     rows = attach_iteration(
-        lines.select(
-            "line_no",
-            "run_key",
-            line.str.extract(BRIDGE_STEP_RX, 1).cast(pl.Float64, strict=False).alias("seconds"),
-            line.str.extract(BRIDGE_STEP_RX, 2).cast(pl.Float64, strict=False).alias("tflops"),
-            line.str.extract(BRIDGE_STEP_RX, 1).alias("seconds_text"),
-            line.str.extract(BRIDGE_STEP_RX, 2).alias("tflops_text"),
-        ).filter(pl.col("seconds").is_not_null() & pl.col("tflops").is_not_null()),
-        anchors,
+        numbers.filter(pl.col("seconds").is_not_null() & pl.col("tflops").is_not_null()), anchors
     ).filter(pl.col("iteration").is_not_null())
     keys = (("step time (s)", "seconds"), ("GPU utilization (TFLOP/s/GPU)", "tflops"))
     return pl.concat(

@@ -422,7 +422,7 @@ class _Parser:
         match = BAR_RX.search(body)
         if match is None:
             return False
-        if body[match.end() :].strip() and "\r" not in body:
+        if body[match.end() :].strip():  # `bar_line` hands out each redraw cut at its end
             self.leftover(n, body, [body[match.end() :]])
         fields = []
         for part in match.group(4).split(", ")[1:]:
