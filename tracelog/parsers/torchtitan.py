@@ -113,9 +113,9 @@ class _Parser(RunRows):
         rank = int(rank_match.group(1)) if rank_match else None
         if match := STEP_RX.search(body):
             self.step(n, body, match, rank)
-        elif (match := VALIDATE_RX.search(body)) and (self.run_key, match.group(1)) in self.validated:
-            return  # the same validation from another rank
-        elif match:
+        elif match := VALIDATE_RX.search(body):
+            if (self.run_key, match.group(1)) in self.validated:
+                return  # the same validation from another rank
             self.validated.add((self.run_key, match.group(1)))
             metric = {"run_key": self.run_key, "iteration": int(match.group(1)), "key": "validation loss"}
             self.out.add(
