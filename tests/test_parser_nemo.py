@@ -350,3 +350,12 @@ def test_lightnings_val_loss_is_the_validation_loss() -> None:
         (49, "val_loss", 4.106),
         (49, "validation loss", 4.106),
     ]
+
+
+def test_a_bar_that_has_not_measured_its_rate_yet_has_no_step_time() -> None:
+    """`0.00it/s` (invented line in tqdm's shape): no seconds per step, and no division by zero."""
+    out = collect(
+        "Epoch 0:  10%|█         | 10/100 [00:20<03:00,  0.00it/s, v_num=1, train_loss=2.310, global_step=9]\n"
+    )
+    (row,) = out["iterations"]
+    assert (row["iteration"], row["lm_loss"], row.get("elapsed_s")) == (9, 2.31, None)

@@ -291,6 +291,14 @@ def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
         worker.join(timeout=5)
 
 
+def tqdm_seconds(rate: float, unit: str) -> float | None:
+    """Seconds per step from a tqdm bar's rate: `2.50s/it` as printed, `1.25it/s` inverted (`0.00it/s`, a
+    bar that has not measured yet, has none)."""
+    if unit == "s/it":
+        return rate
+    return 1.0 / rate if rate else None
+
+
 def head_text(head: bytes) -> str:
     """The head of a file as text for detection: decoded leniently, colour codes removed."""
     return ANSI_ESCAPE.sub(b"", head).decode("utf-8", errors="replace").replace("\r\n", "\n")

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix, tqdm_seconds
 from tracelog.parsers.deepspeed import (
     CONFIG_LINE_RX,
     LOG_PREFIX_RX,
@@ -291,9 +291,8 @@ class _Parser(RunRows):
         if total != self.train_total:
             return
         self.bar_step = step
-        if rate is not None:
-            value = float(rate)
-            self.bar_rate = value if unit == "s/it" else (1.0 / value if value else None)
+        if rate is not None and unit is not None:
+            self.bar_rate = tqdm_seconds(float(rate), unit)
 
     def logged_dict(self, n: int, part: str) -> bool:
         pairs = {key: _value(raw) for key, raw in PAIR_RX.findall(part)}

@@ -36,7 +36,16 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, as_int, drive, guarded, strip_prefix
+from tracelog.parsers.base import (
+    Batch,
+    Emitter,
+    LineSource,
+    as_int,
+    drive,
+    guarded,
+    strip_prefix,
+    tqdm_seconds,
+)
 from tracelog.parsers.megatron_lines import (
     CRASH_WORDS,
     ITER_MARK,
@@ -433,9 +442,9 @@ class _Parser:
         if not any(key in ITERATION_KEYS or key == "global_step" for key, _ in fields):
             return True  # a bar drawn before any metric: progress only
         rate = RATE_RX.match(match.group(4).split(", ")[1]) if ", " in match.group(4) else None
-        if rate and "train_step_timing in s" not in dict(fields):
+        seconds = tqdm_seconds(float(rate.group(1)), rate.group(2)) if rate else None
+        if seconds is not None and "train_step_timing in s" not in dict(fields):
             # no step timing logged: the bar's own rate (tqdm's moving average) is the seconds per step
-            seconds = float(rate.group(1)) if rate.group(2) == "s/it" else 1 / float(rate.group(1))
             fields.append(("train_step_timing in s", repr(round(seconds, 6))))
         self.iteration_row(n, step, int(match.group(3)), fields, rank, bar=True)
         return True
