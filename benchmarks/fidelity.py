@@ -162,7 +162,7 @@ def load_chronicles(corpus: Path, data: Mapping[str, Any]) -> tuple[pd.DataFrame
         rec.update(entry.get("override", {}))
         for key in (
             "gpu_model", "gpus_per_node", "fabric", "nics_per_node", "seq_len", "vocab", "framework",
-            "zero_stage", "recompute",
+            "zero_stage", "recompute", "nccl_version",
         ):  # fmt: skip
             if rec.get(key) is None:
                 rec[key] = ctx[key]
@@ -233,7 +233,8 @@ def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
         config,
         attention_backend=None if _missing(flash) else ("flash" if flash else "unfused"),
         distributed_optimizer=None if _missing(optimizer) else bool(optimizer),
-        run_params={k: str(bool(row[k])) for k in RUN_FLAGS if k in row and not _missing(row[k])},
+        run_params={k: str(bool(row[k])) for k in RUN_FLAGS if k in row and not _missing(row[k])}
+        | ({"nccl_version": str(row["nccl_version"])} if not _missing(row.get("nccl_version")) else {}),
     )
     return {
         "sec_per_it": _metric(table, "sec_per_it"),

@@ -10,7 +10,8 @@ Training logs rarely name their GPU in a line a parser owns, but jobs print it a
   the GPUs of each;
 - nccl-tests device lines (`#  Rank  0 Group  0 Pid 1234 on host device  0 [0x07] NVIDIA A100-SXM4-80GB`),
   also when a training job's log carries them;
-- NCCL's INFO lines: `host:pid:tid [dev] NCCL INFO ...` name the host, and `NET/IB : Using [0]mlx5_0:1/IB
+- NCCL's INFO lines: `NCCL version 2.10.3+cuda11.3` the release (whose buffers the memory model counts
+  before 2.22), `host:pid:tid [dev] NCCL INFO ...` name the host, and `NET/IB : Using [0]mlx5_0:1/IB
   [1]mlx5_1:1/IB ...` the NICs NCCL uses on that node. A device's driver name says its fabric only for
   Omni-Path (`hfi1_0`: Intel's Omni-Path HFI driver, 100 Gb/s ports); `mlx5_N` is any ConnectX, from
   100 Gb Ethernet to NDR InfiniBand, and says nothing of the speed. Through the OFI plugin (aws-ofi-nccl,
@@ -43,6 +44,7 @@ SCAN_WORDS = (
     "GPU ",
     "NCCL INFO NET/",
     "NCCL INFO Using network",
+    "NCCL version",
     "WORLD INFO",
     "nproc",
     "GPUS_PER_NODE=",
@@ -170,6 +172,16 @@ def nccl_network(text: str) -> str | None:
     """The transport NCCL chose between nodes (`NCCL INFO Using network IB`: `IB`, `Socket`, a plugin's name
     such as `AWS Libfabric`), or None."""
     match = NCCL_NETWORK.search(text)
+    return match.group(1) if match else None
+
+
+NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+
+
+def nccl_version(text: str) -> str | None:
+    """The NCCL release a job ran (`host:pid:tid [0] NCCL INFO NCCL version 2.10.3+cuda11.3`; PyTorch's and
+    nccl-tests' own `NCCL version 2.18.1`), or None."""
+    match = NCCL_VERSION.search(text)
     return match.group(1) if match else None
 
 

@@ -23,9 +23,10 @@ from tracelog import hardware, hardware_lines
 from tracelog.clusters import FACTS, Clusters
 from tracelog.store import Store
 
-RECORDED = (*FACTS, "nccl_network")
-"""What is recorded per run and bench: the facts the model reads (each a column), and the transport NCCL
-said it chose between nodes (recorded only, for the `nccl_socket_network` flag)."""
+RECORDED = (*FACTS, "nccl_network", "nccl_version")
+"""What is recorded per run and bench: the facts the model reads (each a column), the transport NCCL
+said it chose between nodes (recorded only, for the `nccl_socket_network` flag) and NCCL's release
+(recorded only; the memory model counts NCCL's buffers for releases that allocate them at start)."""
 SCAN_LIMIT = 5000
 """Unparsed lines with a hardware word read per file: nvidia-smi tables and NCCL's setup lines come
 before training starts, so the first few thousand are enough and a long log costs no more."""
@@ -88,6 +89,10 @@ def log_facts(store: Store, source_id: int, since: int = 0) -> tuple[dict[str, D
             network = hardware_lines.nccl_network(text)
             if network is not None:
                 facts["nccl_network"] = Decided(network, "log", f"line {line_no} (NCCL)", column=False)
+        if "nccl_version" not in facts:
+            version = hardware_lines.nccl_version(text)
+            if version is not None:
+                facts["nccl_version"] = Decided(version, "log", f"line {line_no} (NCCL)", column=False)
         if "fabric" not in facts:
             named = hardware_lines.nccl_fabric(text)
             if named is not None:

@@ -75,6 +75,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
     'json.zero_optimization.reduce_bucket_size')
+UNION ALL
+SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
 """
 
 

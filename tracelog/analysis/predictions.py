@@ -11,9 +11,9 @@ Run metrics (subject_kind 'run'):
   bubble_fraction      (p−1)/(v·m)
   tflops_per_gpu       model FLOPs (in the formula the log's figure matches) over predicted time
   mfu                  Megatron-LM model FLOPs (no recomputation) over predicted time and dense peak
-  gpu_memory_mib and weights/grads/optimizer/activations/embedding/buffers/allocator/cuda_context _mib
-                       model.memory.memory_per_gpu (the busiest stage; total includes the CUDA context)
-  gpu_reserved_mib     what the caching allocator holds (Megatron's `max reserved`): total less the context
+  gpu_memory_mib and weights/grads/optimizer/activations/embedding/buffers/allocator/cuda_context/nccl _mib
+                       model.memory.memory_per_gpu (the busiest stage; total includes the CUDA context and NCCL)
+  gpu_reserved_mib     what the caching allocator holds (Megatron's `max reserved`): total less the context and NCCL
   gpu_capacity_mib     the catalog's device memory
 Bench metrics (subject_kind 'collective'): busbw_gbps per message size (detail: size_bytes, the
 algorithm and protocol NCCL's cost model picks, the bounding link) and plateau_busbw_gbps (formula
@@ -52,7 +52,13 @@ from tracelog.model.flops import (
     hardware_flops,
     params_from_config,
 )
-from tracelog.model.memory import DEEPSPEED_BUCKET_ELEMENTS, MemoryOptions, cuda_context_bytes, memory_per_gpu
+from tracelog.model.memory import (
+    DEEPSPEED_BUCKET_ELEMENTS,
+    MemoryOptions,
+    cuda_context_bytes,
+    memory_per_gpu,
+    nccl_connects_eagerly,
+)
 from tracelog.model.timing import bubble_fraction, predict_iteration
 from tracelog.store import Store
 
@@ -195,8 +201,9 @@ def _elements(value: str | None) -> float | None:
 def memory_options(inputs: RunInputs) -> MemoryOptions:
     """The run's CUDA context by GPU generation, the device's memory (which the allocator's reserve
     yields to), DeepSpeed's activation-checkpointing switches and ZeRO gradient bucket as its log
-    prints them, and which 16-bit optimizer DeepSpeed said it created (`optimizer_wrapper`: the "fp16
-    unfused optimizer" holds half the fused one's copies at its step)."""
+    prints them, which 16-bit optimizer DeepSpeed said it created (`optimizer_wrapper`: the "fp16
+    unfused optimizer" holds half the fused one's copies at its step), and whether the NCCL the log names
+    allocates its communicators' buffers at start (`nccl_version`)."""
     wrapper = inputs.run_params.get("optimizer_wrapper") or ""
     bucket = inputs.run_params.get("reduce_bucket_size") or inputs.zero_option("reduce_bucket_size")
     return MemoryOptions(
@@ -206,6 +213,7 @@ def memory_options(inputs: RunInputs) -> MemoryOptions:
         partition_activations=bool(inputs.flag("partition_activations")),
         checkpoint_in_cpu=bool(inputs.flag("checkpoint_in_cpu")),
         fused_fp16_optimizer="unfused" not in wrapper.lower(),
+        nccl_eager=nccl_connects_eagerly(inputs.run_params.get("nccl_version")),
     )
 
 
@@ -499,6 +507,7 @@ _VIEW: dict[str, tuple[str, str, float, str]] = {
     "allocator_mib": ("memory", "caching allocator reserve", 1 / 1024, "GiB"),
     "gpu_reserved_mib": ("memory", "reserved by the allocator (max reserved)", 1 / 1024, "GiB"),
     "cuda_context_mib": ("memory", "CUDA context", 1 / 1024, "GiB"),
+    "nccl_mib": ("memory", "NCCL communicators' buffers (outside the allocator)", 1 / 1024, "GiB"),
     "gpu_memory_mib": ("memory", "total per GPU", 1 / 1024, "GiB"),
     "gpu_capacity_mib": ("memory", "GPU capacity", 1 / 1024, "GiB"),
 }

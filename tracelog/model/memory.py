@@ -7,6 +7,7 @@ Two totals answer two questions: `reserved` is what PyTorch's caching allocator 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tracelog.errors import TracelogError
@@ -174,6 +175,25 @@ pretrain_performance.H100), while its Gemma 4 26B SFT card, 7 GiB below the limi
 (1.109) and its Nemotron 3 Super 120B card, 10 GiB below, 58.079 / 70.336 (1.211). All three ran with
 `expandable_segments:True`; a floor for the default allocator is not published, so the same is taken."""
 
+LAZY_CONNECT_NCCL = (2, 22)
+"""The first NCCL release that allocates a communicator's buffers at the first collective of each
+algorithm instead of when the communicator starts: 2.22.3 (June 2024; its release notes: "Add lazy
+connection establishment for collective operations ... Move buffer allocation and connection
+establishment to the first collective operation using that algorithm ... reduce memory usage";
+`NCCL_RUNTIME_CONNECT`, default 1). TensorRT-LLM's NCCL plugins set it back to 0 for "static connection
+initialization for accurate KV cache size estimation"."""
+
+NCCL_COMMUNICATOR_BYTES = {"pair": 544 * MIB, "group": 688 * MIB}
+"""Device memory one NCCL communicator holds once it has run a collective: 544 MiB for a group of two
+ranks, 688 for more, measured on four NVLink A100s through PyTorch, one 4 MB all-reduce per process group
+(NVIDIA/nccl#964, 2023, an NCCL that connected every ring and tree at the communicator's start). It is each channel's FIFO per protocol (`NCCL_BUFFSIZE`, 4 MiB for Simple) for each
+peer of its rings and trees, so it grows with the channel count and not with the ranks beyond two nodes
+(NVIDIA/nccl#986). NCCL allocates it outside PyTorch's caching allocator: `nvidia-smi` shows it, Megatron's
+`max reserved` does not (facebookresearch/fairscale#678), and a run can go out of memory with its reserve
+well under the device's memory."""
+
+MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed", "nemo")
+
 DEEPSPEED_BUCKET_ELEMENTS = 5e8
 """DeepSpeed `zero_optimization.reduce_bucket_size` and `allgather_bucket_size` defaults, in elements
 (DeepSpeed config docs, "ZeRO Optimizations for FP16 Training")."""
@@ -216,6 +236,42 @@ def deepspeed_pipe_buffers(train: TrainConfig, stage: str) -> int:
     return max(2, min(train.pp - stage_id + 1, train.microbatches))
 
 
+def communicator_sizes(train: TrainConfig, stage: str = "first") -> list[int]:
+    """The ranks of each NCCL communicator a process of `stage` runs collectives on. Megatron's
+    `initialize_model_parallel` (Megatron-LM `parallel_state`, used by Megatron-DeepSpeed and NeMo)
+    makes a group per parallel dimension even where it spans the world: tensor, data (with context),
+    context, pipeline (sends between stages), the model-parallel group its gradient norm is reduced over
+    (t·p ranks) and, on the first and last stages, the embedding group that ties their word embeddings;
+    the world's own group runs the start-up barriers. Other frameworks (DeepSpeed alone, FSDP, the
+    Trainer) use the world's group, and a group of their own only for a dimension narrower than the
+    world. Groups of one rank do no communication."""
+    world = train.gpus
+    dims = [train.tp, train.dp * train.cp, train.cp, train.pp]
+    if train.framework in MEGATRON_FRAMEWORKS:
+        groups = [world, *dims, train.tp * train.pp]
+        if train.pp > 1 and stage in ("first", "last"):
+            groups.append(2)
+    else:
+        groups = [world, *(n for n in dims if n < world)]
+    return [n for n in groups if n > 1]
+
+
+def nccl_connects_eagerly(version: str | None) -> bool:
+    """Whether an NCCL release (`2.10.3+cuda11.3`, `2.18.1`) allocates every communicator's buffers when it
+    starts (`LAZY_CONNECT_NCCL`). Unknown or unreadable: False, the behaviour of every release since 2024."""
+    match = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    if match is None:
+        return False
+    return (int(match[1]), int(match[2])) < LAZY_CONNECT_NCCL
+
+
+def nccl_bytes(train: TrainConfig, stage: str = "first") -> float:
+    """NCCL's buffers on one GPU: `NCCL_COMMUNICATOR_BYTES` for each communicator of
+    `communicator_sizes`."""
+    table = NCCL_COMMUNICATOR_BYTES
+    return float(sum(table["pair"] if n == 2 else table["group"] for n in communicator_sizes(train, stage)))
+
+
 def cuda_context_bytes(gpu: Gpu | None) -> float:
     """The CUDA context of one process on `gpu` (`CUDA_CONTEXT_BYTES`), the A100 figure when unknown."""
     arch = gpu.architecture if gpu is not None else "default"
@@ -230,7 +286,10 @@ class MemoryOptions:
     `cuda_context_bytes`, `allocator_overhead` and `allocator_floor`: see `CUDA_CONTEXT_BYTES`,
     `ALLOCATOR_OVERHEAD`, `ALLOCATOR_FLOOR`. `capacity_bytes`: the device's memory, which the allocator's
     reserve yields to (down to its floor); None leaves the reserve whole. `fused_fp16_optimizer`:
-    DeepSpeed's ZeRO-0 optimizer is the fused one (`step_copy_bytes`)."""
+    DeepSpeed's ZeRO-0 optimizer is the fused one (`step_copy_bytes`). `nccl_eager`: NCCL connects every
+    communicator's rings and trees when it starts (releases before 2.22), so its buffers count
+    (`nccl_bytes`); from 2.22 it connects what a collective needs at its first call (`NCCL_RUNTIME_CONNECT`,
+    on by default), which holds less by an amount not published, and they are left out."""
 
     reduce_bucket_size: float = DEEPSPEED_BUCKET_ELEMENTS
     partition_activations: bool = False
@@ -240,6 +299,7 @@ class MemoryOptions:
     allocator_floor: float = ALLOCATOR_FLOOR
     capacity_bytes: float | None = None
     fused_fp16_optimizer: bool = True
+    nccl_eager: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,6 +316,7 @@ class MemoryBreakdown:
     buffers: float
     allocator: float
     cuda_context: float
+    nccl: float
     total: float
 
     @property
@@ -411,7 +472,7 @@ def stage_memory(
     cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
 ) -> MemoryBreakdown:
     """One pipeline stage's GPU (`stage` "first" or "last"): states of its layers and embedding,
-    its activations, buffers, the allocator's reserve over all that, and the CUDA context. What an
+    its activations, buffers, the allocator's reserve over all that, the CUDA context and NCCL's buffers. What an
     optimizer allocates only at its step (`step_copy_bytes`) counts in `buffers` for the part the
     activations, freed by then, do not cover, and the allocator keeps the smaller of the two cached
     beside the other. The corpus's Megatron-DeepSpeed ZeRO-0 run on V100s (BigScience meg_ds_3d
@@ -432,17 +493,19 @@ def stage_memory(
     buffers += max(0.0, step - activations - buffers)
     allocated = weights + grads + optimizer + activations + embedding + buffers
     context = options.cuda_context_bytes
+    nccl = nccl_bytes(train, stage) if options.nccl_eager else 0.0
     # ... but not the cached blocks: each copy is larger than any activation block the allocator keeps,
     # so it reserves new segments while the activations' stay cached (the smaller of the two is held)
-    allocator = allocator_reserve(allocated, context, options, held=min(activations, step))
-    total = allocated + allocator + context
+    allocator = allocator_reserve(allocated, context + nccl, options, held=min(activations, step))
+    total = allocated + allocator + context + nccl
     return MemoryBreakdown(
-        weights, grads, optimizer, activations, embedding, buffers, allocator, context, total
+        weights, grads, optimizer, activations, embedding, buffers, allocator, context, nccl, total
     )
 
 
 def allocator_reserve(allocated: float, context: float, options: MemoryOptions, held: float = 0.0) -> float:
-    """The caching allocator's reserve over `allocated`: `allocator_overhead` of it, or the freed blocks
+    """The caching allocator's reserve over `allocated` (`context`: what the device holds outside the
+    allocator, the CUDA context and NCCL's buffers): `allocator_overhead` of it, or the freed blocks
     it is known to hold (`held`) when they are more, where the device has room; what room is left where it has less
     (it frees cached blocks before it raises out-of-memory), and never under `allocator_floor` (the
     fragments it cannot give back). So a footprint over the device's memory is one whose tensors,
