@@ -378,6 +378,13 @@ def embedding_slots(row: dict[str, Any], inputs: RunInputs) -> bool:
     return "embed" in method.lower()
 
 
+SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer")
+"""Trainers whose attention never materialises the s x s scores: torchtitan's models call PyTorch's
+`scaled_dot_product_attention` (a flash or memory-efficient kernel) or FlexAttention; nanotron's Llama
+calls `flash_attn_varlen_func` (nanotron/models/llama.py, `CoreAttention`); the Hugging Face models load
+with `attn_implementation="sdpa"` wherever a model supports it (transformers since 4.36)."""
+
+
 def flash_attention(inputs: RunInputs) -> bool:
     """Whether attention ran without materialising the s x s scores: `--use-flash-attn`, or Transformer
     Engine (`--transformer-impl transformer_engine`, Megatron-LM's default since 2024, and NeMo 2's),
@@ -390,6 +397,8 @@ def flash_attention(inputs: RunInputs) -> bool:
     if "unfused" in backend or "local" in backend:
         return False
     if "flash" in backend or "fused" in backend:
+        return True
+    if inputs.framework in SDPA_FRAMEWORKS:
         return True
     if inputs.framework == "nemo" and "transformer_impl" not in params:
         # NeMo 2 builds its GPT models from Transformer Engine layer specs (`gpt_layer_spec` defaults to

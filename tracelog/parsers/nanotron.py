@@ -1,0 +1,269 @@
+"""nanotron's training log (huggingface/nanotron): 3D-parallel pretraining, the trainer behind SmolLM.
+
+Its logger prefixes a line with the time, the level and the ranks of the dimensions larger than one
+(nanotron/logging/base.py, `set_logger_verbosity_format`), in colours on a terminal:
+
+    01/17/2024 13:47:27 [INFO|DP=0|PP=0|TP=0|ip-26-0-160-225]: iteration: 991 / 1000 | ...
+    11/25 13:47:27 [INFO|DP=0|TP=0|node-1]: iteration: 10 / 100 | consumed_tokens: 1.31M | ...
+
+The iteration line (`LoggerWriter.add_scalars_from_list` over `Trainer.train_step_logs`'s items) gives an
+`iterations` row per logged step: `time_per_iteration_ms` (`elapsed_time_per_iteration_ms` before 2025),
+`lm_loss`, `lr`, `grad_norm`, `model_tflops_per_gpu` as the TFLOP/s per GPU, `consumed_tokens`; the
+throughput, `hardware_tflops_per_gpu` and `z_loss` become metrics, and `cuda_memory_allocated` /
+`cuda_max_memory_reserved` (bytes, printed in the detailed mode) a `memory` row. Values are in
+`human_format`: three significant digits and a K, M, B (G before 2025), T suffix of powers of 1000, so
+`time_per_iteration_ms: 1.23K` is 1230 ms. `global_batch_size` counts tokens since 2025 and samples
+before; it is taken as samples only where it equals the start line's.
+
+The run's configuration: the start line (`mbs: 2 | grad_accum: 8 | cp: 1 | sequence_length: 2048 |
+global_batch_size: 16 | train_steps: 100 | start_iteration_step: 0 | ...`), the `Config:` block that
+pretty-prints the trainer's dataclasses (`ParallelismArgs(dp=2, pp=1, tp=4, ...)`, `recompute_layer`,
+`LlamaConfig(hidden_size=..., num_hidden_layers=..., ...)`, `dtype=torch.bfloat16`, `OptimizerArgs(
+zero_stage=0, ...)`, one `key=value` per line), `Total number of parameters: 1.71G (3264.11MiB)`, and
+`log_memory`'s `Memory usage: 1234.56MiB. Peak allocated 5504.00MiB. Peak reserved: 22490.00MiB`. A
+`Start training` or `Config:` banner after steps were read, or a step not above the last one, starts the
+next run (a relaunch). `Saving checkpoint at ...` and `Loading checkpoint from ...` are events, as are
+warnings and tracebacks; anything else is `unparsed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
+from tracelog.parsers.run_rows import RunRows
+
+FORMAT = "nanotron"
+VERSION = "1"
+
+ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
+PREFIX_RX = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?(?:(\d\d/\d\d(?:/\d{4})? \d\d:\d\d:\d\d) )?\[(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)"
+    r"[^\]]*\]: ?"
+)
+ITERATION_RX = re.compile(r"\biteration: (\d+) / (\d+)")
+HUMAN = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)([KMGBTPE]?)"
+FIELD_RX = re.compile(r"(?:^|\| )([\w/]+): " + HUMAN + r"(?= \||\s*$)")
+SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+START_RX = re.compile(r"\bmbs: (\d+) \| grad_accum: (\d+) \|(?: cp: (\d+) \|)? sequence_length: (\d+) \| "
+                      r"global_batch_size: (\d+) \| train_steps: (\d+) \| start_iteration_step: (\d+)")  # fmt: skip
+PARAMS_RX = re.compile(r"\bTotal number of parameters: " + HUMAN)
+MEMORY_RX = re.compile(
+    r"Memory usage: ([\d.]+)MiB\. Peak allocated:? ([\d.]+)MiB\.? Peak reserved: ([\d.]+)MiB"
+)
+CONFIG_RX = re.compile(
+    r"\b(dp|pp|tp|context_parallel_size|expert_parallel_size|recompute_layer|hidden_size|"
+    r"num_hidden_layers|num_attention_heads|num_key_value_heads|intermediate_size|vocab_size|hidden_act|"
+    r"sequence_length|train_steps|micro_batch_size|batch_accumulation_per_replica|zero_stage|dtype|"
+    r"accumulate_grad_in_fp32|tie_word_embeddings)=([\w.']+)"
+)
+BLOCK_RX = re.compile(r"\w*(?:Config|Args)\(")
+CHECKPOINT_RX = re.compile(r"\b(Saving|Loading) checkpoint (?:at|from) (\S+)")
+METRIC_KEYS = {
+    "tokens_per_sec": "tokens per second",
+    "tokens_per_sec_per_gpu": "tokens per second per device",
+    "hardware_tflops_per_gpu": "hardware tflops per gpu",
+    "z_loss": "z loss",
+}
+RUN_COLUMNS = {
+    "hidden_size": "hidden",
+    "num_hidden_layers": "layers",
+    "num_attention_heads": "heads",
+    "num_key_value_heads": "query_groups",
+    "intermediate_size": "ffn_hidden",
+    "vocab_size": "vocab",
+    "micro_batch_size": "mbs",
+    "sequence_length": "seq_len",
+    "train_steps": "train_iters",
+    "zero_stage": "zero_stage",
+    "tp": "tp",
+    "pp": "pp",
+    "dp": "dp",
+    "context_parallel_size": "cp",
+}
+DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+def detect(head: str) -> int:
+    """Two iteration lines of nanotron's shape, or one behind its logger's rank prefix."""
+    lines = [line for line in head.split("\n") if ITERATION_RX.search(line) and "lm_loss: " in line]
+    if len(lines) >= 2 or (lines and re.search(r"\[INFO\|(?:DP|PP|TP|CP|EP)=\d", head)):
+        return 40
+    return 0
+
+
+def human(value: str, suffix: str = "") -> float:
+    """A `human_format` number as a float: `1.23K` is 1230."""
+    return float(value) * SCALE[suffix]
+
+
+class _Parser(RunRows):
+    framework = FORMAT
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = Emitter()
+        self.last_step: int | None = None
+        self.first_step: int | None = None  # the start line's `start_iteration_step` + 1
+        self.in_config = False
+
+    def new_run(self) -> None:
+        if self.last_step is not None:
+            self.run_key += 1
+            self.last_step, self.first_step = None, None
+
+    def line(self, n: int, text: str) -> None:
+        body = ANSI_RX.sub("", text).rstrip("\r\n")
+        prefix = PREFIX_RX.match(body)
+        message = body[prefix.end() :] if prefix else body
+        if prefix:
+            banner = message.strip()
+            if banner in ("Config:", "Model Config:"):
+                if banner == "Config:":
+                    self.new_run()
+                self.in_config = True
+                self.run(n)
+                return
+            if banner.strip("=") == "" and banner:
+                self.out.add("unparsed", {"line_no": n, "text": text})  # the rule around a banner
+                return
+            # the pretty-printed block's first line carries the prefix, the rest do not
+            self.in_config = self.in_config and bool(BLOCK_RX.match(banner))
+        if match := ITERATION_RX.search(message):
+            self.step(n, message, match)
+        elif self.in_config and CONFIG_RX.search(message):
+            self.config(n, CONFIG_RX.findall(message))
+        elif match := MEMORY_RX.search(message):
+            self.memory(n, match)
+        elif not self.start(n, message) and body.strip():
+            self.other(n, text, message)
+
+    def step(self, n: int, message: str, match: re.Match[str]) -> None:
+        step, total = int(match.group(1)), int(match.group(2))
+        if self.last_step is not None and step <= self.last_step:
+            self.new_run()  # a relaunch from a checkpoint logs its steps again
+        run = self.run(n)
+        run.setdefault("train_iters", total)
+        fields = {key: human(value, suffix) for key, value, suffix in FIELD_RX.findall(message)}
+        ms = fields.get("time_per_iteration_ms", fields.get("elapsed_time_per_iteration_ms"))
+        row: dict[str, Any] = {
+            "run_key": self.run_key,
+            "iteration": step,
+            "train_iters": total,
+            "elapsed_s": ms / 1000 if ms is not None else None,
+            "lm_loss": fields.get("lm_loss"),
+            "learning_rate": fields.get("lr"),
+            "grad_norm": fields.get("grad_norm"),
+            "tflops_reported": fields.get("model_tflops_per_gpu"),
+            "consumed_tokens": round(fields["consumed_tokens"]) if "consumed_tokens" in fields else None,
+            "line_no": n,
+        }
+        gbs = fields.get("global_batch_size")
+        if gbs is not None and run.get("gbs") == round(gbs):
+            row["global_batch_size"] = round(gbs)
+        self.out.add("iterations", row)
+        for key, name in METRIC_KEYS.items():
+            if key in fields:
+                metric = {"run_key": self.run_key, "iteration": step, "key": name, "line_no": n}
+                self.out.add("iteration_metrics", {**metric, "value": fields[key], "text": None})
+        if "cuda_memory_allocated" in fields or "cuda_max_memory_reserved" in fields:
+            mib = {
+                k: fields[k] / 2**20
+                for k in ("cuda_memory_allocated", "cuda_max_memory_reserved")
+                if k in fields
+            }
+            self.out.add(
+                "memory",
+                {
+                    "run_key": self.run_key,
+                    "iteration": step,
+                    "rank": None,
+                    "allocated_mib": mib.get("cuda_memory_allocated"),
+                    "max_reserved_mib": mib.get("cuda_max_memory_reserved"),
+                    "line_no": n,
+                },
+            )
+        self.last_step = step
+
+    def start(self, n: int, message: str) -> bool:
+        """The `Start training` banner and the line after it, the parameter count; False for any other."""
+        if message.strip() == "Start training":
+            self.new_run()
+            self.run(n)
+        elif match := START_RX.search(message):
+            mbs, accumulation, cp, seq, gbs, steps, start = match.groups()
+            run = self.run(n)
+            run.update(mbs=int(mbs), seq_len=int(seq), gbs=int(gbs), train_iters=int(steps))
+            if cp is not None:
+                run["cp"] = int(cp)
+            if int(gbs) % (int(mbs) * int(accumulation)) == 0:
+                run["dp"] = int(gbs) // (int(mbs) * int(accumulation))
+            self.param(n, "grad_accum", accumulation)
+            self.param(n, "start_iteration_step", start)
+            self.first_step = int(start) + 1
+        elif match := PARAMS_RX.search(message):
+            self.run(n)["params"] = round(human(match.group(1), match.group(2)))
+        else:
+            return False
+        return True
+
+    def config(self, n: int, pairs: list[tuple[str, str]]) -> None:
+        """`key=value` lines of the pretty-printed `Config:` and `Model Config:` blocks."""
+        run = self.run(n)
+        for key, raw in pairs:
+            value = raw.strip("'")
+            if key in RUN_COLUMNS and value.isdigit():
+                run[RUN_COLUMNS[key]] = int(value)
+            elif key == "dtype" and value in DTYPES:
+                run["precision"] = DTYPES[value]
+            elif key == "recompute_layer":
+                run["recompute"] = "full" if value == "True" else "none"
+            elif key == "hidden_act":
+                run["swiglu"] = value in ("silu", "swiglu")
+            elif key in ("accumulate_grad_in_fp32", "tie_word_embeddings", "expert_parallel_size"):
+                self.param(n, key, value)
+        if all(run.get(k) for k in ("tp", "pp", "dp")):
+            run["gpus"] = run["tp"] * run["pp"] * run["dp"] * (run.get("cp") or 1)
+
+    def memory(self, n: int, match: re.Match[str]) -> None:
+        """`log_memory` around the first steps' `train_batch_iter`: the step being run, the one after the
+        last logged (none while the model is built)."""
+        allocated, peak, reserved = (float(g) for g in match.groups())
+        self.run(n)
+        step = self.last_step + 1 if self.last_step is not None else self.first_step
+        self.out.add(
+            "memory",
+            {
+                "run_key": self.run_key,
+                "iteration": step,
+                "rank": None,
+                "allocated_mib": allocated,
+                "max_allocated_mib": peak,
+                "max_reserved_mib": reserved,
+                "line_no": n,
+            },
+        )
+
+    def other(self, n: int, text: str, message: str) -> None:
+        if match := CHECKPOINT_RX.search(message):
+            # nanotron says nothing when a save ends: its start is the only line a save leaves
+            kind = "checkpoint_saved" if match.group(1) == "Saving" else "checkpoint_loaded"
+            self.out.add("events", {"run_key": self.run_key, "line_no": n, "kind": kind, "text": text})
+        elif EVENT_WORDS_RX.search(message):
+            self.out.add(
+                "events", {"run_key": self.run_key, "line_no": n, "kind": kind_of(message), "text": text}
+            )
+        else:
+            self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def finish(self) -> None:
+        for run in self.runs.values():
+            self.out.add("runs", run)
+
+
+@guarded
+def parse(source: LineSource) -> Iterator[Batch]:
+    return drive(_Parser(), source)
