@@ -278,19 +278,21 @@ def test_arguments_with_names_too_long_for_their_dots_are_kept() -> None:
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_megatron_bridges_step_time_line_is_a_metric_of_the_iteration_before(fast: bool) -> None:
-    """Megatron-Bridge prints `Step Time : 14.26s GPU utilization: 58.2TFLOP/s/GPU` (`MODEL_TFLOP/s/GPU` in
-    later releases) after each logged iteration; invented figures in that shape."""
+def test_megatron_bridges_step_time_line_belongs_to_the_iteration_after_it(fast: bool) -> None:
+    """Megatron-Bridge's `training_log` prints `Step Time : 14.26s GPU utilization: 58.2TFLOP/s/GPU`
+    (`MODEL_TFLOP/s/GPU` in later releases) and then the iteration line of the same interval
+    (megatron/bridge/training/utils/train_utils.py); invented figures in that shape. Without
+    `--log-throughput` the iteration line has no TFLOP/s of its own and takes the step line's."""
     iteration = (
         " [2025-10-02 22:52:07] iteration       {i}/      50 | consumed samples:         {c} | elapsed time per "
-        "iteration (ms): 13212.7 | learning rate: 3.000000E-04 | global batch size:   512 | lm loss: 4.474437E+00 |"
+        "iteration (ms): {ms} | learning rate: 3.000000E-04 | global batch size:   512 | lm loss: 4.474437E+00 |"
         " loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
     )
     text = (
-        iteration.format(i=10, c=5120)
-        + "Step Time : 14.26s GPU utilization: 58.2TFLOP/s/GPU\n"
-        + iteration.format(i=20, c=10240)
+        "Step Time : 14.26s GPU utilization: 58.2TFLOP/s/GPU\n"
+        + iteration.format(i=10, c=5120, ms="14260.3")
         + "Step Time : 16.85s GPU utilization: 49.3MODEL_TFLOP/s/GPU\n"
+        + iteration.format(i=20, c=10240, ms="16851.0")
     )
     out = collect(text, fast)
     assert sorted((m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"]) == [
@@ -298,5 +300,9 @@ def test_megatron_bridges_step_time_line_is_a_metric_of_the_iteration_before(fas
         (10, "step time (s)", 14.26),
         (20, "GPU utilization (TFLOP/s/GPU)", 49.3),
         (20, "step time (s)", 16.85),
+    ]
+    assert [(r["iteration"], r["elapsed_s"], r["tflops_reported"]) for r in out["iterations"]] == [
+        (10, 14.2603, 58.2),
+        (20, 16.851, 49.3),
     ]
     assert "unparsed" not in out

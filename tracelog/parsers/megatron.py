@@ -420,6 +420,10 @@ def _parse_block(
     plain = rest.filter(~pl.col("_state") & ~pl.col("_timer") & ~pl.col("_memory"))
 
     iteration_rows = _iteration_rows(fitted, slow_iters, run_key)
+    bridge = plain.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True))
+    bridge_metrics = _bridge_step_metrics(bridge, iteration_rows) if not bridge.is_empty() else None
+    if iteration_rows is not None and bridge_metrics is not None:
+        iteration_rows = _bridge_tflops(iteration_rows, bridge_metrics)
     if iteration_rows is not None:
         yield Batch("iterations", iteration_rows.drop("_extra"))
         extra = iteration_rows.filter(pl.col("_extra"))
@@ -454,12 +458,9 @@ def _parse_block(
                 run.logged_gbs = gbs if gbs is not None else run.logged_gbs
                 run.logged_train_iters = train_iters if train_iters is not None else run.logged_train_iters
 
-    bridge = plain.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True))
-    if not bridge.is_empty():
-        metrics = _bridge_step_metrics(bridge, anchors)
-        if not metrics.is_empty():
-            yield Batch("iteration_metrics", metrics)
-            plain = plain.filter(~pl.col("line_no").is_in(metrics["line_no"].unique().implode()))
+    if bridge_metrics is not None and not bridge_metrics.is_empty():
+        yield Batch("iteration_metrics", bridge_metrics)
+        plain = plain.filter(~pl.col("line_no").is_in(bridge_metrics["line_no"].unique().implode()))
     warned = plain.select(line.str.contains(WARNING_RX)).to_series()
     events = plain.filter(warned)
     if not events.is_empty():
@@ -474,26 +475,34 @@ def _parse_block(
 
 BRIDGE_STEP_MARK = "Step Time : "
 BRIDGE_STEP_RX = r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)(MODEL_)?TFLOP/s/GPU"
-"""Megatron-Bridge's line after each logged iteration (NeMo 25.x on): `Step Time : 4.72s GPU utilization:
-554.3MODEL_TFLOP/s/GPU`, the step's seconds and its model TFLOP/s per GPU; metrics of the iteration before."""
+"""Megatron-Bridge's line before each logged iteration (NeMo 25.x on): `Step Time : 4.72s GPU utilization:
+554.3MODEL_TFLOP/s/GPU`, the interval's seconds per step and model TFLOP/s per GPU. `training_log`
+(megatron/bridge/training/utils/train_utils.py) prints it and then builds that iteration's line, so it
+belongs to the iteration line after it; one whose iteration line is in the next block stays unparsed."""
+BRIDGE_TFLOPS_KEY = "GPU utilization (TFLOP/s/GPU)"
 
 
-def _bridge_step_metrics(lines: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+def _bridge_step_metrics(lines: pl.DataFrame, iteration_rows: pl.DataFrame | None) -> pl.DataFrame:
     parts = pl.col("line").str.extract_groups(BRIDGE_STEP_RX)
     texts = lines.select(
         "line_no",
-        "run_key",
+        pl.col("run_key").cast(pl.Int32),
         parts.struct.field("1").alias("seconds_text"),
         parts.struct.field("2").alias("tflops_text"),
     )
     numbers = texts.with_columns(
         pl.col("seconds_text").cast(pl.Float64, strict=False).alias("seconds"),
         pl.col("tflops_text").cast(pl.Float64, strict=False).alias("tflops"),
+    ).filter(pl.col("seconds").is_not_null() & pl.col("tflops").is_not_null())
+    if iteration_rows is None or numbers.is_empty():
+        return numbers.head(0).select("run_key", pl.lit(None, pl.Int64).alias("iteration"))
+    after = iteration_rows.select(pl.col("run_key").cast(pl.Int32), "line_no", "iteration").sort("line_no")
+    rows = (
+        numbers.sort("line_no")
+        .join_asof(after, on="line_no", by="run_key", strategy="forward", check_sortedness=False)
+        .filter(pl.col("iteration").is_not_null())
     )
-    rows = attach_iteration(
-        numbers.filter(pl.col("seconds").is_not_null() & pl.col("tflops").is_not_null()), anchors
-    ).filter(pl.col("iteration").is_not_null())
-    keys = (("step time (s)", "seconds"), ("GPU utilization (TFLOP/s/GPU)", "tflops"))
+    keys = (("step time (s)", "seconds"), (BRIDGE_TFLOPS_KEY, "tflops"))
     return pl.concat(
         [
             rows.select(
@@ -507,6 +516,22 @@ def _bridge_step_metrics(lines: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataF
             for key, value in keys
         ]
     ).sort("line_no", maintain_order=True)
+
+
+def _bridge_tflops(iteration_rows: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """The step line's TFLOP/s as the iteration's own where its line printed none (`--log-throughput`
+    off): both are Megatron's model FLOPs over the same interval."""
+    if metrics.is_empty():
+        return iteration_rows
+    tflops = metrics.filter(pl.col("key") == BRIDGE_TFLOPS_KEY).select(
+        pl.col("run_key").cast(iteration_rows.schema["run_key"]),
+        "iteration",
+        pl.col("value").alias("_bridge_tflops"),
+    ).unique(["run_key", "iteration"], keep="first")
+    joined = iteration_rows.join(tflops, on=["run_key", "iteration"], how="left", maintain_order="left")
+    return joined.with_columns(
+        pl.coalesce("tflops_reported", "_bridge_tflops").alias("tflops_reported")
+    ).drop("_bridge_tflops")
 
 
 def _iteration_rows(
