@@ -142,7 +142,9 @@ def test_the_2024_layout_its_memory_fields_a_nan_and_a_step_going_back() -> None
     iterations = rows["iterations"]
     assert [(r["run_key"], r["iteration"]) for r in iterations] == [(0, 1), (0, 2), (1, 1)]
     assert iterations[0]["elapsed_s"] == pytest.approx(1.21)
-    assert "global_batch_size" not in iterations[0]  # no start line: samples or tokens is not known
+    # before nanotron renamed its time key (2025-03) the batch was in samples, since then in tokens
+    assert [r.get("global_batch_size") for r in iterations] == [16, 16, 16]
+    assert iterations[0]["ts"].isoformat() == "2024-03-02T10:00:09"
     assert math.isnan(iterations[1]["lm_loss"]) and math.isnan(iterations[1]["grad_norm"])
     (memory,) = rows["memory"]
     assert memory["allocated_mib"] == pytest.approx(410e6 / 2**20)
@@ -167,3 +169,57 @@ def test_start_line_sets_the_batch_and_samples_per_step() -> None:
     assert (run["mbs"], run["gbs"], run["dp"], run["seq_len"], run["cp"]) == (4, 64, 8, 2048, 1)
     # 64 is the start line's batch in samples; 131K is the same batch in tokens (2025 and later)
     assert [r.get("global_batch_size") for r in rows["iterations"]] == [64, None]
+
+
+EVERY_LINE_PREFIXED = """\
+[2;3m08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0][0m: Config:
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]: Config(general=GeneralArgs(project='debug',
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:                            seed=42),
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:        parallelism=ParallelismArgs(dp=2,
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:                                    pp=1,
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:                                    tp=4),
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:        model=ModelArgs(model_config=LlamaConfig(hidden_size=3072,
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:                                                 num_hidden_layers=28,
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:                                                 vocab_size=128256),
+08/31/2024 14:37:22 [INFO|DP=0|PP=0|TP=0]:                        dtype=torch.bfloat16)
+08/31/2024 14:37:23 [INFO|DP=0|PP=0|TP=0]: Building model..
+08/31/2024 14:37:26 [INFO|DP=0|PP=0|TP=0]: [Start training] datetime: 2024-08-31 14:37:26.889276 | mbs: 2 | grad_accum: 4 | global_batch_size: 16 | sequence_length: 4096 | train_steps: 15 | start_iteration_step: 0 | consumed_train_samples: 0
+08/31/2024 14:37:27 [INFO|DP=0|PP=0|TP=0]: [After train batch iter] Memory usage: 18459.78MB. Peak reserved memory: 69208.00MB
+08/31/2024 14:37:28 [INFO|DP=0|PP=0|TP=0]: iteration: 1 / 15 | consumed_samples:         16 | elapsed_time_per_iteration_ms: 5.87E+03 | lm_loss: 1.130280E+01 | lr: 5.333E-07 | model_tflops_per_gpu: 185.96 | grad_norm: 1.618
+"""
+
+
+def test_a_config_block_with_the_prefix_on_every_line_and_the_2024_start_line() -> None:
+    """Before 2025 every line of a multi-line message carried the logger's prefix, the start line led
+    with `[Start training] datetime:` and put the batch before the sequence, and the first releases
+    printed memory in `MB` and `consumed_samples` (`ESC` lost from the colour codes on the first line,
+    as a paste into a web page leaves them)."""
+    rows = collect(EVERY_LINE_PREFIXED)
+    (run,) = rows["runs"]
+    assert (run["tp"], run["pp"], run["dp"], run["gpus"]) == (4, 1, 2, 8)
+    assert (run["hidden"], run["layers"], run["vocab"], run["precision"]) == (3072, 28, 128256, "bf16")
+    assert (run["mbs"], run["gbs"], run["seq_len"], run["train_iters"]) == (2, 16, 4096, 15)
+    (memory,) = rows["memory"]
+    assert (memory["iteration"], memory["allocated_mib"], memory["max_reserved_mib"]) == (
+        1,
+        18459.78,
+        69208.0,
+    )
+    (step,) = rows["iterations"]
+    assert (step["consumed_samples"], step["elapsed_s"], step["lm_loss"]) == (16, 5.87, 11.3028)
+    unparsed = [r["text"] for r in rows["unparsed"]]
+    assert any("Building model.." in t for t in unparsed)
+    assert not any("hidden_size=3072" in t for t in unparsed)
+
+
+def test_a_log_of_its_logger_before_any_step_is_still_nanotron() -> None:
+    head = (
+        "[2;3m12/06 14:46:02 [INFO|CP=0|TP=0|nid006683][0m: [After model building] Memory usage: 18787.00MiB. "
+        "Peak allocated: 19415.07MiB Peak reserved: 20170.00MiB\n"
+    )
+    assert nanotron.detect(head) == 30
+    assert parsers.detect(head, "x.log") is nanotron
+    (memory,) = collect(head)["memory"]
+    assert (memory["allocated_mib"], memory["max_allocated_mib"], memory["max_reserved_mib"]) == (
+        18787.0, 19415.07, 20170.0
+    )  # fmt: skip

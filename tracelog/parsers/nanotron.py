@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
@@ -40,17 +41,24 @@ FORMAT = "nanotron"
 VERSION = "1"
 
 ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
+ANSI_RESIDUE_RX = re.compile(r"\[[0-9;]*m")
+"""The same codes with their escape character lost, as a paste into a web page leaves them
+(`[2;3m12/06 14:46:02 [INFO|CP=0|TP=0|nid006683][0m: ...`): removed only from a line that starts with one."""
+NANOTRON_PREFIX_RX = re.compile(r"\[(?:INFO|WARNING|ERROR|DEBUG)(?:\|(?:DP|PP|TP|CP|EP)=\d+)+[|\]]")
 PREFIX_RX = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?:(\d\d/\d\d(?:/\d{4})? \d\d:\d\d:\d\d) )?\[(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)"
     r"[^\]]*\]: ?"
 )
 ITERATION_RX = re.compile(r"\biteration: (\d+) / (\d+)")
 HUMAN = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)([KMGBTPE]?)"
-FIELD_RX = re.compile(r"(?:^|\| )([\w/]+): " + HUMAN + r"(?= \||\s*$)")
+FIELD_RX = re.compile(r"(?:^|\| )([\w/]+):\s+" + HUMAN + r"(?= \||\s*$)")
 SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-START_RX = re.compile(r"\bmbs: (\d+) \| grad_accum: (\d+) \|(?: cp: (\d+) \|)? sequence_length: (\d+) \| "
-                      r"global_batch_size: (\d+) \| train_steps: (\d+) \| start_iteration_step: (\d+)")  # fmt: skip
+START_RX = re.compile(r"\bmbs: \d+ \| grad_accum: \d+ \|")
+START_FIELD_RX = re.compile(
+    r"\b(mbs|grad_accum|cp|sequence_length|global_batch_size|train_steps|start_iteration_step): (\d+)"
+)
 PARAMS_RX = re.compile(r"\bTotal number of parameters: " + HUMAN)
+MEMORY_2023_RX = re.compile(r"Memory usage: ([\d.]+)MB\. Peak reserved memory: ([\d.]+)MB")
 MEMORY_RX = re.compile(
     r"Memory usage: ([\d.]+)MiB\. Peak allocated:? ([\d.]+)MiB\.? Peak reserved: ([\d.]+)MiB"
 )
@@ -87,17 +95,31 @@ RUN_COLUMNS = {
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 
 
+MARKS = ("Memory usage: ", "Config(general=", "Start training", "Total number of parameters: ", "iteration: ")
+
+
 def detect(head: str) -> int:
-    """Two iteration lines of nanotron's shape, or one behind its logger's rank prefix."""
+    """Two iteration lines of nanotron's shape, or one behind its logger's rank prefix; its prefix
+    (`[INFO|DP=0|PP=1|TP=0]`) around one of its own lines."""
     lines = [line for line in head.split("\n") if ITERATION_RX.search(line) and "lm_loss: " in line]
-    if len(lines) >= 2 or (lines and re.search(r"\[INFO\|(?:DP|PP|TP|CP|EP)=\d", head)):
+    if len(lines) >= 2 or (lines and NANOTRON_PREFIX_RX.search(head)):
         return 40
+    if NANOTRON_PREFIX_RX.search(head) and any(mark in head for mark in MARKS):
+        return 30  # its logger around its own lines, before any step (a crash at start, a memory report)
     return 0
 
 
 def human(value: str, suffix: str = "") -> float:
     """A `human_format` number as a float: `1.23K` is 1230."""
     return float(value) * SCALE[suffix]
+
+
+def _stamp(text: str | None) -> datetime | None:
+    """The prefix's time when it carries the year (`01/17/2024 13:47:27`; since 2025 `11/25 13:47:27`
+    has none, and no row gets a time it would have to guess)."""
+    if text is None or text.count("/") != 2:
+        return None
+    return datetime.strptime(text, "%m/%d/%Y %H:%M:%S")
 
 
 class _Parser(RunRows):
@@ -117,6 +139,8 @@ class _Parser(RunRows):
 
     def line(self, n: int, text: str) -> None:
         body = ANSI_RX.sub("", text).rstrip("\r\n")
+        if body.startswith("[") and ANSI_RESIDUE_RX.match(body):
+            body = ANSI_RESIDUE_RX.sub("", body)
         prefix = PREFIX_RX.match(body)
         message = body[prefix.end() :] if prefix else body
         if prefix:
@@ -130,18 +154,21 @@ class _Parser(RunRows):
             if banner.strip("=") == "" and banner:
                 self.out.add("unparsed", {"line_no": n, "text": text})  # the rule around a banner
                 return
-            # the pretty-printed block's first line carries the prefix, the rest do not
-            self.in_config = self.in_config and bool(BLOCK_RX.match(banner))
+            # the pretty-printed block's first line carries the prefix; the rest, indented, carry it only
+            # in releases before 2025
+            self.in_config = self.in_config and bool(BLOCK_RX.match(banner) or message.startswith(" "))
         if match := ITERATION_RX.search(message):
-            self.step(n, message, match)
+            self.step(n, message, match, prefix.group(1) if prefix else None)
         elif self.in_config and CONFIG_RX.search(message):
             self.config(n, CONFIG_RX.findall(message))
         elif match := MEMORY_RX.search(message):
-            self.memory(n, match)
+            self.memory(n, *(float(g) for g in match.groups()))
+        elif match := MEMORY_2023_RX.search(message):
+            self.memory(n, float(match.group(1)), None, float(match.group(2)))
         elif not self.start(n, message) and body.strip():
             self.other(n, text, message)
 
-    def step(self, n: int, message: str, match: re.Match[str]) -> None:
+    def step(self, n: int, message: str, match: re.Match[str], stamp: str | None) -> None:
         step, total = int(match.group(1)), int(match.group(2))
         if self.last_step is not None and step <= self.last_step:
             self.new_run()  # a relaunch from a checkpoint logs its steps again
@@ -159,10 +186,13 @@ class _Parser(RunRows):
             "grad_norm": fields.get("grad_norm"),
             "tflops_reported": fields.get("model_tflops_per_gpu"),
             "consumed_tokens": round(fields["consumed_tokens"]) if "consumed_tokens" in fields else None,
+            "consumed_samples": round(fields["consumed_samples"]) if "consumed_samples" in fields else None,
+            "ts": _stamp(stamp),
             "line_no": n,
         }
         gbs = fields.get("global_batch_size")
-        if gbs is not None and run.get("gbs") == round(gbs):
+        # samples until the release that renamed the time key (nanotron 2b141c2f, 2025-03): tokens since
+        if gbs is not None and ("elapsed_time_per_iteration_ms" in fields or run.get("gbs") == round(gbs)):
             row["global_batch_size"] = round(gbs)
         self.out.add("iterations", row)
         for key, name in METRIC_KEYS.items():
@@ -193,17 +223,21 @@ class _Parser(RunRows):
         if message.strip() == "Start training":
             self.new_run()
             self.run(n)
-        elif match := START_RX.search(message):
-            mbs, accumulation, cp, seq, gbs, steps, start = match.groups()
+        elif START_RX.search(message):
+            start = {key: int(value) for key, value in START_FIELD_RX.findall(message)}
             run = self.run(n)
-            run.update(mbs=int(mbs), seq_len=int(seq), gbs=int(gbs), train_iters=int(steps))
-            if cp is not None:
-                run["cp"] = int(cp)
-            if int(gbs) % (int(mbs) * int(accumulation)) == 0:
-                run["dp"] = int(gbs) // (int(mbs) * int(accumulation))
-            self.param(n, "grad_accum", accumulation)
-            self.param(n, "start_iteration_step", start)
-            self.first_step = int(start) + 1
+            for key, column in (("mbs", "mbs"), ("sequence_length", "seq_len"), ("global_batch_size", "gbs"),
+                                ("train_steps", "train_iters"), ("cp", "cp")):  # fmt: skip
+                if key in start:
+                    run[column] = start[key]
+            mbs, accumulation, gbs = start.get("mbs"), start.get("grad_accum"), start.get("global_batch_size")
+            if mbs and accumulation and gbs and gbs % (mbs * accumulation) == 0:
+                run["dp"] = gbs // (mbs * accumulation)
+            if accumulation is not None:
+                self.param(n, "grad_accum", accumulation)
+            if "start_iteration_step" in start:
+                self.param(n, "start_iteration_step", start["start_iteration_step"])
+                self.first_step = start["start_iteration_step"] + 1
         elif match := PARAMS_RX.search(message):
             self.run(n)["params"] = round(human(match.group(1), match.group(2)))
         else:
@@ -228,10 +262,9 @@ class _Parser(RunRows):
         if all(run.get(k) for k in ("tp", "pp", "dp")):
             run["gpus"] = run["tp"] * run["pp"] * run["dp"] * (run.get("cp") or 1)
 
-    def memory(self, n: int, match: re.Match[str]) -> None:
+    def memory(self, n: int, allocated: float, peak: float | None, reserved: float) -> None:
         """`log_memory` around the first steps' `train_batch_iter`: the step being run, the one after the
         last logged (none while the model is built)."""
-        allocated, peak, reserved = (float(g) for g in match.groups())
         self.run(n)
         step = self.last_step + 1 if self.last_step is not None else self.first_step
         self.out.add(
