@@ -378,11 +378,12 @@ def embedding_slots(row: dict[str, Any], inputs: RunInputs) -> bool:
     return "embed" in method.lower()
 
 
-SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer")
+SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel")
 """Trainers whose attention never materialises the s x s scores: torchtitan's models call PyTorch's
 `scaled_dot_product_attention` (a flash or memory-efficient kernel) or FlexAttention; nanotron's Llama
 calls `flash_attn_varlen_func` (nanotron/models/llama.py, `CoreAttention`); the Hugging Face models load
-with `attn_implementation="sdpa"` wherever a model supports it (transformers since 4.36)."""
+with `attn_implementation="sdpa"` wherever a model supports it (transformers since 4.36), NeMo Automodel's
+too (or Transformer Engine's fused attention, its `model.backend.attn: te`)."""
 
 
 def flash_attention(inputs: RunInputs) -> bool:

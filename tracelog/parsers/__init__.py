@@ -12,6 +12,7 @@ from types import ModuleType
 from tracelog.errors import TracelogError
 from tracelog.parsers import (
     allreduce_bench,
+    automodel,
     deepspeed,
     hf_trainer,
     megatron,
@@ -32,6 +33,7 @@ PARSERS: list[ModuleType] = [
     deepspeed,
     torchtitan,
     nanotron,
+    automodel,
     hf_trainer,
     table,
     nccl_tests,

@@ -523,11 +523,15 @@ def _bridge_tflops(iteration_rows: pl.DataFrame, metrics: pl.DataFrame) -> pl.Da
     off): both are Megatron's model FLOPs over the same interval."""
     if metrics.is_empty():
         return iteration_rows
-    tflops = metrics.filter(pl.col("key") == BRIDGE_TFLOPS_KEY).select(
-        pl.col("run_key").cast(iteration_rows.schema["run_key"]),
-        "iteration",
-        pl.col("value").alias("_bridge_tflops"),
-    ).unique(["run_key", "iteration"], keep="first")
+    tflops = (
+        metrics.filter(pl.col("key") == BRIDGE_TFLOPS_KEY)
+        .select(
+            pl.col("run_key").cast(iteration_rows.schema["run_key"]),
+            "iteration",
+            pl.col("value").alias("_bridge_tflops"),
+        )
+        .unique(["run_key", "iteration"], keep="first")
+    )
     joined = iteration_rows.join(tflops, on=["run_key", "iteration"], how="left", maintain_order="left")
     return joined.with_columns(
         pl.coalesce("tflops_reported", "_bridge_tflops").alias("tflops_reported")

@@ -1,0 +1,101 @@
+"""NeMo Automodel's training log: step lines behind its logger's prefix, seconds per step from a
+whole-second clock, the recipe's YAML, validation lines, relaunches.
+
+The lines written in these tests are invented, laid out as Automodel's recipes print them
+(nemo_automodel/recipes/llm/train_ft.py, recipes/base_recipe.py, components/loggers/log_utils.py)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES, rows_by_table
+from tracelog import api, parsers
+from tracelog.parsers import automodel
+from tracelog.parsers.base import head_text
+
+SAMPLE = SAMPLES / "nemo_automodel_llama3_2_1b_sft_h100.log"
+
+
+def collect(text: str) -> dict[str, list[dict]]:
+    return rows_by_table(automodel.parse, text)
+
+
+def test_the_sample_is_detected_as_automodel_and_nothing_else_claims_it() -> None:
+    head = head_text(SAMPLE.read_bytes()[: parsers.HEAD_BYTES])
+    assert parsers.detect(head, SAMPLE.name) is automodel
+    others = {p.FORMAT: p.detect(head) for p in parsers.PARSERS if p is not automodel}
+    assert max(others.values()) < automodel.detect(head), others
+
+
+def test_the_sample_lands_as_one_run_with_its_steps_memory_and_validation(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(SAMPLE)])
+    assert (result.format, result.runs) == ("nemo_automodel", 1)
+    run = api.sql(
+        db, "SELECT framework, gpus, dp, tp, cp, mbs, gbs, seq_len, train_iters, params FROM runs"
+    ).iloc[0]
+    assert tuple(run) == ("nemo-automodel", 8, 8, 1, 1, 8, 64, 2048, 150, 1_235_814_400)
+    steps = api.sql(
+        db, "SELECT iteration, lm_loss, grad_norm, learning_rate, elapsed_s FROM iterations ORDER BY line_no"
+    )
+    assert steps.iteration.tolist() == list(range(150))
+    # the sample's step 121 logged `loss nan | grad_norm nan`
+    nan_row = steps[steps.iteration == 121].iloc[0]
+    assert math.isnan(nan_row.lm_loss) and math.isnan(nan_row.grad_norm)
+    assert steps.learning_rate.eq(1e-05).all()
+    # about 1.37 s a step, printed by a whole-second clock: the windowed median lands within 5 %
+    assert steps.elapsed_s.median() == pytest.approx(1.37, rel=0.05)
+    assert math.isnan(steps.elapsed_s.iloc[0])  # the first line has nothing before it
+    validation = api.sql(
+        db, "SELECT iteration FROM iteration_metrics WHERE key = 'validation loss' ORDER BY iteration"
+    )
+    assert validation.iteration.tolist() == [49, 99, 149]
+    memory = api.sql(db, "SELECT count(*) AS n, min(max_allocated_mib) AS low FROM memory").iloc[0]
+    assert memory.n == 150 and memory.low > 22 * 1024
+    events = api.sql(db, "SELECT kind, count(*) AS n FROM events GROUP BY kind ORDER BY kind")
+    assert dict(zip(events.kind, events.n, strict=True)) == {"checkpoint_saved": 2, "warning": 1}
+    flags = api.sql(db, "SELECT rule, severity, message FROM flags")
+    assert any(
+        "NaN iteration" in m and s == "critical" for m, s in zip(flags.message, flags.severity, strict=True)
+    )
+
+
+TEXT = """\
+2026-08-10 16:00:42 | INFO | root | World size: 16
+tp_size line outside any section: 4
+distributed:
+  strategy: fsdp2
+  dp_size: none
+  tp_size: 2
+  cp_size: 2
+dataset:
+  seq_len: 4096
+2026-08-10 16:00:44 | INFO | root | step 8 | epoch 0 | loss 0.7839 | grad_norm 1.7024 | lr 1.00e-05 | mem 24.06 GiB | tps 31346.32(3918.29/gpu) | num_label_tokens 45579
+2026-08-10 16:00:46 | INFO | root | step 9 | epoch 0 | loss 0.7100 | grad_norm 1.5766 | lr 1.00e-05 | mem 24.69 GiB | tps 31686.41(3960.80/gpu) | num_label_tokens 43985
+2026-08-10 16:00:49 | INFO | root | step 10 | epoch 0 | loss 0.7062 | accuracy 0.8125 | grad_norm 1.4435 | lr 1.00e-05 | mem 25.12 GiB | time 2.31s
+2026-08-10 16:05:01 | INFO | root | step 1 | epoch 0 | loss 1.2034 | grad_norm 3.0021 | lr 1.00e-05 | mem 23.90 GiB | tps 30011.00(1875.69/gpu) | num_label_tokens 40001
+"""
+
+
+def test_pairs_config_sections_a_printed_time_and_a_relaunch() -> None:
+    rows = collect(TEXT)
+    first = rows["runs"][0]
+    # `dp_size: none`: the data-parallel size is what the world leaves after TP and CP
+    assert (first["gpus"], first["tp"], first["cp"], first["dp"], first["seq_len"]) == (16, 2, 2, 4, 4096)
+    assert [(r["run_key"], r["iteration"]) for r in rows["iterations"]] == [(0, 8), (0, 9), (0, 10), (1, 1)]
+    assert [r["elapsed_s"] for r in rows["iterations"]] == [None, 2.0, 2.31, None]  # `time 2.31s` as printed
+    metrics = {(m["iteration"], m["key"]): m["value"] for m in rows["iteration_metrics"] if m["run_key"] == 0}
+    assert metrics[(8, "tokens per second")] == 31346.32
+    assert metrics[(8, "tokens per second per device")] == 3918.29
+    assert metrics[(8, "label tokens")] == 45579
+    assert metrics[(10, "accuracy")] == 0.8125
+    assert [m["max_allocated_mib"] for m in rows["memory"]] == pytest.approx(
+        [24.06 * 1024, 24.69 * 1024, 25.12 * 1024, 23.90 * 1024]
+    )
+    params = {p["name"]: p["value"] for p in first["run_params"]}
+    assert params["distributed.strategy"] == "fsdp2"
+    unparsed = [r["text"] for r in rows["unparsed"]]
+    assert "tp_size line outside any section: 4" in unparsed
