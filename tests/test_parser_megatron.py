@@ -541,6 +541,27 @@ def test_deepspeeds_memory_figures_in_a_megatron_deepspeed_log_are_memory_rows()
     assert "unparsed" not in out
 
 
+def test_a_resumed_runs_throughput_timer_counts_from_the_restart_and_see_memory_usage_is_memory() -> None:
+    """DeepSpeed's ThroughputTimer counts `global_step` from the process's start, so a run resumed at
+    iteration 136004 prints `global_step=5` before iteration 136005 (argonne-lcf Megatron-DeepSpeed's
+    layout; invented figures). `see_memory_usage` before training is a memory row without a step."""
+    text = (
+        "[2025-11-10 09:56:45,484] [INFO] [utils.py:781:see_memory_usage] After Building Model\n"
+        "[2025-11-10 09:56:45,485] [INFO] [utils.py:782:see_memory_usage] MA 3.71 GB         Max_MA 3.71 GB"
+        "         CA 3.72 GB         Max_CA 4 GB\n"
+        " iteration=  136004/  136100 | consumed_samples=   835608576 | elapsed_time_per_iteration_ms=3415.3 |"
+        " learning_rate=2.0127e-05 | global_batch_size= 6144 | lm loss=2.6978 |\n"
+        "[2025-11-10 09:43:39,573] [INFO] [timer.py:264:stop] epoch=0/micro_step=5/global_step=5, "
+        "RunningAvgSamplesPerSec=2443.95, CurrSamplesPerSec=2553.44, MemAllocated=3.71GB, MaxMemAllocated=39.0GB\n"
+        " iteration=  136005/  136100 | consumed_samples=   835614720 | elapsed_time_per_iteration_ms=3420.2 |"
+        " learning_rate=2.01257e-05 | global_batch_size= 6144 | lm loss=2.6951 |\n"
+    )
+    out = collect(text)
+    memory = [(m["iteration"], m["allocated_mib"], m["max_reserved_mib"]) for m in out["memory"]]
+    assert memory == [(None, 3.71 * 1024, 4 * 1024), (136005, 3.71 * 1024, None)]
+    assert [i["iteration"] for i in out["iterations"]] == [136004, 136005]
+
+
 def test_the_straggler_detectors_report_is_kept_at_its_iteration() -> None:
     # Invented, in the shape of Megatron-core's StragglerDetector report (megatron/core/utils.py) behind
     # srun's label, after an iteration line.

@@ -43,6 +43,7 @@ from tracelog.parsers.base import (
 from tracelog.parsers.deepspeed_config import (
     INFO_PARAMS,
     NUM,
+    SEE_MEMORY_RX,
     RunState,
     flatten,
     int_or_none,
@@ -104,9 +105,6 @@ TPUT_LINE_RX = re.compile(  # the whole line as DeepSpeed prints it: one search 
 )
 TIMER_PART_RX = re.compile(r"^\s*([\w./ -]+?)\s*:\s*" + NUM + r"\s*(GB)?\s*$")
 TIMER_RANK_RX = re.compile(r"rank=(\d+)\s+time \(ms\)")
-SEE_MEMORY_RX = re.compile(
-    r"MA " + NUM + r" GB\s+Max_MA " + NUM + r" GB\s+CA " + NUM + r" GB\s+Max_CA " + NUM + r" GB"
-)
 CONFIG_LINE_RX = re.compile(r"^\s{1,4}([A-Za-z_][\w]*)\s*(?:\.{2,}\s?|\s{2,}|\s(?=[\[{]))(.*?)\s*$")
 USER_JSON_RX = re.compile(r"^\s*json = (\{.*)$")
 LAUNCH_RX = re.compile(r"nnodes=(\d+), num_local_procs=(\d+)")

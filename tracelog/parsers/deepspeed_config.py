@@ -222,6 +222,10 @@ def memory_row(
 
 
 NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
+SEE_MEMORY_RX = re.compile(
+    r"MA " + NUM + r" GB\s+Max_MA " + NUM + r" GB\s+CA " + NUM + r" GB\s+Max_CA " + NUM + r" GB"
+)
+"""`see_memory_usage` (runtime/utils.py): `MA 3.71 GB  Max_MA 3.71 GB  CA 3.72 GB  Max_CA 4 GB`."""
 
 
 def number(text: str) -> float:

@@ -165,7 +165,7 @@ EVENT_KINDS = (
 # regex slows to seconds on a long line with one).
 DEEPSPEED_LINES = (
     r"|Creating [A-Za-z0-9_. ]*optimizer|stage=\d+ layers=\d|Reduce bucket size \d|\] +train_batch_size \.\."
-    r"|MaxMemAllocated=|MnRtt/Rnk:"
+    r"|MaxMemAllocated=|MnRtt/Rnk:|Max_MA "
 )
 # Megatron-core's StragglerDetector report (megatron/core/utils.py, README_STRAGGLER.md): the least and
 # most of each rank's step time, power, temperature, utilisation, clock, data-loader time and throughput,

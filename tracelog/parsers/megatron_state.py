@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from tracelog.parsers.base import Batch, as_int, batches_of, numbers_guarded
+from tracelog.parsers.deepspeed_config import SEE_MEMORY_RX, see_memory_mib
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_lines import (
     ARG_LINE_RX,
@@ -170,6 +171,15 @@ def stateful_batches(
                     for name, value, unit, rank in figures
                 )
                 continue
+            if "Max_MA " in line and (match := SEE_MEMORY_RX.search(line)):
+                # DeepSpeed's `see_memory_usage` (`Before Building Model`, ...): at the iteration before it
+                allocated, peak, reserved, peak_reserved = see_memory_mib(match.groups())
+                ds_memory.append(
+                    {"run_key": run_key, "line_no": line_no, "rank": None, "global_step": None}
+                    | {"allocated_mib": allocated, "max_allocated_mib": peak, "reserved_mib": reserved}
+                    | {"max_reserved_mib": peak_reserved}
+                )
+                continue
             if match := DS_MEMORY_RX.search(line):
                 gib = 1024.0  # DeepSpeed prints GB of 2^30 bytes (`/ (1024**3)`)
                 ds_memory.append(
@@ -177,7 +187,7 @@ def stateful_batches(
                         "run_key": run_key,
                         "line_no": line_no,
                         "rank": None,
-                        "iteration": int(match.group(1)),
+                        "global_step": int(match.group(1)),
                         "allocated_mib": float(match.group(2)) * gib,
                         "max_allocated_mib": float(match.group(3)) * gib,
                         "reserved_mib": None,
@@ -205,8 +215,25 @@ def stateful_batches(
     if scored:
         yield from batches_of("iteration_metrics", scored)
     if ds_memory:
-        yield from batches_of("memory", ds_memory)
+        yield from batches_of("memory", ds_memory_steps(ds_memory, anchors))
     if unparsed:
         yield Batch("unparsed", unparsed)
     if events:
         yield Batch("events", events)
+
+
+def ds_memory_steps(rows: list[dict[str, Any]], anchors: pl.DataFrame) -> list[dict[str, Any]]:
+    """The iteration of each ThroughputTimer memory line. Its `global_step` counts the steps since the
+    process started (runtime/utils.py `ThroughputTimer.global_step_count`), which is the iteration only
+    in a run that did not resume: in a resumed one (`global_step=5` between iterations 136004 and 136005)
+    it is the step after the iteration line before it."""
+    frame = attach_iteration(pl.DataFrame(rows, infer_schema_length=None), anchors)
+    out = []
+    for row in frame.to_dicts():
+        step, before = row.pop("global_step"), row.pop("iteration")
+        if step is None:  # a line without a step of its own (`see_memory_usage`)
+            row["iteration"] = before
+        else:
+            row["iteration"] = before + 1 if before is not None and step <= before else step
+        out.append(row)
+    return out
