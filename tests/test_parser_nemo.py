@@ -359,3 +359,24 @@ def test_a_bar_that_has_not_measured_its_rate_yet_has_no_step_time() -> None:
     )
     (row,) = out["iterations"]
     assert (row["iteration"], row["lm_loss"], row.get("elapsed_s")) == (9, 2.31, None)
+
+
+def test_nemo2s_optimizer_config_gives_the_precision_and_the_distributed_optimizer() -> None:
+    """NeMo 2 prints Megatron-Core's OptimizerConfig as its dataclass repr when it sets up the optimizer
+    (invented values, the layout of a BioNeMo ESM-2 log behind srun's `0: ` label)."""
+    text = (
+        "0: [NeMo I 2025-05-08 04:35:15 utils:302] Setting up optimizer with config OptimizerConfig("
+        "optimizer='adam', lr=0.0004, min_lr=None, weight_decay=0.01, fp16=False, bf16=True, "
+        "params_dtype=torch.bfloat16, use_precision_aware_optimizer=False, loss_scale=None, "
+        "use_distributed_optimizer=True, overlap_param_gather_with_optimizer_step=False)\n"
+        "0: Training epoch 0, iteration 0/99 | lr: 4e-06 | global_batch_size: 32 | global_step: 0 | "
+        "reduced_train_loss: 3.161 | train_step_timing in s: 6.24\n"
+        "0: Training epoch 0, iteration 1/99 | lr: 8e-06 | global_batch_size: 32 | global_step: 1 | "
+        "reduced_train_loss: 3.078 | train_step_timing in s: 0.512\n"
+    )
+    out = collect(text)
+    (run,) = out["runs"]
+    assert run["precision"] == "bf16"
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert (params["use_distributed_optimizer"], params["optimizer"]) == ("True", "adam")
+    assert "unparsed" not in out

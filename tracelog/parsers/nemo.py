@@ -77,6 +77,10 @@ BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s
 CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
 # nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
 PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
+# NeMo 2's `Setting up optimizer with config OptimizerConfig(optimizer='adam', ..., fp16=False, bf16=True, ...,
+# use_distributed_optimizer=True, ...)` (Megatron-Core's OptimizerConfig as its dataclass repr prints it)
+OPTIMIZER_CONFIG_RX = re.compile(r"\bOptimizerConfig\((.*)\)")
+OPTIMIZER_FIELD_RX = re.compile(r"\b(fp16|bf16|use_distributed_optimizer|optimizer)=('?\w+'?)")
 YAML_RX = re.compile(r"^( *)(?:- )?([\w.\-/]+):(?: (.*))?$")
 YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
 # Lightning's ModelSummary: the table (`  | Name | Type | Params | Mode`, its rule and rows) and the totals
@@ -321,6 +325,15 @@ class _Parser:
             return self.bar(n, body, rank)
         if match := PADDED_VOCAB_RX.search(body):
             self.columns["vocab"] = int(match.group(1))
+            return True
+        if match := OPTIMIZER_CONFIG_RX.search(body):
+            fields = {k: v.strip("'") for k, v in OPTIMIZER_FIELD_RX.findall(match.group(1))}
+            for flag in ("bf16", "fp16"):
+                if fields.get(flag) == "True" and "precision" not in self.columns:
+                    self.columns["precision"] = flag
+            for name, value in fields.items():
+                if name in ("use_distributed_optimizer", "optimizer"):
+                    self.params.append({"name": name, "value": value, "line_no": n})
             return True
         if match := SUMMARY_TOTAL_RX.match(body):
             self.params.append(
