@@ -311,3 +311,27 @@ def test_one_dict_is_the_trainers_unless_deepspeeds_step_lines_claim_the_log() -
         "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] step=2000, skipped=1995, lr=[0.001]\n"
     )
     assert parsers.detect(head_text(quoted.encode()), "t5.log") is deepspeed
+
+
+def test_llamafactorys_pair_is_one_step_and_a_different_dict_after_a_bar_is_the_next() -> None:
+    """LLaMA-Factory prints a step through its logger (four decimals) and then the Trainer's dict: one
+    row, with or without a bar before them. A dict that says another loss, learning rate or epoch is
+    another step even when no bar moved in between (a log whose bar redraws were lost). Invented lines
+    in those shapes."""
+    logger = "[INFO|2024-12-08 01:09:59] llamafactory.train.callbacks:157 >> "
+    bar = "  1%|▍         | {s}/6249 [08:38<11:33:05,  6.74s/it]"
+    text = (
+        logger + "{'loss': 0.0, 'learning_rate': 4.9985e-05, 'epoch': 0.03}\n"
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.998452110450943e-05, 'epoch': 0.03}\n"
+        + bar.format(s=75)
+        + logger
+        + "{'loss': 0.0, 'learning_rate': 4.9982e-05, 'epoch': 0.04}\n"
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.998223113110496e-05, 'epoch': 0.04}\n"
+        + bar.format(s=80)
+        + "{'loss': 60.5735, 'grad_norm': nan, 'learning_rate': 8.0e-06, 'epoch': 0.12}\n"
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1.6e-05, 'epoch': 0.24}\n"
+    )
+    rows = collect(text)["iterations"]
+    steps = [(r["iteration"], r["lm_loss"], r["learning_rate"]) for r in rows]
+    assert steps == [(1, 0.0, 4.9985e-05), (75, 0.0, 4.9982e-05), (80, 60.5735, 8e-06), (81, 0.0, 1.6e-05)]
+    assert [math.isnan(r["grad_norm"]) for r in rows] == [True, True, True, True]  # from the Trainer's dicts

@@ -168,6 +168,18 @@ def _logged_text(part: str) -> str:
     return part[at + 3 :] if at >= 0 else part
 
 
+SAME_STEP_TOLERANCE = (("loss", 1e-4, 1.0), ("learning_rate", 1e-3, 0.0), ("epoch", 1e-2, 1.0))
+"""(key, relative tolerance, the magnitude below which it is absolute): how far LLaMA-Factory's rounded
+figures may sit from the Trainer's for one step (four decimals; the epoch to two)."""
+
+
+def _agree(a: Any, b: Any, tolerance: float, floor: float) -> bool:
+    """Two figures of one step, or a figure only one dict has."""
+    if not (isinstance(a, float) and isinstance(b, float)):
+        return True
+    return abs(a - b) <= tolerance * max(abs(a), abs(b), floor) or (a != a and b != b)
+
+
 def _number(text: str) -> float | None:
     try:
         return float(text.replace(",", "").replace("Infinity", "inf"))
@@ -224,8 +236,11 @@ class _Parser(RunRows):
         self.args: dict[int, dict[str, str]] = {}
         self.ended = False  # the run's closing `train_runtime` dict was read
         self.bar_placed = False  # the last row's step was the bar's
+        self.from_bar = False  # the step `_step_of` gave last came from the bar
         self.step_keys: set[str] = set()  # the keys of the last row's dict
         self.last_row: dict[str, Any] | None = None
+        self.last_pairs: dict[str, Any] = {}  # the last training dict's values
+        self.logger_dict_at: int | None = None  # the line of the last training dict behind a `>> ` logger
         self.section = "training"  # the Trainer block being read: training, Evaluation or Prediction
         # DeepSpeed's running count of skipped steps, at its last step line
         self.ds_skipped: int | None = None
@@ -276,7 +291,7 @@ class _Parser(RunRows):
             return self.part(n, rest) if rest.strip() else True
         logged = _logged_text(part)
         if DICT_RX.match(logged):
-            return self.logged_dict(n, logged)
+            return self.logged_dict(n, logged, via_logger=">> {" in part)
         if (match := LOG_PREFIX_RX.match(part.strip())) is not None:
             return self.deepspeed(n, match)
         if self.header(n, part):
@@ -294,7 +309,7 @@ class _Parser(RunRows):
         if rate is not None and unit is not None:
             self.bar_rate = tqdm_seconds(float(rate), unit)
 
-    def logged_dict(self, n: int, part: str) -> bool:
+    def logged_dict(self, n: int, part: str, via_logger: bool = False) -> bool:
         pairs = {key: _value(raw) for key, raw in PAIR_RX.findall(part)}
         if not pairs:
             return False
@@ -308,6 +323,7 @@ class _Parser(RunRows):
             if self.ended:
                 self.new_run()
             self.training_row(n, pairs)
+            self.logger_dict_at = n if via_logger else None
             return True
         if "current_steps" in pairs:
             return True  # LLaMA-Factory's last line: the final step, without a loss
@@ -319,18 +335,20 @@ class _Parser(RunRows):
             return True
         return False
 
-    def _step_of(self, pairs: dict[str, Any], advance: bool) -> int:
+    def _step_of(self, pairs: dict[str, Any], advance: bool, n: int = 0) -> int:
         """The step a logged dict belongs to (see the module's docstring); `advance`: a training dict,
         which moves the count on."""
+        self.from_bar = False
         for key in STEP_KEYS:
             if isinstance(pairs.get(key), float):
                 self.step_source = self.step_source or "logged step"
                 return int(pairs[key])
         last = self.last_step or 0
-        if advance and self.bar_step is not None and self.bar_step == self.last_step and self.bar_placed:
-            return last  # a second dict of the step the bar placed the last one at (LLaMA-Factory logs twice)
+        if advance and self._same_step(pairs, n):
+            return last  # LLaMA-Factory logs each step twice: through its logger, then plain
         if self.bar_step is not None and (self.bar_step > last or not advance):
             self.step_source = self.step_source or "tqdm bar"
+            self.from_bar = True
             return self.bar_step
         if not advance:
             return last
@@ -340,9 +358,24 @@ class _Parser(RunRows):
         self.step_source = self.step_source or "count of logged lines"
         return last + 1
 
+    def _same_step(self, pairs: dict[str, Any], n: int) -> bool:
+        """Whether a training dict repeats the last one's step: LLaMA-Factory's logger line and the
+        Trainer's own dict of one step, on the line after it or at the bar that placed it, saying the
+        same loss, learning rate and epoch (its logger rounds them to four decimals)."""
+        if self.last_step is None:
+            return False
+        after_logger = self.logger_dict_at is not None and n - self.logger_dict_at <= 1
+        at_bar = self.bar_step is not None and self.bar_step == self.last_step and self.bar_placed
+        if not (after_logger or at_bar):
+            return False
+        return all(
+            _agree(pairs.get(key), self.last_pairs.get(key), tolerance, floor)
+            for key, tolerance, floor in SAME_STEP_TOLERANCE
+        )
+
     def training_row(self, n: int, pairs: dict[str, Any]) -> None:
-        step = self._step_of(pairs, advance=True)
-        if step == self.last_step and self.bar_placed:
+        step = self._step_of(pairs, advance=True, n=n)
+        if step == self.last_step and (self.bar_placed or self.logger_dict_at is not None):
             pending = self.out.tables.get("iterations") or []
             for key, value in pairs.items():  # the same step again: only what the first dict did not say
                 if key in self.step_keys or key in IGNORED_KEYS or not isinstance(value, float):
@@ -353,8 +386,9 @@ class _Parser(RunRows):
                 else:
                     self.metric(n, step, key, value)
             return
-        self.bar_placed = self.step_source == "tqdm bar" and self.bar_step == step
+        self.bar_placed = self.from_bar
         self.step_keys = set(pairs)
+        self.last_pairs = pairs
         if self.last_step is not None and step <= self.last_step and "current_steps" in pairs:
             self.new_run()  # LLaMA-Factory's log of a restarted run counts again
         self.logged += 1
