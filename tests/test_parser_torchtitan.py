@@ -152,3 +152,16 @@ def test_an_env_warning_naming_error_handling_is_no_error_line(tmp_path: Path) -
     api.ingest(db, [str(log)], parser="torchtitan")
     assert api.sql(db, "SELECT kind FROM events").kind.tolist() == ["warning"]
     assert api.sql(db, "SELECT count(*) AS n FROM flags WHERE rule = 'training_health'").n[0] == 0
+
+
+def test_the_ezpz_loggers_microsecond_times_give_the_seconds_per_step() -> None:
+    """Some forks run torchtitan under the `ezpz` logger, whose prefix carries microseconds
+    (`[2025-09-11 14:09:46,954794][I][components/metrics:437:log] step: 1 ...`); invented figures."""
+    line = (
+        "[2025-09-11 14:09:{t}][I][components/metrics:437:log] step:  {s}  loss: 10.8595  grad_norm:  3.2105"
+        "  memory:  8.44GiB(13.20%)  tps: 6,697  tflops: 62.15  mfu: 20.84%\n"
+    )
+    text = line.format(t="46,954794", s=1) + line.format(t="47,568581", s=2) + line.format(t="48,193890", s=3)
+    rows = collect(text)["iterations"]
+    assert [r["elapsed_s"] for r in rows] == [None, pytest.approx(0.613787), pytest.approx(0.625309)]
+    assert rows[0]["ts"].microsecond == 954794

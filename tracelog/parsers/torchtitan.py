@@ -41,7 +41,9 @@ VERSION = "1"
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
-STAMP_RX = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,(\d{3}))?")
+STAMP_RX = re.compile(r"(?:\[titan\] |^\s*\[)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,(\d{3,6}))?")
+"""torchtitan's logger (`[titan] 2026-05-18 16:04:46,338 - root - INFO - ...`), or the `ezpz` logger some
+forks run it under (`[2025-09-11 14:09:46,954794][I][components/metrics:437:log] step: 1 ...`)."""
 STEP_RX = re.compile(r"(?<![\w])(?<!validate )step:\s*(\d+)\s+loss:\s*" + NUM)
 VALIDATE_RX = re.compile(r"validate step:\s*(\d+)\s+loss:\s*" + NUM)
 FIELD_RX = re.compile(r"\b(grad_norm|memory|tps|wps|tflops|mfu):\s*" + NUM[:-1] + r"|N/A)(GiB)?")
@@ -149,7 +151,8 @@ class _Parser(RunRows):
         ts = None
         if stamp:
             ts = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
-            ts = ts.replace(microsecond=int(stamp.group(2) or 0) * 1000)
+            fraction = stamp.group(2) or "0"
+            ts = ts.replace(microsecond=int(fraction.ljust(6, "0")[:6]))
         elapsed = None
         if (
             ts is not None
