@@ -236,6 +236,32 @@ def test_error_lines_that_do_not_say_the_run_died_are_a_warning(tmp_path: Path) 
     assert "died" not in flag["message"]
 
 
+@pytest.mark.parametrize("then_steps", [False, True])
+def test_a_log_that_ends_in_an_uncaught_exception_died_of_it(tmp_path: Path, then_steps: bool) -> None:
+    """Python prints an uncaught exception as its traceback and then the exception's line, and the
+    process ends: a log whose last lines are those died there (invented, the shape of a Megatron-DeepSpeed
+    save that failed). The same traceback with iterations after it was caught: a warning."""
+    path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
+    crash = [
+        "Traceback (most recent call last):",
+        '  File "pretrain_gpt.py", line 575, in <module>',
+        "    model = main()",
+        "AttributeError: 'GPTModel' object has no attribute '_get_tp_replicated_param_patterns'",
+    ]
+    path.write_text(path.read_text() + "\n".join(crash) + "\n")
+    if then_steps:  # iterations 21 to 23 after it
+        more = write_log(tmp_path / "more.log", [{} for _ in range(23)]).read_text().splitlines()[20:]
+        path.write_text(path.read_text() + "\n".join(more) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = [f for f in tracelog.api.flags(db).to_dict("records") if "error line" in f["message"]]
+    if then_steps:
+        assert flag["severity"] == "warning" and "died" not in flag["message"]
+    else:
+        assert (flag["severity"], flag["row_ref"]) == ("critical", "line 24")
+        assert "The log ends in that exception" in flag["message"]
+
+
 def test_loss_spike_against_running_median(tmp_path: Path) -> None:
     rows = [{"loss": 3.0} for _ in range(20)]
     rows[15] = {"loss": 5.0}

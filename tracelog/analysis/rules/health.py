@@ -393,33 +393,50 @@ FATAL_SQL = (
 
 
 def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """Error lines, critical where one says the run died (`FATAL_SQL`) or the log ends in an exception
+    nobody caught: a traceback after the last iteration line, and an error line after it (Python prints
+    the exception last: `AttributeError: 'GPTModel' object has no attribute ...`)."""
     rows = store.con.execute(
         f"""
+        WITH last_step AS (
+            SELECT run_id, max(line_no) AS stepped FROM iterations WHERE {scope.runs} GROUP BY run_id
+        ), last_traceback AS (
+            SELECT run_id, max(line_no) AS traced FROM events
+            WHERE {scope.runs} AND kind = 'traceback' GROUP BY run_id
+        ), errors AS (
+            SELECT e.run_id, e.text, e.line_no, ({FATAL_SQL}) AS fatal,
+                   e.kind = 'error' AND b.traced >= coalesce(s.stepped, 0) AND e.line_no > b.traced AS uncaught
+            FROM events e LEFT JOIN last_step s USING (run_id) LEFT JOIN last_traceback b USING (run_id)
+            WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
+              AND e.kind IN ('error', 'oom', 'crash', 'nccl_warn', 'timeout')
+        )
         SELECT run_id, arg_max(text, line_no), max(line_no), count(*),
-               arg_min(text, line_no) FILTER ({FATAL_SQL}), min(line_no) FILTER ({FATAL_SQL})
-        FROM events WHERE {scope.runs} AND run_id IS NOT NULL
-          AND kind IN ('error', 'oom', 'crash', 'nccl_warn', 'timeout')
-        GROUP BY run_id
+               arg_min(text, line_no) FILTER (fatal), min(line_no) FILTER (fatal),
+               max(line_no) FILTER (uncaught)
+        FROM errors GROUP BY run_id
         """
     ).fetchall()
     flags = []
-    for run_id, text, line, count, fatal_text, fatal_line in rows:
+    for run_id, text, line, count, fatal_text, fatal_line, uncaught_line in rows:
         died = (
             f" It died at line {fatal_line}: {_sentence(fatal_text)}"
             if fatal_line is not None and fatal_line != line
             else ""
         )
-        if fatal_line is not None:
-            died += _last_checkpoint(store, run_id, fatal_line)
+        ended = fatal_line if fatal_line is not None else uncaught_line
+        if fatal_line is None and uncaught_line is not None:
+            died = " The log ends in that exception, after its traceback: the process died of it."
+        if ended is not None:
+            died += _last_checkpoint(store, run_id, ended)
         flags.append(
             _flag(
                 "training_health",
-                "critical" if fatal_line is not None else "warning",
+                "critical" if ended is not None else "warning",
                 run_id,
                 f"{count} error line(s) in the log; the last: {_sentence(text)}{died}",
                 'Read the events table for this run (tracelog sql "SELECT * FROM events WHERE run_id = '
                 f'{run_id}"): a crash ends the run early and its last iterations are not steady state.',
-                row_ref=f"line {fatal_line if fatal_line is not None else line}",
+                row_ref=f"line {ended if ended is not None else line}",
                 measured=float(count),
                 expected=0.0,
             )
