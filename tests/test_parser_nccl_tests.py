@@ -220,6 +220,8 @@ def test_rccl_style_header_and_graph_runs() -> None:
     assert params["nGpus"] == "2"
     assert params["warmupIters"] == "5"
     assert params["rccl-tests version"] == "develop:3f7f785"
+    assert [b["tool"] for b in out["benches"]] == ["rccl-tests"]  # the fork its lines name
+    assert {b["tool"] for b in collect(modern())["benches"]} == {"nccl-tests"}
     graph = collect(modern().replace("graph: 0", "graph: 10"))
     assert {p["name"]: p["value"] for p in graph["bench_params"]}["graph"] == "10"
     assert len(graph["collectives"]) == 6

@@ -114,6 +114,7 @@ class Bench:
     line_start: int
     line_end: int
     phase: int = 0  # 0 version, 1 starting, 2 nThread, 3 devices, 4 table header, 5 rows, 6 footer
+    tool: str = TOOL  # `rccl-tests` where the file says so (its version line, `RCCL version :`)
     collective: str | None = None
     collective_source: str | None = None
     layout: Layout | None = None
@@ -160,7 +161,7 @@ class Bench:
             ranks, nodes, per_node = 1, 1, 1
         return {
             "bench_key": self.key,
-            "tool": TOOL,
+            "tool": self.tool,
             "collective": self.collective,
             "ranks": ranks,
             "nodes": nodes,
@@ -221,11 +222,12 @@ class _Parser:
             tuple[str, str, int, str]
         ] = []  # params seen before their bench opened, with the line
         self.init_ranks: int | None = None  # the last `nranks` NCCL's init lines said
+        self.tool = TOOL  # which fork the file's lines named last
 
     # -- bench lifecycle ------------------------------------------------------------------------------
     def open(self, line_no: int, phase: int) -> Bench:
         self.close()
-        bench = Bench(self.next_key, line_no, line_no, phase)
+        bench = Bench(self.next_key, line_no, line_no, phase, tool=self.tool)
         self.next_key += 1
         self.bench = bench
         pending, self.pending = self.pending, []
@@ -234,6 +236,12 @@ class _Parser:
             if name == "command":
                 self.name_collective(value, "command")
         return bench
+
+    def named_tool(self, tool: str) -> None:
+        """The fork a line names, for the bench it belongs to and those after it."""
+        self.tool = tool
+        if self.bench is not None:
+            self.bench.tool = tool
 
     def at(self, line_no: int, phase: int, opens: bool = True) -> Bench:
         """The bench a line of `phase` belongs to: the open one if it has not passed that phase yet."""
@@ -344,9 +352,11 @@ class _Parser:
             self.param("NCCL version", match.group(1), n, text=text)
             return True
         if match := RCCL_VERSION_RX.match(body):
+            self.named_tool("rccl-tests")
             self.param("rccl-tests version", match.group(1), n, text=text)
             return True
         if match := RCCL_FACT_RX.match(body):  # rccl-tests' block: `RCCL version : 2.28.3`, `Hostname : ...`
+            self.named_tool("rccl-tests")
             self.param(match.group(1), match.group(2), n, text=text)
             return True
         if NCCL_WARN_RX.search(body):
@@ -372,6 +382,7 @@ class _Parser:
         if body.startswith("# Errors with asterisks indicate"):  # rccl-tests' legend above its footer
             return True
         if match := VERSION_RX.match(body):
+            self.tool = f"{match.group(1)}-tests"
             bench = self.open(n, 0)
             self.param(f"{match.group(1)}-tests version", match.group(2), n, bench)
             for name, value in re.findall(r"([\w-]{1,64})=(\S+)", match.group(3)):

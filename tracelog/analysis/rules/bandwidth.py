@@ -229,6 +229,7 @@ def _rows_gap(d: dict[str, Any]) -> tuple[str, str]:
 
 INCOMPLETE_DETAIL = {
     "nccl-tests": _sweep_gap,
+    "rccl-tests": _sweep_gap,
     "all_reduce_bench": _trials_gap,
     "p2pBandwidthLatencyTest": _matrices_gap,
     "nvidia-smi-topo": _rows_gap,
