@@ -21,6 +21,7 @@ from tracelog.parsers import (
     nccl_tests_json,
     nemo,
     p2p,
+    rocm_topo,
     table,
     tensorboard,
     topo,
@@ -40,6 +41,7 @@ PARSERS: list[ModuleType] = [
     nccl_tests_json,
     p2p,
     topo,
+    rocm_topo,
     allreduce_bench,
     tensorboard,
 ]

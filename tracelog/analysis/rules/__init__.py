@@ -33,3 +33,11 @@ def bench_flag(
 ) -> Flag:
     """A flag about a bench, or one of its parts (`kind`: collective, p2p, links)."""
     return flag(rule, severity, kind, bench_id, message, hint, **extra)
+
+
+def size_text(n: float) -> str:
+    """A message size as a flag says it: decimal units, as nccl-tests' sizes are (`1.04858 MB`)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{int(n)} B"

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracelog.analysis.rules import Flag, bench_flag
+from tracelog.analysis.rules import Flag, bench_flag, size_text
+from tracelog.analysis.rules.incomplete import incomplete
 from tracelog.analysis.scope import Scope
 from tracelog.hardware import bench_link
 from tracelog.store import Store
-from tracelog.store.benches import P2P_MATRICES, device_order
 from tracelog.thresholds import Thresholds
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{int(n)} B"
-
 
 CORRUPTION_HINT = (
     "Data corruption is a hardware or driver fault, not a tuning matter: rerun on the same GPUs with "
@@ -44,7 +36,11 @@ def data_errors(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             "critical",
             bench_id,
             f"{int(wrong)} wrong values in {rows_bad} row(s), "
-            + (f"at {_size(size)}" if size == largest else f"from {_size(size)} to {_size(largest)}")
+            + (
+                f"at {size_text(size)}"
+                if size == largest
+                else f"from {size_text(size)} to {size_text(largest)}"
+            )
             + ": the collective returned corrupted data.",
             CORRUPTION_HINT,
             row_ref=f"line {line}",
@@ -124,147 +120,6 @@ def _error_tolerance(dtype: str | None) -> float:
     return 5e-2 if kind in ("half", "bfloat16", "float16", "bf16", "fp16") else 1e-5
 
 
-INCOMPLETE_SQL = """
-WITH inc AS (
-    SELECT bench_id, tool, status, line_end, ranks FROM benches
-    WHERE {scope} AND status IN ('partial', 'failed')
-), sweep AS (
-    SELECT bench_id, count(*) AS rows, count(DISTINCT size_bytes) AS sizes, max(size_bytes) AS last_size
-    FROM collectives
-    WHERE bench_id IN (SELECT bench_id FROM inc) GROUP BY bench_id
-), params AS (
-    SELECT bench_id,
-           min(try_cast(value AS BIGINT)) FILTER (name IN ('maxBytes', 'maxBytes reduced to')) AS max_bytes,
-           any_value(value) FILTER (name = 'trials') AS trials
-    FROM bench_params WHERE bench_id IN (SELECT bench_id FROM inc) GROUP BY bench_id
-), matrices AS (
-    SELECT p.bench_id, p.matrix, min(p.line_no) AS first_line, count(DISTINCT p.src) AS rows,
-           any_value(i.ranks) AS ranks
-    FROM p2p p JOIN inc i USING (bench_id) WHERE p.matrix <> 'access_peer' GROUP BY ALL
-), printed AS (
-    SELECT bench_id, list(matrix ORDER BY first_line) AS printed,
-           list(matrix ORDER BY first_line) FILTER (rows < ranks) AS short
-    FROM matrices GROUP BY bench_id
-), topo AS (
-    SELECT bench_id, count(DISTINCT b) AS devices,
-           list(DISTINCT b) FILTER (b NOT IN (SELECT a FROM links r WHERE r.bench_id = l.bench_id)) AS no_row
-    FROM links l WHERE bench_id IN (SELECT bench_id FROM inc) GROUP BY bench_id
-)
-SELECT i.bench_id, i.tool, i.status, i.line_end, i.ranks, coalesce(s.rows, 0) AS rows, s.sizes, s.last_size,
-       p.max_bytes, p.trials, m.printed, m.short, t.devices, t.no_row
-FROM inc i LEFT JOIN sweep s USING (bench_id) LEFT JOIN params p USING (bench_id)
-LEFT JOIN printed m USING (bench_id) LEFT JOIN topo t USING (bench_id)
-ORDER BY i.bench_id
-"""
-
-
-def _sweep_gap(d: dict[str, Any]) -> tuple[str, str]:
-    """nccl-tests: how far the sweep from minBytes to maxBytes got (its `maxBytes` header field, or the
-    `Reducing maxBytes` note when memory was short)."""
-    if not d["rows"]:
-        return (
-            "no row of its table was printed.",
-            "Look at its events (NCCL WARN, Cuda failure, a killed rank) and rerun it.",
-        )
-    last, top, sizes = d["last_size"], d["max_bytes"], f"{d['sizes']} size(s)"
-    hint = "Look at the events of this bench (NCCL WARN, timeouts, a killed rank) and rerun it."
-    if top and last >= top:
-        return (
-            f"the sweep reached maxBytes ({top} bytes, {sizes}) but the test never printed its footer "
-            "(# Avg bus bandwidth); the rows are whole, the end of the test is not.",
-            hint,
-        )
-    stop = f"the sweep stopped at {last} bytes ({sizes}), before " + (
-        f"maxBytes {top}" if top else "the test's footer"
-    )
-    return f"{stop}; its large-message figures are missing, so it is not a complete sweep.", hint
-
-
-def _trials_gap(d: dict[str, Any]) -> tuple[str, str]:
-    """all_reduce_bench: one payload, several trials per rank (or rank 0's summary of them)."""
-    hint = "Look at the events of this bench (NCCL WARN, a traceback, a killed rank) and rerun the script."
-    if d["trials"] is not None:
-        lacks = "algbw" if d["rows"] else "busbw"
-        return f"its summary over {d['trials']} trials lacks its {lacks} line.", hint
-    if not d["rows"]:
-        return "no rank printed a result.", hint
-    return (
-        f"its ranks did not all print the same number of results ({d['rows']} in all from "
-        f"{d['ranks'] or '?'} rank(s)): a rank stopped before its last trial.",
-        hint,
-    )
-
-
-def _matrices_gap(d: dict[str, Any]) -> tuple[str, str]:
-    """p2pBandwidthLatencyTest: which of the matrices of a full output were printed."""
-    printed = [m for m in d["printed"] or [] if m in P2P_MATRICES]
-    missing = [m for m in P2P_MATRICES if m not in printed]
-    parts = [f"{len(printed)} of the {len(P2P_MATRICES)} matrices of a full output printed"]
-    if printed:
-        parts[0] += f" ({', '.join(printed)})"
-    if missing:
-        parts.append(f"missing: {', '.join(missing)}")
-    if d["short"]:
-        parts.append(f"fewer than {d['ranks']} rows in: {', '.join(d['short'])}")
-    return (
-        "; ".join(parts) + ". The matrices printed are used as they are.",
-        "An excerpt (as published) says nothing against the machine: ingest the full output for every "
-        "matrix. A run cut short: look at its events (Cuda failure) and rerun p2pBandwidthLatencyTest.",
-    )
-
-
-def _rows_gap(d: dict[str, Any]) -> tuple[str, str]:
-    """nvidia-smi topo -m: the devices of the header row without a row of their own."""
-    missing = sorted(d["no_row"] or [], key=device_order)
-    what = (
-        f"rows missing for {', '.join(missing)} of the {d['devices']} devices its header names"
-        if missing
-        else "no row of its matrix was printed"
-    )
-    return (
-        f"{what}; the links from those devices are unknown.",
-        "Rerun nvidia-smi topo -m and keep the whole matrix (a pager or a cut paste drops rows).",
-    )
-
-
-INCOMPLETE_DETAIL = {
-    "nccl-tests": _sweep_gap,
-    "rccl-tests": _sweep_gap,
-    "all_reduce_bench": _trials_gap,
-    "p2pBandwidthLatencyTest": _matrices_gap,
-    "nvidia-smi-topo": _rows_gap,
-}
-
-
-def incomplete(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    """A partial (warning) or failed (critical) bench, with what is missing in the terms of its tool."""
-    cursor = store.con.execute(INCOMPLETE_SQL.format(scope=scope.benches))
-    names = [c[0] for c in cursor.description]
-    flags = []
-    for row in cursor.fetchall():
-        d = dict(zip(names, row, strict=True))
-        detail = INCOMPLETE_DETAIL.get(d["tool"])
-        message, hint = (
-            detail(d)
-            if detail
-            else (
-                "its output stops early; figures from it are not complete.",
-                "Look at its events and rerun it.",
-            )
-        )
-        flags.append(
-            bench_flag(
-                "bench_incomplete",
-                "warning" if d["status"] == "partial" else "critical",
-                d["bench_id"],
-                f"{d['tool']} {d['status']}: {message}",
-                hint,
-                row_ref=f"line {d['line_end']}",
-            )
-        )
-    return flags
-
-
 PLATEAU_SHARE = 0.8
 """Sizes within this share of a sweep's peak busbw are on its plateau; `latency_bound` and the spec check
 need two."""
@@ -309,9 +164,9 @@ def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                 "latency_bound",
                 "info",
                 bench_id,
-                f"Messages up to {_size(bound_up_to)} reach less than {t.latency_bound:.0%} of the {peak:.1f} GB/s "
+                f"Messages up to {size_text(bound_up_to)} reach less than {t.latency_bound:.0%} of the {peak:.1f} GB/s "
                 f"plateau: they are latency-bound"
-                + (f"; half the plateau is reached from {_size(half_at)}." if half_at else "."),
+                + (f"; half the plateau is reached from {size_text(half_at)}." if half_at else "."),
                 "Keep the collectives a job issues above that size: larger gradient buckets (DDP bucket_cap_mb, "
                 "DeepSpeed reduce_bucket_size) or fewer, fused all-reduces.",
                 measured=float(bound_up_to),
@@ -354,7 +209,7 @@ def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "low_bandwidth",
                     "info",
                     bench_id,
-                    f"{collective} busbw peaks at {peak:.1f} GB/s ({_size(at_size)}), {share:.0%} of the {link.name} "
+                    f"{collective} busbw peaks at {peak:.1f} GB/s ({size_text(at_size)}), {share:.0%} of the {link.name} "
                     f"unidirectional {uni:g} GB/s, but the sweep stops before its curve flattens: not held to the "
                     "spec.",
                     "Run the sweep up to large messages (nccl-tests -e 8G) to see the plateau.",
@@ -369,7 +224,7 @@ def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "low_bandwidth",
                     "warning",
                     bench_id,
-                    f"{collective} busbw peaks at {peak:.1f} GB/s ({_size(at_size)}): {share:.0%} of the "
+                    f"{collective} busbw peaks at {peak:.1f} GB/s ({size_text(at_size)}): {share:.0%} of the "
                     f"{link.name} unidirectional {uni:g} GB/s.",
                     LINK_HINT_AMD if link.id.startswith("xgmi") or "Infinity" in link.name else LINK_HINT,
                     expected=float(uni),
@@ -556,7 +411,7 @@ def across_nodes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         share = peak / plateau
         if share >= t.low_bandwidth:
             continue
-        measured = f"{collective} busbw peaks at {peak:.1f} GB/s ({_size(at_size)}): {share:.0%} of the"
+        measured = f"{collective} busbw peaks at {peak:.1f} GB/s ({size_text(at_size)}): {share:.0%} of the"
         if assumed:
             # The nodes' fabric is not known: a shortfall against the reference system's NICs says as
             # much about the assumption as about the nodes (ABCI's A100 nodes have 4 HDR ports, not 8).
