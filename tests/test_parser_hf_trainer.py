@@ -335,3 +335,22 @@ def test_llamafactorys_pair_is_one_step_and_a_different_dict_after_a_bar_is_the_
     steps = [(r["iteration"], r["lm_loss"], r["learning_rate"]) for r in rows]
     assert steps == [(1, 0.0, 4.9985e-05), (75, 0.0, 4.9982e-05), (80, 60.5735, 8e-06), (81, 0.0, 1.6e-05)]
     assert [math.isnan(r["grad_norm"]) for r in rows] == [True, True, True, True]  # from the Trainer's dicts
+
+
+def test_ms_swifts_dicts_name_their_step_total_memory_and_clock() -> None:
+    """ms-swift adds `'global_step/max_steps': '5/16'`, `'memory(GiB)'` (the devices' largest
+    max_memory_reserved) and `'elapsed_time': '28s'` to the Trainer's dict (invented figures)."""
+    line = (
+        "{{'loss': {loss}, 'grad_norm': 2.44835496, 'learning_rate': 0.0001, 'token_acc': 0.56, 'epoch': 0.06, "
+        "'global_step/max_steps': '{s}/16', 'percentage': '6.25%', 'elapsed_time': '{t}', 'remaining_time': "
+        "'2m 6s', 'memory(GiB)': {m}, 'train_speed(iter/s)': 0.118837}}\n"
+    )
+    text = line.format(loss=2.93, s=1, t="8s", m=24.8) + line.format(loss=2.91, s=5, t="1m 8s", m=57.91)
+    out = collect(text)
+    assert [(r["iteration"], r["elapsed_s"]) for r in out["iterations"]] == [(1, None), (5, 15.0)]
+    assert out["runs"][0]["train_iters"] == 16
+    assert [(m["iteration"], m["max_reserved_mib"]) for m in out["memory"]] == [
+        (1, pytest.approx(24.8 * 1024)),
+        (5, pytest.approx(57.91 * 1024)),
+    ]
+    assert not any(m["key"] == "memory(GiB)" for m in out["iteration_metrics"])

@@ -41,6 +41,15 @@ from tracelog.parsers.deepspeed import (
 )
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
 from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, memory_row, see_memory_mib
+from tracelog.parsers.hf_trainer_dict import (
+    PAIR_RX,
+    SAME_STEP_TOLERANCE,
+    clock_seconds,
+    dict_value,
+    figures_agree,
+    steps_pair,
+    to_number,
+)
 from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows
 
@@ -48,14 +57,6 @@ FORMAT = "hf_trainer"
 VERSION = "1"
 FRAMEWORK = "hf-trainer"
 
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf|NaN|Infinity|-Infinity"
-# one `'key': value` of a dict's repr or a JSON object: a number (bare, or wrapped by numpy or torch), a
-# string, or a constant
-PAIR_RX = re.compile(
-    r"""['"]([^'"]+)['"]\s*:\s*(?:(?:np\.\w+|numpy\.\w+|tensor)\(\s*)?"""
-    r"""(""" + NUM + r"""|'[^']*'|"[^"]*"|None|null|True|False|true|false)"""
-)
-NUMBER_RX = re.compile(r"^\s*(?:" + NUM + r")\s*$")
 DICT_RX = re.compile(r"""^\s*\{\s*['"][^'"]+['"]\s*:.*\}\s*$""")
 # tqdm's bar: `  5%|▌         | 50/1000 [02:05<39:35,  2.50s/it]` (a postfix may follow the rate)
 BAR_RX = re.compile(
@@ -136,7 +137,7 @@ GATED_MODELS = (
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
 STEP_KEYS = ("current_steps", "step", "global_step")
-IGNORED_KEYS = {*STEP_KEYS, "total_steps", "percentage", "remaining_time", "total_flos"}
+IGNORED_KEYS = {*STEP_KEYS, "total_steps", "percentage", "remaining_time", "total_flos", "memory(GiB)"}
 
 
 def detect(head: str) -> int:
@@ -166,53 +167,6 @@ def _logged_text(part: str) -> str:
         part = part[part.find(bar.group(0)) + len(bar.group(0)) :]
     at = part.find(">> {")
     return part[at + 3 :] if at >= 0 else part
-
-
-SAME_STEP_TOLERANCE = (("loss", 1e-4, 1.0), ("learning_rate", 1e-3, 0.0), ("epoch", 1e-2, 1.0))
-"""(key, relative tolerance, the magnitude below which it is absolute): how far LLaMA-Factory's rounded
-figures may sit from the Trainer's for one step (four decimals; the epoch to two)."""
-
-
-def _agree(a: Any, b: Any, tolerance: float, floor: float) -> bool:
-    """Two figures of one step, or a figure only one dict has."""
-    if not (isinstance(a, float) and isinstance(b, float)):
-        return True
-    return abs(a - b) <= tolerance * max(abs(a), abs(b), floor) or (a != a and b != b)
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").replace("Infinity", "inf"))
-    except ValueError:
-        return None
-
-
-def _seconds(clock: str) -> float | None:
-    """`1:20:52`, `02:05` or `2 days, 4:57:16` as seconds."""
-    days = 0
-    if "day" in clock:
-        head, _, clock = clock.partition(",")
-        days = int(head.split()[0])
-    parts = clock.strip().split(":")
-    if not all(p.isdigit() for p in parts):
-        return None
-    seconds = 0.0
-    for part in parts:
-        seconds = seconds * 60 + int(part)
-    return days * 86400 + seconds
-
-
-def _value(raw: str) -> Any:
-    if raw[:1] in "'\"":
-        # transformers since 4.50 prints each float as a string (`'loss': '0.3713'`, `f"{v:.4g}"`)
-        text = raw[1:-1]
-        number = _number(text) if NUMBER_RX.match(text) else None
-        return number if number is not None else text
-    if raw in ("None", "null"):
-        return None
-    if raw in ("True", "true", "False", "false"):
-        return raw in ("True", "true")
-    return _number(raw)
 
 
 class _Parser(RunRows):
@@ -310,7 +264,7 @@ class _Parser(RunRows):
             self.bar_rate = tqdm_seconds(float(rate), unit)
 
     def logged_dict(self, n: int, part: str, via_logger: bool = False) -> bool:
-        pairs = {key: _value(raw) for key, raw in PAIR_RX.findall(part)}
+        pairs = {key: dict_value(raw) for key, raw in PAIR_RX.findall(part)}
         if not pairs:
             return False
         if "train_runtime" in pairs:
@@ -343,6 +297,9 @@ class _Parser(RunRows):
             if isinstance(pairs.get(key), float):
                 self.step_source = self.step_source or "logged step"
                 return int(pairs[key])
+        if (of := steps_pair(pairs)) is not None:
+            self.step_source = self.step_source or "logged step"
+            return of[0]
         last = self.last_step or 0
         if advance and self._same_step(pairs, n):
             return last  # LLaMA-Factory logs each step twice: through its logger, then plain
@@ -369,7 +326,7 @@ class _Parser(RunRows):
         if not (after_logger or at_bar):
             return False
         return all(
-            _agree(pairs.get(key), self.last_pairs.get(key), tolerance, floor)
+            figures_agree(pairs.get(key), self.last_pairs.get(key), tolerance, floor)
             for key, tolerance, floor in SAME_STEP_TOLERANCE
         )
 
@@ -395,8 +352,15 @@ class _Parser(RunRows):
         run = self.run(n)
         if isinstance(pairs.get("total_steps"), float):
             run.setdefault("train_iters", int(pairs["total_steps"]))
+        if (of := steps_pair(pairs)) is not None:
+            run.setdefault("train_iters", of[1])
+        if isinstance(pairs.get("memory(GiB)"), float):  # ms-swift: the devices' max_memory_reserved
+            self.out.add(
+                "memory",
+                memory_row(self.run_key, None, step, n, None, None, None, pairs["memory(GiB)"] * 1024),
+            )
         elapsed = self.bar_rate if self.bar_step == step else None
-        clock = _seconds(pairs["elapsed_time"]) if isinstance(pairs.get("elapsed_time"), str) else None
+        clock = clock_seconds(pairs["elapsed_time"]) if isinstance(pairs.get("elapsed_time"), str) else None
         if clock is not None:
             if self.clock is not None and step > self.clock[0]:
                 elapsed = round((clock - self.clock[1]) / (step - self.clock[0]), 6)
@@ -487,7 +451,7 @@ class _Parser(RunRows):
             key, raw = match.groups()
             self.depth = max(0, raw.count("[") + raw.count("{") - raw.count("]") - raw.count("}"))
             column = MODEL_KEYS.get(key)
-            value = _number(raw) if column else None
+            value = to_number(raw) if column else None
             if column and value is not None:
                 self.run(n).setdefault(column, int(value))
             elif key in ("model_type", "hidden_act", "torch_dtype", "max_position_embeddings"):
