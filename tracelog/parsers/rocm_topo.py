@@ -29,9 +29,8 @@ FORMAT = "rocm_topo"
 VERSION = "1"
 TOOL = "rocm-smi-topo"
 
-RULE_RX = re.compile(r"^=+\s*(.*?)\s*=+\s*$")
 HEADER_RX = re.compile(r"^\s*(GPU\d+(?:\s+GPU\d+)*)\s*$")
-ROW_RX = re.compile(r"^\s*(GPU\d+)\s+(\S.*?)\s*$")
+ROW_RX = re.compile(r"^\s*(GPU\d+)\s+(\S.*)$")  # on a line without its trailing blanks
 NUMA_RX = re.compile(r"^GPU\[(\d+)\]\s*:\s*\(Topology\)\s*(Numa Node|Numa Affinity):\s*(\S+)")
 SECTIONS = {
     "Weight between two GPUs": "weight",
@@ -121,8 +120,8 @@ class _Parser:
             self.close()
             self.host = match.group(1)
             return True
-        if match := RULE_RX.match(body):
-            title = match.group(1)
+        if (rule := body.strip()).startswith("=") and rule.endswith("=") and len(rule) > 1:
+            title = rule.strip("=").strip()
             if title == TITLE:
                 self.close()  # a second output begins
                 self.open(n, host)

@@ -51,7 +51,8 @@ MESH_RX = re.compile(r"Building device mesh with parallelism: (.*)")
 OLD_MESH_RX = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
 SIZE_RX = re.compile(r"\bsize: ([\d,]+) total parameters")
 INITIALIZED_RX = re.compile(
-    r"([\d,]+) tokens per train step, .*maximum context length (\d+), total steps (\d+)"
+    # the count only from a run's first digit: a line of digits would otherwise backtrack quadratically
+    r"(?<![\d,])([\d,]+) tokens per train step, .*maximum context length (\d+), total steps (\d+)"
 )
 # since late 2025: `Trainer is initialized with local batch size 8, global batch size 64, gradient accumulation
 # steps 1, sequence length 2048, total steps 10 (warmup 2)`
