@@ -227,10 +227,17 @@ def ds_memory_steps(rows: list[dict[str, Any]], anchors: pl.DataFrame) -> list[d
     process started (runtime/utils.py `ThroughputTimer.global_step_count`), which is the iteration only
     in a run that did not resume: in a resumed one (`global_step=5` between iterations 136004 and 136005)
     it is the step after the iteration line before it."""
-    frame = attach_iteration(pl.DataFrame(rows, infer_schema_length=None), anchors)
+    # only the keys go through polars: a printed step past its integers stays a Python int (`batches_of`
+    # turns it into an event)
+    keys = pl.DataFrame(
+        {"run_key": [r["run_key"] for r in rows], "line_no": [r["line_no"] for r in rows]},
+        schema={"run_key": pl.Int32, "line_no": pl.Int64},
+    ).with_row_index("_at")
+    before_of = dict(attach_iteration(keys, anchors).select("_at", "iteration").iter_rows())
     out = []
-    for row in frame.to_dicts():
-        step, before = row.pop("global_step"), row.pop("iteration")
+    for at, row in enumerate(rows):
+        row = dict(row)
+        step, before = row.pop("global_step"), before_of.get(at)
         if step is None:  # a line without a step of its own (`see_memory_usage`)
             row["iteration"] = before
         else:
