@@ -252,6 +252,28 @@ def test_pairs_without_p2p_are_counted_once_across_matrices(store: Store) -> Non
     )
 
 
+def test_a_pair_that_gains_in_its_bidirectional_matrix_is_not_flagged(store: Store) -> None:
+    """Modeled on two RTX 4090 on a driver that enables P2P over PCIe: unidirectional 6.34 off against
+    6.60 on (no gain), bidirectional 8.66 against 12.88 (+49 %). The pair's traffic does not go through
+    host memory, so no flag; a second box whose pair gains nowhere is flagged."""
+    for box, bi_on in ((0, 12.88), (1, 8.70)):
+        bench_id = store.scalar(
+            "INSERT INTO benches (source_id, bench_key, tool) VALUES (1, ?, 'p2pBandwidthLatencyTest') "
+            "RETURNING bench_id",
+            [box],
+        )
+        cells = {"bandwidth_uni_p2p_off": 6.34, "bandwidth_uni_p2p_on": 6.60}
+        cells |= {"bandwidth_bi_p2p_off": 8.66, "bandwidth_bi_p2p_on": bi_on}
+        for matrix, value in cells.items():
+            for src, dst in ((0, 1), (1, 0)):
+                store.con.execute(
+                    "INSERT INTO p2p VALUES (?, ?, ?, ?, ?, 'GB/s', ?)",
+                    [bench_id, matrix, src, dst, value, 10],
+                )
+    flags = rules_of(store)["p2p_disabled"]
+    assert [(f["subject"], f["measured"]) for f in flags] == [("p2p 2", 2.0)]
+
+
 def test_a_sweep_cut_before_its_plateau_is_not_held_to_the_spec(store: Store) -> None:
     """A pasted first row of an MI300X all_reduce (8 MB at 161 GB/s, modeled on an rccl-tests excerpt) says
     nothing of the plateau: an info, not a low-bandwidth warning, and an AMD hint on the full sweep."""

@@ -285,21 +285,24 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         )
     no_gain = store.con.execute(
         f"""
-        -- a pair once, however many of its matrices (unidirectional, bidirectional, reads) show it
+        -- a pair once, and only when none of its matrices (unidirectional, bidirectional, reads) gains:
+        -- a pair that gains in one direction only is not one whose traffic goes through host memory
         WITH latency AS (
             -- the GPU latency with P2P off and on: a direct path that answers far faster is in use
             SELECT bench_id, median(value) FILTER (matrix = 'latency_gpu_p2p_off') AS off_us,
                    median(value) FILTER (matrix = 'latency_gpu_p2p_on') AS on_us
             FROM p2p WHERE {scope.benches} AND src <> dst GROUP BY bench_id
+        ), pairs AS (
+            SELECT on_.bench_id, on_.src, on_.dst, min(on_.line_no) FILTER (on_.value <= 1.1 * off.value) AS line
+            FROM p2p on_ JOIN p2p off ON on_.bench_id = off.bench_id AND on_.src = off.src AND on_.dst = off.dst
+             AND off.matrix = replace(on_.matrix, 'p2p_on', 'p2p_off')
+            WHERE {scope.benches.replace("bench_id", "on_.bench_id")} AND on_.matrix LIKE 'bandwidth_%p2p_on%'
+              AND on_.src <> on_.dst
+            GROUP BY ALL HAVING bool_and(on_.value <= 1.1 * off.value)
         )
-        SELECT on_.bench_id, count(DISTINCT (on_.src, on_.dst)), min(on_.line_no),
-               any_value(l.off_us), any_value(l.on_us)
-        FROM p2p on_ JOIN p2p off ON on_.bench_id = off.bench_id AND on_.src = off.src AND on_.dst = off.dst
-         AND off.matrix = replace(on_.matrix, 'p2p_on', 'p2p_off')
-        LEFT JOIN latency l ON l.bench_id = on_.bench_id
-        WHERE {scope.benches.replace("bench_id", "on_.bench_id")} AND on_.matrix LIKE 'bandwidth_%p2p_on%'
-          AND on_.src <> on_.dst AND on_.value <= 1.1 * off.value
-        GROUP BY on_.bench_id
+        SELECT p.bench_id, count(*), min(p.line), any_value(l.off_us), any_value(l.on_us)
+        FROM pairs p LEFT JOIN latency l USING (bench_id)
+        GROUP BY p.bench_id
         """
     ).fetchall()
     for bench_id, count, line, off_us, on_us in no_gain:
