@@ -32,7 +32,7 @@ from datetime import datetime
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
-from tracelog.parsers.run_rows import RunRows
+from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "nemo_automodel"
 VERSION = "1"
@@ -86,13 +86,6 @@ def detect(head: str) -> int:
     return 0
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
-
-
 class _Parser(RunRows):
     framework = "nemo-automodel"
 
@@ -129,7 +122,7 @@ class _Parser(RunRows):
             self.new_run()  # a relaunch logs its steps again
         self.run(n)
         pairs = {key: (value, per_gpu) for key, value, per_gpu in PAIR_RX.findall(message[match.end() - 2 :])}
-        elapsed = _number(pairs["time"][0]) if "time" in pairs else None
+        elapsed = printed_number(pairs["time"][0]) if "time" in pairs else None
         if stamp is not None:
             if elapsed is None and self.clock:
                 back_step, back_stamp = self.clock[0]
@@ -139,18 +132,25 @@ class _Parser(RunRows):
         row = {"run_key": self.run_key, "iteration": step, "elapsed_s": elapsed, "ts": stamp, "line_no": n}
         for key, column in COLUMNS.items():
             if key in pairs:
-                row[column] = _number(pairs[key][0])
+                row[column] = printed_number(pairs[key][0])
         self.out.add("iterations", row)
         at = {"run_key": self.run_key, "iteration": step, "line_no": n}
-        if "mem" in pairs and (gib := _number(pairs["mem"][0])) is not None:
+        if "mem" in pairs and (gib := printed_number(pairs["mem"][0])) is not None:
             self.out.add("memory", {**at, "rank": None, "max_allocated_mib": gib * 1024})
         for key, (value, per_gpu) in pairs.items():
             if key in COLUMNS or key in ("mem", "time", "epoch"):
                 continue
             name = METRICS.get(key, key)
-            self.out.add("iteration_metrics", {**at, "key": name, "value": _number(value), "text": value})
+            self.out.add(
+                "iteration_metrics", {**at, "key": name, "value": printed_number(value), "text": value}
+            )
             if per_gpu:
-                metric = {**at, "key": f"{name} per device", "value": _number(per_gpu), "text": per_gpu}
+                metric = {
+                    **at,
+                    "key": f"{name} per device",
+                    "value": printed_number(per_gpu),
+                    "text": per_gpu,
+                }
                 self.out.add("iteration_metrics", metric)
         self.last_step = step
 
@@ -160,7 +160,7 @@ class _Parser(RunRows):
         if "loss" in pairs:
             metric = {"run_key": self.run_key, "iteration": step, "key": "validation loss", "line_no": n}
             self.out.add(
-                "iteration_metrics", {**metric, "value": _number(pairs["loss"]), "text": pairs["loss"]}
+                "iteration_metrics", {**metric, "value": printed_number(pairs["loss"]), "text": pairs["loss"]}
             )
         else:
             self.out.add("unparsed", {"line_no": n, "text": message})

@@ -1,4 +1,5 @@
-"""The runs a line-at-a-time parser opens, kept by their `run_key` as the `runs` table takes them."""
+"""The runs a line-at-a-time parser opens, kept by their `run_key` as the `runs` table takes them, and the
+numbers such parsers read."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ class RunRows:
         params = self.run(line_no)["run_params"]
         if not any(p["name"] == name and p["value"] == str(value) for p in params):
             params.append({"name": name, "value": str(value), "line_no": line_no})
+
+
+def printed_number(text: str) -> float | None:
+    """A figure as a trainer's line prints it (`7,282`, `1.00e-05`, `nan`), or None."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None

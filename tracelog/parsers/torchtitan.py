@@ -33,7 +33,7 @@ from datetime import datetime
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
-from tracelog.parsers.run_rows import RunRows
+from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "torchtitan"
 VERSION = "1"
@@ -85,13 +85,6 @@ def detect(head: str) -> int:
     return 0
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
-
-
 class _Parser(RunRows):
     framework = FORMAT
 
@@ -123,7 +116,7 @@ class _Parser(RunRows):
             metric = {"run_key": self.run_key, "iteration": int(match.group(1)), "key": "validation loss"}
             self.out.add(
                 "iteration_metrics",
-                {**metric, "value": _number(match.group(2)), "text": match.group(2), "line_no": n},
+                {**metric, "value": printed_number(match.group(2)), "text": match.group(2), "line_no": n},
             )
         elif not self.config(n, body) and body.strip():
             if EVENT_WORDS_RX.search(body):
@@ -142,7 +135,7 @@ class _Parser(RunRows):
             self.memory_step, self.memory_seen = step, set()
         if "memory" in fields and rank not in self.memory_seen:
             self.memory_seen.add(rank)
-            gib = _number(fields["memory"][0])
+            gib = printed_number(fields["memory"][0])
             at = {"run_key": self.run_key, "iteration": step, "rank": rank, "line_no": n}
             self.out.add("memory", {**at, "max_reserved_mib": gib * 1024 if gib is not None else None})
         if step == self.last_step:
@@ -166,9 +159,9 @@ class _Parser(RunRows):
             "run_key": self.run_key,
             "iteration": step,
             "rank": rank,
-            "lm_loss": _number(match.group(2)),
-            "grad_norm": _number(fields["grad_norm"][0]) if "grad_norm" in fields else None,
-            "tflops_reported": _number(fields["tflops"][0]) if "tflops" in fields else None,
+            "lm_loss": printed_number(match.group(2)),
+            "grad_norm": printed_number(fields["grad_norm"][0]) if "grad_norm" in fields else None,
+            "tflops_reported": printed_number(fields["tflops"][0]) if "tflops" in fields else None,
             "elapsed_s": elapsed,
             "ts": ts,
             "line_no": n,
@@ -178,7 +171,7 @@ class _Parser(RunRows):
             if key in fields:
                 value = fields[key][0]
                 metric = {"run_key": self.run_key, "iteration": step, "key": name, "text": value}
-                self.out.add("iteration_metrics", {**metric, "value": _number(value), "line_no": n})
+                self.out.add("iteration_metrics", {**metric, "value": printed_number(value), "line_no": n})
         self.last_step, self.last_stamp = step, ts
 
     def config(self, n: int, body: str) -> bool:
@@ -238,7 +231,7 @@ class _Parser(RunRows):
             if args.get(key, "").isdigit():
                 run[column] = int(args[key])
         ffn = int(2 * 4 * dim / 3)
-        multiplier, multiple = _number(args.get("ffn_dim_multiplier", "")), args.get("multiple_of", "")
+        multiplier, multiple = printed_number(args.get("ffn_dim_multiplier", "")), args.get("multiple_of", "")
         if multiplier is not None:
             ffn = int(multiplier * ffn)
         if multiple.isdigit():
