@@ -306,3 +306,23 @@ def test_megatron_bridges_step_time_line_belongs_to_the_iteration_after_it(fast:
         (20, 16.851, 49.3),
     ]
     assert "unparsed" not in out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_parameter_count_glued_to_an_iteration_line_is_a_run_parameter(fast: bool) -> None:
+    """Megatron-Bridge may print `Number of parameters in transformer layers in billions:  6.98` right
+    after an iteration line's last `|` with no newline (invented figures in that shape)."""
+    text = (
+        " [2025-12-19 10:02:11] iteration        1/     100 | consumed samples:          128 | elapsed time per "
+        "iteration (ms): 5121.3 | learning rate: 1.000000E-05 | global batch size:   128 | lm loss: 1.154E+01 |"
+        " loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |Number of "
+        "parameters in transformer layers in billions:  6.98\n"
+        " [2025-12-19 10:02:16] iteration        2/     100 | consumed samples:          256 | elapsed time per "
+        "iteration (ms): 5093.8 | learning rate: 1.000000E-05 | global batch size:   128 | lm loss: 1.149E+01 |"
+        " loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    out = collect(text, fast)
+    params = {p["name"]: p["value"] for r in out["runs"] for p in r["run_params"]}
+    assert params["theoretical_params_billions_transformer_layers"] == "6.98"
+    assert [r["iteration"] for r in out["iterations"]] == [1, 2]
+    assert not any("billions" in m["key"] for m in out.get("iteration_metrics", []))

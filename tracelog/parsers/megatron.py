@@ -36,6 +36,7 @@ from tracelog.parsers.megatron_lines import (
     ITERATION_COLUMNS,
     KEY_VALUE_MARK,
     NEOX_FLOPS_MARK,
+    PARAMS_BILLIONS_RX,
     SPECIAL_RX,
     STATEFUL_RX,
     TIMER_ALL_HEAD,
@@ -51,6 +52,7 @@ from tracelog.parsers.megatron_lines import (
     iterations_by_regex,
     key_value_as_classic,
     neox_flops_as_classic,
+    params_billions_name,
     per_thousand,
     timers_by_regex,
 )
@@ -428,7 +430,8 @@ def _parse_block(
         yield Batch("iterations", iteration_rows.drop("_extra"))
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
-            yield Batch("iteration_metrics", generic_metrics(candidates, extra))
+            metrics = generic_metrics(candidates, extra)
+            yield Batch("iteration_metrics", [m for m in metrics if not _glued_params(m, runs)])
         for row in (
             iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows()
         ):
@@ -536,6 +539,20 @@ def _bridge_tflops(iteration_rows: pl.DataFrame, metrics: pl.DataFrame) -> pl.Da
     return joined.with_columns(
         pl.coalesce("tflops_reported", "_bridge_tflops").alias("tflops_reported")
     ).drop("_bridge_tflops")
+
+
+def _glued_params(metric: dict[str, Any], runs: dict[int, Any]) -> bool:
+    """Megatron-Bridge prints `Number of parameters in transformer layers in billions:  6.98` right after
+    an iteration line's last `|` (no newline between): a run parameter, as on a line of its own, not the
+    iteration's metric. True when `metric` was one."""
+    match = PARAMS_BILLIONS_RX.search(f"|{metric['key']}: {metric['text']}")
+    run = runs.get(metric["run_key"])
+    if match is None or run is None:
+        return False
+    name = params_billions_name(match)
+    if not any(p["name"] == name for p in run.params):
+        run.params.append({"name": name, "value": match.group(5), "line_no": metric["line_no"]})
+    return True
 
 
 def _iteration_rows(
