@@ -354,3 +354,28 @@ def test_ms_swifts_dicts_name_their_step_total_memory_and_clock() -> None:
         (5, pytest.approx(57.91 * 1024)),
     ]
     assert not any(m["key"] == "memory(GiB)" for m in out["iteration_metrics"])
+
+
+def test_a_run_that_logs_no_dict_gets_its_steps_from_the_training_bar() -> None:
+    """The Trainer logs every `logging_steps` (500 by default): a shorter run prints its bar and its closing
+    summary only. The bar the `Running training` block names gives each step's time (tqdm's rate); a bar
+    of another length (a data loader's) gives nothing. Invented lines in those shapes, the bar's carriage
+    returns kept."""
+    bar = "{p:3d}%|██        | {s}/{t} [00:{e:02d}<00:50, {r}s/it]"
+    text = (
+        "***** Running training *****\n"
+        "  Total optimization steps = 4\n"
+        + "\r".join(bar.format(p=10, s=s, t=30, e=s, r="0.50") for s in (1, 2, 3))
+        + "\n"
+        + "\r".join(
+            bar.format(p=25 * s, s=s, t=4, e=s * 3, r=r)
+            for s, r in ((0, "0.00"), (1, "3.10"), (1, "3.05"), (2, "2.90"), (3, "2.95"), (4, "2.93"))
+        )
+        + "\n{'train_runtime': 12.1, 'train_samples_per_second': 2.6, 'train_steps_per_second': 0.33, "
+        "'train_loss': 1.9, 'epoch': 1.0}\n"
+    )
+    out = collect(text)
+    rows = [(r["iteration"], r["elapsed_s"], r["lm_loss"]) for r in out["iterations"]]
+    assert rows == [(1, 3.05, None), (2, 2.9, None), (3, 2.95, None), (4, 2.93, None)]
+    params = {p["name"]: p["value"] for p in out["runs"][0]["run_params"]}
+    assert params["step_source"] == "tqdm bar, no logged dict"

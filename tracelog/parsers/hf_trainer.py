@@ -11,7 +11,9 @@ The dict says no step. The step is the training bar's (tqdm's `50/1000 [02:05<39
 updated by `on_step_end` just before the step's log is printed: in a file the bar's redraws and the dict
 share one line, separated by carriage returns); without a bar, `logging_steps` times the count of dicts
 when the arguments were printed, else the count (`step_source` says which). Seconds per step are the
-bar's rate (`2.50s/it`, `1.25it/s`: tqdm's moving average). LLaMA-Factory's `trainer_log.jsonl` lines
+bar's rate (`2.50s/it`, `1.25it/s`: tqdm's moving average). A run that logs no dict (shorter than
+`logging_steps`, 500 by default) gets a row per step its training bar reached, step time and no loss,
+where the `Running training` block names that bar's length. LLaMA-Factory's `trainer_log.jsonl` lines
 (`{"current_steps": 87, "total_steps": 11250, "loss": ...}`) carry their step. `eval_*` dicts are metrics
 of the step (`eval_loss` as `validation loss`), the closing `train_runtime` dict run parameters; a
 `nan` loss is a NaN iteration. Values printed as `np.float64(0.8)` or `tensor(0.8, device='cuda:0')`
@@ -137,6 +139,9 @@ GATED_MODELS = (
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
 STEP_KEYS = ("current_steps", "step", "global_step")
+BAR_ROWS_HELD = 100_000
+"""Bar steps held while a run has logged no dict: more than that many steps before a first dict is a run
+that logs none (the Trainer logs every `logging_steps`, 500 by default), and they are handed out."""
 IGNORED_KEYS = {*STEP_KEYS, "total_steps", "percentage", "remaining_time", "total_flos", "memory(GiB)"}
 
 
@@ -181,6 +186,7 @@ class _Parser(RunRows):
         self.bar_rate: float | None = None  # seconds per step
         self.last_step: int | None = None
         self.logged = 0  # training dicts of this run
+        self.bar_rows: list[tuple[int, float | None, int]] = []  # bar steps not yet rows (`bar`)
         self.logging_steps: int | None = None
         # (step, seconds since start) of LLaMA-Factory's last line
         self.clock: tuple[int, float] | None = None
@@ -206,12 +212,14 @@ class _Parser(RunRows):
             self._close_run()
             self.run_key += 1
             self.last_step, self.logged, self.clock = None, 0, None
-            self.bar_step, self.bar_rate, self.train_total = None, None, None
+            self.bar_step, self.bar_rate, self.train_total, self.bar_rows = None, None, None, []
             self.step_source = None
             self.ds_skipped, self.skipped_pending = None, 0
             self.ended, self.bar_placed, self.step_keys = False, False, set()
 
     def _close_run(self) -> None:
+        if self.logged == 0:
+            self._emit_bar_rows()
         if self.step_source is not None and self.run_key in self.runs:
             self.param(self.runs[self.run_key]["line_end"], "step_source", self.step_source)
 
@@ -240,7 +248,7 @@ class _Parser(RunRows):
             described = (match.group(1) or "").strip().lower()
             # a described bar is another loop's (`Loading checkpoint shards: `), unless it names training
             if not described or described.startswith(("train", "epoch")):
-                self.bar(int(match.group(2)), int(match.group(3)), match.group(5), match.group(6))
+                self.bar(n, int(match.group(2)), int(match.group(3)), match.group(5), match.group(6))
             rest = part[match.end() :]  # a line another process wrote behind the bar, without a newline
             return self.part(n, rest) if rest.strip() else True
         logged = _logged_text(part)
@@ -253,8 +261,9 @@ class _Parser(RunRows):
         bare, _host = strip_prefix(part)  # a launcher's `host: ` or time before any of the above
         return bare != part and bool(bare.strip()) and self.part(n, bare)
 
-    def bar(self, step: int, total: int, rate: str | None, unit: str | None) -> None:
-        """A training bar's position and rate; bars of another length (evaluation's) are not the steps'."""
+    def bar(self, n: int, step: int, total: int, rate: str | None, unit: str | None) -> None:
+        """A training bar's position and rate; bars of another length (evaluation's) are not the steps'.
+        Until the run logs a dict, each step the bar reaches is held as a row (`_emit_bar_rows`)."""
         if self.train_total is None:
             self.train_total = total
         if total != self.train_total:
@@ -262,6 +271,27 @@ class _Parser(RunRows):
         self.bar_step = step
         if rate is not None and unit is not None:
             self.bar_rate = tqdm_seconds(float(rate), unit)
+        named = self.runs.get(self.run_key, {}).get("train_iters") == total
+        if self.logged == 0 and not self.ended and step > 0 and named:
+            if self.bar_rows and self.bar_rows[-1][0] == step:
+                self.bar_rows[-1] = (step, self.bar_rate, n)  # the same step drawn again
+            elif not self.bar_rows or self.bar_rows[-1][0] < step:
+                self.bar_rows.append((step, self.bar_rate, n))
+            if len(self.bar_rows) >= BAR_ROWS_HELD:
+                self._emit_bar_rows()
+
+    def _emit_bar_rows(self) -> None:
+        """The steps the training bar reached in a run that logged no dict: each a row with its step time
+        from the bar's rate (tqdm's moving average) and no loss. Held until the run ends (a dict after
+        them makes them nothing: the run's rows are its dicts'), at most `BAR_ROWS_HELD` at a time. Only
+        for a bar the `Running training` block's step count names: a bar of another loop is no run's."""
+        for step, elapsed, n in self.bar_rows:
+            self.run(n)
+            row = {"run_key": self.run_key, "iteration": step, "elapsed_s": elapsed, "line_no": n}
+            self.out.add("iterations", {**row, **dict.fromkeys(ROW_KEYS.values())})
+            self.last_step = step
+            self.step_source = self.step_source or "tqdm bar, no logged dict"
+        self.bar_rows = []
 
     def logged_dict(self, n: int, part: str, via_logger: bool = False) -> bool:
         pairs = {key: dict_value(raw) for key, raw in PAIR_RX.findall(part)}
@@ -331,6 +361,7 @@ class _Parser(RunRows):
         )
 
     def training_row(self, n: int, pairs: dict[str, Any]) -> None:
+        self.bar_rows = []  # a run that logs dicts has its dicts' rows
         step = self._step_of(pairs, advance=True, n=n)
         if step == self.last_step and (self.bar_placed or self.logger_dict_at is not None):
             pending = self.out.tables.get("iterations") or []
