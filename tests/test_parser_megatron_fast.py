@@ -206,6 +206,15 @@ def test_a_block_frame_has_one_row_per_line(data: bytes) -> None:
     assert block.frame().height == counted == block.line_count
 
 
+@pytest.mark.parametrize("data", [b"\x1b@", b"a\n\x1b@", b"a\n\x1b[0m", b"\x1b[0m\nb\n"])
+def test_a_line_of_colour_codes_alone_is_still_a_line(data: bytes) -> None:
+    """A last line that held only an escape sequence (`ESC @`, a colour reset) is an empty line once the codes
+    are removed, not no line: the block's lines, its frame and its count agree (found by hypothesis)."""
+    block = Block(1, data)
+    counted = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    assert len(block.lines()) == block.frame().height == counted == block.line_count
+
+
 def test_prefetched_hands_on_items_and_errors_in_order() -> None:
     def items():
         yield 1

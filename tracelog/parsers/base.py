@@ -84,7 +84,8 @@ class Block:
         if self._lines is None:
             text = self._clean().decode("utf-8", errors="replace")
             lines = text.split("\n")
-            if lines and lines[-1] == "":
+            # the split's empty tail is no line, unless colour codes alone made the last line empty
+            if lines and lines[-1] == "" and (self.data.endswith(b"\n") or not self.data):
                 lines.pop()
             self._lines = [line[:-1] if line.endswith("\r") else line for line in lines]
         return self._lines
@@ -108,6 +109,8 @@ class Block:
                 encoding="utf8-lossy",
             )
             frame = frame.with_columns(pl.col("line").fill_null(""))
+            if data.endswith(b"\n") and not self.data.endswith(b"\n"):  # a last line of colour codes only
+                frame = pl.concat([frame, pl.DataFrame({"line": [""]})])
         self._line_count = frame.height
         return frame.with_row_index("line_no", offset=self.first_line).with_columns(
             pl.col("line_no").cast(pl.Int64)
@@ -278,6 +281,7 @@ def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
 
     worker = threading.Thread(target=produce, name="tracelog-prefetch", daemon=True)
     worker.start()
+    closing = False
     try:
         while True:
             item = handoff.get()
@@ -286,17 +290,16 @@ def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
             if isinstance(item, _Raised):
                 raise item.error
             yield item
+    except GeneratorExit:  # closed by a caller that stopped early (an interrupt unwinding it, often)
+        closing = True
+        raise
     finally:
-        stop.set()
-        worker.join(timeout=5)
-
-
-def tqdm_seconds(rate: float, unit: str) -> float | None:
-    """Seconds per step from a tqdm bar's rate: `2.50s/it` as printed, `1.25it/s` inverted (`0.00it/s`, a
-    bar that has not measured yet, has none)."""
-    if unit == "s/it":
-        return rate
-    return 1.0 / rate if rate else None
+        try:
+            stop.set()
+            worker.join(timeout=5)
+        except KeyboardInterrupt:
+            if not closing:  # Ctrl-C while closing: the interrupt being unwound already says so
+                raise
 
 
 def head_text(head: bytes) -> str:

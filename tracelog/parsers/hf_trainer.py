@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix, tqdm_seconds
+from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 from tracelog.parsers.deepspeed import (
     CONFIG_LINE_RX,
     LOG_PREFIX_RX,
@@ -53,7 +53,7 @@ from tracelog.parsers.hf_trainer_dict import (
     to_number,
 )
 from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
-from tracelog.parsers.run_rows import RunRows
+from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
 VERSION = "1"

@@ -44,7 +44,6 @@ from tracelog.parsers.base import (
     drive,
     guarded,
     strip_prefix,
-    tqdm_seconds,
 )
 from tracelog.parsers.megatron_lines import (
     CRASH_WORDS,
@@ -55,6 +54,7 @@ from tracelog.parsers.megatron_lines import (
     TIMER_RANK_RX,
     kind_of,
 )
+from tracelog.parsers.run_rows import tqdm_seconds
 
 FORMAT = "nemo"
 VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole

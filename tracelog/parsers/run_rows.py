@@ -38,3 +38,11 @@ def printed_number(text: str) -> float | None:
         return float(text.replace(",", ""))
     except ValueError:
         return None
+
+
+def tqdm_seconds(rate: float, unit: str) -> float | None:
+    """Seconds per step from a tqdm bar's rate: `2.50s/it` as printed, `1.25it/s` inverted (`0.00it/s`, a
+    bar that has not measured yet, has none)."""
+    if unit == "s/it":
+        return rate
+    return 1.0 / rate if rate else None
