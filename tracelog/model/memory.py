@@ -186,11 +186,12 @@ initialization for accurate KV cache size estimation"."""
 NCCL_COMMUNICATOR_BYTES = {"pair": 544 * MIB, "group": 688 * MIB}
 """Device memory one NCCL communicator holds once it has run a collective: 544 MiB for a group of two
 ranks, 688 for more, measured on four NVLink A100s through PyTorch, one 4 MB all-reduce per process group
-(NVIDIA/nccl#964, 2023, an NCCL that connected every ring and tree at the communicator's start). It is each channel's FIFO per protocol (`NCCL_BUFFSIZE`, 4 MiB for Simple) for each
-peer of its rings and trees, so it grows with the channel count and not with the ranks beyond two nodes
-(NVIDIA/nccl#986). NCCL allocates it outside PyTorch's caching allocator: `nvidia-smi` shows it, Megatron's
-`max reserved` does not (facebookresearch/fairscale#678), and a run can go out of memory with its reserve
-well under the device's memory."""
+(NVIDIA/nccl#964, 2023, an NCCL that connected every ring and tree at the communicator's start). It is
+each channel's FIFO per protocol (`NCCL_BUFFSIZE`, 4 MiB for Simple) for each peer of its rings and trees,
+so it grows with the channel count and not with the ranks beyond two nodes (NVIDIA/nccl#986). NCCL
+allocates it outside PyTorch's caching allocator: `nvidia-smi` shows it, Megatron's `max reserved` does not
+(facebookresearch/fairscale#678), and a run can go out of memory with its reserve well under the device's
+memory."""
 
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed", "nemo")
 
@@ -472,8 +473,8 @@ def stage_memory(
     cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
 ) -> MemoryBreakdown:
     """One pipeline stage's GPU (`stage` "first" or "last"): states of its layers and embedding,
-    its activations, buffers, the allocator's reserve over all that, the CUDA context and NCCL's buffers. What an
-    optimizer allocates only at its step (`step_copy_bytes`) counts in `buffers` for the part the
+    its activations, buffers, the allocator's reserve over all that, the CUDA context and NCCL's buffers.
+    What an optimizer allocates only at its step (`step_copy_bytes`) counts in `buffers` for the part the
     activations, freed by then, do not cover, and the allocator keeps the smaller of the two cached
     beside the other. The corpus's Megatron-DeepSpeed ZeRO-0 run on V100s (BigScience meg_ds_3d
     ds-on, unfused optimizer) bears both out: its first stage's `max allocated` is 16 B/param plus its

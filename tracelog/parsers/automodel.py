@@ -37,7 +37,6 @@ from tracelog.parsers.run_rows import RunRows, printed_number
 FORMAT = "nemo_automodel"
 VERSION = "1"
 
-ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
 PREFIX_RX = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| (DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [^|]*\| "
 )
@@ -81,7 +80,7 @@ def detect(head: str) -> int:
     steps = [line for line in head.split("\n") if STEP_RX.search(line) and "| loss " in line]
     if len(steps) >= 2:
         return 40
-    if steps and any(PREFIX_RX.match(ANSI_RX.sub("", line)) for line in steps):
+    if steps and any(PREFIX_RX.match(line) for line in steps):
         return 35
     return 0
 
@@ -103,17 +102,17 @@ class _Parser(RunRows):
             self.clock.clear()
 
     def line(self, n: int, text: str) -> None:
-        body = ANSI_RX.sub("", text).rstrip("\r\n")
-        prefix = PREFIX_RX.match(body)
-        message = body[prefix.end() :] if prefix else body
-        stamp = datetime.strptime(prefix.group(1), "%Y-%m-%d %H:%M:%S") if prefix else None
+        # colour codes are gone already (`LineSource` removes them)
+        prefix = PREFIX_RX.match(text)
+        message = text[prefix.end() :] if prefix else text
         if VAL_RX.match(message) and (match := STEP_RX.search(message)):
             self.validation(n, message, int(match.group(1)))
         elif match := STEP_RX.search(message):
+            stamp = datetime.strptime(prefix.group(1), "%Y-%m-%d %H:%M:%S") if prefix else None
             self.step(n, message, match, stamp)
-        elif not prefix and self.yaml(n, body):
+        elif not prefix and self.yaml(n, text):
             pass
-        elif not self.detail(n, message) and body.strip():
+        elif not self.detail(n, message) and text.strip():
             self.other(n, text, message, LEVEL_KIND.get(prefix.group(2)) if prefix else None)
 
     def step(self, n: int, message: str, match: re.Match[str], stamp: datetime | None) -> None:

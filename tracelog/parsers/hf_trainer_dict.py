@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tracelog.parsers.run_rows import printed_number
+
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf|NaN|Infinity|-Infinity"
 # one `'key': value` of a dict's repr or a JSON object: a number (bare, or wrapped by numpy or torch), a
 # string, or a constant
@@ -29,10 +31,8 @@ def figures_agree(a: Any, b: Any, tolerance: float, floor: float) -> bool:
 
 
 def to_number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").replace("Infinity", "inf"))
-    except ValueError:
-        return None
+    """A printed figure, JSON's `Infinity` included (`printed_number`)."""
+    return printed_number(text.replace("Infinity", "inf"))
 
 
 UNIT_CLOCK_RX = re.compile(r"^\s*(?:(\d+)d\s*)?(?:(\d+)h\s*)?(?:(\d+)m\s*)?(?:(\d+)s)?\s*$")

@@ -36,14 +36,11 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows
+from tracelog.parsers.topo import ANSI_RESIDUE_RX
 
 FORMAT = "nanotron"
 VERSION = "1"
 
-ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
-ANSI_RESIDUE_RX = re.compile(r"\[[0-9;]*m")
-"""The same codes with their escape character lost, as a paste into a web page leaves them
-(`[2;3m12/06 14:46:02 [INFO|CP=0|TP=0|nid006683][0m: ...`): removed only from a line that starts with one."""
 NANOTRON_PREFIX_RX = re.compile(r"\[(?:INFO|WARNING|ERROR|DEBUG)(?:\|(?:DP|PP|TP|CP|EP)=\d+)+[|\]]")
 PREFIX_RX = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?:(\d\d/\d\d(?:/\d{4})? \d\d:\d\d:\d\d) )?\[(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)"
@@ -138,7 +135,9 @@ class _Parser(RunRows):
             self.last_step, self.first_step = None, None
 
     def line(self, n: int, text: str) -> None:
-        body = ANSI_RX.sub("", text).rstrip("\r\n")
+        # colour codes are gone already (`LineSource` removes them); those that lost their ESC in a paste to a
+        # web page (`[2;3m12/06 14:46:02 [INFO|CP=0|TP=0|nid006683][0m: ...`) only from a line starting with one
+        body = text
         if body.startswith("[") and ANSI_RESIDUE_RX.match(body):
             body = ANSI_RESIDUE_RX.sub("", body)
         prefix = PREFIX_RX.match(body)

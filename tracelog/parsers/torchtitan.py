@@ -39,7 +39,6 @@ FORMAT = "torchtitan"
 VERSION = "1"
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
-ANSI_RX = re.compile(r"\x1b\[[0-9;]*m")
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
 STAMP_RX = re.compile(r"(?:\[titan\] |^\s*\[)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,(\d{3,6}))?")
 """torchtitan's logger (`[titan] 2026-05-18 16:04:46,338 - root - INFO - ...`), or the `ezpz` logger some
@@ -104,7 +103,7 @@ class _Parser(RunRows):
             self.memory_step, self.memory_seen = None, set()
 
     def line(self, n: int, text: str) -> None:
-        body = ANSI_RX.sub("", text)
+        body = text  # colour codes are gone already (`LineSource` removes them)
         rank_match = RANK_RX.match(body)
         rank = int(rank_match.group(1)) if rank_match else None
         if match := STEP_RX.search(body):
