@@ -396,6 +396,35 @@ def test_a_megatron_deepspeed_log_stays_megatrons_even_with_deepspeed_lines() ->
     assert deepspeed.detect(echo() + STEP + "\n" + TPUT + "\n") > 0
 
 
+# Invented, in DeepSpeed's logger format (utils/logging.py) with `see_memory_usage` (runtime/utils.py) around
+# the engine's forward, as a user script calls it: a log with nothing else of DeepSpeed's in it.
+SEE_MEMORY_ONLY = """\
+[2023-01-15 19:09:50,939] [INFO] [utils.py:827:see_memory_usage] Engine before forward
+[2023-01-15 19:09:50,940] [INFO] [utils.py:828:see_memory_usage] MA 1.52 GB         Max_MA 1.52 GB         CA 1.6 GB         Max_CA 2 GB
+[2023-01-15 19:09:50,940] [INFO] [utils.py:836:see_memory_usage] CPU Virtual Memory:  used = 4.05 GB, percent = 31.9%
+[2023-01-15 19:09:51,168] [INFO] [utils.py:827:see_memory_usage] Engine after forward
+[2023-01-15 19:09:51,168] [INFO] [utils.py:828:see_memory_usage] MA 6.25 GB         Max_MA 7.5 GB         CA 8.1 GB         Max_CA 8 GB
+"""
+
+
+def test_a_log_of_deepspeeds_logger_alone_is_deepspeeds_but_anything_surer_wins(tmp_path: Path) -> None:
+    head = head_text(SEE_MEMORY_ONLY.encode())
+    assert parsers.detect(head, "mem.log").FORMAT == "deepspeed"
+    assert 0 < deepspeed.detect(head) < deepspeed.detect(echo())
+    # one such line is not enough, and a Trainer's logged dicts beside them make the log the Trainer's
+    assert deepspeed.detect(SEE_MEMORY_ONLY.splitlines()[0]) == 0
+    trainer = "{'loss': 2.31, 'learning_rate': 1e-05, 'epoch': 0.01}\n{'loss': 2.2, 'learning_rate': 1e-05, 'epoch': 0.02}\n"
+    assert parsers.detect(head_text((SEE_MEMORY_ONLY + trainer).encode()), "t.log").FORMAT == "hf_trainer"
+    path = tmp_path / "mem.log"
+    path.write_text(SEE_MEMORY_ONLY)
+    (result,) = api.ingest(tmp_path / "t.duckdb", [str(path)])
+    memory = api.sql(
+        tmp_path / "t.duckdb", "SELECT allocated_mib, max_allocated_mib FROM memory ORDER BY line_no"
+    )
+    assert memory.values.tolist() == [[1.52 * 1024, 1.52 * 1024], [6.25 * 1024, 7.5 * 1024]]
+    assert (result.format, result.lines_total, result.lines_unparsed) == ("deepspeed", 5, 3)
+
+
 # ---- the samples, through the library ---------------------------------------------------------------
 
 

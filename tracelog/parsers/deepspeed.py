@@ -69,6 +69,10 @@ LOG_PREFIX_RX = re.compile(
     r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.]\d+)?\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
 )
 DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
+# DeepSpeed's logger format (deepspeed/utils/logging.py): `[asctime] [LEVEL] [file.py:line:function] `
+LOGGER_LINE_RX = re.compile(
+    r"^(?:\S+:\s?)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[\w+\.py:\d+:\w+\]", re.M
+)
 # The metric a tail's first step line keeps DeepSpeed's running count of skipped steps under (the health
 # rules read it: 1995 skipped by step 2000 is a run that barely trained).
 SKIPPED_RUNNING = "skipped steps before this line (running count)"
@@ -142,6 +146,10 @@ def detect(head: str) -> int:
         "time (ms) |" in head and ("bwd_allreduce" in head or "forward_microstep:" in head)
     ):
         score += 4
+    if score == 0 and len(LOGGER_LINE_RX.findall(head, 0, 16384)) >= 2:
+        score = (
+            2  # DeepSpeed's logger and nothing else of it (see_memory_usage, overflows): the least sure claim
+        )
     return score
 
 
