@@ -312,6 +312,30 @@ def test_an_empty_database_gives_a_page_without_sections(tmp_path):
     assert "No flags." in page and "<section" in page
 
 
+# Invented, in the layout of an nccl-tests table trimmed by its author to the out-of-place columns, with
+# no device lines: the bench knows neither its ranks nor its nodes.
+TRIMMED_BENCH = """\
+# nccl-tests version 2.19.6
+#       size         count      type   redop     time   algbw   busbw
+     1048576        262144     float     sum     25.35   41.37   62.06
+    16777216       4194304     float     sum    100.52  166.91  250.36
+   268435456      67108864     float     sum    657.68  408.15  612.23
+  1073741824     268435456     float     sum   2489.71  431.27  646.91
+# Avg bus bandwidth: 390.79 GB/s
+"""
+
+
+def test_a_bench_that_never_printed_its_ranks_or_nodes_is_drawn(tmp_path):
+    path = tmp_path / "trimmed.txt"
+    path.write_text(TRIMMED_BENCH)
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    assert api.sql(db, "SELECT nodes, ranks FROM benches").isna().all(axis=None)
+    result = report.write_report(db, tmp_path / "r.html")
+    page = result.path.read_text(encoding="utf-8")
+    assert result.charts >= 1 and "646.91" in page
+
+
 def test_a_missing_database_is_a_user_error(tmp_path):
     with pytest.raises(TracelogError, match="no database"):
         report.write_report(tmp_path / "nothing.duckdb", tmp_path / "x.html")

@@ -384,7 +384,12 @@ def _benches(store: Store, scope: Selection, where: str) -> pd.DataFrame:
 
 
 def _link(bench: Any) -> Any:
-    return hardware.bench_link(bench.gpu_model, bench.gpu_name, bench.nodes, bench.ranks, bench.gpus_per_node)
+    """The catalog link of a bench row; a count the output never printed (pandas' NA) is None here."""
+    known = [
+        None if pd.isna(v) else v
+        for v in (bench.gpu_model, bench.gpu_name, bench.nodes, bench.ranks, bench.gpus_per_node)
+    ]
+    return hardware.bench_link(*known)
 
 
 def _collective_sections(store: Store, scope: Selection, t: Thresholds) -> list[Section]:
