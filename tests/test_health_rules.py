@@ -206,7 +206,7 @@ def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path:
     db = tmp_path / "t.duckdb"
     api.ingest(db, [str(path)])
     kinds = api.sql(db, "SELECT line_no, kind FROM events ORDER BY line_no")
-    assert kinds.values.tolist() == [[21, "timeout"], [22, "timeout"], [23, "error"], [24, "crash"]]
+    assert kinds.values.tolist() == [[21, "timeout"], [22, "timeout"], [23, "crash"], [24, "crash"]]
     (flag,) = tracelog.api.flags(db).to_dict("records")
     assert (flag["severity"], flag["row_ref"], flag["measured"]) == ("critical", "line 21", 4.0)
     assert "It died at line 21: [rank3]" in flag["message"] and "failed (exitcode: -6)" in flag["message"]
@@ -224,6 +224,30 @@ def test_a_step_slurm_cancelled_at_its_time_limit_is_critical(tmp_path: Path) ->
     (flag,) = tracelog.api.flags(db).to_dict("records")
     assert (flag["severity"], flag["row_ref"]) == ("critical", "line 18")
     assert "DUE TO TIME LIMIT" in flag["message"]
+
+
+def test_a_failure_the_job_restarted_from_is_a_warning_not_a_death(tmp_path: Path) -> None:
+    # Invented, the shape of an in-job restart (NeMo's fault-tolerance launcher, torchrun --max-restarts):
+    # a worker fails, the job restarts it and training goes on from the checkpoint.
+    steps = write_log(tmp_path / "steps.log", [{} for _ in range(20)]).read_text().splitlines()
+    failed = (
+        "[2025-03-07 22:39:36,176] [ERROR] [ft_launcher@4809917ea058] failed (exitcode: 1) local_rank: 2 "
+        "(pid: 178688) of binary: /usr/bin/python"
+    )
+    path = tmp_path / "run.log"
+    path.write_text("\n".join([*steps[:10], failed, *steps[10:]]) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"]) == ("warning", "line 11")
+    assert "died" not in flag["message"]
+    assert "training went on after it (an iteration at line 21)" in flag["message"]
+    # the same failure as the log's end is where the run died
+    ended = tmp_path / "ended.log"
+    ended.write_text("\n".join([*steps, failed]) + "\n")
+    api.ingest(tmp_path / "e.duckdb", [str(ended)])
+    (flag,) = tracelog.api.flags(tmp_path / "e.duckdb").to_dict("records")
+    assert (flag["severity"], flag["row_ref"]) == ("critical", "line 21")
 
 
 def test_error_lines_that_do_not_say_the_run_died_are_a_warning(tmp_path: Path) -> None:

@@ -888,3 +888,33 @@ def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -
             db, "SELECT coalesce(tp, -1) AS tp, coalesce(pp, -1) AS pp FROM runs"
         ).values.tolist()
         assert tuple(row) == tuple(-1 if v is None else v for v in want)
+
+
+# Lines of published logs (NVIDIA/NeMo's resiliency example, torchrun's ChildFailedError report,
+# BigScience's tr1-13B ECC failure), each with the event kind it is.
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (
+            "[NeMo W 2025-03-07 22:39:46 nemo_logger:212] The checkpoint callback was told to monitor a "
+            "validation value ... to ensure that checkpointing will not error out.",
+            "warning",
+        ),
+        ("  error_file: /tmp/torchelastic_x7w2/none_5a8k/attempt_0/6/error.json", "warning"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "error"),
+        ("[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970", "error"),
+        ("terminate called after throwing an instance of 'c10::Error'", "crash"),
+        (
+            "RuntimeError: transform: failed to synchronize: cudaErrorECCUncorrectable: uncorrectable ECC "
+            "error encountered",
+            "crash",
+        ),
+        ("2024-06-01 10:00:00,000 - root - WARNING - error rate limiter engaged", "warning"),
+        ("UserWarning: this will raise an error in a future release", "warning"),
+    ],
+)
+def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: str) -> None:
+    from tracelog.parsers.megatron_lines import event_kind, kind_of
+
+    assert kind_of(line) == kind
+    assert pl.DataFrame({"line": [line]}).select(event_kind().alias("kind"))["kind"][0] == kind

@@ -212,7 +212,7 @@ class _Parser(RunRows):
             kind = "checkpoint_saved"  # Automodel prints no line when a save ends
             self.out.add("events", {"run_key": self.run_key, "line_no": n, "kind": kind, "text": text})
         elif level is not None or EVENT_WORDS_RX.search(message):
-            kind = kind_of(message, level or "warning")
+            kind = kind_of(message, level or "warning", leveled=level is not None)
             self.out.add("events", {"run_key": self.run_key, "line_no": n, "kind": kind, "text": text})
         else:
             self.out.add("unparsed", {"line_no": n, "text": text})

@@ -120,7 +120,7 @@ PRIMUS_RANK = r"^\s*\[\d{8} \d\d:\d\d:\d\d\]\[rank-(\d+)/\d+\]"
 # Megatron, DeepSpeed and NeMo parsers' warning patterns all take them from here.
 CRASH_WORDS = (
     r"timed out|timing out|operation timeout|failed \(exitcode|pure virtual method called|core dumped"
-    r"|cancelled at"
+    r"|cancelled at|terminate called after throwing|uncorrectable ecc|eccuncorrectable"
 )
 # Megatron's word that a checkpoint is on disk (megatron/training/checkpointing.py: `successfully saved
 # checkpoint from iteration N to PATH`, before 2023 and in Megatron-DeepSpeed `... at iteration N to PATH`)
@@ -156,6 +156,9 @@ EVENT_KINDS = (
     ("crash", "pure virtual method called"),
     ("crash", "core dumped"),
     ("crash", "cancelled at"),  # Slurm: `*** STEP 255941.18 ON node CANCELLED AT ... DUE TO TIME LIMIT ***`
+    ("crash", "terminate called after throwing"),  # a C++ exception nobody caught: the process aborts
+    ("crash", "uncorrectable ecc"),  # the GPU's memory failed (`uncorrectable ECC error encountered`)
+    ("crash", "eccuncorrectable"),  # CUDA's name for it (`cudaErrorECCUncorrectable`)
     ("error", "error"),
     ("error", "exception"),
     ("warning", "warn"),
@@ -515,33 +518,45 @@ def timers_by_regex(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame
 # traceback, not an error line of its own. `error` inside an identifier (`TORCH_NCCL_ASYNC_ERROR_HANDLING`,
 # torchtitan's warning at every start) is no error either: the word, or the end of an exception's name.
 FRAME_RX = r"^\s*frame #\d+:"
-ERROR_WORD_RX = r"(?:^|[^_])error(?:$|[^_])"
+# Nor is a file or folder of that name (torchelastic's `error_file: .../attempt_0/6/error.json`).
+ERROR_WORD_RX = r"(?:^|[^_/])error(?:$|[^_.]|\.(?:$|[^a-z]))"
+# A line its logger printed at warning level (NeMo's `[NeMo W ...]`, PyTorch's `[W522 18:16:36.1 ...]`,
+# Python's `WARNING:` / ` - WARNING - ` / `[WARNING]`, a `...Warning:` category) is a warning whatever
+# words it uses ("to ensure that checkpointing will not error out"); lower-cased, as the lines are matched.
+WARNING_LEVEL_RX = (
+    r"\[nemo w |\[w\d{4} \d|(?:^|[\]:]\s?)warning:|\[warning\]|\s-\s+warning\s+-\s|\|\s*warning\s*\|"
+    r"|\w+warning:"
+)
 
 
 def event_kind() -> pl.Expr:
     lowered = pl.col("line").str.to_lowercase()
     expr: Any = pl.when(lowered.str.contains(FRAME_RX)).then(pl.lit("traceback"))
+    warned = lowered.str.contains(WARNING_LEVEL_RX)
     for kind, word in EVENT_KINDS:
         found = (
             lowered.str.contains(ERROR_WORD_RX)
             if word == "error"
             else lowered.str.contains(word, literal=True)
         )
-        expr = expr.when(found).then(pl.lit(kind))
+        expr = expr.when(found & ~warned if kind == "error" else found).then(pl.lit(kind))
     return expr.otherwise(pl.lit("warning"))
 
 
-def kind_of(text: str, fallback: str = "warning") -> str:
+def kind_of(text: str, fallback: str = "warning", leveled: bool = False) -> str:
     """The event kind of one line's text (`event_kind` for a whole column); `fallback` where no word says
-    one (a logger's level, for a parser that reads it)."""
+    one (a logger's level, for a parser that reads it: `leveled`, and a warning's level is not overruled
+    by the word "error")."""
     lowered = text.lower()
     if regex.match(FRAME_RX, lowered):
         return "traceback"
+    warned = (leveled and fallback == "warning") or regex.search(WARNING_LEVEL_RX, lowered) is not None
     return next(
         (
             kind
             for kind, word in EVENT_KINDS
             if kind != "warning"
+            and not (warned and kind == "error")
             and (regex.search(ERROR_WORD_RX, lowered) if word == "error" else word in lowered)
         ),
         fallback,

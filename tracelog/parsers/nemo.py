@@ -277,12 +277,13 @@ class _Parser:
         glog = GLOG_RX.match(body)
         if level in LEVEL_KINDS or glog or WARNING_RX.search(body):
             default = LEVEL_KINDS.get(level or (glog.group(1) if glog else "W"), "warning")
-            self.event(n, body, text, default)
+            self.event(n, body, text, default, leveled=level is not None or glog is not None)
             return
         self.out.add("unparsed", {"line_no": n, "text": text})
 
-    def event(self, n: int, body: str, text: str, default: str = "warning") -> None:
-        self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind_of(body, default), "text": text})
+    def event(self, n: int, body: str, text: str, default: str = "warning", leveled: bool = False) -> None:
+        kind = kind_of(body, default, leveled)
+        self.out.add("events", {"run_key": 0, "line_no": n, "kind": kind, "text": text})
 
     def leftover(self, n: int, text: str, rest: list[str]) -> None:
         """What another stream wrote onto a bar's line (a watchdog's error glued behind the bar, or between

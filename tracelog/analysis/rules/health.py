@@ -387,7 +387,7 @@ def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 # saw fail, a core dump, Slurm cancelling the step at its time limit): the flag is critical and names the
 # first of them; other error lines a warning.
 FATAL_SQL = (
-    "kind IN ('oom', 'timeout') OR regexp_matches(lower(text), "
+    "kind IN ('oom', 'timeout', 'crash') OR regexp_matches(lower(text), "
     "'out of memory|timeout|timed out|timing out|failed \\(exitcode|core dumped|cancelled at')"
 )
 
@@ -404,21 +404,27 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             SELECT run_id, max(line_no) AS traced FROM events
             WHERE {scope.runs} AND kind = 'traceback' GROUP BY run_id
         ), errors AS (
-            SELECT e.run_id, e.text, e.line_no, ({FATAL_SQL}) AS fatal,
+            SELECT e.run_id, e.text, e.line_no, ({FATAL_SQL}) AS fatal, s.stepped,
                    e.kind = 'error' AND b.traced >= coalesce(s.stepped, 0) AND e.line_no > b.traced AS uncaught
             FROM events e LEFT JOIN last_step s USING (run_id) LEFT JOIN last_traceback b USING (run_id)
             WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
               AND e.kind IN ('error', 'oom', 'crash', 'nccl_warn', 'timeout')
         )
         SELECT run_id, arg_max(text, line_no), max(line_no), count(*),
-               arg_min(text, line_no) FILTER (fatal), min(line_no) FILTER (fatal),
-               max(line_no) FILTER (uncaught)
+               arg_min(text, line_no) FILTER (fatal AND line_no > coalesce(stepped, 0)),
+               min(line_no) FILTER (fatal AND line_no > coalesce(stepped, 0)),
+               max(line_no) FILTER (uncaught),
+               arg_min(text, line_no) FILTER (fatal AND line_no < stepped),
+               min(line_no) FILTER (fatal AND line_no < stepped), any_value(stepped)
         FROM errors GROUP BY run_id
         """
     ).fetchall()
     flags = []
-    for run_id, text, line, count, fatal_text, fatal_line, uncaught_line in rows:
-        died = (
+    for run_id, text, line, count, fatal_text, fatal_line, uncaught_line, *survived in rows:
+        # a fatal line with iterations after it: a restart within the job (NeMo's in-job restart,
+        # torchrun's --max-restarts) went on training, so the run did not end there
+        died = _went_on(*survived, last=line)
+        died += (
             f" It died at line {fatal_line}: {_sentence(fatal_text)}"
             if fatal_line is not None and fatal_line != line
             else ""
@@ -442,6 +448,17 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         )
     return flags
+
+
+def _went_on(text: str | None, line: int | None, stepped: int | None, last: int) -> str:
+    if line is None:
+        return ""
+    what = (
+        "That line is a process failing"
+        if line == last
+        else f"A process failed at line {line}: {_sentence(text or '')}"
+    )
+    return f" {what.rstrip('.')}; training went on after it (an iteration at line {stepped})."
 
 
 def _sentence(text: str, most: int = 200) -> str:
