@@ -135,6 +135,23 @@ def test_a_line_megatron_printed_without_its_loss_is_a_nan_iteration(tmp_path: P
     assert "1 of them a line without its loss" in nan["message"]
 
 
+def test_a_line_cut_before_its_loss_is_no_nan_iteration(tmp_path: Path) -> None:
+    """A log wrapped at a fixed width (a document quoting it, a terminal's paste) cuts iteration lines
+    before their loss; such a line printed neither the learning rate nor anything after the loss, and its
+    loss was not left out by Megatron."""
+    log = write_log(tmp_path / "run.log", [{} for _ in range(30)])
+    lines = log.read_text().splitlines()
+    for i in (20, 21, 22):
+        lines[i] = lines[i][
+            : lines[i].index(" rate: ") + 1
+        ]  # `... elapsed time per iteration (ms): 1000.0 | learning`
+    log.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    assert api.sql(db, "SELECT count(*) FILTER (lm_loss IS NULL) FROM iterations").iloc[0, 0] == 3
+    assert [f for f in tracelog.api.flags(db).to_dict("records") if "NaN" in f["message"]] == []
+
+
 @pytest.mark.parametrize(
     ("scale", "says"),
     [

@@ -32,11 +32,16 @@ LEFT JOIN (SELECT run_id, coalesce(precision IN ('bf16', 'fp32'), false) AS no_s
 """A run's lines with the NaN iterations each stands for, worked out once for every aggregate of the rule."""
 
 
-LOSS_LEFT_OUT = "lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND nan_lines = 0"
+LOSS_LEFT_OUT = (
+    "lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND nan_lines = 0 AND learning_rate IS NOT NULL "
+    "AND (loss_scale IS NOT NULL OR grad_norm IS NOT NULL OR skipped IS NOT NULL)"
+)
 """A line without its loss, on a step not skipped: Megatron prints each loss only when its average is above
 0 (megatron/training/training.py `training_log`: `if avg > 0.0`), so a NaN loss leaves its line without one,
 the only sign of it where the NaN count is not kept (Megatron-DeepSpeed#434). Read as a NaN iteration in a
-Megatron run that prints its loss on other lines."""
+Megatron run that prints its loss on other lines, and only from a line that printed what Megatron prints on
+either side of the loss (the learning rate before it; the loss scale, grad norm or skipped count after): a
+line cut short (a log wrapped at a fixed width, a paste) left its loss out by accident."""
 
 
 def _with_losses_left_out(rows: list[tuple], megatron: set[int]) -> tuple[list[tuple], dict[int, int]]:
