@@ -220,6 +220,41 @@ def test_deepspeeds_step_lines_give_the_logged_steps_their_skips(tmp_path: Path)
     assert "2005 of about 2010 iterations were skipped" in flag
 
 
+def test_the_loss_scalers_overflows_without_step_lines_are_events_skips_and_the_scale(tmp_path: Path) -> None:
+    """DeepSpeed prints `OVERFLOW! Rank 0 Skipping step` behind the Trainer's bar (no newline) and no step
+    line at the default `steps_per_print`: each is an `overflow` event, those since the last dict are the
+    next dict's skips, and the scale it reduced to is that row's (invented, the shape of a LLaMA fp16
+    fine-tune's log; loss_scaler.py's words)."""
+    bar = " 14%|█▍        | {0}/2724 [13:58:09<86:18:35, 132.44s/it]"
+    overflow = (
+        "[2023-06-07 22:16:00,018] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+        "Skipping step. Attempted loss scale: {0}, reducing to {1}"
+    )
+    log = tmp_path / "fp16.log"
+    log.write_text(
+        "\n".join(
+            [
+                bar.format(377),
+                bar.format(378) + overflow.format(64, 32),
+                bar.format(379) + overflow.format(32, 16),
+                bar.format(380),
+                "{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, 'epoch': 0.28}",
+                bar.format(381) + overflow.format(16, 8),
+                bar.format(390),
+                "{'loss': 2.0412, 'learning_rate': 0.0001961, 'epoch': 0.29}",
+            ]
+        )
+        + "\n"
+    )
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(log)])
+    assert (result.format, result.lines_unparsed) == ("hf_trainer", 0)
+    rows = api.sql(db, "SELECT iteration, skipped, loss_scale FROM iterations ORDER BY iteration")
+    assert rows.values.tolist() == [[380, 2, 16.0], [390, 1, 8.0]]
+    events = api.sql(db, "SELECT line_no FROM events WHERE kind = 'overflow' ORDER BY line_no")
+    assert events.line_no.tolist() == [2, 3, 6]
+
+
 def test_transformers_4_50_strings_a_bar_on_the_dicts_line_and_a_logger_prefix(tmp_path: Path) -> None:
     """Newer transformers prints each number as a string (`f"{v:.4g}"`); a log whose carriage returns were
     lost has the bar and the dict on one line; LLaMA-Factory logs each step's dict twice, once through its

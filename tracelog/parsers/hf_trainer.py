@@ -37,6 +37,7 @@ from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, st
 from tracelog.parsers.deepspeed import (
     CONFIG_LINE_RX,
     LOG_PREFIX_RX,
+    SCALE_RX,
     SEE_MEMORY_RX,
     SKIPPED_RUNNING,
     STEPS_PER_PRINT,
@@ -205,6 +206,10 @@ class _Parser(RunRows):
         # DeepSpeed's running count of skipped steps, at its last step line
         self.ds_skipped: int | None = None
         self.skipped_pending = 0  # steps skipped since the last logged dict
+        self.overflows: int | None = (
+            None  # the loss scaler's overflows since the last dict, once it told of one
+        )
+        self.loss_scale: float | None = None  # the scale it reduced to last
 
     # ------------------------------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -214,7 +219,7 @@ class _Parser(RunRows):
             self.last_step, self.logged, self.clock = None, 0, None
             self.bar_step, self.bar_rate, self.train_total, self.bar_rows = None, None, None, []
             self.step_source = None
-            self.ds_skipped, self.skipped_pending = None, 0
+            self.ds_skipped, self.skipped_pending, self.overflows, self.loss_scale = None, 0, None, None
             self.ended, self.bar_placed, self.step_keys = False, False, set()
 
     def _close_run(self) -> None:
@@ -399,6 +404,9 @@ class _Parser(RunRows):
         row = {"run_key": self.run_key, "iteration": step, "elapsed_s": elapsed, "line_no": n}
         if self.ds_skipped is not None:
             row["skipped"], self.skipped_pending = self.skipped_pending, 0
+        elif self.overflows is not None:  # no step line counts them: the overflows told of since the last
+            row["skipped"], self.overflows = self.overflows, 0
+        row["loss_scale"] = self.loss_scale
         for key, column in ROW_KEYS.items():
             value = pairs.get(key)
             row[column] = value if isinstance(value, float) else None
@@ -512,6 +520,12 @@ class _Parser(RunRows):
         if memory := SEE_MEMORY_RX.search(msg):
             values = see_memory_mib(memory.groups())
             self.out.add("memory", memory_row(self.run_key, None, self.last_step, n, *values))
+            return True
+        if (scale := SCALE_RX.search(msg)) or "OVERFLOW!" in msg:  # the fp16 loss scaler skipped a step
+            self.run(n)
+            self.out.add("events", {"run_key": self.run_key, "line_no": n, "kind": "overflow", "text": msg})
+            self.overflows = (self.overflows or 0) + 1
+            self.loss_scale = float(scale.group(1)) if scale else self.loss_scale
             return True
         if msg.strip() == "DeepSpeedEngine configuration:":
             return True
