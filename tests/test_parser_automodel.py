@@ -99,3 +99,36 @@ def test_pairs_config_sections_a_printed_time_and_a_relaunch() -> None:
     assert params["distributed.strategy"] == "fsdp2"
     unparsed = [r["text"] for r in rows["unparsed"]]
     assert "tp_size line outside any section: 4" in unparsed
+
+
+# Verbatim: the "Sample Output" of NVIDIA-NeMo/Automodel's docs/guides/llm/finetune.mdx (lines 377-389 at
+# commit 36044ad3d139363fb6c73c24af2e7c6b65ec52f6): Python's default logging prefix and `mem:` with a colon.
+DOCS_OUTPUT = """\
+$ automodel finetune_config.yaml
+INFO:nemo_automodel.cli.app:Config: finetune_config.yaml
+INFO:nemo_automodel.cli.app:Recipe: nemo_automodel.recipes.llm.train_ft.TrainFinetuneRecipeForNextTokenPrediction
+INFO:nemo_automodel.cli.app:Launching job interactively (local)
+cfg-path: finetune_config.yaml
+INFO:root:step 4 | epoch 0 | loss 1.5514 | grad_norm 102.0000 | mem: 11.66 GiB | tps 6924.50
+INFO:root:step 8 | epoch 0 | loss 0.7913 | grad_norm 46.2500 | mem: 14.58 GiB | tps 9328.79
+Saving checkpoint to checkpoints/epoch_0_step_10
+INFO:root:step 12 | epoch 0 | loss 0.4358 | grad_norm 23.8750 | mem: 15.48 GiB | tps 9068.99
+INFO:root:step 16 | epoch 0 | loss 0.2057 | grad_norm 12.9375 | mem: 16.47 GiB | tps 9148.28
+INFO:root:step 20 | epoch 0 | loss 0.2557 | grad_norm 13.4375 | mem: 12.35 GiB | tps 9196.97
+Saving checkpoint to checkpoints/epoch_0_step_20
+INFO:root:[val] step 20 | epoch 0 | loss 0.2469
+"""
+
+
+def test_the_output_automodels_own_docs_show() -> None:
+    assert parsers.detect(head_text(DOCS_OUTPUT.encode()), "run.log").FORMAT == "nemo_automodel"
+    rows = collect(DOCS_OUTPUT)
+    assert [(r["iteration"], r["lm_loss"], r["grad_norm"]) for r in rows["iterations"]] == [
+        (4, 1.5514, 102.0), (8, 0.7913, 46.25), (12, 0.4358, 23.875), (16, 0.2057, 12.9375), (20, 0.2557, 13.4375)
+    ]  # fmt: skip
+    assert [m["max_allocated_mib"] for m in rows["memory"]] == pytest.approx(
+        [11.66 * 1024, 14.58 * 1024, 15.48 * 1024, 16.47 * 1024, 12.35 * 1024]
+    )
+    metrics = {(m["iteration"], m["key"]): m["value"] for m in rows["iteration_metrics"]}
+    assert metrics[(4, "tokens per second")] == 6924.50 and metrics[(20, "validation loss")] == 0.2469
+    assert [e["kind"] for e in rows["events"]] == ["checkpoint_saved", "checkpoint_saved"]

@@ -40,11 +40,14 @@ VERSION = "1"
 PREFIX_RX = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| (DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [^|]*\| "
 )
+# Python's default logging format (`logging.basicConfig()`: `INFO:root:step 4 | ...`), as Automodel's own
+# documentation shows its output (docs/guides/llm/finetune.mdx, "Sample Output")
+BASIC_PREFIX_RX = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:")
 LEVEL_KIND = {"WARNING": "warning", "ERROR": "error", "CRITICAL": "error"}
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
-STEP_RX = re.compile(r"(?:^|\| )step (\d+) \| epoch (\d+) \| ")
+STEP_RX = re.compile(r"(?:^|\| |^[A-Z]+:[\w.]*:|^\[val\] )step (\d+) \| epoch (\d+) \| ")
 VAL_RX = re.compile(r"^\[val\] ")
-PAIR_RX = re.compile(r"(?:^|\| )(\w+) (" + NUM + r")(?: GiB|s)?(?:\((" + NUM + r")/gpu\))?(?= \||\s*$)")
+PAIR_RX = re.compile(r"(?:^|\| )(\w+):? (" + NUM + r")(?: GiB|s)?(?:\((" + NUM + r")/gpu\))?(?= \||\s*$)")
 YAML_SECTION_RX = re.compile(r"^([A-Za-z_]\w*):\s*$")
 YAML_KEY_RX = re.compile(r"^  (\w+):\s*([^\s#]+)")
 YAML_KEYS = {
@@ -80,7 +83,7 @@ def detect(head: str) -> int:
     steps = [line for line in head.split("\n") if STEP_RX.search(line) and "| loss " in line]
     if len(steps) >= 2:
         return 40
-    if steps and any(PREFIX_RX.match(line) for line in steps):
+    if steps and any(PREFIX_RX.match(line) or BASIC_PREFIX_RX.match(line) for line in steps):
         return 35
     return 0
 
@@ -104,16 +107,18 @@ class _Parser(RunRows):
     def line(self, n: int, text: str) -> None:
         # colour codes are gone already (`LineSource` removes them)
         prefix = PREFIX_RX.match(text)
-        message = text[prefix.end() :] if prefix else text
+        basic = None if prefix else BASIC_PREFIX_RX.match(text)
+        message = text[(prefix or basic).end() :] if prefix or basic else text  # type: ignore[union-attr]
+        level = prefix.group(2) if prefix else basic.group(1) if basic else None
         if VAL_RX.match(message) and (match := STEP_RX.search(message)):
             self.validation(n, message, int(match.group(1)))
         elif match := STEP_RX.search(message):
             stamp = datetime.strptime(prefix.group(1), "%Y-%m-%d %H:%M:%S") if prefix else None
             self.step(n, message, match, stamp)
-        elif not prefix and self.yaml(n, text):
+        elif not (prefix or basic) and self.yaml(n, text):
             pass
         elif not self.detail(n, message) and text.strip():
-            self.other(n, text, message, LEVEL_KIND.get(prefix.group(2)) if prefix else None)
+            self.other(n, text, message, LEVEL_KIND.get(level) if level else None)
 
     def step(self, n: int, message: str, match: re.Match[str], stamp: datetime | None) -> None:
         step = int(match.group(1))
