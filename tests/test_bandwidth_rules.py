@@ -292,3 +292,29 @@ def test_wrong_values_in_one_row_are_said_at_that_size(store: Store) -> None:
     add_bench(store, HEALTHY, wrong=[0] * 5 + [96] + [0] * 5)
     (flag,) = rules_of(store)["nccl_data_error"]
     assert flag["message"].startswith("96 wrong values in 1 row(s), at 1.04858 MB:")
+
+
+def test_a_sweep_whose_busbw_collapses_past_a_size_is_warned(store: Store) -> None:
+    # Invented, in the shape of a two-node alltoall whose busbw fell twenty-fold past one size and climbed
+    # back only at the largest: the sizes under half of the best before them are named.
+    add_bench(store, [0.5, 1.8, 6.5, 21.0, 30.2, 1.6, 0.8, 1.2, 4.6, 11.1, 34.2])
+    (flag,) = rules_of(store)["bandwidth_collapse"]
+    assert (flag["severity"], flag["measured"], flag["expected"], flag["row_ref"]) == (
+        "warning",
+        1.6,
+        30.2,
+        "line 105",
+    )
+    assert flag["message"].startswith(
+        "busbw falls from 30.2 GB/s at 262.144 KB to 1.6 GB/s at 1.04858 MB: 5 size(s) from 1.04858 MB to 268.435 MB"
+    )
+
+
+@pytest.mark.parametrize(
+    "busbw",
+    [HEALTHY, [0.5, 1.8, 6.5, 21.0, 60.0, 120.0, 180.0, 150.0, 232.0, 190.0, 236.0], [9.0, 0.4, 6.5, 21.0]],
+    ids=["healthy", "noisy-plateau", "latency-blip-below-1MiB"],
+)
+def test_noise_and_a_blip_among_small_messages_are_no_collapse(store: Store, busbw: list[float]) -> None:
+    add_bench(store, busbw)
+    assert "bandwidth_collapse" not in rules_of(store)

@@ -32,6 +32,9 @@ class Thresholds:
     duplex_band_high: float = 0.50
     # A message size is latency-bound when its busbw is below this share of the bench's plateau.
     latency_bound: float = 0.50
+    # A message size of 1 MiB or more whose busbw is below this share of the best a smaller size reached:
+    # the curve collapsed (bandwidth only rises with size on a healthy path).
+    bandwidth_collapse: float = 0.50
     # A p2p pair (or link) below this share of the median of its peers is an outlier.
     p2p_outlier: float = 0.70
     # Pipeline bubble fraction (p-1)/m above this deserves a look.
@@ -89,6 +92,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "duplex_band_low": SHARE,
     "duplex_band_high": SHARE,
     "latency_bound": SHARE,
+    "bandwidth_collapse": SHARE,
     "p2p_outlier": SHARE,
     "pipeline_bubble": (0.0, 1.0, False),  # (p-1)/m of the step: [0, 1]
     "wave_efficiency": SHARE,
