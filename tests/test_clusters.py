@@ -176,6 +176,17 @@ def test_ofi_provider_line_names_slingshot_and_its_nics(tmp_path: Path) -> None:
     assert hardware_lines.nccl_nics(old) is None
     efa = "x:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)"
     assert hardware_lines.nccl_fabric(efa) is None and hardware_lines.nccl_nics(efa) == 4
+    # without RDMA NCCL lists every IP interface it may bind: no fabric ports to count (a published
+    # single-GPU desktop's line, eunomia-bpf/nccl-eBPF's notes: Ethernet, Wi-Fi and a Tailscale tunnel)
+    sockets = (
+        "lab:1425048:1425048 [0] NCCL INFO NET/Socket : Using [0]enp129s0:128.114.59.195<0> "
+        "[1]wlp128s20f3:169.233.112.15<0> [2]tailscale0:fe80::56c4:f535:9d9e:1004%tailscale0<0>"
+    )
+    assert hardware_lines.nccl_nics(sockets) is None
+    assert (
+        hardware_lines.nccl_nics("x:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0")
+        == 2
+    )
     # the model then runs the node's four 200 Gb/s ports, as the catalog's Frontier node
     node = hardware.fabric_of(found["fabric"][0], int(found["nics_per_node"][0]))
     assert node.unidirectional_gbps == hardware.link("slingshot11-x4").unidirectional_gbps

@@ -140,10 +140,12 @@ def nccl_host(text: str) -> str | None:
 
 def nccl_nics(text: str) -> int | None:
     """NICs NCCL uses on a node, from its `NET/IB : Using [0]mlx5_0:1/IB ...` line, or those the OFI plugin
-    found (`Selected provider is cxi, fabric is cxi (found 4 nics)`)."""
+    found (`Selected provider is cxi, fabric is cxi (found 4 nics)`). Not the interfaces of `NET/Socket`:
+    without RDMA NCCL lists every IP interface it may bind (a desktop's Wi-Fi, a VPN's tunnel), no count
+    of fabric ports."""
     match = NET_IB.search(text)
     if match is not None:
-        return len(NIC.findall(match.group(1))) or None
+        return None if "NET/Socket" in match.group(0) else len(NIC.findall(match.group(1))) or None
     ofi = OFI_PROVIDER.search(text)
     return int(ofi.group(2)) if ofi is not None and ofi.group(2) else None
 
