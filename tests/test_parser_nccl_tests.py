@@ -841,3 +841,21 @@ def test_a_failure_after_the_footer_belongs_to_the_bench_it_ends() -> None:
     out = collect(text)
     (error,) = [e for e in out["events"] if e["kind"] == "error"]
     assert error["bench_key"] == the_bench(out)["bench_key"]
+
+
+def test_a_table_trimmed_to_one_group_of_columns_is_the_out_of_place_one() -> None:
+    # Invented, in the shape of a table a user trimmed before posting: one header group (no #wrong, no
+    # in-place half), as nccl-tests prints the out-of-place columns first.
+    text = (
+        "# nccl-tests version 2.19.6\n"
+        "#       size         count      type   redop     time   algbw   busbw\n"
+        "     1048576        262144     float     sum     25.35   41.37   62.06\n"
+        "  1073741824     268435456     float     sum   2489.71  431.27  646.91\n"
+        "# Avg bus bandwidth: 390.79 GB/s\n"
+    )
+    out = collect(text)
+    assert rows_of(out, "in-place") == []
+    assert [(r["size_bytes"], r["busbw_gbps"]) for r in rows_of(out, "out-of-place")] == [
+        (1048576, 62.06),
+        (1073741824, 646.91),
+    ]

@@ -47,6 +47,7 @@ class Layout:
     group: list[str]
     timestamp: bool = False
     cputime: bool = False  # `-C 1`: the time column is host wall time, not CUDA time
+    groups: int = 2  # placements the header names columns for: one where a user trimmed the table
 
     @classmethod
     def from_header(cls, text: str) -> Layout | None:
@@ -59,7 +60,13 @@ class Layout:
         prefix = [PREFIX_NAMES.get(n, n) for n in names[: times[0]]]
         end = times[1] if len(times) > 1 else len(names)
         group = [GROUP_NAMES.get(n, n) for n in names[times[0] : end]]
-        return cls(prefix, group, timestamp=names[-1] == "timestamp", cputime=names[times[0]] == "cputime")
+        return cls(
+            prefix,
+            group,
+            timestamp=names[-1] == "timestamp",
+            cputime=names[times[0]] == "cputime",
+            groups=min(len(times), 2),
+        )
 
     @classmethod
     def infer(cls, tokens: list[str]) -> Layout | None:
@@ -94,8 +101,8 @@ class Layout:
         p, g = len(self.prefix), len(self.group)
         if len(tokens) == p + 2 * g:
             placements = list(PLACEMENTS)
-        elif len(tokens) == p + g:  # trace replay prints the in-place half only
-            placements = ["in-place"]
+        elif len(tokens) == p + g:  # the header's only group is the first; else the in-place half alone
+            placements = ["out-of-place" if self.groups == 1 else "in-place"]
         elif (
             p + g < len(tokens) < p + 2 * g
         ):  # a row cut inside its in-place half: the out-of-place one stands
