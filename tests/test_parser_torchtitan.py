@@ -125,6 +125,7 @@ def test_the_2025_start_lines_and_ranks_printing_without_a_prefix() -> None:
     out = collect("\n".join(start * 2 + [step] * 2 + [validate] * 2) + "\n")
     (run,) = out["runs"]
     assert (run["mbs"], run["gbs"], run["seq_len"], run["train_iters"]) == (6, 48, 4096, 150000)
+    assert run["dp"] == 8  # global 48 = local 6 x data-parallel 8 x accumulation 1
     # Llama 3 8B's FFN: 2/3 of 4 x 4096 = 10922, x 1.3 = 14198, rounded up to a multiple of 1024 = 14336
     assert (run["layers"], run["hidden"], run["heads"], run["query_groups"], run["ffn_hidden"], run["vocab"]) == (
         32, 4096, 32, 8, 14336, 128256

@@ -197,6 +197,10 @@ class _Parser(RunRows):
             local, global_, accumulation, seq, steps = (int(g) for g in match.groups())
             self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
             self.param(n, "gradient_accumulation_steps", accumulation)
+            if (
+                local and accumulation and global_ % (local * accumulation) == 0
+            ):  # global = local x dp x accum.
+                self.run(n).setdefault("dp", global_ // (local * accumulation))
         elif match := INITIALIZED_RX.search(body):
             tokens, context, steps = (int(g.replace(",", "")) for g in match.groups())
             run = self.run(n)
