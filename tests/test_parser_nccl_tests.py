@@ -859,3 +859,25 @@ def test_a_table_trimmed_to_one_group_of_columns_is_the_out_of_place_one() -> No
         (1048576, 62.06),
         (1073741824, 646.91),
     ]
+
+
+def test_rccl_tests_of_2023_colon_header_and_rccls_own_version_line() -> None:
+    # ROCm/rccl#876 (2023): rccl-tests wrote `nThreads:` and RCCL printed `RCCL version 2.17.1+hip5.7 ...`;
+    # the failure that followed left no table. Lines verbatim from that issue.
+    text = (
+        "# nThreads: 1 nGpus: 2 nRanks: 1 minBytes: 8 maxBytes: 134217728 step: 2(factor) warmupIters: 5 iters: 20 validation: 1 \n"
+        "#\n"
+        "# Using devices\n"
+        "#   Rank  0 Pid 776691 on catalyst-convoy device  0 [0000:03:00.0] Radeon RX 7900 XTX\n"
+        "#   Rank  1 Pid 776691 on catalyst-convoy device  1 [0000:06:00.0] Radeon RX 7900 XTX\n"
+        "RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8+\n"
+    )
+    out = collect(text)
+    bench = the_bench(out)
+    assert bench["tool"] == "rccl-tests"
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (params["nThreads"], params["maxBytes"], params["RCCL version"]) == (
+        "1",
+        "134217728",
+        "2.17.1+hip5.7",
+    )

@@ -52,7 +52,7 @@ TOOL = "nccl-tests"
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 CONCLUDED_RX = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
-NTHREAD_RX = re.compile(r"^#\s*nThread:?\s+\d+")
+NTHREAD_RX = re.compile(r"^#\s*nThreads?:?\s+\d+")  # rccl-tests of 2023 wrote `nThreads:`
 # Names bounded in length: `findall` tries every start, and an unbounded name made a 64 KiB word of
 # letters quadratic (minutes); nccl-tests' field names are a few letters (`nThread`, `minBytes`).
 HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,40}?):?\s+(\d[^\s]*)")
@@ -70,6 +70,9 @@ REDUCED_RX = re.compile(r"^#\s*Reducing maxBytes to (\d+)")
 ERROR_LINE_RX = re.compile(r"^#\s*error:\s*(.*?)\s*$")
 NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
 RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
+RCCL_PRINTED_RX = re.compile(
+    r"^RCCL version\s+(\d\S*)"
+)  # RCCL's own line (`RCCL version 2.17.1+hip5.7 HEAD:..`)
 RCCL_FACT_RX = re.compile(r"^(RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*:\s*(\S.*?)\s*$")
 FAILURE_RX = re.compile(
     r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|MPI_ABORT|mpirun noticed|exited on signal"
@@ -354,6 +357,10 @@ class _Parser:
         if match := RCCL_VERSION_RX.match(body):
             self.named_tool("rccl-tests")
             self.param("rccl-tests version", match.group(1), n, text=text)
+            return True
+        if match := RCCL_PRINTED_RX.match(body):
+            self.named_tool("rccl-tests")
+            self.param("RCCL version", match.group(1), n, text=text)
             return True
         if match := RCCL_FACT_RX.match(body):  # rccl-tests' block: `RCCL version : 2.28.3`, `Hostname : ...`
             self.named_tool("rccl-tests")
