@@ -482,6 +482,25 @@ def test_megatrons_theoretical_parameter_counts_are_run_parameters() -> None:
         "theoretical_weight_and_optimizer_mib": ("35695.42", 8),
     }
     assert "unparsed" not in out
+    assert run["params"] == 64_690_000_000  # the total, where no other count was printed
+
+
+def test_primus_logger_prefix_and_pythons_warning_echo() -> None:
+    # Lines of a published AMD Primus log (Mixtral 8x7B on MI325X, hisohara/ai-scripts), colour codes
+    # removed as the line source does: the parameter count behind Primus's logger prefix is read, and the
+    # source line Python echoes under a warning is not a second warning.
+    text = (
+        "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py:4814: UserWarning: No "
+        "device id is provided via `init_process_group` or `barrier `. Using the current device set by the user. \n"
+        "  warnings.warn(  # warn only once\n"
+        "[20251115 12:57:43][rank-0/64][DEBUG] [theoretical_memory_usage.py:149] : Total number of parameters "
+        "in billions: 46.70\n"
+    )
+    out = collect(text)
+    (run,) = out["runs"]
+    assert run["params"] == 46_700_000_000
+    assert [e["line_no"] for e in out["events"]] == [1]
+    assert [u["line_no"] for u in out["unparsed"]] == [2]
 
 
 def test_a_log_without_its_arguments_takes_the_global_batch_its_lines_print() -> None:

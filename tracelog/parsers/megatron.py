@@ -43,6 +43,7 @@ from tracelog.parsers.megatron_lines import (
     TIMER_MARK,
     TIMER_NAME_RX,
     TIMER_RANK_LITERAL,
+    WARN_ECHO_RX,
     WARNING_RX,
     attach_iteration,
     deepspeed_timer_steps,
@@ -464,7 +465,9 @@ def _parse_block(
     if bridge_metrics is not None and not bridge_metrics.is_empty():
         yield Batch("iteration_metrics", bridge_metrics)
         plain = plain.filter(~pl.col("line_no").is_in(bridge_metrics["line_no"].unique().implode()))
-    warned = plain.select(line.str.contains(WARNING_RX)).to_series()
+    # Python's `warnings` prints the warning, then the source line that raised it (`  warnings.warn(  # warn
+    # only once`): that echo is no second warning
+    warned = plain.select(line.str.contains(WARNING_RX) & ~line.str.contains(WARN_ECHO_RX)).to_series()
     events = plain.filter(warned)
     if not events.is_empty():
         yield Batch(

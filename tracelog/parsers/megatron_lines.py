@@ -137,7 +137,10 @@ WARNING_RX = (
 # reading a line at a time: Python's backtracking `search` retries that prefix at every position, quadratic
 # in a long word (seconds for 20 KiB of letters, minutes for 64 KiB); for "does the line name one" the
 # prefix changes nothing.
-EVENT_WORDS_RX = regex.compile(WARNING_RX.replace(r"\w*", ""))
+# Nor is Python's echo of the source line that raised a warning (`  warnings.warn(  # warn only once`,
+# printed under the warning itself) a second warning.
+WARN_ECHO_RX = r"^\s+warnings\.warn\("
+EVENT_WORDS_RX = regex.compile(r"^(?!\s+warnings\.warn\()(?:.*?)" + WARNING_RX.replace(r"\w*", ""))
 # event kind -> words that mark it, most specific first
 EVENT_KINDS = (
     ("checkpoint_saved", "successfully saved checkpoint"),
@@ -259,9 +262,10 @@ THEORY_RX = regex.compile(
 ESTIMATED_RX = regex.compile(r"estimated model parameters:\s*" + NUM)
 # megatron/training/theoretical_memory_usage.py beside its memory footprints: its parameter counts, in
 # billions to two decimals (`Total number of parameters in billions: 64.69`, `Number of parameters in most
-# loaded shard in billions: 2.0794`), kept as run parameters `theoretical_params_billions_<what>`.
+# loaded shard in billions: 2.0794`), kept as run parameters `theoretical_params_billions_<what>`; behind a
+# logger's prefix too (AMD Primus: `[...][DEBUG] [theoretical_memory_usage.py:149] : Total number ...`).
 PARAMS_BILLIONS_RX = regex.compile(
-    r"(?:^|\|)\s*(Total number of (active )?parameters|Number of (active )?parameters in ([a-z ]{1,40}?)) "
+    r"(?:^|[|:\]])\s*(Total number of (active )?parameters|Number of (active )?parameters in ([a-z ]{1,40}?)) "
     r"in billions:\s*" + NUM
 )
 

@@ -150,9 +150,10 @@ def stateful_batches(
                 run.columns["vocab"] = int(match.group(3))
                 continue
             if match := PARAMS_BILLIONS_RX.search(line):
-                run.params.append(
-                    {"name": params_billions_name(match), "value": match.group(5), "line_no": line_no}
-                )
+                name = params_billions_name(match)
+                run.params.append({"name": name, "value": match.group(5), "line_no": line_no})
+                if name == "theoretical_params_billions_total" and not run.params_printed:
+                    run.params_printed = as_int(float(match.group(5)) * 1e9)  # type: ignore[assignment]
                 continue
             if match := ESTIMATED_RX.search(line):
                 run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
