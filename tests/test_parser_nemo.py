@@ -380,3 +380,42 @@ def test_nemo2s_optimizer_config_gives_the_precision_and_the_distributed_optimiz
     params = {p["name"]: p["value"] for p in run["run_params"]}
     assert (params["use_distributed_optimizer"], params["optimizer"]) == ("True", "adam")
     assert "unparsed" not in out
+
+
+def test_megatron_inits_parallel_groups_give_the_layout_and_the_shards_the_size() -> None:
+    # Invented, in the words of NeMo's megatron_init and Megatron-core's parameter count (as NVIDIA/NeMo's
+    # resiliency example prints them) for TP2 on 8 GPUs, under torchrun's prefix; each rank prints them.
+    init = "[default{r}]:[NeMo I 2025-03-07 22:41:39 megatron_init:{n}] All {what} parallel group ranks{how}: {groups}"
+    lines = []
+    for rank in (0, 1):
+        lines += [
+            init.format(
+                r=rank,
+                n=437,
+                what="data",
+                how=" with context parallel combined",
+                groups="[[0, 2, 4, 6], [1, 3, 5, 7]]",
+            ),
+            init.format(
+                r=rank, n=451, what="context", how="", groups="[[0], [1], [2], [3], [4], [5], [6], [7]]"
+            ),
+            init.format(
+                r=rank, n=473, what="tensor model", how="", groups="[[0, 1], [2, 3], [4, 5], [6, 7]]"
+            ),
+            init.format(
+                r=rank,
+                n=512,
+                what="pipeline model",
+                how="",
+                groups="[[0], [1], [2], [3], [4], [5], [6], [7]]",
+            ),
+            f"[default{rank}]:[NeMo I 2025-03-07 22:41:41 megatron_parallel:549]  > number of parameters on "
+            f"(tensor, pipeline) model parallel rank ({rank}, 0): {54663936 + rank}",
+            "[default0]:[NeMo I 2025-03-07 22:41:41 nemo_logger:145] Experiments will be logged at /tmp/x",
+        ]
+    out = collect("\n".join(lines) + "\n")
+    (run,) = out["runs"]
+    assert (run["gpus"], run["tp"], run["pp"], run["cp"], run["dp"]) == (8, 2, 1, 1, 4)
+    assert run["params"] == 2 * 54663936 + 1
+    names = [p["name"] for p in run["run_params"]]
+    assert names.count("tensor model parallel size") == 1 and "world size (parallel groups)" in names

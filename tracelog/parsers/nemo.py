@@ -80,6 +80,17 @@ PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\
 # NeMo 2's `Setting up optimizer with config OptimizerConfig(optimizer='adam', ..., fp16=False, bf16=True, ...,
 # use_distributed_optimizer=True, ...)` (Megatron-Core's OptimizerConfig as its dataclass repr prints it)
 OPTIMIZER_CONFIG_RX = re.compile(r"\bOptimizerConfig\((.*)\)")
+# NeMo's megatron_init (nemo/collections/nlp/modules/common/megatron/megatron_init.py) lists every group of
+# each parallel dimension: `All tensor model parallel group ranks: [[0, 1], [2, 3], ...]`; a group's size is
+# the degree, all of them together the world. Megatron-core's per-rank parameter counts sum to the model.
+GROUPS_RX = re.compile(
+    r"All (tensor model|pipeline model|context|data) parallel group ranks( with context parallel combined)?: "
+    r"(\[\[[\d, \[\]]*\]\])\s*$"
+)
+GROUP_KINDS = {"tensor model": "tp", "pipeline model": "pp", "context": "cp", "data": "dp"}
+RANK_PARAMS_RX = re.compile(
+    r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
+)
 OPTIMIZER_FIELD_RX = re.compile(r"\b(fp16|bf16|use_distributed_optimizer|optimizer)=('?\w+'?)")
 YAML_RX = re.compile(r"^( *)(?:- )?([\w.\-/]+):(?: (.*))?$")
 YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
@@ -336,6 +347,21 @@ class _Parser:
                 if name in ("use_distributed_optimizer", "optimizer"):
                     self.params.append({"name": name, "value": value, "line_no": n})
             return True
+        if (match := GROUPS_RX.search(body)) or (match := RANK_PARAMS_RX.search(body)):
+            if match.re is GROUPS_RX:
+                groups = re.findall(r"\[([\d, ]*)\]", match.group(3))
+                name = f"{match.group(1)} parallel size" + (" with context" if match.group(2) else "")
+                self.param_once(n, name, str(len(groups[0].split(","))))
+                self.param_once(
+                    n, "world size (parallel groups)", str(sum(len(g.split(",")) for g in groups))
+                )
+            else:
+                self.param_once(
+                    n,
+                    f"parameters on (tensor, pipeline) rank ({match.group(1)}, {match.group(2)})",
+                    match.group(3),
+                )
+            return True
         if match := SUMMARY_TOTAL_RX.match(body):
             self.params.append(
                 {"name": f"lightning {match.group(2)}", "value": match.group(1).strip(), "line_no": n}
@@ -512,8 +538,23 @@ class _Parser:
         if row.get("global_batch_size") is not None:
             self.logged_gbs = row["global_batch_size"]
 
+    def param_once(self, n: int, name: str, value: str) -> None:
+        if not any(p["name"] == name for p in self.params):  # every rank prints it
+            self.params.append({"name": name, "value": value, "line_no": n})
+
     def finish(self) -> None:
         columns = dict(self.columns)
+        said = {p["name"]: p["value"] for p in self.params}
+        for kind, column in GROUP_KINDS.items():
+            if f"{kind} parallel size" in said:
+                columns.setdefault(column, int(said[f"{kind} parallel size"]))
+        if "world size (parallel groups)" in said and not (
+            columns.get("nodes") and columns.get("gpus_per_node")
+        ):
+            columns.setdefault("gpus", int(said["world size (parallel groups)"]))
+        shards = [int(v) for k, v in said.items() if k.startswith("parameters on (tensor, pipeline) rank")]
+        if shards and len(shards) == (columns.get("tp") or 1) * (columns.get("pp") or 1):
+            columns.setdefault("params", sum(shards))
         if self.logged_gbs is not None:  # a log without its configuration dump: what its lines said last
             columns.setdefault("gbs", self.logged_gbs)
         if columns.get("nodes") and columns.get("gpus_per_node"):
