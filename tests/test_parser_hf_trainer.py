@@ -255,6 +255,33 @@ def test_the_loss_scalers_overflows_without_step_lines_are_events_skips_and_the_
     assert events.line_no.tolist() == [2, 3, 6]
 
 
+def test_without_a_bar_or_logging_steps_the_epoch_gives_the_step_and_the_loggers_clock_its_time() -> None:
+    """A LLaMA-Factory log written by its logger alone (no bar, `logging_steps` only in the YAML): the
+    Trainer's epoch is step / steps-per-epoch, which the `Running training` block gives (2,182 examples,
+    1 per device on 2 ranks, 64 accumulation steps: 17 steps an epoch), and the prefix's clock over the
+    steps between two dicts is the step time (invented, in the shape of LLaMA-Factory's running log)."""
+    block = "[INFO|2024-11-26 22:07:15] trainer.py:{0} >> {1}"
+    lines = [
+        block.format(2313, "***** Running training *****"),
+        block.format(2314, "  Num examples = 2,182"),
+        block.format(2315, "  Num Epochs = 1,000"),
+        block.format(2316, "  Instantaneous batch size per device = 1"),
+        block.format(2319, "  Total train batch size (w. parallel, distributed & accumulation) = 128"),
+        block.format(2320, "  Gradient Accumulation steps = 64"),
+        block.format(2321, "  Total optimization steps = 17,000"),
+        "[INFO|2024-11-26 22:09:01] logging.py:157 >> {'loss': 2.2818, 'learning_rate': 2.5000e-06, 'epoch': 0.29}",
+        "[INFO|2024-11-26 22:10:54] logging.py:157 >> {'loss': 2.2647, 'learning_rate': 5.0000e-06, 'epoch': 0.59}",
+        "[INFO|2024-11-26 22:12:37] logging.py:157 >> {'loss': 2.3045, 'learning_rate': 7.5000e-06, 'epoch': 0.88}",
+    ]
+    out = collect("\n".join(lines) + "\n")
+    assert [(r["iteration"], r["elapsed_s"]) for r in out["iterations"]] == [
+        (5, None),
+        (10, 22.6),
+        (15, 20.6),
+    ]
+    assert params(out)["step_source"] == "epoch x steps per epoch"
+
+
 def test_transformers_4_50_strings_a_bar_on_the_dicts_line_and_a_logger_prefix(tmp_path: Path) -> None:
     """Newer transformers prints each number as a string (`f"{v:.4g}"`); a log whose carriage returns were
     lost has the bar and the dict on one line; LLaMA-Factory logs each step's dict twice, once through its

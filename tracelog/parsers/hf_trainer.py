@@ -45,12 +45,15 @@ from tracelog.parsers.deepspeed import (
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
 from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, memory_row, see_memory_mib
 from tracelog.parsers.hf_trainer_dict import (
+    HEADER_RX,
     PAIR_RX,
     SAME_STEP_TOLERANCE,
     clock_seconds,
     dict_value,
     figures_agree,
+    logger_clock,
     steps_pair,
+    steps_per_epoch,
     to_number,
 )
 from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
@@ -66,15 +69,6 @@ BAR_RX = re.compile(
     r"^\s*([^|%]*?:\s*)?\d+%(?:\|[^|]*\|)?\s*(\d+)/(\d+)\s*\[([\d:]+)<[^,\]]*,\s*"
     r"(?:(\d+(?:\.\d+)?)(s/it|it/s)|\?\w*/\w+)[^\]]*\]"
 )
-HEADER_RX = {
-    "num_examples": re.compile(r"\bNum examples = ([\d,]+)"),
-    "num_epochs": re.compile(r"\bNum Epochs = ([\d,]+)"),
-    "mbs": re.compile(r"\bInstantaneous batch size per device = ([\d,]+)"),
-    "gbs": re.compile(r"\bTotal train batch size \(w\. parallel, distributed & accumulation\) = ([\d,]+)"),
-    "gradient_accumulation_steps": re.compile(r"\bGradient Accumulation steps = ([\d,]+)"),
-    "train_iters": re.compile(r"\bTotal optimization steps = ([\d,]+)"),
-    "trainable_parameters": re.compile(r"\bNumber of trainable parameters = ([\d,]+)"),
-}
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
 RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
 RELAUNCH_MARK = "Setting OMP_NUM_THREADS environment variable for each process"
@@ -202,6 +196,7 @@ class _Parser(RunRows):
         self.last_row: dict[str, Any] | None = None
         self.last_pairs: dict[str, Any] = {}  # the last training dict's values
         self.logger_dict_at: int | None = None  # the line of the last training dict behind a `>> ` logger
+        self.stamp: float | None = None  # the time the logger's prefix gave the dict being read
         self.section = "training"  # the Trainer block being read: training, Evaluation or Prediction
         # DeepSpeed's running count of skipped steps, at its last step line
         self.ds_skipped: int | None = None
@@ -258,6 +253,7 @@ class _Parser(RunRows):
             return self.part(n, rest) if rest.strip() else True
         logged = _logged_text(part)
         if DICT_RX.match(logged):
+            self.stamp = logger_clock(part)
             return self.logged_dict(n, logged, via_logger=">> {" in part)
         if (match := LOG_PREFIX_RX.match(part.strip())) is not None:
             return self.deepspeed(n, match)
@@ -344,6 +340,10 @@ class _Parser(RunRows):
             return self.bar_step
         if not advance:
             return last
+        per = None if self.logging_steps else steps_per_epoch(self.runs.get(self.run_key, {}))
+        if per and isinstance(epoch := pairs.get("epoch"), float) and round(epoch * per) > last:
+            self.step_source = self.step_source or "epoch x steps per epoch"
+            return round(epoch * per)
         if self.logging_steps:
             self.step_source = self.step_source or "count x logging_steps"
             return last + self.logging_steps
@@ -397,6 +397,7 @@ class _Parser(RunRows):
             )
         elapsed = self.bar_rate if self.bar_step == step else None
         clock = clock_seconds(pairs["elapsed_time"]) if isinstance(pairs.get("elapsed_time"), str) else None
+        clock = self.stamp if clock is None and elapsed is None else clock  # the logger's prefix: its time
         if clock is not None:
             if self.clock is not None and step > self.clock[0]:
                 elapsed = round((clock - self.clock[1]) / (step - self.clock[0]), 6)

@@ -3,7 +3,9 @@ numbers as Python and the JSON writers print them, its clocks, and when two dict
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import date
 from typing import Any
 
 from tracelog.parsers.run_rows import printed_number
@@ -75,3 +77,49 @@ def dict_value(raw: str) -> Any:
     if raw in ("True", "true", "False", "false"):
         return raw in ("True", "true")
     return to_number(raw)
+
+
+# The Trainer's `***** Running training *****` block (trainer.py `_inner_training_loop`)
+HEADER_RX = {
+    "num_examples": re.compile(r"\bNum examples = ([\d,]+)"),
+    "num_epochs": re.compile(r"\bNum Epochs = ([\d,]+)"),
+    "mbs": re.compile(r"\bInstantaneous batch size per device = ([\d,]+)"),
+    "gbs": re.compile(r"\bTotal train batch size \(w\. parallel, distributed & accumulation\) = ([\d,]+)"),
+    "gradient_accumulation_steps": re.compile(r"\bGradient Accumulation steps = ([\d,]+)"),
+    "train_iters": re.compile(r"\bTotal optimization steps = ([\d,]+)"),
+    "trainable_parameters": re.compile(r"\bNumber of trainable parameters = ([\d,]+)"),
+}
+LOGGER_STAMP_RX = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)")
+
+
+def logger_clock(part: str) -> float | None:
+    """The time a logger's prefix gives a dict (LLaMA-Factory's `[INFO|2024-11-26 22:09:01] logging.py:157
+    >> {...}`, transformers' `[INFO|trainer.py:398] 2021-01-15 10:28:50,371 >> `) as seconds since the
+    prefix's midnight plus its day (a whole-second clock, differenced between dicts); None without one."""
+    at = part.find(">> {")
+    stamp = LOGGER_STAMP_RX.search(part, 0, at) if at > 0 else None
+    if stamp is None:
+        return None
+    day = date.fromisoformat(stamp.group(1)).toordinal()
+    return float(((day * 24 + int(stamp.group(2))) * 60 + int(stamp.group(3))) * 60 + int(stamp.group(4)))
+
+
+def steps_per_epoch(run: dict[str, Any]) -> int | None:
+    """Optimizer steps in one epoch as the Trainer counts them (`num_update_steps_per_epoch`: the
+    dataloader's batches over the accumulation steps), from its `Running training` block: the examples
+    over the per-device batch times the data-parallel ranks, over the accumulation. A logged dict's
+    `epoch` times this is its step, where nothing else says the step (the epoch is that quotient)."""
+    said = {p["name"]: str(p["value"]) for p in run.get("run_params", [])}
+    counts = (
+        said.get("num_examples", ""),
+        said.get("gradient_accumulation_steps", ""),
+        run.get("mbs"),
+        run.get("gbs"),
+    )
+    if not all(str(c).isdigit() and int(c) > 0 for c in counts):
+        return None
+    examples, accumulation, mbs, gbs = (int(c) for c in counts)  # type: ignore[arg-type]
+    if gbs % (mbs * accumulation):
+        return None
+    ranks = gbs // (mbs * accumulation)
+    return max(math.ceil(examples / (mbs * ranks)) // accumulation, 1)
