@@ -299,3 +299,22 @@ def test_another_tools_gpu_matrix_is_no_bench_and_its_lines_stay() -> None:
     out = collect(text)
     assert "benches" not in out
     assert sorted(r["line_no"] for r in out["unparsed"]) == [1, 2, 3, 4]
+
+
+def test_cells_and_names_glued_by_a_paste_that_lost_a_tab_are_split_back() -> None:
+    # Invented, in the shape of B200 outputs pasted into issues (NVIDIA/nccl-tests#333, vllm#31594): a
+    # tab lost between two cells (`PXBNODE`, `SYSSYS`) or two header names (`NIC1NIC2`).
+    text = (
+        "\tGPU0\tGPU1\tNIC0\tNIC1NIC2\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV18\tPXBNODE\tSYS\t0-55,112-167\t0\t\tN/A\n"
+        "GPU1\tNV18\t X \tNODE\tSYSSYS\t56-111,168-223\t1\t\tN/A\n"
+    )
+    out = collect(text)
+    links = link_map(out)
+    assert (links[("GPU0", "GPU1")], links[("GPU0", "NIC0")], links[("GPU0", "NIC1")], links[("GPU0", "NIC2")]) == (
+        "NV18", "PXB", "NODE", "SYS"
+    )  # fmt: skip
+    assert (links[("GPU1", "NIC1")], links[("GPU1", "NIC2")]) == ("SYS", "SYS")
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (params["GPU1 CPU Affinity"], params["GPU1 NUMA Affinity"]) == ("56-111,168-223", "1")
+    assert "unparsed" not in out

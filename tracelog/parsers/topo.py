@@ -38,6 +38,10 @@ TOOL = "nvidia-smi-topo"
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
 DEVICE_NAME_RX = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+|CPU\d*)$")
 CELL_RX = re.compile(r"^(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
+# A paste that lost a tab glues two cells (`PXBNODE`, `SYSSYS`) or two header names (`NIC11NIC12`); each
+# is a run of codes the matrix prints, split back into its cells.
+GLUED_RX = re.compile(r"(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC){2,}|(?:(?:GPU|NIC)\d+){2,}")
+GLUED_PART_RX = re.compile(r"X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|(?:GPU|NIC)\d+")
 P2P_CELL_RX = re.compile(r"^(?:X|OK|NS|CNS|GNS|TNS|U)$")
 HEADER_DETECT_RX = re.compile(
     r"^(?:[\w.\-]+:)?[ \t]*(?:\[[0-9;]*m)?GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE
@@ -143,7 +147,7 @@ class _Parser:
             self.p2p = match.group(2)
             return True
         host = prefix_host or self.host
-        tokens = body.split()
+        tokens = _unglued(body.split())
         if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or not CELL_RX.match(tokens[1])):
             return self.header(n, body, host)
         bench = self.benches.get(host)
@@ -160,7 +164,7 @@ class _Parser:
 
     def header(self, n: int, body: str, host: str | None) -> bool:
         found = AFFINITY_RX.search(body)
-        devices = (body[: found.start()] if found else body).split()
+        devices = _unglued((body[: found.start()] if found else body).split())
         if not devices or not all(DEVICE_NAME_RX.match(d) for d in devices):
             return False
         labels = AFFINITY_RX.findall(body)
@@ -226,6 +230,10 @@ class _Parser:
 
     def param(self, bench: _Bench, name: str, value: str, n: int) -> None:
         self.out.add("bench_params", {"bench_key": bench.key, "name": name, "value": value, "line_no": n})
+
+
+def _unglued(tokens: list[str]) -> list[str]:
+    return [part for t in tokens for part in (GLUED_PART_RX.findall(t) if GLUED_RX.fullmatch(t) else [t])]
 
 
 def _p2p_cells(cells: list[str], bench: _Bench) -> bool:
