@@ -441,3 +441,16 @@ def test_a_run_that_logs_no_dict_gets_its_steps_from_the_training_bar() -> None:
     assert rows == [(1, 3.05, None), (2, 2.9, None), (3, 2.95, None), (4, 2.93, None)]
     params = {p["name"]: p["value"] for p in out["runs"][0]["run_params"]}
     assert params["step_source"] == "tqdm bar, no logged dict"
+
+
+def test_a_logs_tail_with_the_closing_train_runtime_dict_is_the_trainers() -> None:
+    # The end of an axolotl run in the shape its user pasted (axolotl-ai-cloud/axolotl#1092): the last bar,
+    # warnings, `train()`'s closing dict and a traceback; no step dict and no Running block in it.
+    tail = (
+        " 100%|██████████| 773/773 [11:41:18<00:00, 50.90s/it]\n"
+        "{'train_runtime': 42088.2092, 'train_samples_per_second': 8.1, 'train_steps_per_second': 0.018, "
+        "'train_loss': 0.7072060618641152, 'epoch': 1.0}\n"
+        "Traceback (most recent call last):\n"
+    )
+    assert parsers.detect(head_text(tail.encode()), "tail.log").FORMAT == "hf_trainer"
+    assert params(collect(tail))["train_runtime"] == "42088.2092"

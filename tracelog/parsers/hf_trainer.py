@@ -146,6 +146,8 @@ def detect(head: str) -> int:
     run on DeepSpeed carries too."""
     if RUNNING_RX.search(head) and ("Total optimization steps" in head or "Num examples" in head):
         return 45
+    if re.search(r"""\{['"]train_runtime['"]: """, head):  # the dict `train()` ends with (a log's tail)
+        return 45
     logged = 0
     for line in head.split("\n"):
         for part in line.split("\r"):

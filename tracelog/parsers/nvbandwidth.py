@@ -275,15 +275,16 @@ class _Parser:
         bench, self.bench = self.bench, None
         if bench is None:
             return
-        if bench.status() == "partial":
+        if bench.status() != "complete":
             parts = [
                 f"matrices cut short: {', '.join(bench.cut)}" if bench.cut else "",
                 f"tests without a result: {', '.join(bench.no_result)}" if bench.no_result else "",
                 f"{bench.errors} test error(s)" if bench.errors else "",
                 "" if bench.matrices or bench.waived else "no matrix printed",
             ]
-            text = "output incomplete: " + "; ".join(p for p in parts if p)
-            self.event("incomplete", text, bench.line_end, bench)
+            if any(parts):
+                text = "output incomplete: " + "; ".join(p for p in parts if p)
+                self.event("incomplete", text, bench.line_end, bench)
         self.out.add("benches", bench.record())
 
     def event(self, kind: str, text: str, n: int, bench: _Bench | None = None) -> None:
