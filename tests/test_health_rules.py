@@ -227,6 +227,26 @@ def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path:
     (flag,) = tracelog.api.flags(db).to_dict("records")
     assert (flag["severity"], flag["row_ref"], flag["measured"]) == ("critical", "line 21", 4.0)
     assert "It died at line 21: [rank3]" in flag["message"] and "failed (exitcode: -6)" in flag["message"]
+    assert "An error came before it" not in flag["message"]
+
+
+def test_the_error_that_came_before_the_fatal_timeout_is_named(tmp_path: Path) -> None:
+    """One rank fails (an exception ends its traceback) and the others time out waiting for it: the
+    timeout is what the job died of, the exception why (invented, in the shape of a Megatron-DeepSpeed job
+    whose rank 4 found no index file)."""
+    path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
+    crash = [
+        "[rank4]: Traceback (most recent call last):",
+        "[rank4]: FileNotFoundError: [Errno 2] No such file or directory: 'index-cache/26070e1f_doc_idx.npy'",
+        "[rank0]:[E328 00:21:12.920872216 ProcessGroupNCCL.cpp:683] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)",
+    ]
+    path.write_text(path.read_text() + "\n".join(crash) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"]) == ("critical", "line 23")
+    assert "An error came before it, at line 22: [rank4]: FileNotFoundError" in flag["message"]
 
 
 def test_a_step_slurm_cancelled_at_its_time_limit_is_critical(tmp_path: Path) -> None:

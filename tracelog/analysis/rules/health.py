@@ -409,7 +409,7 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             SELECT run_id, max(line_no) AS traced FROM events
             WHERE {scope.runs} AND kind = 'traceback' GROUP BY run_id
         ), errors AS (
-            SELECT e.run_id, e.text, e.line_no, ({FATAL_SQL}) AS fatal, s.stepped,
+            SELECT e.run_id, e.text, e.line_no, e.kind, ({FATAL_SQL}) AS fatal, s.stepped,
                    e.kind = 'error' AND b.traced >= coalesce(s.stepped, 0) AND e.line_no > b.traced AS uncaught
             FROM events e LEFT JOIN last_step s USING (run_id) LEFT JOIN last_traceback b USING (run_id)
             WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
@@ -420,12 +420,15 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                min(line_no) FILTER (fatal AND line_no > coalesce(stepped, 0)),
                max(line_no) FILTER (uncaught),
                arg_min(text, line_no) FILTER (fatal AND line_no < stepped),
-               min(line_no) FILTER (fatal AND line_no < stepped), any_value(stepped)
+               min(line_no) FILTER (fatal AND line_no < stepped), any_value(stepped),
+               arg_min(text, line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0)),
+               min(line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0))
         FROM errors GROUP BY run_id
         """
     ).fetchall()
     flags = []
-    for run_id, text, line, count, fatal_text, fatal_line, uncaught_line, *survived in rows:
+    for run_id, text, line, count, fatal_text, fatal_line, uncaught_line, *rest in rows:
+        *survived, first_text, first_line = rest
         # a fatal line with iterations after it: a restart within the job (NeMo's in-job restart,
         # torchrun's --max-restarts) went on training, so the run did not end there
         died = _went_on(*survived, last=line)
@@ -437,6 +440,9 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         ended = fatal_line if fatal_line is not None else uncaught_line
         if fatal_line is None and uncaught_line is not None:
             died = " The log ends in that exception, after its traceback: the process died of it."
+        if fatal_line is not None and first_line is not None and first_line < fatal_line:
+            # what it died of is often a symptom (other ranks time out waiting for one that failed)
+            died += f" An error came before it, at line {first_line}: {_sentence(first_text)}"
         if ended is not None:
             died += _last_checkpoint(store, run_id, ended)
         flags.append(
