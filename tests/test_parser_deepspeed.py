@@ -639,3 +639,17 @@ def test_timers_take_their_own_step_whatever_steps_per_print_is() -> None:
         ("optimizer_allgather", 4),
         ("fwd", 4),
     ]
+
+
+def test_deepspeed_chats_throughput_line_gives_the_runs_size_and_its_figures() -> None:
+    # Invented, in the words of DeepSpeed-Chat's `print_throughput` (dschat/utils/perf.py), which prints
+    # once per micro-batch between the engine's step lines.
+    chat = "Model Parameters: 0.331 B, Latency: {0}s, TFLOPs: 1.02, Samples/sec: 7.28, Time/seq 0.14s, Batch Size: 2, Sequence Length: 512"
+    out = collect(chat.format("0.27") + "\n" + STEP + "\n" + chat.format("0.49") + "\n")
+    (run,) = out["runs"]
+    assert (run["params"], run["mbs"], run["seq_len"]) == (331_000_000, 2, 512)
+    latency = [
+        (m["iteration"], m["value"]) for m in out["iteration_metrics"] if m["key"].startswith("latency")
+    ]
+    assert latency == [(None, 0.27), (20, 0.49)]
+    assert "unparsed" not in out

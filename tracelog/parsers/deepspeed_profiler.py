@@ -32,8 +32,48 @@ SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P":
 TIME_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3}
 
 
+# DeepSpeed-Chat's `print_throughput` (applications/DeepSpeed-Chat/dschat/utils/perf.py), once per
+# micro-batch: `Model Parameters: 0.331 B, Latency: 0.27s, TFLOPs: 1.02, Samples/sec: 7.28, Time/seq 0.14s,
+# Batch Size: 2, Sequence Length: 512`
+CHAT_THROUGHPUT_RX = re.compile(  # NUM is a group of its own
+    r"^Model Parameters: "
+    + NUM
+    + r" B, Latency: "
+    + NUM
+    + r"s, TFLOPs: "
+    + NUM
+    + r", Samples/sec: "
+    + NUM
+    + r", Time/seq \S+s, Batch Size: (\d+), Sequence Length: (\d+)"
+)
+CHAT_METRICS = (
+    (2, "latency per micro-batch (DeepSpeed-Chat, s)"),
+    (3, "TFLOPs (DeepSpeed-Chat)"),
+    (4, "samples per second (DeepSpeed-Chat)"),
+)
+
+
+def chat_throughput(parser: ProfiledParser, line_no: int, msg: str) -> bool:
+    """DeepSpeed-Chat's throughput line: the model's size, micro-batch and sequence length as the run's,
+    its latency, TFLOPs and samples/s as metrics of the last step (it prints per micro-batch, between the
+    engine's step lines)."""
+    match = CHAT_THROUGHPUT_RX.match(msg.strip())
+    if match is None:
+        return False
+    run = parser.run(line_no)
+    run.columns.setdefault("params", round(float(match.group(1)) * 1e9))
+    run.columns.setdefault("mbs", int(match.group(5)))
+    run.columns.setdefault("seq_len", int(match.group(6)))
+    for group, key in CHAT_METRICS:
+        parser.metric(run, run.last_step, key, number(match.group(group)), match.group(group), line_no)
+    return True
+
+
 def profiler_line(parser: ProfiledParser, line_no: int, msg: str) -> bool:
-    """The flops profiler's summary block; its per-module breakdown is left unparsed."""
+    """The flops profiler's summary block (and DeepSpeed-Chat's throughput line); its per-module breakdown
+    is left unparsed."""
+    if msg.startswith("Model Parameters: "):
+        return chat_throughput(parser, line_no, msg)
     if "DeepSpeed Flops Profiler" in msg:
         parser.in_profiler = True
         parser.profiler_step = None

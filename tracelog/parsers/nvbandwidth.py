@@ -377,11 +377,16 @@ class _Parser:
         self.after_fatal = False
         if self.handle(n, text.strip()):
             return
-        body, host = strip_prefix(text)
-        if body.strip() and body != text and self.handle(n, body.strip()):
-            if host and self.bench is not None and self.bench.host is None and not self.bench.processes:
-                self.bench.host = host
-            return
+        body = text
+        for _ in range(3):  # one prefix at a time: the tool's own lines start with `NOTE: ` or `Error: `
+            stripped, host = strip_prefix(body, limit=1)
+            if stripped == body or not stripped.strip():
+                break
+            body = stripped
+            if self.handle(n, body.strip()):
+                if host and self.bench is not None and self.bench.host is None and not self.bench.processes:
+                    self.bench.host = host
+                return
         if body.strip():
             self.out.add("unparsed", {"line_no": n, "text": text})
 
