@@ -930,6 +930,16 @@ def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -
         ),
         ("2024-06-01 10:00:00,000 - root - WARNING - error rate limiter engaged", "warning"),
         ("UserWarning: this will raise an error in a future release", "warning"),
+        (
+            "[rank0]:[W522 18:16:36.415246 CUDACachingAllocator.cpp:495] expandable_segments: memory mapping "
+            "failed with OOM",
+            "warning",
+        ),
+        (
+            "[rank0]:[E328 00:21:12.921013299 ProcessGroupNCCL.cpp:2241] [PG ID 1 PG GUID 1 Rank 0]  failure "
+            "detected by watchdog at work sequence id: 2",
+            "error",
+        ),
     ],
 )
 def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: str) -> None:

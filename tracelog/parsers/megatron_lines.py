@@ -131,8 +131,12 @@ CHECKPOINT_WORDS = (
 )
 WARNING_RX = (
     r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
-    r"|killed|segmentation fault|" + CRASH_WORDS + "|" + CHECKPOINT_WORDS + ")"
+    r"|killed|segmentation fault|" + CRASH_WORDS + "|" + CHECKPOINT_WORDS + r"|\[[WEF]\d{3,4} \d\d:\d\d:\d\d)"
 )
+# PyTorch's C++ (glog) prefix: `[W522 18:16:36.4 CUDACachingAllocator.cpp:495] ...` is a warning whatever it
+# says, `[E328 00:21:12.9 ProcessGroupNCCL.cpp:683] ...` an error (month and day unpadded in PyTorch's own
+# format; lower-cased, as the lines are matched)
+GLOG_ERROR_RX = r"\[[ef]\d{3,4} \d\d:\d\d:\d\d"
 # The same words without the leading `\w*` the Megatron parser's (linear, Rust) regex carries, for parsers
 # reading a line at a time: Python's backtracking `search` retries that prefix at every position, quadratic
 # in a long word (seconds for 20 KiB of letters, minutes for 64 KiB); for "does the line name one" the
@@ -528,7 +532,7 @@ ERROR_WORD_RX = r"(?:^|[^_/])error(?:$|[^_.]|\.(?:$|[^a-z]))"
 # Python's `WARNING:` / ` - WARNING - ` / `[WARNING]`, a `...Warning:` category) is a warning whatever
 # words it uses ("to ensure that checkpointing will not error out"); lower-cased, as the lines are matched.
 WARNING_LEVEL_RX = (
-    r"\[nemo w |\[w\d{4} \d|(?:^|[\]:]\s?)warning:|\[warning\]|\s-\s+warning\s+-\s|\|\s*warning\s*\|"
+    r"\[nemo w |\[w\d{3,4} \d|(?:^|[\]:]\s?)warning:|\[warning\]|\s-\s+warning\s+-\s|\|\s*warning\s*\|"
     r"|\w+warning:"
 )
 
@@ -543,6 +547,8 @@ def event_kind() -> pl.Expr:
             if word == "error"
             else lowered.str.contains(word, literal=True)
         )
+        if word == "error":
+            found = found | lowered.str.contains(GLOG_ERROR_RX)
         expr = expr.when(found & ~warned if kind == "error" else found).then(pl.lit(kind))
     return expr.otherwise(pl.lit("warning"))
 
@@ -561,7 +567,11 @@ def kind_of(text: str, fallback: str = "warning", leveled: bool = False) -> str:
             for kind, word in EVENT_KINDS
             if kind != "warning"
             and not (warned and kind == "error")
-            and (regex.search(ERROR_WORD_RX, lowered) if word == "error" else word in lowered)
+            and (
+                bool(regex.search(ERROR_WORD_RX, lowered) or regex.search(GLOG_ERROR_RX, lowered))
+                if word == "error"
+                else word in lowered
+            )
         ),
         fallback,
     )

@@ -380,7 +380,9 @@ class _Parser:
         body = text
         for _ in range(3):  # one prefix at a time: the tool's own lines start with `NOTE: ` or `Error: `
             stripped, host = strip_prefix(body, limit=1)
-            if stripped == body or not stripped.strip():
+            if not stripped.strip():
+                return  # a launcher prefix on a blank line
+            if stripped == body:
                 break
             body = stripped
             if self.handle(n, body.strip()):
