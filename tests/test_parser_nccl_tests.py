@@ -881,3 +881,41 @@ def test_rccl_tests_of_2023_colon_header_and_rccls_own_version_line() -> None:
         "134217728",
         "2.17.1+hip5.7",
     )
+
+
+def test_a_command_behind_a_prompt_or_over_several_lines_is_the_benchs_command() -> None:
+    # Invented, in the shapes users paste: a command continued with `\` over several lines, then a root
+    # prompt's command whose run failed before any row, then the same command run again.
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    row = "   134217728      33554432     float     sum      -1   1051.2  127.68  223.44      0   1050.9  127.72  223.51      0\n"
+    text = (
+        "mpirun -np 2 \\\n"
+        "  -H 10.0.1.1:1,10.0.1.2:1 \\\n"
+        "  -x NCCL_SOCKET_IFNAME=enp1s0f0np0 \\\n"
+        "  ./build/all_gather_perf -b 128M -e 128M\n"
+        "# nThread 1 nGpus 1 minBytes 134217728 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20\n"
+        + header
+        + row
+        + "# Avg bus bandwidth    : 223.475\n"
+        "root@node07:~/nccl-tests#  ./build/all_reduce_perf -b 1G -e 2G -g4\n"
+        "# nThread 1 nGpus 4 minBytes 1073741824 maxBytes 2147483648 step: 2(factor) warmup iters: 5 iters: 20\n"
+        + header
+        + "node07: Test CUDA failure common.cu:502 'an illegal memory access was encountered'\n"
+        "root@node07:~/nccl-tests# ./build/all_reduce_perf -b 1G -e 2G -g4\n"
+        "# nThread 1 nGpus 4 minBytes 1073741824 maxBytes 2147483648 step: 2(factor) warmup iters: 5 iters: 20\n"
+    )
+    out = collect(text)
+    commands = [
+        (p["bench_key"], p["value"], p["line_no"]) for p in out["bench_params"] if p["name"] == "command"
+    ]
+    assert commands == [
+        (
+            0,
+            "mpirun -np 2 -H 10.0.1.1:1,10.0.1.2:1 -x NCCL_SOCKET_IFNAME=enp1s0f0np0 ./build/all_gather_perf -b 128M -e 128M",
+            1,
+        ),
+        (1, "./build/all_reduce_perf -b 1G -e 2G -g4", 9),
+        (2, "./build/all_reduce_perf -b 1G -e 2G -g4", 13),
+    ]
+    assert [b["collective"] for b in out["benches"]] == ["all_gather", "all_reduce", "all_reduce"]
+    assert "unparsed" not in out

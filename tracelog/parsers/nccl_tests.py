@@ -83,6 +83,7 @@ XID_RX = re.compile(r"NVRM: Xid\b")
 # NCCL's init line for each rank (init.cc): `comm 0x7fc1dc000dc0 rank 7 nranks 16 cudaDev 7 busId a01d0 - Init
 # COMPLETE`; older releases print `nRanks`
 COMM_RX = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
+SHELL_PROMPT_RX = re.compile(r"^(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]|\$)\s+(?=\S)")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
 UNITS_RX = re.compile(r"^#\s*\(B\)")
 
@@ -125,6 +126,7 @@ class Bench:
     groups: list[int | None] = field(default_factory=list)  # NCCL_TESTS_SPLIT's `Group` per device line
     numbers: list[tuple[int, int]] = field(default_factory=list)  # (rank, device index) per device line
     elided: bool = False  # a `...` line in the device list: someone shortened it
+    commanded: bool = False  # its shell command was read
     types: dict[str, None] = field(default_factory=dict)
     redops: dict[str, None] = field(default_factory=dict)
     rows: int = 0
@@ -226,6 +228,7 @@ class _Parser:
         ] = []  # params seen before their bench opened, with the line
         self.init_ranks: int | None = None  # the last `nranks` NCCL's init lines said
         self.tool = TOOL  # which fork the file's lines named last
+        self.continued: list[tuple[int, str]] = []  # the lines of a shell command continued with `\`
 
     # -- bench lifecycle ------------------------------------------------------------------------------
     def open(self, line_no: int, phase: int) -> Bench:
@@ -238,6 +241,7 @@ class _Parser:
             self.param(name, value, at)
             if name == "command":
                 self.name_collective(value, "command")
+                bench.commanded = True
         return bench
 
     def named_tool(self, tool: str) -> None:
@@ -256,6 +260,8 @@ class _Parser:
         return bench
 
     def finish(self) -> None:
+        for n, t in self.continued:
+            self.out.add("unparsed", {"line_no": n, "text": t})
         self.close()
         for _, _, n, text in self.pending:
             self.out.add("unparsed", {"line_no": n, "text": text})
@@ -318,6 +324,16 @@ class _Parser:
     def line(self, line_no: int, text: str) -> None:
         if not text.strip():
             return
+        if self.continued or (text.rstrip().endswith("\\") and not text.lstrip().startswith("#")):
+            # a command written over several lines (`mpirun -np 2 \`): one command, at its first line
+            self.continued.append((line_no, text))
+            if text.rstrip().endswith("\\"):
+                return
+            lines, self.continued = self.continued, []
+            if not self.handle(lines[0][0], " ".join(t.rstrip().rstrip("\\").strip() for _, t in lines)):
+                for n, t in lines:
+                    self.out.add("unparsed", {"line_no": n, "text": t})
+            return
         if " NCCL INFO " in text:  # the bulk of a debug log: kept as unparsed, read no further
             if " nranks " in text and (match := COMM_RX.search(text)):
                 self.init_ranks = int(match.group(1))  # the communicator's size, as NCCL's init says it
@@ -374,14 +390,17 @@ class _Parser:
             return True
         if FAILURE_RX.search(body):
             return self.failure(n, text)
+        body = SHELL_PROMPT_RX.sub("", body, count=1)  # `root@node:~/nccl-tests# ./build/all_reduce_perf`
         if "#" not in body and "NCCL INFO" not in body and COMMAND_RX.search(" " + body):
-            # a command after a bench's rows starts the next bench, footer or not (a run cut short)
-            if self.bench is None or self.bench.phase >= 5:
+            # a command after a bench's rows (or its failure, or its own command) starts the next bench,
+            # footer or not (a run cut short)
+            if self.bench is None or self.bench.phase >= 5 or self.bench.failed or self.bench.commanded:
                 self.close()
                 self.pending.append(("command", body, n, text))
             else:
                 self.param("command", body, n)
                 self.name_collective(body, "command")
+                self.bench.commanded = True
             return True
         return False
 
