@@ -943,7 +943,7 @@ def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -
     ],
 )
 def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: str) -> None:
-    from tracelog.parsers.megatron_lines import event_kind, kind_of
+    from tracelog.parsers.event_words import event_kind, kind_of
 
     assert kind_of(line) == kind
     assert pl.DataFrame({"line": [line]}).select(event_kind().alias("kind"))["kind"][0] == kind

@@ -409,6 +409,42 @@ def test_rows_of_the_wrong_width_are_unparsed() -> None:
     assert out["benches"][0]["status"] == "partial"
 
 
+# v0.8 with `-v --perfFormatter` (invented): each sample's figure, `&&&& PERF` instead of `SUM`, and the
+# verbose minimum, maximum and mean of the matrix.
+VERBOSE_PERF = """\
+nvbandwidth Version: v0.8
+Built from Git version: v0.8
+
+Running host_to_device_memcpy_ce.
+\tSample 0: Host -> Device 0: 24.63 GB/s
+\tSample 1: Host -> Device 0: 24.61 GB/s
+\tSample 0: Host -> Device 1: 24.58 GB/s
+\tSample 1: Host -> Device 1: 24.57 GB/s
+memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)
+           0         1
+ 0     24.61     24.58
+
+&&&& PERF host_to_device_memcpy_ce 49.19 +GB/s
+MIN host_to_device_memcpy_ce 24.58
+MAX host_to_device_memcpy_ce 24.61
+AVG host_to_device_memcpy_ce 24.59
+
+"""
+
+
+def test_verbose_samples_and_the_perf_formatter() -> None:
+    out = collect(VERBOSE_PERF)
+    assert matrices(out) == {"host_to_device_memcpy_ce": {(2, 0): 24.61, (2, 1): 24.58}}
+    assert {k: v for k, v in params(out).items() if k.endswith("_ce")} == {
+        "PERF host_to_device_memcpy_ce": "49.19",
+        "MIN host_to_device_memcpy_ce": "24.58",
+        "MAX host_to_device_memcpy_ce": "24.61",
+        "AVG host_to_device_memcpy_ce": "24.59",
+    }
+    assert out["benches"][0]["status"] == "complete"
+    assert "unparsed" not in out
+
+
 # v0.4 (invented): the old corner and row labels, device lines without bus id, a `0.00` diagonal, the
 # note after the versions, a bidirectional test's single matrix, and a waived test named.
 V04 = """\

@@ -138,7 +138,7 @@ def test_an_env_warning_naming_error_handling_is_no_error_line(tmp_path: Path) -
     """torchtitan warns at every start that `ENV[TORCH_NCCL_ASYNC_ERROR_HANDLING] = 1 will be overridden`:
     `error` inside a variable's name is no error line, so no health flag; a C++ stack frame naming
     `c10::Error::Error` belongs to its traceback."""
-    from tracelog.parsers.megatron_lines import kind_of
+    from tracelog.parsers.event_words import kind_of
 
     line = (
         "[rank0]:[titan] 2025-11-25 19:44:55,284 - root - WARNING - ENV[TORCH_NCCL_ASYNC_ERROR_HANDLING] = 1 "

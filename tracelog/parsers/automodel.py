@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
-from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
+from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "nemo_automodel"

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tracelog.parsers import megatron, megatron_lines
+from tracelog.parsers import event_words, megatron
 from tracelog.parsers.base import (
     RESUME_TABLE,
     RETRACT_TABLE,
@@ -553,11 +553,11 @@ class _Parser:
         if "Traceback (most recent call last)" in text:
             kind = self.event_kind[source] = "traceback"
         elif open_kind and (msg[:1].isspace() or exception):
-            kind = megatron_lines.kind_of(text) if exception else open_kind
+            kind = event_words.kind_of(text) if exception else open_kind
             if exception and open_kind == "traceback":
                 del self.event_kind[source]
-        elif level in ("WARNING", "ERROR", "CRITICAL") or megatron_lines.EVENT_WORDS_RX.search(text):
-            kind = megatron_lines.kind_of(text)
+        elif level in ("WARNING", "ERROR", "CRITICAL") or event_words.EVENT_WORDS_RX.search(text):
+            kind = event_words.kind_of(text)
             if level == "WARNING" and kind == "error":
                 kind = "warning"
             elif level in ("ERROR", "CRITICAL") and kind == "warning":

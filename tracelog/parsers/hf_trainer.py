@@ -44,6 +44,7 @@ from tracelog.parsers.deepspeed import (
 )
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
 from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, memory_row, see_memory_mib
+from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.hf_trainer_dict import (
     HEADER_RX,
     PAIR_RX,
@@ -56,7 +57,6 @@ from tracelog.parsers.hf_trainer_dict import (
     steps_per_epoch,
     to_number,
 )
-from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"

@@ -110,15 +110,18 @@ def steps_per_epoch(run: dict[str, Any]) -> int | None:
     over the per-device batch times the data-parallel ranks, over the accumulation. A logged dict's
     `epoch` times this is its step, where nothing else says the step (the epoch is that quotient)."""
     said = {p["name"]: str(p["value"]) for p in run.get("run_params", [])}
-    counts = (
-        said.get("num_examples", ""),
-        said.get("gradient_accumulation_steps", ""),
-        run.get("mbs"),
-        run.get("gbs"),
-    )
-    if not all(str(c).isdigit() and int(c) > 0 for c in counts):
+    counts = [
+        str(c)
+        for c in (
+            said.get("num_examples"),
+            said.get("gradient_accumulation_steps"),
+            run.get("mbs"),
+            run.get("gbs"),
+        )
+    ]
+    if not all(c.isdigit() and int(c) > 0 for c in counts):
         return None
-    examples, accumulation, mbs, gbs = (int(c) for c in counts)  # type: ignore[arg-type]
+    examples, accumulation, mbs, gbs = (int(c) for c in counts)
     if gbs % (mbs * accumulation):
         return None
     ranks = gbs // (mbs * accumulation)

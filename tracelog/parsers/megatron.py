@@ -21,6 +21,7 @@ from tracelog.parsers.base import (
     LineSource,
     guarded,
 )
+from tracelog.parsers.event_words import WARN_ECHO_RX, WARNING_RX, event_kind
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
     IterationLayout,
@@ -43,11 +44,8 @@ from tracelog.parsers.megatron_lines import (
     TIMER_MARK,
     TIMER_NAME_RX,
     TIMER_RANK_LITERAL,
-    WARN_ECHO_RX,
-    WARNING_RX,
     attach_iteration,
     deepspeed_timer_steps,
-    event_kind,
     generic_metrics,
     iteration_anchors,
     iterations_by_regex,

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
-from tracelog.parsers.megatron_lines import EVENT_WORDS_RX, kind_of
+from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows
 from tracelog.parsers.topo import ANSI_RESIDUE_RX
 

@@ -45,14 +45,13 @@ from tracelog.parsers.base import (
     guarded,
     strip_prefix,
 )
+from tracelog.parsers.event_words import CRASH_WORDS, kind_of
 from tracelog.parsers.megatron_lines import (
-    CRASH_WORDS,
     ITER_MARK,
     TIMER_ALL_HEAD,
     TIMER_BLOCK_LINE_RX,
     TIMER_NAME_RX,
     TIMER_RANK_RX,
-    kind_of,
 )
 from tracelog.parsers.run_rows import tqdm_seconds
 

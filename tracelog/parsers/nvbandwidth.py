@@ -142,9 +142,8 @@ class _Matrix:
     testcase: str | None
     line_no: int
     columns: int = 0
-    cells: list[tuple[int, int | None, int, str, int]] = field(
-        default_factory=list
-    )  # row, ->dst, col, cell, line
+    # (row label, the `->` peer of a labelled row, column, cell as printed, line)
+    cells: list[tuple[int, int | None, int, str, int]] = field(default_factory=list)
     rows: set[tuple[int, int | None]] = field(default_factory=set)
     summed: bool = False
 

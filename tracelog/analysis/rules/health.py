@@ -428,10 +428,10 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     ).fetchall()
     flags = []
     for run_id, text, line, count, fatal_text, fatal_line, uncaught_line, *rest in rows:
-        *survived, first_text, first_line = rest
+        went_text, went_line, stepped, first_text, first_line = rest
         # a fatal line with iterations after it: a restart within the job (NeMo's in-job restart,
         # torchrun's --max-restarts) went on training, so the run did not end there
-        died = _went_on(*survived, last=line)
+        died = _went_on(went_text, went_line, stepped, last=line)
         died += (
             f" It died at line {fatal_line}: {_sentence(fatal_text)}"
             if fatal_line is not None and fatal_line != line
