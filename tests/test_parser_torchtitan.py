@@ -166,3 +166,23 @@ def test_the_ezpz_loggers_microsecond_times_give_the_seconds_per_step() -> None:
     rows = collect(text)["iterations"]
     assert [r["elapsed_s"] for r in rows] == [None, pytest.approx(0.613787), pytest.approx(0.625309)]
     assert rows[0]["ts"].microsecond == 954794
+
+
+def test_the_memory_share_gives_the_devices_capacity_for_the_oom_rule(tmp_path: Path) -> None:
+    """torchtitan prints its peak reserved memory with its share of the device: where no line names the
+    GPU, that share gives the capacity, and 96 % of it is close to out-of-memory (invented lines in the
+    shape of a published MoE run's, torchtitan `metrics.py`)."""
+    line = (
+        "[titan] 2026-02-24 19:41:0{0},031 - root - INFO - step:  {0}  loss:  4.84441  grad_norm: 17.2500  "
+        "memory: {1}GiB({2}%)  tps: 10,917  tflops: 341.86  mfu: 15.19%"
+    )
+    log = tmp_path / "titan.log"
+    log.write_text("\n".join([line.format(7, "170.22", "95.44"), line.format(8, "171.75", "96.29")]) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    (capacity,) = api.sql(db, "SELECT value FROM run_params WHERE name = 'device_memory_mib'").value
+    assert int(capacity) == round(170.22 / 95.44 * 102400)  # the first share read: 182,633 MiB
+    (flag,) = api.sql(db, "SELECT severity, message FROM flags WHERE rule = 'oom_proximity'").itertuples(
+        index=False
+    )
+    assert flag.severity == "critical" and "171.8 GiB is 96%" in flag.message

@@ -74,7 +74,7 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
-    'json.zero_optimization.reduce_bucket_size')
+    'json.zero_optimization.reduce_bucket_size', 'device_memory_mib')
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
 """

@@ -45,6 +45,10 @@ STAMP_RX = re.compile(r"(?:\[titan\] |^\s*\[)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:
 forks run it under (`[2025-09-11 14:09:46,954794][I][components/metrics:437:log] step: 1 ...`)."""
 STEP_RX = re.compile(r"(?<![\w])(?<!validate )step:\s*(\d+)\s+loss:\s*" + NUM)
 VALIDATE_RX = re.compile(r"validate step:\s*(\d+)\s+loss:\s*" + NUM)
+# torchtitan's `memory: 171.75GiB(96.29%)` is the peak over the device's capacity (`device_capacity_gib`):
+# the capacity, where nothing names the GPU, for the memory rules; read where the share is large enough for
+# its two decimals to give it to 0.1 %
+MEMORY_SHARE_RX = re.compile(r"\bmemory:\s*([\d.]+)GiB\((\d+\.\d+)%\)")
 FIELD_RX = re.compile(r"\b(grad_norm|memory|tps|wps|tflops|mfu):\s*" + NUM[:-1] + r"|N/A)(GiB)?")
 MESH_RX = re.compile(r"Building device mesh with parallelism: (.*)")
 OLD_MESH_RX = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
@@ -137,6 +141,16 @@ class _Parser(RunRows):
             gib = printed_number(fields["memory"][0])
             at = {"run_key": self.run_key, "iteration": step, "rank": rank, "line_no": n}
             self.out.add("memory", {**at, "max_reserved_mib": gib * 1024 if gib is not None else None})
+            share = MEMORY_SHARE_RX.search(body)
+            said = self.run(n)["run_params"]
+            if (
+                share
+                and float(share.group(2)) >= 10
+                and not any(p["name"] == "device_memory_mib" for p in said)
+            ):
+                self.param(
+                    n, "device_memory_mib", round(float(share.group(1)) / float(share.group(2)) * 102400)
+                )
         if step == self.last_step:
             return  # the same step from another rank
         self.run(n)

@@ -53,6 +53,10 @@ def oom_proximity(store: Store, t: Thresholds, scope: Scope, runs: list[RunInput
         capacity = run.gpu.memory_mib if run.gpu else None
         model = predicted.get(run.run_id, {}).get("gpu_memory_mib", (None,))[0]
         where = f"{run.gpu.id} ({capacity / GIB:.0f} GiB)" if run.gpu and capacity else "its GPU"
+        printed = run.run_params.get("device_memory_mib", "")
+        if capacity is None and printed.isdigit():  # the log's own share of its device (torchtitan)
+            capacity = float(printed)
+            where = f"its GPU ({capacity / GIB:.0f} GiB, as the log's memory share gives it)"
         if run.status and run.status.upper() == "OOM":
             flags.append(
                 _flag(
