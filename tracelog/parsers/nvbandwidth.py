@@ -90,11 +90,11 @@ WARNING_RX = re.compile(
 )
 FATAL_RX = re.compile(
     r"^(?:ASSERT in expression\b|\[(?:CUDA_ERROR_\w+|cuda[A-Z]\w+)\]|NVML_ERROR: \[|ERROR: Invalid Arguments"
-    r"|Invalid value when checking the pattern|Current offset\s*:)"
+    r"|Invalid value when checking the pattern|Current offset\s*[:\[])"
     r"|Segmentation fault|core dumped|terminate called|\bAborted\b|\bKilled\b|MPI_ABORT was invoked"
 )
 TEST_ERROR_RX = re.compile(r"^(?:ERROR|Error): \S")
-PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*(\S.*\bnvbandwidth\b.*)$")
+PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*((?:\S.*)?\bnvbandwidth\b.*)$")
 # A GPU-to-GPU test whose matrix holds one value per pair: copies (CE or SM, multinode too) and latency.
 PAIR_TEST_RX = re.compile(r"(?:^|_)device_to_device_(?:bidirectional_)?(?:memcpy|latency)_")
 KEY_SUFFIX_RX = re.compile(r"_(?:read[12]|write[12]|total)$")
@@ -179,7 +179,12 @@ class _Matrix:
         testcase = self.testcase or _slug(self.title)
         latency = self.unit[0] != "GB/s"
         pairwise = bool(self.testcase) and self.kind() == "gpu" and not latency
-        return matrix_name(testcase, self.variant, latency, pairwise)
+        variant = self.variant
+        if variant is None and "bidirectional" in testcase and testcase.endswith("_sm"):
+            # to v0.5 an SM bidirectional test printed one matrix: both directions summed
+            # (`MemcpyOperation::TOTAL_BW`; v0.2's README: size/(time on stream1) + size/(time on stream2))
+            variant = "Total"
+        return matrix_name(testcase, variant, latency, pairwise)
 
     def whole(self) -> bool:
         expected = self.expected_rows()
@@ -332,8 +337,8 @@ class _Parser:
             expected = matrix.expected_rows()
             bench.cut.append(f"{name} ({len(matrix.rows)} of {expected or '?'} rows)")
         for row, to, col, cell, line in matrix.cells:
-            if cell == "N/A":
-                continue
+            if cell == "N/A" or (kind == "gpu" and row == col and float(cell) == 0):
+                continue  # not measured (v0.1 printed a GPU with itself as 0.00, later versions as N/A)
             src, dst = {
                 "gpu": (row, col),
                 "other": (matrix.columns, col),

@@ -303,6 +303,9 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             SELECT bench_id, matrix, src, dst, value, line_no,
                    median(value) OVER (PARTITION BY bench_id, matrix) AS typical
             FROM p2p WHERE {scope.benches} AND src <> dst AND unit = 'GB/s' AND value IS NOT NULL
+              -- GPU pairs only: nvbandwidth's host and aggregate tests (a row for the CPU or all peers,
+              -- some under deliberate interfering traffic) are no pair of links
+              AND starts_with(matrix, 'bandwidth_')
         )
         SELECT bench_id, matrix, list(src || '→' || dst ORDER BY value), min(value), any_value(typical),
                min(line_no), count(*)
