@@ -73,6 +73,9 @@ def test_sql_formats(db_path: Path) -> None:
     assert "| one |" in md.output.replace("|   one |", "| one |")
     bad = run(db_path, "sql", "SELECT * FROM no_such_table")
     assert bad.exit_code == 1 and "SQL error" in bad.output
+    for empty, fmt in (("", "table"), (" ; ", "csv")):  # DuckDB runs no statement: a user error, not a crash
+        nothing = run(db_path, "sql", empty, "--format", fmt)
+        assert nothing.exit_code == 1 and "the SQL holds no statement" in nothing.output
 
 
 def test_table_output_does_not_interpret_markup(db_path: Path) -> None:

@@ -482,12 +482,18 @@ class Store:
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
         with sql_errors():
-            return self.con.execute(sql, params or []).df()
+            return self._statement(sql, params).df()
 
     def rows(self, sql: str, params: list[Any] | None = None) -> Rows:
         """The result as plain rows, for a command printing a table (no pandas loaded)."""
         with sql_errors():
-            return Rows.fetch(self.con.execute(sql, params or []))
+            return Rows.fetch(self._statement(sql, params))
+
+    def _statement(self, sql: str, params: list[Any] | None) -> duckdb.DuckDBPyConnection:
+        cursor = self.con.execute(sql, params or [])
+        if cursor is None:  # DuckDB runs an empty text (or one of comments) as nothing at all
+            raise TracelogError("the SQL holds no statement to run")
+        return cursor
 
     def sources(self) -> pd.DataFrame:
         """The ingested files, with their hash, format and line counts."""
