@@ -123,8 +123,14 @@ def test_parser_error_names_file_and_rolls_back(store: Store, monkeypatch: pytes
         (b"\x7fELF\x02\x01\x01\x00\x00\x00binary", "binary file"),
         (b"hello\nthis is a shopping list\nmilk\n", "no parser recognises this file"),
         (b'{"loss": [1.0, 0.9], "step": 2}\n', "no parser recognises this file"),
+        (
+            # a report kept beside the logs quotes their lines (`iteration 1/ 100 | ... lm loss ...`)
+            b"<!DOCTYPE html>\n<html><body><pre> iteration        1/     100 | elapsed time per iteration "
+            b"(ms): 1200.0 | lm loss: 9.1E+00 |</pre></body></html>\n",
+            "an HTML page (a report?), not a log",
+        ),
     ],
-    ids=["empty", "binary", "prose", "other-format"],
+    ids=["empty", "binary", "prose", "other-format", "html"],
 )
 def test_bad_files_get_clear_errors(store: Store, tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.log"

@@ -7,6 +7,7 @@ asked about the raw bytes of a head that text detection would reject. Adding a f
 
 from __future__ import annotations
 
+import re
 from types import ModuleType
 
 from tracelog.errors import TracelogError
@@ -63,8 +64,14 @@ def by_format(format_id: str) -> ModuleType:
     raise TracelogError(f"unknown format {format_id!r}; known formats: {', '.join(formats())}")
 
 
+HTML_RX = re.compile(r"^\s*(?:<!--.*?-->\s*)*<(?:!doctype html|html)\b", re.IGNORECASE | re.DOTALL)
+
+
 def detect(head: str, path: str) -> ModuleType:
-    """Pick the parser most sure of the head of a file; a file nobody claims is an error."""
+    """Pick the parser most sure of the head of a file; a file nobody claims is an error. An HTML page is
+    no log whatever log lines it quotes (tracelog's own report holds them)."""
+    if HTML_RX.match(head[:4096]):
+        raise TracelogError("an HTML page (a report?), not a log; use --parser to read it anyway", path)
     scored = sorted(((p.detect(head), i, p) for i, p in enumerate(PARSERS)), key=lambda t: (-t[0], t[1]))
     if not scored or scored[0][0] <= 0:
         raise TracelogError(
