@@ -195,3 +195,39 @@ def test_show_sums_up_a_run_with_its_trend(db_path: Path) -> None:
     first, last, lowest, highest = map(float, cells[1:5])
     assert first > last and lowest <= last and highest >= first  # a loss that falls
     assert cells[5][0] == "█" and cells[5][-1] == "▁"  # the sparkline falls with it
+
+
+@pytest.mark.parametrize("fmt", ["csv", "table"])
+def test_a_pipe_whose_reader_stops_early_ends_the_command_quietly(tmp_path: Path, fmt: str) -> None:
+    """`tracelog show RUN --iterations | head -1`: the reader closes the pipe while tracelog still writes;
+    that is what the user asked for, not an error (status 0, nothing on stderr)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "long.log"  # invented: enough iterations that the rows outgrow the pipe's buffer
+    log.write_text(
+        "".join(
+            f" iteration {i:8d}/ 5000 | elapsed time per iteration (ms): 1000.0 | lm loss: 3.000000E+00 |\n"
+            for i in range(1, 5001)
+        )
+    )
+    db = tmp_path / "t.duckdb"
+    assert CliRunner().invoke(cli, ["--db", str(db), "ingest", str(log)]).exit_code == 0
+    command = [
+        sys.executable,
+        "-m",
+        "tracelog",
+        "--db",
+        str(db),
+        "show",
+        "1",
+        "--iterations",
+        "--limit",
+        "5000",
+    ]
+    proc = subprocess.Popen([*command, "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=120), err) == (0, b"")

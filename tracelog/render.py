@@ -127,9 +127,17 @@ def render(
         click.echo()
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader of the pipe stopped (`| head`): handed to the command line, which ends quietly with
+        status 0 as after the other formats (rich's own answer is status 1)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
     """A rich table: as many rows as the terminal shows (SCREEN_ROWS in a pipe), columns that fit."""
-    console = Console(markup=False, emoji=False, highlight=False)
+    console = _Console(markup=False, emoji=False, highlight=False)
     rows = max(10, console.size.height - 8) if console.is_terminal else SCREEN_ROWS
     fits = console.is_terminal or bool(os.environ.get("COLUMNS"))
     hidden: list[str] = []
@@ -137,7 +145,7 @@ def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
     if fits:
         shown, hidden = fit_columns(shown, console.width)
     else:
-        console = Console(markup=False, emoji=False, highlight=False, width=100_000)
+        console = _Console(markup=False, emoji=False, highlight=False, width=100_000)
     table = Table(title=title, show_lines=False, header_style="bold")
     for column, numeric in zip(shown.columns, shown.numeric, strict=True):
         label = _header(column) if fits else str(column)

@@ -216,6 +216,11 @@ class Group(click.Group):
         except (KeyboardInterrupt, duckdb.InterruptException):
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # the reader of the pipe stopped (`| head -1`) after what it wanted: no error; stdout goes to
+            # /dev/null so that the interpreter's own flush at exit does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(0)
         except Exception as exc:
             if isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted"):
                 # DuckDB's word for a query stopped by Ctrl-C, from the paths that do not raise its type
