@@ -173,6 +173,26 @@ def test_alpha_and_efficiency_recovered_from_an_nccl_tests_table(tmp_path: Path)
     assert fits["link_efficiency"].heldout_error < 0.01
 
 
+def test_a_bench_that_returned_wrong_data_is_no_figure_of_its_link(tmp_path: Path) -> None:
+    # the same GPUs, once healthy and once with corrupted results (a broken link or driver) and slow: only
+    # the healthy bench is fitted
+    healthy, broken = tmp_path / "ok.txt", tmp_path / "bad.txt"
+    healthy.write_text(nccl_tests_text(alpha_us=1.5, efficiency=0.83))
+    broken.write_text(
+        nccl_tests_text(alpha_us=9.0, efficiency=0.30).replace(
+            "# Out of bounds values : 0 OK", "# Out of bounds values : 5 FAILED"
+        )
+    )
+    db = tmp_path / "c.duckdb"
+    api.ingest(db, [str(healthy), str(broken)])
+    assert sorted(api.sql(db, "SELECT status FROM benches").status) == ["complete", "data_error"]
+    with api.connect(db) as store:
+        curves = link_fit.bench_curves(store)
+        fits = {f.constant: f for f in link_fit.fit_collectives(curves)}
+    assert [c.bench_id for c in curves] == [1]
+    assert fits["link_efficiency"].value == pytest.approx(0.83, rel=0.01)
+
+
 def test_bench_predictions_use_the_fitted_link(tmp_path: Path) -> None:
     path = tmp_path / "all_reduce.txt"
     path.write_text(nccl_tests_text(alpha_us=1.5, efficiency=0.83))

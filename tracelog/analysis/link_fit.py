@@ -88,12 +88,17 @@ class BenchCurve:
     times_us: tuple[float, ...]
 
 
+USABLE_SQL = "coalesce(status, 'complete') NOT IN ('failed', 'data_error')"
+"""A bench the fit may learn from: not one that failed or returned wrong data (a broken GPU, link or
+driver is no figure of the fabric); a partial sweep's rows are measurements like any other."""
+
+
 def bench_curves(store: Store, where: str = "TRUE") -> list[BenchCurve]:
     """The nccl-tests benches (a SQL predicate over `bench_id`) with a known link and two or more ranks."""
     benches = store.con.execute(
         f"""
         SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node FROM benches
-        WHERE ({where}) AND bench_id IN (SELECT bench_id FROM collectives) ORDER BY bench_id
+        WHERE ({where}) AND bench_id IN (SELECT bench_id FROM collectives) AND {USABLE_SQL} ORDER BY bench_id
         """
     ).fetchall()
     curves = []
@@ -342,7 +347,8 @@ def fabric_curves(store: Store, where: str = "TRUE") -> list[FabricCurve]:
     benches = store.con.execute(
         f"""
         SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric, nics_per_node
-        FROM benches WHERE ({where}) AND bench_id IN (SELECT bench_id FROM collectives) ORDER BY bench_id
+        FROM benches WHERE ({where}) AND bench_id IN (SELECT bench_id FROM collectives) AND {USABLE_SQL}
+        ORDER BY bench_id
         """
     ).fetchall()
     curves = []
