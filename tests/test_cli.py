@@ -231,3 +231,11 @@ def test_a_pipe_whose_reader_stops_early_ends_the_command_quietly(tmp_path: Path
     proc.stdout.close()
     err = proc.stderr.read()
     assert (proc.wait(timeout=120), err) == (0, b"")
+
+
+def test_a_pair_without_its_value_is_named_where_it_was_given(db_path: Path) -> None:
+    run(db_path, "ingest", BLOOM)
+    tag = run(db_path, "tag", "1", "bad")
+    assert tag.exit_code == 2 and "Invalid value for TAGS: 'bad' is not key=value" in tag.output
+    flags = run(db_path, "flags", "--threshold", "loss_spike")
+    assert flags.exit_code == 2 and "Invalid value for --threshold: 'loss_spike'" in flags.output

@@ -83,12 +83,13 @@ uncalibrated_option = click.option(
 )
 
 
-def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+def parse_tags(values: tuple[str, ...], hint: str = "--tag") -> dict[str, str]:
+    """`key=value` pairs; `hint` names where they were given in an error (`--threshold`, a tag argument)."""
     tags = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--tag")
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint=hint)
         tags[key.strip()] = value.strip()
     return tags
 

@@ -141,7 +141,7 @@ def tag(obj: Context, run: str, tags: tuple[str, ...]) -> None:
         tracelog runs --tag exp=topology
     """
     with user_errors():
-        run_id = queries.tag_run(obj.store(), run, parse_tags(tags))
+        run_id = queries.tag_run(obj.store(), run, parse_tags(tags, hint="TAGS"))
     click.echo(f"run {run_id}: tagged {', '.join(tags)}")
 
 
@@ -249,7 +249,7 @@ def flags(
     with user_errors():
         store = obj.store()
         if refresh or thresholds:
-            queries.refresh(store, thresholds=parse_tags(thresholds))
+            queries.refresh(store, thresholds=parse_tags(thresholds, hint="--threshold"))
         frame = queries.flags(
             store,
             severity=severity,
