@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tests.conftest import CORPUS, SAMPLES, alone
 from tracelog import api
 from tracelog.cli import cli
+from tracelog.errors import TracelogError
 from tracelog.model.flops import ModelConfig, flops_megatron_lm
 
 BLOOM_LOG = str(SAMPLES / "megatron_deepspeed_bloom_ugly.log")
@@ -358,3 +359,15 @@ def test_a_run_s_port_fabric_counts_the_node_s_nics() -> None:
     assert _figure(four, "sec_per_it") < _figure(one, "sec_per_it")
     # the GPU's work is the same
     assert _figure(four, "compute_s") == pytest.approx(_figure(one, "compute_s"))
+
+
+def test_an_unknown_gpu_is_refused_and_a_printed_name_is_taken() -> None:
+    with pytest.raises(TracelogError, match="unknown GPU 'nosuch'"):
+        api.predict(gpu="nosuch", layers=32, hidden=4096, heads=32, seq_len=4096, gbs=512, mbs=1, gpus=8)
+    by_name = api.predict(
+        gpu="NVIDIA H100 80GB HBM3", layers=32, hidden=4096, heads=32, seq_len=4096, gbs=512, mbs=1, gpus=8
+    )
+    by_id = api.predict(
+        gpu="h100-sxm5-80gb", layers=32, hidden=4096, heads=32, seq_len=4096, gbs=512, mbs=1, gpus=8
+    )
+    assert by_name.equals(by_id)

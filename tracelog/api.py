@@ -146,7 +146,8 @@ def predict(
     """What the model predicts, with its parts (time, throughput, memory, FLOPs) and what it had to
     assume: for a stored run (`run`, with any value overridden by the keyword arguments), or for a
     configuration given as keywords (runs-table names: layers, hidden, heads, seq_len, vocab, gbs, mbs,
-    tp, pp, dp, ...). `gpu` and `fabric` are catalog ids; `efficiency` the share of the dense peak;
+    tp, pp, dp, ...). `gpu` is a catalog id or the name a tool prints (an unknown one is refused, as
+    `plan` and `set` refuse it), `fabric` a catalog id; `efficiency` the share of the dense peak;
     `attention_backend` how attention ran (flash, fused, unfused, local: Megatron-LM's names; a run's own
     arguments say it, a configuration alone takes its framework's default, flash for Megatron-LM).
     The constants `calibrate` stored are used unless `calibrated` is False (the textbook model). Without
@@ -156,7 +157,7 @@ def predict(
     else:
         store = connect(db, read_only=True) if db is not None and calibrated else None
     run_id = run_lookup.resolve_run(store, run) if store is not None and run is not None else None
-    overrides = {**config, "gpu_model": gpu, "fabric": fabric}
+    overrides = {**config, "gpu_model": catalog.resolve_gpu_id(gpu) if gpu else None, "fabric": fabric}
     return what_if(
         store,
         run_id,
