@@ -371,3 +371,12 @@ def test_an_unknown_gpu_is_refused_and_a_printed_name_is_taken() -> None:
         gpu="h100-sxm5-80gb", layers=32, hidden=4096, heads=32, seq_len=4096, gbs=512, mbs=1, gpus=8
     )
     assert by_name.equals(by_id)
+
+
+def test_heads_that_do_not_split_over_tp_are_an_inconsistent_layout() -> None:
+    shape = {"layers": 70, "hidden": 14336, "seq_len": 2048, "vocab": 250880, "gbs": 2048, "mbs": 2, "tp": 4}
+    bad = api.predict(gpu="a100-sxm4-80gb", heads=113, pp=12, dp=8, **shape)
+    assert "sec_per_it" not in set(bad.metric)
+    assert "layout inconsistent: 113 attention heads do not split over TP 4" in set(bad.source)
+    good = api.predict(gpu="a100-sxm4-80gb", heads=112, pp=12, dp=8, **shape)
+    assert "sec_per_it" in set(good.metric)

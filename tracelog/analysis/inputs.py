@@ -237,6 +237,12 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
 
     inputs.cfg = _model_config(row, inputs)
     inputs.train = _train_config(row, inputs)
+    if inputs.cfg is not None and inputs.train is not None and inputs.cfg.heads % inputs.train.tp:
+        # Megatron splits attention by whole heads (it asserts heads % tp == 0): no run has this layout
+        inputs.missing.append(
+            f"layout inconsistent: {inputs.cfg.heads} attention heads do not split over TP {inputs.train.tp}"
+        )
+        inputs.train = None
     inputs.gpu, reason = resolve_gpu(_text(row.get("gpu_model")))
     if reason:
         inputs.missing.append(reason)
