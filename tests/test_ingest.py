@@ -65,6 +65,22 @@ def test_force_replaces_the_source(store: Store) -> None:
     assert store.scalar("SELECT min(source_id) FROM sources") == result.source_id
 
 
+def test_force_keeps_the_runs_ids_and_what_the_user_gave_them(tmp_path: Path) -> None:
+    """`--force` parses the same source again: its runs keep their ids, names, notes and tags (a store
+    whose `tag` and `note` vanished on a re-ingest would lose the user's work)."""
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(LLAMA)])
+    (run_id,) = api.sql(db, "SELECT run_id FROM runs ORDER BY run_id LIMIT 1").run_id
+    api.rename_run(db, run_id, "my run")
+    api.note_run(db, run_id, "hello")
+    api.tag_run(db, run_id, {"exp": "a"})
+    (again,) = api.ingest(db, [str(LLAMA)], force=True)
+    assert again.status == "replaced"
+    row = api.sql(db, f"SELECT name, notes FROM runs WHERE run_id = {run_id}").iloc[0]
+    assert (row["name"], row["notes"]) == ("my run", "hello")
+    assert api.sql(db, "SELECT run_id, key, value FROM run_tags").values.tolist() == [[run_id, "exp", "a"]]
+
+
 def test_grown_log_adds_only_new_lines_to_the_same_runs(store: Store, tmp_path: Path) -> None:
     lines = LLAMA.read_text().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if "iteration      150/" in line)

@@ -271,14 +271,18 @@ def _ingest_file(
         try:
             with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction(beside), stage:
                 if replace is not None:
-                    delete_source(store, replace)
+                    # ingested again: the same source parsed again from its first byte, keeping its run
+                    # and bench ids with the names, notes and tags a user gave them
+                    store.con.execute(
+                        "UPDATE sources SET path = ? WHERE source_id = ?", [source_path(path), replace]
+                    )
                 result = _ingest_stream(
                     store,
                     path,
                     PeekStream(stream, head[0]),
                     parser,
                     options,
-                    previous,
+                    previous if replace is None else replace,
                     progress,
                     force,
                     parsed=parsed,
