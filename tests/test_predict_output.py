@@ -65,3 +65,16 @@ def test_stored_run_ids_are_the_predictions_table_names(tmp_path: Path) -> None:
     assert "sec_per_it" in seconds
     for metric, value in seconds.items():  # same inputs, same model: the stored value
         assert value == pytest.approx(names[metric], rel=1e-9), metric
+
+
+def test_set_refuses_nodes_its_gpus_do_not_fill(tmp_path: Path) -> None:
+    # the BLOOM sample's 384 GPUs: 48 nodes of 8, not 3
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [BLOOM_LOG])
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["--db", str(db), "set", "1", "--nodes", "3", "--gpus-per-node", "8"])
+    assert bad.exit_code == 1 and "run 1 has 384 GPUs: they do not take 3 node(s) of 8 GPUs" in bad.output
+    assert api.sql(db, "SELECT nodes FROM runs WHERE run_id = 1").nodes.isna().all()
+    good = runner.invoke(cli, ["--db", str(db), "set", "1", "--nodes", "48", "--gpus-per-node", "8"])
+    assert good.exit_code == 0
+    assert api.sql(db, "SELECT nodes, gpus_per_node FROM runs WHERE run_id = 1").values.tolist() == [[48, 8]]

@@ -267,6 +267,14 @@ def _set_bench(store: Store, bench_id: int, values: dict[str, object]) -> None:
 @lake.retried
 def _set_run(store: Store, run_id: int, values: dict[str, object]) -> None:
     with store.transaction():
+        gpus, nodes, per_node = store.con.execute(
+            "SELECT gpus, nodes, gpus_per_node FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone() or (None, None, None)
+        nodes, per_node = values.get("nodes", nodes), values.get("gpus_per_node", per_node)
+        if gpus and nodes and per_node and (gpus > nodes * per_node or gpus <= (nodes - 1) * per_node):  # type: ignore[operator]
+            raise TracelogError(
+                f"run {run_id} has {gpus} GPUs: they do not take {nodes} node(s) of {per_node} GPUs"
+            )
         run_lookup.set_columns_in(store, run_id, values)
         resolve.record_set(store, "runs", run_id, values)
 
