@@ -239,3 +239,10 @@ def test_a_pair_without_its_value_is_named_where_it_was_given(db_path: Path) -> 
     assert tag.exit_code == 2 and "Invalid value for TAGS: 'bad' is not key=value" in tag.output
     flags = run(db_path, "flags", "--threshold", "loss_spike")
     assert flags.exit_code == 2 and "Invalid value for --threshold: 'loss_spike'" in flags.output
+
+
+def test_a_nan_prints_as_nan_and_a_missing_value_as_blank(db_path: Path) -> None:
+    run(db_path, "ingest", BLOOM)
+    out = run(db_path, "sql", "SELECT 'nan'::DOUBLE AS loss, NULL::DOUBLE AS grad, 'inf'::DOUBLE AS big").output
+    row = next(line for line in out.splitlines() if "nan" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")] == ["nan", "", "inf"]

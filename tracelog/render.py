@@ -24,7 +24,9 @@ and markdown, the formats for machines and documents, print every row."""
 
 
 def _missing(value: Any) -> bool:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """No value: SQL's NULL. A NaN read from the store is a value (a loss that went NaN) and prints `nan`;
+    a pandas frame cannot tell the two apart, and `as_rows` turns its NaN into None."""
+    if value is None:
         return True
     pandas = sys.modules.get("pandas")  # pd.NA and NaT come only in a frame, which means pandas is loaded
     return pandas is not None and (value is pandas.NA or value is pandas.NaT)
@@ -36,6 +38,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, Decimal):
         value = float(value)
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)  # nan, inf, -inf
         return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
     if isinstance(value, list | tuple):
         return ", ".join(map(str, value))
@@ -68,7 +72,10 @@ def as_rows(frame: pd.DataFrame | Rows) -> Rows:
     return Rows(
         [str(c) for c in frame.columns],
         [bool(types.is_numeric_dtype(frame[c])) for c in frame.columns],
-        list(frame.itertuples(index=False, name=None)),
+        [
+            tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row)
+            for row in frame.itertuples(index=False, name=None)
+        ],
     )
 
 
