@@ -240,3 +240,19 @@ def test_every_sample_lands_in_a_lake_row_for_row_as_in_a_file(
 
 
 UNSTABLE = ("ingested_at", "computed_at")  # when
+
+
+def test_a_reading_command_makes_no_store_where_there_is_none(file_lake: str) -> None:
+    """`tracelog --db ducklake:/new/catalog.ducklake flags` on a path with no catalog: an error, not a new
+    empty store whose data folder a later ingest then disagrees with."""
+    from click.testing import CliRunner
+
+    from tracelog.cli import cli
+
+    catalog = file_lake.removeprefix("ducklake:")
+    read = CliRunner().invoke(cli, ["--db", file_lake, "flags"])
+    assert read.exit_code == 1 and "no DuckLake store at this path" in read.output
+    assert not os.path.exists(catalog)
+    ingest = CliRunner().invoke(cli, ["--db", file_lake, "ingest", NCCL])
+    assert ingest.exit_code == 0 and os.path.exists(catalog)
+    assert CliRunner().invoke(cli, ["--db", file_lake, "benches"]).exit_code == 0

@@ -15,6 +15,13 @@ def is_lake(db: str | os.PathLike[str] | None) -> bool:
     return isinstance(db, str) and db.startswith(LAKE_PREFIX)
 
 
+def lake_catalog_file(db: str) -> str | None:
+    """The local file a DuckLake store keeps its catalog in (`ducklake:/shared/tracelog.ducklake`, a
+    DuckDB file); None for a catalog on a server (`ducklake:postgres:...`), which only attaching can ask."""
+    catalog = db[len(LAKE_PREFIX) :]
+    return None if ":" in catalog.split("/", 1)[0] else catalog
+
+
 def data_path(given: str | None = None) -> str | None:
     """A DuckLake store's data folder: given, or from the environment."""
     return given or os.environ.get(DATA_PATH_ENVVAR) or None

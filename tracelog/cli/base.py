@@ -23,7 +23,7 @@ import click
 import duckdb
 
 from tracelog.errors import BUG_REPORT, TracelogError
-from tracelog.locations import DATA_PATH_ENVVAR, is_lake
+from tracelog.locations import DATA_PATH_ENVVAR, is_lake, lake_catalog_file
 from tracelog.render import FORMATS
 from tracelog.store import DB_ENVVAR, DEFAULT_DB, Store, write_error
 
@@ -40,6 +40,10 @@ class Context:
         """The database of --db. Only a writing command (`ingest`) passes `create`: for the others a
         path with no database is a mistyped --db, not a new empty file."""
         if self._store is None and is_lake(self.db):
+            catalog = lake_catalog_file(self.db)
+            if catalog is not None and not create and not os.path.exists(catalog):
+                # a command that only reads would make the store (its catalog file and data folder)
+                raise TracelogError("no DuckLake store at this path; ingest first or check --db", self.db)
             self._store = Store(self.db, read_only=read_only, data_path=self.data_path)
         if self._store is None:
             exists = self.exists()
