@@ -243,6 +243,16 @@ def test_a_pair_without_its_value_is_named_where_it_was_given(db_path: Path) -> 
 
 def test_a_nan_prints_as_nan_and_a_missing_value_as_blank(db_path: Path) -> None:
     run(db_path, "ingest", BLOOM)
-    out = run(db_path, "sql", "SELECT 'nan'::DOUBLE AS loss, NULL::DOUBLE AS grad, 'inf'::DOUBLE AS big").output
+    out = run(
+        db_path, "sql", "SELECT 'nan'::DOUBLE AS loss, NULL::DOUBLE AS grad, 'inf'::DOUBLE AS big"
+    ).output
     row = next(line for line in out.splitlines() if "nan" in line)
     assert [c.strip() for c in row.strip("│ ").split("│")] == ["nan", "", "inf"]
+
+
+def test_show_prints_the_notes_a_user_gave_the_run(db_path: Path) -> None:
+    run(db_path, "ingest", BLOOM)
+    assert "notes" not in run(db_path, "show", "1", "--format", "csv").output.splitlines()
+    run(db_path, "note", "1", "slow node 17 swapped out")
+    out = run(db_path, "show", "1", "--format", "markdown").output
+    assert "### notes" in out and "slow node 17 swapped out" in out

@@ -201,8 +201,8 @@ def _trend_row(
 def show_run(
     store: Store, ref: str | int, *, iterations: bool = False, limit: int | None = None, rows: bool = False
 ) -> dict[str, pd.DataFrame] | dict[str, Rows]:
-    """One run: summary, configuration, tags, parameters, the trend of sec/it, loss and TFLOP/s, timers,
-    peak memory per rank and flags, each aggregated in DuckDB so a run of millions of iterations shows
+    """One run: summary, configuration, tags, the user's notes, parameters, the trend of sec/it, loss and
+    TFLOP/s, timers, peak memory per rank and flags, each aggregated in DuckDB so a run of millions of iterations shows
     as fast as a short one. With `iterations`, its iteration lines too (the first `limit` when given);
     with `rows`, each part as plain `Rows`."""
     run_id = resolve_run(store, ref)
@@ -220,6 +220,7 @@ def show_run(
         "run": fetch(f"SELECT * FROM runs WHERE run_id = {run}"),
         "hardware": fetch(HARDWARE_SQL.format(table="run_hardware", id_col="run_id", id=run)),
         "tags": fetch(f"SELECT key, value FROM run_tags WHERE run_id = {run} ORDER BY key"),
+        "notes": fetch(f"SELECT notes FROM runs WHERE run_id = {run} AND coalesce(notes, '') <> ''"),
         "params": fetch(f"SELECT name, value, line_no FROM run_params WHERE run_id = {run} ORDER BY line_no"),
         "trend": trend_part,
         "timers": fetch(
