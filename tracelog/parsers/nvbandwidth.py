@@ -27,9 +27,10 @@ against the right figure (`analysis/rules/bandwidth.py`: `bandwidth_%p2p_on%` ag
 - GPU-to-GPU copies, one pair at a time (`device_to_device_memcpy_read_ce`): one direction, so
   `bandwidth_uni_p2p_on_<testcase>`. Bidirectional tests measure each direction while the other runs
   (README, "Bidirectional Device <-> Device"): their `Read1`/`Read2`/`Write1`/`Write2` matrices (v0.6 on)
-  and their single matrix (to v0.5) are one direction under duplex load, `bandwidth_uni_p2p_on_<testcase>
-  _read1`, with `bidirectional` written `duplex` so that no `_bi` makes them look like a sum; `Total` is
-  both directions summed, `bandwidth_bi_p2p_on_<testcase, duplex>_total`.
+  and a CE test's single matrix (to v0.5) are one direction under duplex load, `bandwidth_uni_p2p_on_
+  <testcase>_read1`, with `bidirectional` written `duplex` so that no `_bi` makes them look like a sum;
+  `Total` is both directions summed, `bandwidth_bi_p2p_on_<testcase, duplex>_total`, as is an SM test's
+  single matrix to v0.5 (`MemcpyOperation::TOTAL_BW`).
 - Host copies, aggregates (`all_to_one_*`, `host_to_all_*`, multicast), `device_local_copy` and the
   multinode bisection keep their testcase name: a PCIe or C2C figure, or a sum over peers, is no pair's
   NVLink figure. Latency tests are `latency_<testcase>`, printed in ns and stored in us as the p2p parser's.
