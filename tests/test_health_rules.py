@@ -40,6 +40,15 @@ def flags_for(tmp_path: Path, rows: list[dict], **overrides: float) -> list[dict
     return tracelog.api.flags(db).to_dict("records")
 
 
+def ingest_with_tail(tmp_path: Path, tail: list[str], steps: int = 20) -> Path:
+    """A healthy run of `steps` iterations whose log ends in these lines, ingested; the database."""
+    path = write_log(tmp_path / "run.log", [{} for _ in range(steps)])
+    path.write_text(path.read_text() + "\n".join(tail) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    return db
+
+
 def test_healthy_run_has_no_flags(tmp_path: Path) -> None:
     assert flags_for(tmp_path, [{"loss": 3.0 - i * 0.01} for i in range(30)]) == []
 
@@ -207,7 +216,6 @@ def test_deepspeeds_running_count_on_a_tails_first_line_tells_of_a_run_that_neve
 def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path: Path) -> None:
     # Invented, in the words PyTorch's NCCL watchdog and torchrun's elastic agent print (ProcessGroupNCCL
     # .cpp, torch/distributed/elastic/multiprocessing/api.py), after 20 healthy iterations.
-    path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
     crash = [
         "[rank3]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective "
         "operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
@@ -219,9 +227,7 @@ def test_a_collective_timeout_is_critical_and_names_where_the_run_died(tmp_path:
         "E1003 18:37:09.599000 3036 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) "
         "local_rank: 3 (pid: 3042) of binary: /usr/bin/python",
     ]
-    path.write_text(path.read_text() + "\n".join(crash) + "\n")
-    db = tmp_path / "t.duckdb"
-    api.ingest(db, [str(path)])
+    db = ingest_with_tail(tmp_path, crash)
     kinds = api.sql(db, "SELECT line_no, kind FROM events ORDER BY line_no")
     assert kinds.values.tolist() == [[21, "timeout"], [22, "timeout"], [23, "crash"], [24, "crash"]]
     (flag,) = tracelog.api.flags(db).to_dict("records")
@@ -234,16 +240,13 @@ def test_the_error_that_came_before_the_fatal_timeout_is_named(tmp_path: Path) -
     """One rank fails (an exception ends its traceback) and the others time out waiting for it: the
     timeout is what the job died of, the exception why (invented, in the shape of a Megatron-DeepSpeed job
     whose rank 4 found no index file)."""
-    path = write_log(tmp_path / "run.log", [{} for _ in range(20)])
     crash = [
         "[rank4]: Traceback (most recent call last):",
         "[rank4]: FileNotFoundError: [Errno 2] No such file or directory: 'index-cache/26070e1f_doc_idx.npy'",
         "[rank0]:[E328 00:21:12.920872216 ProcessGroupNCCL.cpp:683] [Rank 0] Watchdog caught collective "
         "operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)",
     ]
-    path.write_text(path.read_text() + "\n".join(crash) + "\n")
-    db = tmp_path / "t.duckdb"
-    api.ingest(db, [str(path)])
+    db = ingest_with_tail(tmp_path, crash)
     (flag,) = tracelog.api.flags(db).to_dict("records")
     assert (flag["severity"], flag["row_ref"]) == ("critical", "line 23")
     assert "An error came before it, at line 22: [rank4]: FileNotFoundError" in flag["message"]
