@@ -256,3 +256,12 @@ def test_show_prints_the_notes_a_user_gave_the_run(db_path: Path) -> None:
     run(db_path, "note", "1", "slow node 17 swapped out")
     out = run(db_path, "show", "1", "--format", "markdown").output
     assert "### notes" in out and "slow node 17 swapped out" in out
+
+
+def test_show_as_json_is_one_document_with_a_list_per_part(db_path: Path) -> None:
+    run(db_path, "ingest", BLOOM)
+    shown = json.loads(run(db_path, "show", "1", "--iterations", "--limit", "3", "--format", "json").output)
+    assert list(shown)[:2] == ["summary", "hardware"] and "run" not in shown
+    (summary,) = shown["summary"]
+    assert summary["run_id"] == 1 and summary["gpus"] == 384
+    assert [row["iteration"] for row in shown["iterations"]] == [1, 2, 3]

@@ -47,7 +47,8 @@ def show(obj: Context, ref: str, fmt: str, iterations: bool, limit: int | None) 
 
     A run shows its summary, configuration, the trend of sec/it, loss and TFLOP/s over the run, timers,
     peak memory per rank and flags, in the same time for a thousand iterations or millions;
-    `--iterations` adds its iteration lines (`--limit N` the first N).
+    `--iterations` adds its iteration lines (`--limit N` the first N). `--format json` prints one object,
+    each part a list of records under its name.
 
     Runs and benches are numbered apart, so a bench is always written with its prefix: `tracelog show
     bench:3` shows bench 3 of `tracelog benches` (its summary, params, devices, rows, events and flags),
@@ -67,6 +68,14 @@ def show(obj: Context, ref: str, fmt: str, iterations: bool, limit: int | None) 
             parts = queries.show_run(
                 store, ref, iterations=iterations or limit is not None, limit=limit, rows=fmt == "table"
             )
+    if fmt == "json":  # one document, a list of records per part, for a script to load whole
+        parts.pop("run", None)
+        documents = [
+            f'"{title}": {frame.to_json(orient="records", date_format="iso")}'
+            for title, frame in parts.items()
+        ]
+        click.echo("{" + ", ".join(documents) + "}")
+        return
     summary = parts.pop("summary")
     if isinstance(summary, Rows):
         render(summary.fields(), fmt, title="summary")
