@@ -16,6 +16,7 @@ from tracelog import api
 from tracelog.analysis import calibration, link_fit, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.cli import cli
+from tracelog.errors import TracelogError
 from tracelog.hardware import link
 from tracelog.model.collectives import BUSBW_FACTOR, RING_STEPS, Placement, predict_nccl
 from tracelog.model.timing import predict_iteration
@@ -464,3 +465,18 @@ def test_nothing_to_calibrate_is_a_user_error(tmp_path: Path) -> None:
     result = run_cli(tmp_path / "empty.duckdb", "calibrate")
     assert result.exit_code == 1
     assert "nothing to calibrate" in result.output
+
+
+def test_a_selection_fits_what_it_names_and_nothing_else(tmp_path: Path) -> None:
+    """`calibrate --run 1` fits that run, not every bench too; a bench named alone fits no run; a tag
+    matching nothing is said to, rather than refitting the whole store."""
+    bench = tmp_path / "all_reduce.txt"
+    bench.write_text(nccl_tests_text(alpha_us=1.5, efficiency=0.83))
+    db = tmp_path / "c.duckdb"
+    api.ingest(db, [BLOOM_LOG, str(bench)])
+    by_run = api.calibrate(db, runs=[1])
+    assert set(by_run["constant"]) == {"compute_scale"}
+    by_bench = api.calibrate(db, benches=["bench:1"])
+    assert set(by_bench["constant"]) == {"alpha_us", "link_efficiency"}
+    with pytest.raises(TracelogError, match="nothing to calibrate among the runs and benches selected"):
+        api.calibrate(db, tags={"exp": "none"})

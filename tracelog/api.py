@@ -176,8 +176,8 @@ def calibrate(
     tags: dict[str, str] | None = None,
     benches: list[int | str] | None = None,
 ) -> pd.DataFrame:
-    """Fit the model's free constants to the measured runs and benches (only `runs`, runs with `tags`,
-    `benches` when given): a compute scale per GPU model and precision from runs with a steady sec/it,
+    """Fit the model's free constants to the measured runs and benches (only `runs`, runs with `tags` and
+    `benches` when any is given: `runs=[1]` fits no bench): a compute scale per GPU model and precision from runs with a steady sec/it,
     α and the link efficiency per intra-node link from single-node nccl-tests benches and per fabric
     from multi-node ones (`analysis.calibration`). Each is stored in `calibrations` with
     the subjects it came from, replacing an earlier fit of the same constant and scope, and every
@@ -189,11 +189,15 @@ def calibrate(
         tagged = run_lookup.tagged_run_ids(store, tags)
         run_ids = tagged if run_ids is None else [r for r in run_ids if r in tagged]
     bench_ids = [bench_lookup.resolve_bench(store, b) for b in benches] if benches else None
+    selected = run_ids is not None or bench_ids is not None
+    if selected:  # a selection fits what it names, nothing more
+        run_ids, bench_ids = run_ids or [], bench_ids or []
     fits = refresher.calibrate(store, _id_predicate("run_id", run_ids), _id_predicate("bench_id", bench_ids))
     if not fits:
         raise TracelogError(
-            "nothing to calibrate: no run with a measured sec/it and the inputs to predict it "
-            "(shapes, layout, --gpu), and no nccl-tests bench on a known link"
+            f"nothing to calibrate{' among the runs and benches selected' if selected else ''}: no run with "
+            "a measured sec/it and the inputs to predict it (shapes, layout, --gpu), and no nccl-tests bench "
+            "on a known link"
         )
     frame = calibration.fits_frame(fits)
     frame.attrs["notes"] = link_fit.bound_notes(fits)
