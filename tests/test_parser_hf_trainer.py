@@ -272,13 +272,12 @@ def test_without_a_bar_or_logging_steps_the_epoch_gives_the_step_and_the_loggers
         "[INFO|2024-11-26 22:09:01] logging.py:157 >> {'loss': 2.2818, 'learning_rate': 2.5000e-06, 'epoch': 0.29}",
         "[INFO|2024-11-26 22:10:54] logging.py:157 >> {'loss': 2.2647, 'learning_rate': 5.0000e-06, 'epoch': 0.59}",
         "[INFO|2024-11-26 22:12:37] logging.py:157 >> {'loss': 2.3045, 'learning_rate': 7.5000e-06, 'epoch': 0.88}",
+        # an epoch rounded to two decimals (19.38 steps): the interval the first two dicts showed places it
+        "[INFO|2024-11-26 22:14:22] logging.py:157 >> {'loss': 2.8274, 'learning_rate': 1.0000e-05, 'epoch': 1.14}",
     ]
     out = collect("\n".join(lines) + "\n")
-    assert [(r["iteration"], r["elapsed_s"]) for r in out["iterations"]] == [
-        (5, None),
-        (10, 22.6),
-        (15, 20.6),
-    ]
+    steps = [(r["iteration"], r["elapsed_s"]) for r in out["iterations"]]
+    assert steps == [(5, None), (10, 22.6), (15, 20.6), (20, 21.0)]
     assert params(out)["step_source"] == "epoch x steps per epoch"
 
 

@@ -343,9 +343,11 @@ class _Parser(RunRows):
         if not advance:
             return last
         per = None if self.logging_steps else steps_per_epoch(self.runs.get(self.run_key, {}))
-        if per and isinstance(epoch := pairs.get("epoch"), float) and round(epoch * per) > last:
+        if per and isinstance(epoch := pairs.get("epoch"), float) and (step := round(epoch * per)) > last:
             self.step_source = self.step_source or "epoch x steps per epoch"
-            return round(epoch * per)
+            if last and step - last == last:  # a second dict confirms the first's interval: exact from here
+                self.logging_steps = last  # (an epoch of two decimals places a step only to spe/200)
+            return step
         if self.logging_steps:
             self.step_source = self.step_source or "count x logging_steps"
             return last + self.logging_steps
