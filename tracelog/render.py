@@ -40,6 +40,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)  # nan, inf, -inf
+        if abs(value) >= 1e15:  # past any count a log holds: digits by the hundred say nothing
+            return f"{value:.4g}"
         return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
     if isinstance(value, list | tuple):
         return ", ".join(map(str, value))
