@@ -69,6 +69,7 @@ LOG_PREFIX_RX = re.compile(
     r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.]\d+)?\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
 )
 DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
+LEVELS = ("WARNING", "ERROR", "CRITICAL")  # logger levels whose line is an event whatever it says
 # DeepSpeed's logger format (deepspeed/utils/logging.py): `[asctime] [LEVEL] [file.py:line:function] `
 LOGGER_LINE_RX = re.compile(
     r"^(?:\S+:\s?)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[\w+\.py:\d+:\w+\]", re.M
@@ -146,10 +147,9 @@ def detect(head: str) -> int:
         "time (ms) |" in head and ("bwd_allreduce" in head or "forward_microstep:" in head)
     ):
         score += 4
+    # DeepSpeed's logger and nothing else of it (see_memory_usage, overflows): the least sure claim
     if score == 0 and len(LOGGER_LINE_RX.findall(head, 0, 16384)) >= 2:
-        score = (
-            2  # DeepSpeed's logger and nothing else of it (see_memory_usage, overflows): the least sure claim
-        )
+        score = 2
     return score
 
 
@@ -556,13 +556,9 @@ class _Parser:
             kind = event_words.kind_of(text) if exception else open_kind
             if exception and open_kind == "traceback":
                 del self.event_kind[source]
-        elif level in ("WARNING", "ERROR", "CRITICAL") or event_words.EVENT_WORDS_RX.search(text):
-            kind = event_words.kind_of(text)
-            if level == "WARNING" and kind == "error":
-                kind = "warning"
-            elif level in ("ERROR", "CRITICAL") and kind == "warning":
-                kind = "error"
-            self.event_kind[source] = kind
+        elif level in LEVELS or event_words.EVENT_WORDS_RX.search(text):
+            fallback = "error" if level in ("ERROR", "CRITICAL") else "warning"  # the logger's word wins
+            kind = self.event_kind[source] = event_words.kind_of(text, fallback, leveled=level in LEVELS)
         else:
             self.event_kind.pop(source, None)
             self.emit("unparsed", {"line_no": line_no, "text": raw})
