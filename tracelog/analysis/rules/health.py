@@ -427,8 +427,10 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         """
     ).fetchall()
     flags = []
-    for run_id, text, line, count, fatal_text, fatal_line, uncaught_line, *rest in rows:
-        went_text, went_line, stepped, first_text, first_line = rest
+    for (
+        run_id, text, line, count, fatal_text, fatal_line, uncaught_line,
+        went_text, went_line, stepped, first_text, first_line,
+    ) in rows:  # fmt: skip
         # a fatal line with iterations after it: a restart within the job (NeMo's in-job restart,
         # torchrun's --max-restarts) went on training, so the run did not end there
         died = _went_on(went_text, went_line, stepped, last=line)

@@ -101,14 +101,19 @@ def _matrices_gap(d: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _missing_rows(d: dict[str, Any], rows: str, devices: str) -> str | None:
+    """`rows missing for GPU4, GPU5 of the 8 devices its header names`, or None when every one has its row."""
+    missing = sorted(d["no_row"] or [], key=device_order)
+    return (
+        f"{rows} missing for {', '.join(missing)} of the {d['devices']} {devices} its header names"
+        if missing
+        else None
+    )
+
+
 def _rows_gap(d: dict[str, Any]) -> tuple[str, str]:
     """nvidia-smi topo -m: the devices of the header row without a row of their own."""
-    missing = sorted(d["no_row"] or [], key=device_order)
-    what = (
-        f"rows missing for {', '.join(missing)} of the {d['devices']} devices its header names"
-        if missing
-        else "no row of its matrix was printed"
-    )
+    what = _missing_rows(d, "rows", "devices") or "no row of its matrix was printed"
     return (
         f"{what}; the links from those devices are unknown.",
         "Rerun nvidia-smi topo -m and keep the whole matrix (a pager or a cut paste drops rows).",
@@ -117,11 +122,8 @@ def _rows_gap(d: dict[str, Any]) -> tuple[str, str]:
 
 def _rocm_rows_gap(d: dict[str, Any]) -> tuple[str, str]:
     """rocm-smi --showtopo: GPUs of the link-type matrix without a row, or an output cut before its end."""
-    missing = sorted(d["no_row"] or [], key=device_order)
-    what = (
-        f"link-type rows missing for {', '.join(missing)} of the {d['devices']} GPUs its header names"
-        if missing
-        else "the output stops before rocm-smi's `End of ROCm SMI Log`"
+    what = _missing_rows(d, "link-type rows", "GPUs") or (
+        "the output stops before rocm-smi's `End of ROCm SMI Log`"
         if d["devices"]
         else "no link-type matrix was printed"
     )
