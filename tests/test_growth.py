@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import SAMPLES
-from tracelog import api
+from tracelog import api, fingerprint, ingest
 from tracelog.analysis.refresh import refresh_pending
+from tracelog.fingerprint import CHUNK
 from tracelog.ingest import IngestResult, Unrecognised, ingest_file
 from tracelog.parsers import deepspeed, megatron, nemo
 from tracelog.store import Store
@@ -259,6 +260,50 @@ def test_a_prefix_changed_in_a_sampled_mib_is_not_taken_for_growth(store: Store,
     result = ingest_file(store, str(log))
     assert result.status == "ingested"
     assert store.scalar("SELECT count(*) FROM sources") == 2
+
+
+def big_log(tmp_path: Path) -> tuple[Path, bytes]:
+    """The Llama sample's lines repeated past 3 MiB: whole MiBs beyond the first and the last."""
+    data = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()
+    data *= -(-(3 * CHUNK + 1000) // len(data))
+    log = tmp_path / "big.log"
+    log.write_bytes(data)
+    return log, data
+
+
+def test_the_same_log_again_is_known_without_hashing_all_of_it(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, _ = big_log(tmp_path)
+    first = ingest_file(store, str(log))
+    with monkeypatch.context() as patch:
+        patch.setattr(ingest, "file_fingerprint", lambda *a, **k: pytest.fail("hashed the whole file"))
+        again = ingest_file(store, str(log))
+    assert again.status == "already ingested" and again.source_id == first.source_id
+    # another path with the same bytes is compared by its whole fingerprint, and is the same source too
+    copy = tmp_path / "copy.log"
+    copy.write_bytes(log.read_bytes())
+    assert ingest_file(store, str(copy)).source_id == first.source_id
+
+
+def test_the_same_log_rewritten_at_its_size_is_a_new_source(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change where the sample looks (the first MiB) is seen; one in a MiB it leaves out is the
+    documented trust, and `verify` (`--verify`) sees it."""
+    monkeypatch.setattr(fingerprint, "SAMPLED_CHUNKS", 0)  # the first and the last whole MiB only
+    log, data = big_log(tmp_path)
+    ingest_file(store, str(log))
+    middle = bytearray(data)
+    middle[CHUNK + 10] ^= 0x20
+    log.write_bytes(bytes(middle))
+    assert ingest_file(store, str(log)).status == "already ingested"
+    assert ingest_file(store, str(log), verify=True).status == "ingested"
+    first = bytearray(middle)
+    first[10] ^= 0x20
+    log.write_bytes(bytes(first))
+    assert ingest_file(store, str(log)).status == "ingested"
+    assert store.scalar("SELECT count(*) FROM sources") == 3
 
 
 RESUMED_LOGS = [
