@@ -50,6 +50,9 @@ from tracelog.model.flops import ModelConfig, flops_narayanan
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "published_runs.toml"
+HELDOUT = HERE / "heldout_runs.toml"
+"""Published runs gathered after the model was built and never used to set its constants: scored apart
+(kind `held-out`), the test of how the model does on runs it never saw."""
 DEFAULT_CORPUS = HERE.parents[1] / "shared" / "corpus" / "table"
 DEFAULT_MEGATRON = DEFAULT_CORPUS.parent / "megatron"
 MEGATRON_GPU = "v100-sxm2-32gb"
@@ -97,11 +100,11 @@ def eq3_flops(row: Mapping[str, Any]) -> float:
     return flops_narayanan(cfg, int(row["gbs"]), row.get("recompute") or "none")
 
 
-def load_published(data: Mapping[str, Any]) -> pd.DataFrame:
+def load_published(data: Mapping[str, Any], kind: str = "published") -> pd.DataFrame:
     """The papers' rows; a row with TFLOP/s and no sec/it gets sec/it = eq. 3 FLOPs / (TFLOP/s · GPUs)."""
     rows = []
     for run in data.get("run", []):
-        row = {"kind": "published", **run}
+        row = {"kind": kind, **run}
         if row.get("sec_per_it") is None and row.get("tokens_per_sec_per_gpu"):
             tokens = row["gbs"] * row["seq_len"]
             row["sec_per_it"] = tokens / (row["tokens_per_sec_per_gpu"] * row["gpus"])
@@ -195,10 +198,17 @@ def load_chronicles(corpus: Path, data: Mapping[str, Any]) -> tuple[pd.DataFrame
     return pd.DataFrame(rows), notes
 
 
-def load_rows(corpus: Path | None = DEFAULT_CORPUS, data_path: Path = DATA) -> tuple[pd.DataFrame, list[str]]:
-    """Every scored row (chronicles first, then the papers'), and notes on what was left out."""
+def load_rows(
+    corpus: Path | None = DEFAULT_CORPUS, data_path: Path = DATA, heldout_path: Path | None = HELDOUT
+) -> tuple[pd.DataFrame, list[str]]:
+    """Every scored row (chronicles first, then the papers', then the held-out runs), and notes on what
+    was left out."""
     data = load_data(data_path)
     published = load_published(data)
+    if heldout_path is not None and heldout_path.exists():
+        published = pd.concat(
+            [published, load_published(load_data(heldout_path), "held-out")], ignore_index=True
+        )
     if corpus is None:
         return published, ["chronicles not read (no corpus given)"]
     chronicles, notes = load_chronicles(Path(corpus), data)
@@ -297,6 +307,7 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
         "time": {
             "chronicles": time_part("chronicles", TARGETS["time_median_chronicles"]),
             "published": time_part("published", TARGETS["time_median_published"]),
+            "held-out": time_part("held-out", TARGETS["time_median_published"]),
             "worse_than_target": {
                 "n": len(over),
                 "target": TARGETS["time_worst"],
@@ -404,6 +415,8 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
         f"   target <= {_pct(t['chronicles']['target'])}  {_ok(t['chronicles']['met'])}",
         f"  published   {_pct(t['published']['median_abs_error']):>7} over {t['published']['n']:>3} rows"
         f"   target <= {_pct(t['published']['target'])}  {_ok(t['published']['met'])}",
+        f"  held-out    {_pct(t['held-out']['median_abs_error']):>7} over {t['held-out']['n']:>3} rows"
+        f"   target <= {_pct(t['held-out']['target'])}  {_ok(t['held-out']['met'])}",
         f"  rows worse than {_pct(t['worse_than_target']['target'])}: {t['worse_than_target']['n']}"
         f" (worst {_pct(t['worse_than_target']['max_abs_error'])})   target 0  {_ok(t['worse_than_target']['met'])}",
         "",
@@ -558,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         "--corpus", type=Path, default=DEFAULT_CORPUS, help="folder of the BigScience chronicles"
     )
     parser.add_argument("--data", type=Path, default=DATA, help="the published runs (TOML)")
+    parser.add_argument("--heldout", type=Path, default=HELDOUT, help="the held-out published runs (TOML)")
     parser.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="folder of published Megatron logs (*.out)"
     )
@@ -567,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows, notes = load_rows(args.corpus, args.data)
+    rows, notes = load_rows(args.corpus, args.data, args.heldout)
     result = score(rows)
     result["repeats"] = repeats(rows)
     result["notes"] = notes

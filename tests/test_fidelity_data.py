@@ -54,6 +54,35 @@ def test_layout_is_consistent(run):
     assert run["heads"] % run["tp"] == 0 and run["hidden"] % run["heads"] == 0
 
 
+HELDOUT = fidelity.load_data(fidelity.HELDOUT)["run"]
+
+
+def test_held_out_runs_are_new_and_sourced():
+    """A held-out row is no row the model was scored on before, and says where each figure comes from."""
+    ids = [r["id"] for r in HELDOUT]
+    assert len(ids) == len(set(ids)) and not set(ids) & {r["id"] for r in RUNS}
+    assert len(HELDOUT) >= 30
+    for run in HELDOUT:
+        assert run["group"] and run["source"], run["id"]
+        assert run.get("sec_per_it") or run.get("tokens_per_sec_per_gpu"), run["id"]
+
+
+@pytest.mark.parametrize("run", HELDOUT, ids=lambda r: r["id"])
+def test_held_out_layout_is_consistent(run):
+    assert run["tp"] * run["pp"] * run["dp"] * run.get("cp", 1) == run["gpus"]
+    assert run["gbs"] % (run["dp"] * run["mbs"]) == 0
+    assert run["heads"] % run["tp"] == 0 and run["hidden"] % run["heads"] == 0
+
+
+def test_held_out_rows_are_scored_apart():
+    rows, _ = fidelity.load_rows(None)
+    held = rows[rows["kind"] == "held-out"]
+    assert len(held) == len(HELDOUT) and held["sec_per_it"].gt(0).all()
+    # 'GPT3-5B | 64 | 2048 | 4 | 2048 | ... | 23406 | 765': 2048 x 2048 tokens / (23406 tokens/s x 64 GPUs)
+    five_b = held.set_index("id").loc["nemo2407-gpt3-5b-h100-fp8"]
+    assert five_b["sec_per_it"] == pytest.approx(2048 * 2048 / (23406 * 64))
+
+
 def test_chronicles_tables_say_why():
     lines = [ln for entry in DATA["chronicles"]["table"] for ln in entry["lines"]]
     assert len(lines) == len(set(lines))
