@@ -340,7 +340,12 @@ def predict_iteration(
             link_efficiency if net_link_efficiency is None else net_link_efficiency,
         )
     tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
-    tp_s = max(0.0, tp_total - 3 * gemm_s) if train.tp_comm_overlap else tp_total
+    if train.tp_comm_overlap and compute_efficiency is None:
+        tp_s = tp_overlap_seconds(tp_total, gemm_s, stage.layer_ops, cfg, train, g)
+    elif train.tp_comm_overlap:
+        tp_s = max(0.0, tp_total - 3 * gemm_s)
+    else:
+        tp_s = tp_total
     p2p_total = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
     fraction = bubble_fraction(train.pp, m, train.chunks)
     bubble_s = fraction * (per_mb * m + tp_s + p2p_total)
@@ -360,6 +365,50 @@ def predict_iteration(
     return TimeBreakdown(
         compute_s, bubble_s, tp_s, dp_s, total, fraction, dp.total_s, flops, m, p2p_s, optimizer_s
     )
+
+
+UB_COMM_SMS = 16
+"""SMs a Transformer Engine userbuffers collective of the `pipeline` and `bulk` methods takes, and which
+the GEMM beside it leaves to it (`num_sm` 16 and `set_sm_margin` for every method but `ring_exchange`:
+transformer_engine/pytorch/module/base.py, `initialize_ub`, `get_default_config`)."""
+
+UB_PIPELINE_SPLITS = 4
+"""Chunks a `pipeline` reduce-scatter splits its GEMM into (`num_splits` 4, the same defaults): the
+reduce-scatter of the last chunk has no GEMM left to hide behind."""
+
+UB_MARGIN_GEMMS = {"proj": 1, "mlp_down": 1, "qkv": 2, "mlp_up": 2}
+"""GEMMs that run beside an SM-taking collective, per forward GEMM's time: the forward of `proj_fprop`
+and `fc2_fprop` (pipeline reduce-scatter), and both backward GEMMs of `qkv` and `fc1` (`*_dgrad` and
+`*_wgrad`, bulk all-gather and reduce-scatter); `qkv_fprop`, `fc1_fprop`, `proj_dgrad` and `fc2_dgrad`
+are ring exchanges on the copy engines, which take no SMs (TE's default methods, as above)."""
+
+
+def tp_overlap_seconds(
+    tp_total: float,
+    gemm_s: float,
+    layer_ops: tuple[Op, ...],
+    cfg: ModelConfig,
+    train: TrainConfig,
+    gpu: Gpu,
+) -> float:
+    """What tensor-parallel communication still costs when Transformer Engine overlaps it with the GEMMs
+    (Megatron-LM `--tp-comm-overlap`, userbuffers with TE's default methods): the collectives the GEMMs
+    cannot cover (`tp_total` beyond the fwd+bwd GEMM time), the last `pipeline` chunk of each forward
+    reduce-scatter (a quarter of half of each forward all-reduce's bytes), and the GEMMs that leave
+    `UB_COMM_SMS` SMs to a collective run on the rest (`UB_MARGIN_GEMMS`; the recomputed forward of
+    full recomputation too). Overlap is no free lunch: the split GEMMs and the SMs given away are what
+    it costs (Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition in
+    Large Deep Learning Models", ASPLOS: decomposition slows the computation it overlaps)."""
+    forward_share = (4 if train.recompute == "full" else 2) / (6 if train.recompute == "full" else 4)
+    last_chunks = tp_total * forward_share / 2 / UB_PIPELINE_SPLITS
+    margin = 0.0
+    if gpu.sm_count and gpu.sm_count > UB_COMM_SMS:
+        per_layer = sum(op.time_s * UB_MARGIN_GEMMS.get(op.name, 0) for op in layer_ops)
+        if train.recompute == "full":
+            per_layer += sum(op.time_s for op in layer_ops if op.name in ("proj", "mlp_down"))
+        layers = stage_layers(cfg.layers, train.pp, train.embedding_slots)
+        margin = per_layer * layers * train.microbatches * UB_COMM_SMS / (gpu.sm_count - UB_COMM_SMS)
+    return max(0.0, tp_total - 3 * gemm_s) + last_chunks + margin
 
 
 @dataclass(frozen=True)
