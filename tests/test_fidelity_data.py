@@ -255,3 +255,15 @@ def test_max_reserved_section_scores_every_published_megatron_log():
         pd.Series([r["ratio"] for r in rows]).median(), 1.0, abs_tol=fidelity.TARGETS["memory_within"]
     )
     assert "median" in fidelity.render_reserved(rows)
+
+
+def test_calibration_on_the_published_rows_is_scored_on_the_held_out_ones():
+    """The held-out rows as calibrate sees them are the rows `model_predict` scores (same switches), and a
+    scale fitted on the published H100 FP8 rows applies to the held-out H100 FP8 rows."""
+    rows, _ = fidelity.load_rows(None)
+    held = rows[rows["kind"] == "held-out"]
+    scored = fidelity.score(held)
+    split = fidelity.calibrated_heldout(rows)
+    assert split["uncalibrated"] == pytest.approx(scored["time"]["held-out"]["median_abs_error"])
+    assert split["scales"]["h100-sxm5-80gb/fp8"] < 1  # the published FP8 rows ran slower than the model
+    assert split["calibrated"] != split["uncalibrated"]
