@@ -80,6 +80,13 @@ gradient-accumulation fusion and runs its pipeline through DeepSpeed's engine; i
 run about a fifth slower than the same operations predict. A general parameter per framework, fitted
 once on the tr11 notes; `compute_scale` refines it per GPU and precision."""
 
+LOW_PRECISION_SHARE: dict[str, float] = {"fp8": 14.426 / 7.993 / 2}
+"""What a low-precision GEMM keeps of its share of the dense peak next to a BF16 GEMM's (MATMUL_SHARE is
+measured in BF16): FP8 on H100 runs the same GEMMs 1.805 times as fast as BF16, not the 2 times of the
+peaks (meta-pytorch/float8_experimental pull request 298, `benchmarks/profile_linear_float8.py` on a
+norm-FFN-norm block: GEMM time 14.426 ms in BF16, 7.993 ms in FP8), so 0.90. Measured on Hopper, applied
+to FP8 on every architecture; FP4 has no published sweep and keeps 1.0."""
+
 ROWS_HALF = 256
 """Rows M at which the small-GEMM penalty halves a GEMM's rate: a GEMM of M rows keeps M/(M + ROWS_HALF)
 of its large-shape rate. Fewer rows mean fewer output tiles to spread over the SMs, less reuse of each
@@ -165,7 +172,8 @@ def gemm_efficiency(
     factor M/(M + ROWS_HALF) × `compute_scale` (calibration), at most 1."""
     aligned = alignment_factor(k, n, no_tensor_core=no_tensor_core_factor(gpu, precision))
     rows = m / (m + ROWS_HALF)
-    share = matmul_share(gpu) * quantization_efficiency(m, n, gpu, batch) * aligned * rows
+    low = LOW_PRECISION_SHARE.get(normalize_precision(precision), 1.0)
+    share = matmul_share(gpu) * quantization_efficiency(m, n, gpu, batch) * aligned * rows * low
     return min(1.0, share * compute_scale)
 
 
