@@ -76,7 +76,7 @@ MODEL_KEYS = (
     "dropout", "nics_per_node",
 )  # fmt: skip
 # What a row may say of the framework's overlaps, as the run's own arguments would (Megatron-LM's names).
-RUN_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+RUN_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32")
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
 Predictor = Callable[[Mapping[str, Any]], Mapping[str, float | None]]

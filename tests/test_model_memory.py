@@ -682,3 +682,31 @@ def test_a_zero_stage_printed_with_deepspeed_off_shards_nothing() -> None:
     assert any("ZeRO stage 1 ignored" in a for a in off.assumptions)
     on = build({**row, "framework": "megatron-deepspeed"}, {})
     assert on.train is not None and on.train.zero_stage == 1
+
+
+@pytest.mark.parametrize(
+    ("precision", "params", "fp32_buffer"),
+    [
+        ("bf16", {}, True),  # Megatron-LM turns fp32 accumulation on for bf16
+        ("bf16", {"accumulate_allreduce_grads_in_fp32": "True"}, True),
+        ("bf16", {"accumulate_allreduce_grads_in_fp32": "False"}, False),  # --grad-reduce-in-bf16
+        ("bf16", {"grad_reduce_in_fp32": "False"}, False),  # Megatron-core DDP config (NeMo 2, Bridge)
+        ("fp16", {}, False),  # off by default in fp16
+        ("fp16", {"accumulate_allreduce_grads_in_fp32": "True"}, True),
+    ],
+)
+def test_the_gradient_buffer_dtype_follows_the_runs_own_flags(
+    precision: str, params: dict[str, str], fp32_buffer: bool
+) -> None:
+    """With the distributed optimizer a 16-bit gradient buffer holds 2 B/param, not 4: 6 + 12/d becomes
+    4 + 12/d, and the data-parallel reduce-scatter moves half the bytes."""
+    from tracelog.analysis.inputs import build
+
+    row = {
+        "run_id": 1, "framework": "megatron", "gpu_model": "h100-sxm5-80gb", "layers": 32, "hidden": 4096,
+        "heads": 32, "seq_len": 4096, "vocab": 32000, "tp": 1, "pp": 1, "dp": 8, "mbs": 1, "gbs": 64,
+        "precision": precision,
+    }  # fmt: skip
+    inputs = build(row, {"use_distributed_optimizer": "True", **params})
+    assert inputs.train is not None and inputs.train.fp32_grad_buffer is fp32_buffer
+    assert state_bytes(inputs.train).total == pytest.approx((6 if fp32_buffer else 4) + 12 / 8)

@@ -70,7 +70,8 @@ SELECT run_id, name, value FROM run_params
 WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type',
     'untie_embeddings_and_output_weights', 'add_bias_linear', 'disable_bias_linear', 'normalization',
     'use_flash_attn', 'masked_softmax_fusion', 'attention_backend', 'transformer_impl',
-    'bf16', 'fp16', 'accumulate_allreduce_grads_in_fp32', 'theoretical_weight_and_optimizer_mib',
+    'bf16', 'fp16', 'accumulate_allreduce_grads_in_fp32', 'grad_reduce_in_fp32',
+    'theoretical_weight_and_optimizer_mib',
     'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
@@ -142,10 +143,17 @@ class RunInputs:
 
 
 def fp16_grad_buffer(inputs: RunInputs) -> bool:
-    """Megatron-LM trained in fp16 keeps its gradients in fp16 unless `--accumulate-allreduce-grads-in-
-    fp32` (off by default; bf16 turns it on, megatron/training/arguments.py): its data-parallel buffer
-    holds 2 bytes a parameter and the optimizer makes the fp32 main grads at its step."""
-    return inputs.precision == "fp16" and not inputs.flag("accumulate_allreduce_grads_in_fp32")
+    """Megatron keeps its data-parallel gradient buffer in the training dtype, 2 bytes a parameter (the
+    optimizer makes fp32 main grads at its step), where its arguments say so: in fp16 unless
+    `--accumulate-allreduce-grads-in-fp32` (off by default; bf16 turns it on, megatron/training/
+    arguments.py, so the arguments dump prints True), and in bf16 where the run printed that flag False
+    (`--grad-reduce-in-bf16`) or Megatron-core's `grad_reduce_in_fp32` False (NeMo 2 and Megatron-Bridge
+    `DistributedDataParallelConfig`, the performance recipes' choice)."""
+    accumulate = inputs.flag("accumulate_allreduce_grads_in_fp32")
+    in_fp32 = inputs.flag("grad_reduce_in_fp32")
+    if inputs.precision == "fp16":
+        return not (accumulate or in_fp32)
+    return accumulate is False or in_fp32 is False
 
 
 def _int(value: Any) -> int | None:
@@ -357,6 +365,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             precision=inputs.precision,
             distributed_optimizer=bool(inputs.flag("use_distributed_optimizer")),
             fp32_grads=fp32_grads,
+            fp32_grad_buffer=not fp16_grad_buffer(inputs),
             flash_attention=flash_attention(inputs),
             overlap_grad_reduce=bool(
                 inputs.flag("overlap_grad_reduce")

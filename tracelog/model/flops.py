@@ -113,6 +113,8 @@ class TrainConfig:
     """How a run is laid out. `vp` is the number of interleaved model chunks per pipeline stage (None or
     1 = plain 1F1B). `fp32_grads`: gradients kept in fp32 whatever the training precision (Megatron's
     main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`.
+    `fp32_grad_buffer`: with Megatron's distributed optimizer, its data-parallel gradient buffer is fp32
+    (Megatron-LM's default with bf16; off with Megatron-core's `grad_reduce_in_fp32` off).
     `flash_attention`: attention without the s² score matrix (Dao et al. 2022); the `overlap_*` and
     `tp_comm_overlap` switches are Megatron-LM's arguments of the same names (DeepSpeed's `overlap_comm`
     maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed.
@@ -132,6 +134,7 @@ class TrainConfig:
     precision: str = "bf16"
     distributed_optimizer: bool = False
     fp32_grads: bool = False
+    fp32_grad_buffer: bool = True
     flash_attention: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False

@@ -65,11 +65,12 @@ def zero_state_bytes(stage: int, dp: int, weight_bytes: float = 2, grad_bytes: f
     return StateBytes(weights=weights, grads=grads, optimizer=optimizer)
 
 
-def megatron_state_bytes(dp: int, distributed_optimizer: bool) -> StateBytes:
+def megatron_state_bytes(dp: int, distributed_optimizer: bool, grad_bytes: float = 4) -> StateBytes:
     """Megatron-LM bf16 with fp32 main grads: 2 + 4 + 12 = 18 B/param; its distributed optimizer shards
-    the 12 over data-parallel ranks: 6 + 12/d (megatron/training/theoretical_memory_usage.py)."""
+    the 12 over data-parallel ranks: 6 + 12/d (megatron/training/theoretical_memory_usage.py). With its
+    gradient buffer in the training dtype (`grad_reduce_in_fp32` off) the grads are 2 bytes."""
     optimizer = ADAM_STATE_BYTES / dp if distributed_optimizer else ADAM_STATE_BYTES
-    return StateBytes(weights=2, grads=4, optimizer=optimizer)
+    return StateBytes(weights=2, grads=grad_bytes, optimizer=optimizer)
 
 
 def state_bytes(train: TrainConfig) -> StateBytes:
@@ -88,7 +89,8 @@ def state_bytes(train: TrainConfig) -> StateBytes:
             optimizer=optim / d if train.zero_stage >= 1 else optim,
         )
     if train.distributed_optimizer and train.zero_stage <= 1:
-        return megatron_state_bytes(d, distributed_optimizer=True)
+        grad_bytes = 4 if train.fp32_grad_buffer else storage_bytes(precision)
+        return megatron_state_bytes(d, distributed_optimizer=True, grad_bytes=grad_bytes)
     weight = storage_bytes(precision)
     grad = 4 if train.fp32_grads else weight
     return zero_state_bytes(train.zero_stage, d, weight, grad)

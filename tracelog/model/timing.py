@@ -155,7 +155,8 @@ def dp_traffic(
     g = _resolve_gpu(gpu)
     params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
     weight_bytes = storage_bytes(train.precision)
-    grad_bytes = 4 if (train.fp32_grads or train.distributed_optimizer) else weight_bytes
+    fp32_buffer = train.distributed_optimizer and train.fp32_grad_buffer
+    grad_bytes = 4 if train.fp32_grads or fp32_buffer else weight_bytes
     bottleneck = link_for(d, gpus_per_node, g, _resolve_link(fabric), stride=train.tp)
     bw = bottleneck.unidirectional_gbps
     alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, d, gpus_per_node, train.tp)
