@@ -22,7 +22,7 @@ of the step (`eval_loss` as `validation loss`), the closing `train_runtime` dict
 The run's shape comes from the Trainer's `***** Running training *****` block (micro-batch per device,
 total batch, accumulation steps, total steps; data-parallel size is their quotient), the model's
 configuration as `from_pretrained` logs it (`Model config LlamaConfig { "hidden_size": 4096, ... }`), a
-printed `TrainingArguments(...)`, and DeepSpeed's configuration echo (`zero_optimization_stage`,
+printed `TrainingArguments(...)` (these two blocks: hf_trainer_shape.py), and DeepSpeed's configuration echo (`zero_optimization_stage`,
 precision, batch sizes) and `see_memory_usage` lines (memory rows). A second `Running training` block
 after steps starts a new run. Warnings and tracebacks are events; anything else is `unparsed`.
 """
@@ -55,8 +55,8 @@ from tracelog.parsers.hf_trainer_dict import (
     logger_clock,
     steps_pair,
     steps_per_epoch,
-    to_number,
 )
+from tracelog.parsers.hf_trainer_shape import block_line, block_start, shape_from_arguments
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
@@ -77,60 +77,6 @@ GRADIENT_CHECKPOINTING_RX = re.compile(r"\bGradient checkpointing enabled\b")
 WORLD_SIZE_RX = re.compile(r"\bworld_size = (\d+)")
 SAMPLES_RX = re.compile(r"\b\d+/(\d+), SamplesPerSec=([\d.]+)")
 RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
-MODEL_CONFIG_RX = re.compile(r"\bModel config (\w+) \{\s*$")
-CONFIG_PAIR_RX = re.compile(r'^\s*"(\w+)":\s*(.*?),?\s*$')
-# the Trainer's arguments as a script prints them: transformers' TrainingArguments, TRL's SFTConfig,
-# DPOConfig, GRPOConfig, ... (subclasses of it)
-ARGS_START_RX = re.compile(r"\b(\w*TrainingArguments|(?:SFT|DPO|ORPO|KTO|CPO|GRPO|PPO|Reward)Config)\($")
-ARG_RX = re.compile(r"^\s*(\w+)=(.*?),?\s*$")
-# the model configuration's keys (transformers' names; GPT-2's and Falcon's older spellings) -> run columns
-MODEL_KEYS = {
-    "hidden_size": "hidden",
-    "n_embd": "hidden",
-    "num_hidden_layers": "layers",
-    "n_layer": "layers",
-    "num_attention_heads": "heads",
-    "n_head": "heads",
-    "num_key_value_heads": "query_groups",
-    "intermediate_size": "ffn_hidden",
-    "n_inner": "ffn_hidden",
-    "vocab_size": "vocab",
-}
-# TrainingArguments fields kept as run parameters (the rest of the block is read, not kept)
-ARG_KEYS = (
-    "logging_steps",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "max_steps",
-    "bf16",
-    "fp16",
-    "gradient_checkpointing",
-    "deepspeed",
-    "fsdp",
-    "optim",
-    "learning_rate",
-    "seed",
-    "max_seq_length",
-    "max_length",
-    "packing",
-)
-# TRL's sequence length (SFTConfig `max_seq_length`, `max_length` since 0.20): every sequence's length when
-# examples are packed, an upper bound otherwise
-SEQ_KEYS = ("max_seq_length", "max_length")
-# model types whose MLP is gated (gate, up and down projections: SwiGLU or GeGLU), as their modeling
-# files build it; the FLOP count and the model's memory take the third matrix from `swiglu`
-GATED_MODELS = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "gemma",
-    "gemma2",
-    "phi3",
-    "olmo2",
-)
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
 STEP_KEYS = ("current_steps", "step", "global_step")
@@ -471,48 +417,12 @@ class _Parser(RunRows):
                     if name == "gradient_accumulation_steps":
                         run["_accumulation"] = value
                 return True
-        if match := MODEL_CONFIG_RX.search(part):
-            self.block = "model"
-            self.param(n, "model_config", match.group(1))
-            return True
-        if ARGS_START_RX.search(part.rstrip()):
-            self.block = "args"
-            return True
-        return False
+        return block_start(self, n, part)
 
     def in_block(self, n: int, part: str) -> bool:
-        """A line of the model's configuration (JSON) or of printed TrainingArguments."""
-        stripped = part.strip()
-        if self.depth > 0:
-            self.depth += (
-                stripped.count("[") + stripped.count("{") - stripped.count("]") - stripped.count("}")
-            )
-            return True
-        if (self.block == "model" and stripped == "}") or (self.block == "args" and stripped == ")"):
-            self.block = None
-            return True
-        if self.block == "model" and (match := CONFIG_PAIR_RX.match(part)):
-            key, raw = match.groups()
-            self.depth = max(0, raw.count("[") + raw.count("{") - raw.count("]") - raw.count("}"))
-            column = MODEL_KEYS.get(key)
-            value = to_number(raw) if column else None
-            if column and value is not None:
-                self.run(n).setdefault(column, int(value))
-            elif key in ("model_type", "hidden_act", "torch_dtype", "max_position_embeddings"):
-                self.param(n, key, raw.strip('"'))
-                if key == "model_type":
-                    self.run(n)["swiglu"] = raw.strip('"') in GATED_MODELS
-            return True
-        if self.block == "args" and (match := ARG_RX.match(part)):
-            key, raw = match.groups()
-            if key in ARG_KEYS:
-                self.param(n, key, raw)
-                self.args.setdefault(self.run_key, {})[key] = raw
-                if key == "logging_steps" and raw.isdigit():
-                    self.logging_steps = int(raw)
-            return True
-        self.block = None  # a line of neither shape: the block was cut off
-        return self.part(n, part)
+        """A line of the model's configuration or printed arguments; a line of neither shape ends the
+        block and is read as any other."""
+        return block_line(self, n, part) or self.part(n, part)
 
     def deepspeed(self, n: int, match: re.Match[str]) -> bool:
         """DeepSpeed's configuration echo (one `name ..... value` per line), memory reports and step lines
@@ -567,22 +477,7 @@ class _Parser(RunRows):
         for key, run in self.runs.items():
             columns = config_columns(self.config.get(key, {}))
             columns.pop("dp", None)  # DeepSpeed's world_size: every rank, not the data-parallel size
-            args = self.args.get(key, {})
-            seq = next((args[k] for k in SEQ_KEYS if args.get(k, "").isdigit()), None)
-            if seq is not None:
-                run.setdefault("seq_len", int(seq))
-                if args.get("packing") != "True":
-                    run["run_params"].append(
-                        {
-                            "name": "seq_len_assumed",
-                            "value": "the truncation length: examples are not packed, most are shorter",
-                            "line_no": run["line_start"],
-                        }
-                    )
-            if args.get("gradient_checkpointing") in ("True", "False"):
-                columns["recompute"] = "full" if args["gradient_checkpointing"] == "True" else "none"
-            if "precision" not in columns and (args.get("bf16") == "True" or args.get("fp16") == "True"):
-                columns["precision"] = "bf16" if args.get("bf16") == "True" else "fp16"
+            shape_from_arguments(run, self.args.get(key, {}), columns)
             for name, value in columns.items():
                 run.setdefault(name, value)
             accumulation = run.pop("_accumulation", None)
