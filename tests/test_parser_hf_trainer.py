@@ -453,3 +453,35 @@ def test_a_logs_tail_with_the_closing_train_runtime_dict_is_the_trainers() -> No
     )
     assert parsers.detect(head_text(tail.encode()), "tail.log").FORMAT == "hf_trainer"
     assert params(collect(tail))["train_runtime"] == "42088.2092"
+
+
+def test_the_same_dict_from_every_nodes_launcher_prefix_is_one_step() -> None:
+    """LLaMA-Factory launched on four nodes through pdsh (its issue 813): each node's main process logs
+    every dict and pdsh puts the node's address before it, in whichever order the nodes flush. The first
+    print is the step's; a node printing the same dict again is another step. Invented values."""
+    hosts = ("10.96.202.43", "10.96.202.17", "10.96.202.16", "10.96.202.40")
+    dicts = (
+        "{'loss': 1.9021, 'learning_rate': 4.99998e-05, 'epoch': 0.0}",
+        "{'loss': 0.8129, 'learning_rate': 4.99995e-05, 'epoch': 0.0}",
+        "{'loss': 0.6417, 'learning_rate': 4.99989e-05, 'epoch': 0.0}",
+        "{'eval_loss': 0.6530, 'eval_runtime': 12.1, 'epoch': 0.0}",
+    )
+    orders = (hosts, hosts, (hosts[2], hosts[0], hosts[3], hosts[1]), (hosts[1], *hosts[2:], hosts[0]))
+    lines = [f"{host}: {d}" for d, order in zip(dicts, orders, strict=True) for host in order]
+    lines.append(f"{hosts[1]}: {dicts[2]}")  # one node again: the same figures, the next step
+    text = "\n".join(lines) + "\n"
+    assert parsers.detect(head_text(text.encode()), "train.log") is hf_trainer
+    out = collect(text)
+    steps = [(r["iteration"], r["lm_loss"], r["line_no"]) for r in out["iterations"]]
+    assert steps == [(1, 1.9021, 1), (2, 0.8129, 5), (3, 0.6417, 9), (4, 0.6417, 17)]
+    assert [
+        (m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"] if m["key"] != "epoch"
+    ] == [
+        (3, "validation loss", 0.653),
+        (3, "eval_runtime", 12.1),
+    ]
+    assert "unparsed" not in out
+    # a log read while it grows: each head's steps are the whole log's first ones
+    for cut in range(1, len(lines)):
+        head = collect("\n".join(lines[:cut]) + "\n").get("iterations", [])
+        assert [(r["iteration"], r["lm_loss"]) for r in head] == [s[:2] for s in steps[: len(head)]]

@@ -80,6 +80,10 @@ RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
 STEP_KEYS = ("current_steps", "step", "global_step")
+STAMP_PREFIX_RX = re.compile(r"\[?\d{4}-\d\d-\d\d")
+COPIES_HELD = 64
+"""Logged dicts remembered with the printers that printed them: a node's copy of a dict another node
+printed first comes within this many dicts of it."""
 BAR_ROWS_HELD = 100_000
 """Bar steps held while a run has logged no dict: more than that many steps before a first dict is a run
 that logs none (the Trainer logs every `logging_steps`, 500 by default), and they are handed out."""
@@ -97,7 +101,7 @@ def detect(head: str) -> int:
     logged = 0
     for line in head.split("\n"):
         for part in line.split("\r"):
-            part = _logged_text(part)
+            part = _logged_text(strip_prefix(part)[0])
             if (
                 DICT_RX.match(part)
                 and re.search(r"""['"]loss['"]\s*:""", part)
@@ -115,6 +119,21 @@ def _logged_text(part: str) -> str:
         part = part[part.find(bar.group(0)) + len(bar.group(0)) :]
     at = part.find(">> {")
     return part[at + 3 :] if at >= 0 else part
+
+
+def _printer(part: str) -> tuple[str, str | None]:
+    """A line past its launchers' prefixes, and who printed it: the host (`10.96.202.43: `) or rank tag
+    (`[default0]:`) those prefixes name, without their time; None for a line no launcher tagged."""
+    tags = []
+    for _ in range(3):
+        bare, host = strip_prefix(part, limit=1)
+        if bare == part:
+            break
+        tag = part[: len(part) - len(bare)].strip()
+        if not STAMP_PREFIX_RX.match(tag):
+            tags.append(host or tag)
+        part = bare
+    return part, " ".join(tags) or None
 
 
 class _Parser(RunRows):
@@ -144,6 +163,8 @@ class _Parser(RunRows):
         self.last_row: dict[str, Any] | None = None
         self.last_pairs: dict[str, Any] = {}  # the last training dict's values
         self.logger_dict_at: int | None = None  # the line of the last training dict behind a `>> ` logger
+        self.printer: str | None = None  # the host or rank a launcher's prefix names on the line being read
+        self.printed: dict[str, set[str | None]] = {}  # the last logged dicts' texts -> who printed them
         self.stamp: float | None = None  # the time the logger's prefix gave the dict being read
         self.section = "training"  # the Trainer block being read: training, Evaluation or Prediction
         # DeepSpeed's running count of skipped steps, at its last step line
@@ -164,6 +185,7 @@ class _Parser(RunRows):
             self.step_source = None
             self.ds_skipped, self.skipped_pending, self.overflows, self.loss_scale = None, 0, None, None
             self.ended, self.bar_placed, self.step_keys = False, False, set()
+            self.printed = {}
 
     def _close_run(self) -> None:
         if self.logged == 0:
@@ -174,6 +196,7 @@ class _Parser(RunRows):
     # ----------------------------------------------------------------------------------------- lines
     def line(self, n: int, text: str) -> None:
         understood = False
+        self.printer = None  # a launcher prefixes a line once, before the bar's first redraw
         for part in text.split("\r"):
             if part.strip():
                 understood = self.part(n, part) or understood
@@ -207,8 +230,11 @@ class _Parser(RunRows):
             return self.deepspeed(n, match)
         if self.header(n, part):
             return True
-        bare, _host = strip_prefix(part)  # a launcher's `host: ` or time before any of the above
-        return bare != part and bool(bare.strip()) and self.part(n, bare)
+        bare, printer = _printer(part)  # a launcher's `host: ` or time before any of the above
+        if bare == part or not bare.strip():
+            return False
+        self.printer = printer or self.printer
+        return self.part(n, bare)
 
     def bar(self, n: int, step: int, total: int, rate: str | None, unit: str | None) -> None:
         """A training bar's position and rate; bars of another length (evaluation's) are not the steps'.
@@ -246,6 +272,8 @@ class _Parser(RunRows):
         pairs = {key: dict_value(raw) for key, raw in PAIR_RX.findall(part)}
         if not pairs:
             return False
+        if self._a_copy(part.strip()):
+            return True
         if "train_runtime" in pairs:
             for key in SUMMARY_KEYS:
                 if pairs.get(key) is not None:
@@ -266,6 +294,21 @@ class _Parser(RunRows):
                 if key.startswith("eval_") and isinstance(value, float):
                     self.metric(n, step, key, value)
             return True
+        return False
+
+    def _a_copy(self, text: str) -> bool:
+        """Whether a dict is another node's (or rank's) print of one a different printer printed first
+        (LLaMA-Factory on several nodes: each node's main process logs, pdsh prefixes its host): the same
+        text from a printer that has not printed it yet. The first print is the step's; the same printer
+        printing the same dict again is a step of its own."""
+        printers = self.printed.get(text)
+        if self.printer is not None and printers is not None and self.printer not in printers:
+            printers.add(self.printer)
+            return True
+        self.printed.pop(text, None)
+        self.printed[text] = {self.printer}
+        if len(self.printed) > COPIES_HELD:
+            del self.printed[next(iter(self.printed))]
         return False
 
     def _step_of(self, pairs: dict[str, Any], advance: bool, n: int = 0) -> int:
