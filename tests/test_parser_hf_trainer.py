@@ -485,3 +485,29 @@ def test_the_same_dict_from_every_nodes_launcher_prefix_is_one_step() -> None:
     for cut in range(1, len(lines)):
         head = collect("\n".join(lines[:cut]) + "\n").get("iterations", [])
         assert [(r["iteration"], r["lm_loss"]) for r in head] == [s[:2] for s in steps[: len(head)]]
+
+
+def test_llmtuners_callback_logger_pairs_with_the_trainers_dict_and_its_clock_gives_the_step_time() -> None:
+    """LLaMA-Factory before 0.6 (`llmtuner`) logs each step through Python's logging in the example
+    scripts' format (`%m/%d/%Y %H:%M:%S - INFO - name - `), then the Trainer prints its own dict: one
+    step, its time the clock's between two of them. Invented lines in the shape of its issue 2810."""
+    block = "[INFO|trainer.py:{0}] 2024-03-12 11:24:23,876 >>   {1}"
+    callback = "03/12/2024 11:{0} - INFO - llmtuner.extras.callbacks - "
+    text = "\n".join(
+        [
+            block.format(1815, "Instantaneous batch size per device = 2"),
+            block.format(1820, "Total optimization steps = 1,548"),
+            callback.format("24:33") + "{'loss': 0.9210, 'learning_rate': 4.9999e-05, 'epoch': 0.01}",
+            "{'loss': 0.921, 'grad_norm': 0.4127, 'learning_rate': 4.999871292419044e-05, 'epoch': 0.01}",
+            callback.format("24:42") + "{'loss': 0.8805, 'learning_rate': 4.9995e-05, 'epoch': 0.02}",
+            "{'loss': 0.8805, 'grad_norm': nan, 'learning_rate': 4.999485182928687e-05, 'epoch': 0.02}",
+            callback.format("25:06") + "{'loss': 0.8412, 'learning_rate': 4.9988e-05, 'epoch': 0.03}",
+        ]
+    )
+    assert parsers.detect(head_text(text.encode()), "train.log") is hf_trainer
+    out = collect(text + "\n")
+    rows = [(r["iteration"], r["lm_loss"], r["elapsed_s"], r["line_no"]) for r in out["iterations"]]
+    assert rows == [(1, 0.921, None, 3), (2, 0.8805, 9.0, 5), (3, 0.8412, 24.0, 7)]
+    assert out["iterations"][0]["grad_norm"] == 0.4127 and math.isnan(out["iterations"][1]["grad_norm"])
+    assert out["runs"][0]["train_iters"] == 1548
+    assert "unparsed" not in out

@@ -53,6 +53,7 @@ from tracelog.parsers.hf_trainer_dict import (
     dict_value,
     figures_agree,
     logger_clock,
+    logger_prefix_end,
     steps_pair,
     steps_per_epoch,
 )
@@ -114,11 +115,12 @@ def detect(head: str) -> int:
 
 def _logged_text(part: str) -> str:
     """What a logged dict's line holds past a bar drawn before it and a logger's prefix (`[INFO|trainer.py:398]
-    2021-01-15 10:28:50,371 >> `, LLaMA-Factory's `[INFO|...] llamafactory.train.callbacks:143 >> `)."""
+    2021-01-15 10:28:50,371 >> `, LLaMA-Factory's `[INFO|...] llamafactory.train.callbacks:143 >> `, its
+    older `03/12/2024 11:24:33 - INFO - llmtuner.extras.callbacks - `: `LOGGER_PREFIX_RX`)."""
     if (bar := BAR_RX.match(part) or BAR_RX.match(strip_prefix(part)[0])) is not None:
         part = part[part.find(bar.group(0)) + len(bar.group(0)) :]
-    at = part.find(">> {")
-    return part[at + 3 :] if at >= 0 else part
+    at = logger_prefix_end(part)
+    return part[at:] if at >= 0 else part
 
 
 def _printer(part: str) -> tuple[str, str | None]:
@@ -225,7 +227,7 @@ class _Parser(RunRows):
         logged = _logged_text(part)
         if DICT_RX.match(logged):
             self.stamp = logger_clock(part)
-            return self.logged_dict(n, logged, via_logger=">> {" in part)
+            return self.logged_dict(n, logged, via_logger=logger_prefix_end(part) >= 0)
         if (match := LOG_PREFIX_RX.match(part.strip())) is not None:
             return self.deepspeed(n, match)
         if self.header(n, part):

@@ -89,19 +89,38 @@ HEADER_RX = {
     "train_iters": re.compile(r"\bTotal optimization steps = ([\d,]+)"),
     "trainable_parameters": re.compile(r"\bNumber of trainable parameters = ([\d,]+)"),
 }
-LOGGER_STAMP_RX = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)")
+# A logger's prefix before a logged dict: transformers' `[INFO|trainer.py:398] 2021-01-15 10:28:50,371 >> `,
+# LLaMA-Factory's `[INFO|2024-11-26 22:09:01] logging.py:157 >> `, or the `%(asctime)s - %(levelname)s -
+# %(name)s - ` format transformers' example scripts configure and LLaMA-Factory used before 0.6 (llmtuner:
+# `03/12/2024 11:24:33 - INFO - llmtuner.extras.callbacks - `)
+LOGGER_PREFIX_RX = re.compile(r">> (?=\{)|^.*? - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - [\w.]+ - (?=\{)")
+# ISO, or the example scripts' `datefmt="%m/%d/%Y %H:%M:%S"` (month first)
+LOGGER_STAMP_RX = re.compile(
+    r"(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[ T](?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)"
+    r"|(?P<us_m>\d\d)/(?P<us_d>\d\d)/(?P<us_y>\d{4}) (?P<us_H>\d\d):(?P<us_M>\d\d):(?P<us_S>\d\d)"
+)
+
+
+def logger_prefix_end(part: str) -> int:
+    """Where the dict behind a logger's prefix starts; -1 for a dict no logger printed."""
+    match = LOGGER_PREFIX_RX.search(part)
+    return match.end() if match else -1
 
 
 def logger_clock(part: str) -> float | None:
-    """The time a logger's prefix gives a dict (LLaMA-Factory's `[INFO|2024-11-26 22:09:01] logging.py:157
-    >> {...}`, transformers' `[INFO|trainer.py:398] 2021-01-15 10:28:50,371 >> `) as seconds since the
-    prefix's midnight plus its day (a whole-second clock, differenced between dicts); None without one."""
-    at = part.find(">> {")
+    """The time a logger's prefix gives a dict (`LOGGER_PREFIX_RX`) as seconds since the prefix's midnight
+    plus its day (a whole-second clock, differenced between dicts); None without one."""
+    at = logger_prefix_end(part)
     stamp = LOGGER_STAMP_RX.search(part, 0, at) if at > 0 else None
     if stamp is None:
         return None
-    day = date.fromisoformat(stamp.group(1)).toordinal()
-    return float(((day * 24 + int(stamp.group(2))) * 60 + int(stamp.group(3))) * 60 + int(stamp.group(4)))
+    us = "us_" if stamp.group("y") is None else ""
+    y, m, d, hour, minute, second = (int(stamp.group(us + key)) for key in ("y", "m", "d", "H", "M", "S"))
+    try:
+        day = date(y, m, d).toordinal()
+    except ValueError:  # day first after all: no date to tell
+        return None
+    return float(((day * 24 + hour) * 60 + minute) * 60 + second)
 
 
 def steps_per_epoch(run: dict[str, Any]) -> int | None:
