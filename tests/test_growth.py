@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import SAMPLES
+from tests.test_parser_deepspeed import glued_bar_log
 from tracelog import api, fingerprint, ingest
 from tracelog.analysis.refresh import refresh_pending
 from tracelog.fingerprint import CHUNK
@@ -533,3 +534,16 @@ def test_a_store_that_kept_a_relative_path_still_finds_its_log_grown(
     monkeypatch.chdir(tmp_path)
     assert land(store, Path("live.log")).status == "appended"
     assert store.con.execute("SELECT count(*), any_value(path) FROM sources").fetchone() == (1, str(log))
+
+
+def test_a_glued_training_bar_resumes_at_every_line_to_the_direct_ingest(tmp_path: Path) -> None:
+    """The bar's length and step cross a cut in DeepSpeed's resume state."""
+    data = glued_bar_log().encode()
+    log = tmp_path / "hf_ds.log"
+    cuts = [m.end() for m in re.finditer(rb"\n", data)][:-1]
+    with Store(tmp_path / "grown.duckdb") as grown:
+        for cut in [*cuts, len(data)]:
+            log.write_bytes(data[:cut])
+            land(grown, log, deepspeed.FORMAT)
+            expected = direct_snapshot(data[:cut], log, tmp_path / f"p{cut}.duckdb", deepspeed.FORMAT)
+            assert snapshot(grown) == expected, f"cut at byte {cut}"

@@ -653,3 +653,41 @@ def test_deepspeed_chats_throughput_line_gives_the_runs_size_and_its_figures() -
     ]
     assert latency == [(None, 0.27), (20, 0.49)]
     assert "unparsed" not in out
+
+
+def glued_bar_log() -> str:
+    """The Hugging Face Trainer on DeepSpeed with `wall_clock_breakdown`: tqdm redraws its bar without a
+    newline, so the ZeRO optimizer's timer line of the next step lands on the bar's line (the shape of
+    DeepSpeed issue 1436; invented figures). The last bar has earlier redraws before it and a rate in it/s."""
+    log = "[2021-10-08 20:18:{s}] [INFO] [logging.py:68:log_dist] [Rank 0] rank=0 time (ms) | "
+    bar = "{p}%|███████▊       | {n}/800 [10:31<16:30,  {rate}]"
+    engine = (
+        log + "forward_microstep: 301.10 | backward_microstep: 702.40 | step_microstep: 640.20\n"
+        "" + log + "forward: 301.00 | backward: 702.30 | step: 640.10\n"
+    )
+    optimizer = log + "optimizer_allgather: 3.10 | optimizer_gradients: 70.50 | optimizer_step: 560.20\n"
+    return (
+        engine.format(s="44,102")
+        + " " + bar.format(p=39, n=311, rate="2.04s/it") + optimizer.format(s="46,140")
+        + engine.format(s="46,140")
+        + "\r " + bar.format(p=39, n=311, rate="2.04s/it") + "\r " + bar.format(p=39, n=312, rate="0.50it/s")
+        + optimizer.format(s="48,181")
+    )  # fmt: skip
+
+
+def test_a_trainers_bar_glued_before_a_timer_line_gives_its_step_time_and_the_timers_the_next_step() -> None:
+    """The Trainer moves its bar once a step's timers are printed: the bar's step gets the bar's rate as
+    its step time, the timer lines after it are the step after the bar's."""
+    out = collect(glued_bar_log())
+    assert [(r["iteration"], r["elapsed_s"], r["line_no"]) for r in out["iterations"]] == [
+        (311, 2.04, 3),
+        (312, 2.0, 6),
+    ]
+    timers = {(t["line_no"], t["iteration"]) for t in out["timers"]}
+    assert sorted(timers) == [(1, None), (2, None), (3, 312), (4, 312), (5, 312), (6, 313)]
+    assert {t["name"] for t in out["timers"] if t["line_no"] in (3, 6)} == {
+        "optimizer_allgather",
+        "optimizer_gradients",
+        "optimizer_step",
+    }
+    assert "unparsed" not in out

@@ -12,7 +12,9 @@ What DeepSpeed prints and where it lands:
   MemAllocated=..GB, MaxMemAllocated=..GB` (ThroughputTimer): `samples_per_s` of step N from
   CurrSamplesPerSec, the running average as an `iteration_metrics` row, and a `memory` row per rank.
   `elapsed_s` is train_batch_size / CurrSamplesPerSec, which is how DeepSpeed computes that rate.
-- `time (ms) | fwd: ... | bwd: ... | step: ...` (and the `_microstep` variants): `timers` rows.
+- `time (ms) | fwd: ... | bwd: ... | step: ...` (and the `_microstep` variants): `timers` rows. A training
+  bar (tqdm, the Hugging Face Trainer's) glued before such a line gives its step the bar's rate and the
+  timers after it their step (deepspeed_timers.py).
 - `MA .. GB Max_MA .. GB CA .. GB Max_CA .. GB` (see_memory_usage): `memory` rows.
 - The flops profiler summary: its latencies as timers, its figures as metrics, its FLOPS per GPU as
   the profiled step's `tflops_reported`.
@@ -53,10 +55,11 @@ from tracelog.parsers.deepspeed_config import (
     see_memory_mib,
 )
 from tracelog.parsers.deepspeed_profiler import profiler_line
+from tracelog.parsers.deepspeed_timers import glued_bar, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "3"
+VERSION = "4"
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -108,8 +111,6 @@ TPUT_LINE_RX = re.compile(  # the whole line as DeepSpeed prints it: one search 
     + NUM
     + r"\s*GB"
 )
-TIMER_PART_RX = re.compile(r"^\s*([\w./ -]+?)\s*:\s*" + NUM + r"\s*(GB)?\s*$")
-TIMER_RANK_RX = re.compile(r"rank=(\d+)\s+time \(ms\)")
 CONFIG_LINE_RX = re.compile(r"^\s{1,4}([A-Za-z_][\w]*)\s*(?:\.{2,}\s?|\s{2,}|\s(?=[\[{]))(.*?)\s*$")
 USER_JSON_RX = re.compile(r"^\s*json = (\{.*)$")
 LAUNCH_RX = re.compile(r"nnodes=(\d+), num_local_procs=(\d+)")
@@ -235,6 +236,7 @@ class _Parser:
     def close(self, run: RunState, step: int) -> None:
         row = run.open.pop(step)
         del row["_rank0"]
+        bar_s = row.pop("_bar_s")
         if tput := row.pop("_tput"):
             running, epoch, tput_line = tput
             if running is not None:
@@ -246,6 +248,8 @@ class _Parser:
         row["global_batch_size"] = gbs
         if row["elapsed_s"] is None and gbs and row["samples_per_s"]:
             row["elapsed_s"] = gbs / row["samples_per_s"]
+        if row["elapsed_s"] is None:  # no figure of DeepSpeed's own: the Trainer's bar's (moving average)
+            row["elapsed_s"] = bar_s
         self.emit("iterations", row)
 
     def metric(
@@ -270,6 +274,8 @@ class _Parser:
             label = match.group(1) or match.group(2)
             rank = int(label) if label else None
             line = line[match.end() :]
+        if "%|" in line:  # the Trainer's bar, with DeepSpeed's next line on its own (deepspeed_timers.py)
+            line = glued_bar(self, line_no, line)
         source = rank  # the stream a line came from (ranks interleave; their state is kept apart)
         if self.json_lines is not None and source == self.json_source:
             if not LOG_PREFIX_RX.match(line):
@@ -313,7 +319,7 @@ class _Parser:
             self._step(line_no, match, rank, ts)
             return True
         if "time (ms)" in msg and "|" in msg:
-            self._timers(line_no, msg, rank)
+            timer_line(self, line_no, msg, rank)
             return True
         if ("DeepSpeed" in msg or "WORLD INFO DICT" in msg) and any(mark in msg for mark in RESTART_MARKS):
             self._restart(line_no)
@@ -423,7 +429,7 @@ class _Parser:
         run = self.run(line_no)
         step, skipped_total = int(match.group(1)), int(match.group(2))
         lrs = NUM_RX.findall(match.group(3))
-        run.last_step, run.since_step = step, {}
+        run.last_step, run.since_step, run.bar_step = step, {}, None
         if step == 0:
             run.last_skipped = skipped_total
             return
@@ -460,7 +466,7 @@ class _Parser:
         run = self.run(line_no)
         self.trained = True
         step = int(match.group(1))
-        run.last_step, run.since_step = step, {}
+        run.last_step, run.since_step, run.bar_step = step, {}, None
         row = self.step_row(run, step, line_no, rank, ts)
         if row is None:
             return
@@ -504,46 +510,6 @@ class _Parser:
             alloc = fields["alloc"] * 1024.0 if fields["alloc"] is not None else None
             peak = fields["max_alloc"] * 1024.0 if fields["max_alloc"] is not None else None
             self.emit("memory", memory_row(run.key, rank, step, line_no, alloc, peak, None, None))
-
-    def _timers(self, line_no: int, msg: str, rank: int | None) -> None:
-        run = self.run(line_no)
-        if match := TIMER_RANK_RX.search(msg):
-            rank = int(match.group(1))
-        memory: dict[str, float] = {}
-        iteration = run.timer_step(msg)
-        for part in msg.split("|")[1:]:
-            match = TIMER_PART_RX.match(part)
-            if not match:
-                continue
-            name, value = match.group(1).strip(), number(match.group(2))
-            if match.group(3):
-                memory[name] = value * 1024.0
-                continue
-            self.emit(
-                "timers",
-                {
-                    "run_key": run.key,
-                    "rank": rank,
-                    "iteration": iteration,
-                    "name": name,
-                    "time_ms": value,
-                    "line_no": line_no,
-                },
-            )
-        if memory:
-            self.emit(
-                "memory",
-                memory_row(
-                    run.key,
-                    rank,
-                    run.last_step,
-                    line_no,
-                    memory.get("mem_allocated"),
-                    memory.get("max_mem_allocated"),
-                    memory.get("cache_allocated"),
-                    memory.get("max_cache_allocated"),
-                ),
-            )
 
     def _event_or_unparsed(self, line_no: int, raw: str, msg: str, level: str, source: int | None) -> None:
         """Warnings, errors and tracebacks (with their indented continuation lines) are events."""

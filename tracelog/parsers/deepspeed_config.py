@@ -43,6 +43,10 @@ class RunState:
     # timer lines of each kind (by first timer name) since the last step line: the ZeRO optimizer prints
     # its timers at every step, before that step's `step=N` line, whatever steps_per_print is
     since_step: dict[str, int] = field(default_factory=dict)
+    # the Trainer's training bar glued before a DeepSpeed line (deepspeed_timers.py): its length, and the
+    # step it showed last, when no step line came after it
+    bar_total: int | None = None
+    bar_step: int | None = None
     open: dict[int, dict[str, Any]] = field(default_factory=dict)
     written: deque[int] = field(default_factory=lambda: deque(maxlen=64))
     _gbs: tuple[int, int | None] | None = None
@@ -59,6 +63,8 @@ class RunState:
         count = self.since_step.get(lead, 0) + 1
         self.since_step[lead] = count
         before_step = lead.startswith("optimizer_")
+        if self.bar_step is not None:  # the bar moves on once its step's timers are printed
+            return self.bar_step + count
         if self.last_step is not None:
             return self.last_step + count - (0 if before_step else 1)
         if before_step and self.config:  # a log from the engine's start: its first step is 1
@@ -79,6 +85,7 @@ class RunState:
             "last_skipped": self.last_skipped,
             "last_step": self.last_step,
             "since_step": self.since_step,
+            "bar": [self.bar_total, self.bar_step],
             "open": [
                 {**row, "ts": row["ts"].isoformat() if row["ts"] else None} for row in self.open.values()
             ],
@@ -101,6 +108,7 @@ class RunState:
         run.last_skipped = int_or_none(state["last_skipped"])
         run.last_step = int_or_none(state["last_step"])
         run.since_step = {str(k): int(v) for k, v in dict(state["since_step"]).items()}
+        run.bar_total, run.bar_step = (int_or_none(v) for v in state["bar"])
         for saved in state["open"]:
             # in the order a new row has its columns; a key newer than the saved state is empty
             row = {k: saved.get(k) for k in ITERATION_KEYS}
@@ -174,6 +182,7 @@ ITERATION_KEYS = (
     "line_no",
     "_rank0",  # whether rank 0's throughput figure is in the row
     "_tput",  # (running average, epoch, line) of the throughput line, written as metrics when it closes
+    "_bar_s",  # the Trainer's bar's seconds per step, the step time where DeepSpeed gives none
 )
 
 

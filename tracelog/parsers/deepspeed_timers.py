@@ -1,0 +1,108 @@
+"""DeepSpeed's wall-clock timer lines (`wall_clock_breakdown`: `rank=0 time (ms) | forward: 316.00 | ...`)
+and the Hugging Face Trainer's training bar drawn just before one.
+
+tqdm redraws its bar with a carriage return and no newline, so in a log of the Trainer on DeepSpeed the next
+line DeepSpeed logs lands on the bar's line (DeepSpeed issue 1436):
+
+    51%|█████▊     | 507/1000 [15:32<16:42,  2.03s/it][2021-10-08 20:18:48,232] [INFO] ... time (ms) | ...
+
+The Trainer moves its bar on in `on_step_end`, after the DeepSpeed engine's `step()` printed that step's
+timers: the bar's count is the steps done, its rate tqdm's moving average of seconds per step. The step the
+bar names gets that rate as its step time (where DeepSpeed's throughput line gives none), and the timer
+lines after it are the next step's (`RunState.timer_step`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+from tracelog.parsers.deepspeed_config import NUM, RunState, memory_row, number
+from tracelog.parsers.run_rows import tqdm_seconds
+
+
+class TimedParser(Protocol):
+    """What of the DeepSpeed parser the timer lines and a glued bar read and write."""
+
+    trained: bool
+
+    def run(self, line_no: int) -> RunState: ...
+    def emit(self, table: str, row: dict[str, Any]) -> None: ...
+    def step_row(
+        self, run: RunState, step: int, line_no: int, rank: int | None, ts: str | None
+    ) -> dict[str, Any] | None: ...
+
+
+TIMER_PART_RX = re.compile(r"^\s*([\w./ -]+?)\s*:\s*" + NUM + r"\s*(GB)?\s*$")
+TIMER_RANK_RX = re.compile(r"rank=(\d+)\s+time \(ms\)")
+# tqdm's bar (after any earlier redraws of it) right before DeepSpeed's logger prefix `[2021-10-08 ...`;
+# a described bar is another loop's unless it names training
+GLUED_BAR_RX = re.compile(
+    r"^(?:.*\r)?\s*(?:(?P<about>[^|%\r]*?):\s*)?\d+%\|[^|\r]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*"
+    r"\[(?P<times>[^\]\r]*)\]\s*(?=\[\d{4}-\d\d-\d\d[ T])"
+)
+RATE_RX = re.compile(r",\s*(\d+(?:\.\d+)?)(s/it|it/s)")  # `[15:32<16:42,  2.03s/it]`, maybe a postfix after
+
+
+def glued_bar(parser: TimedParser, line_no: int, line: str) -> str:
+    """The line past a training bar glued before DeepSpeed's logger prefix, the bar read: its step (of a
+    bar as long as the first one, not an evaluation's) with its rate as step time, and the anchor of the
+    timer lines after it."""
+    match = GLUED_BAR_RX.match(line)
+    if match is None:
+        return line
+    about = (match.group("about") or "").strip().lower()
+    if about and not about.startswith(("train", "epoch")):
+        return line[match.end() :]
+    run = parser.run(line_no)
+    step, total = int(match.group("step")), int(match.group("total"))
+    run.bar_total = run.bar_total or total
+    if total == run.bar_total and step > 0:
+        parser.trained = True
+        run.bar_step, run.since_step = step, {}
+        row = parser.step_row(run, step, line_no, None, None)
+        if row is not None and (rate := RATE_RX.search(match.group("times"))) is not None:
+            row["_bar_s"] = tqdm_seconds(float(rate.group(1)), rate.group(2))
+    return line[match.end() :]
+
+
+def timer_line(parser: TimedParser, line_no: int, msg: str, rank: int | None) -> None:
+    """A `time (ms) | name: value | ...` line: a `timers` row per figure at the step `timer_step` places
+    it, its `_GB` figures (`mem_allocated: 1.2GB`) as a memory row."""
+    run = parser.run(line_no)
+    if match := TIMER_RANK_RX.search(msg):
+        rank = int(match.group(1))
+    memory: dict[str, float] = {}
+    iteration = run.timer_step(msg)
+    for part in msg.split("|")[1:]:
+        match = TIMER_PART_RX.match(part)
+        if not match:
+            continue
+        name, value = match.group(1).strip(), number(match.group(2))
+        if match.group(3):
+            memory[name] = value * 1024.0
+            continue
+        parser.emit(
+            "timers",
+            {
+                "run_key": run.key,
+                "rank": rank,
+                "iteration": iteration,
+                "name": name,
+                "time_ms": value,
+                "line_no": line_no,
+            },
+        )
+    if memory:
+        parser.emit(
+            "memory",
+            memory_row(
+                run.key,
+                rank,
+                run.last_step,
+                line_no,
+                memory.get("mem_allocated"),
+                memory.get("max_mem_allocated"),
+                memory.get("cache_allocated"),
+                memory.get("max_cache_allocated"),
+            ),
+        )
