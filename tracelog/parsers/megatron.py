@@ -22,6 +22,12 @@ from tracelog.parsers.base import (
     guarded,
 )
 from tracelog.parsers.event_words import WARN_ECHO_RX, WARNING_RX, event_kind
+from tracelog.parsers.megatron_bridge import (
+    BRIDGE_STEP_MARK,
+    bridge_step_metrics,
+    bridge_tflops,
+    glued_params,
+)
 from tracelog.parsers.megatron_config import RunInfo
 from tracelog.parsers.megatron_layout import (
     IterationLayout,
@@ -37,7 +43,6 @@ from tracelog.parsers.megatron_lines import (
     ITERATION_COLUMNS,
     KEY_VALUE_MARK,
     NEOX_FLOPS_MARK,
-    PARAMS_BILLIONS_RX,
     SPECIAL_RX,
     STATEFUL_RX,
     TIMER_ALL_HEAD,
@@ -51,7 +56,6 @@ from tracelog.parsers.megatron_lines import (
     iterations_by_regex,
     key_value_as_classic,
     neox_flops_as_classic,
-    params_billions_name,
     per_thousand,
     timers_by_regex,
 )
@@ -422,15 +426,15 @@ def _parse_block(
 
     iteration_rows = _iteration_rows(fitted, slow_iters, run_key)
     bridge = plain.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True))
-    bridge_metrics = _bridge_step_metrics(bridge, iteration_rows) if not bridge.is_empty() else None
+    bridge_metrics = bridge_step_metrics(bridge, iteration_rows) if not bridge.is_empty() else None
     if iteration_rows is not None and bridge_metrics is not None:
-        iteration_rows = _bridge_tflops(iteration_rows, bridge_metrics)
+        iteration_rows = bridge_tflops(iteration_rows, bridge_metrics)
     if iteration_rows is not None:
         yield Batch("iterations", iteration_rows.drop("_extra"))
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
             metrics = generic_metrics(candidates, extra)
-            yield Batch("iteration_metrics", [m for m in metrics if not _glued_params(m, runs)])
+            yield Batch("iteration_metrics", [m for m in metrics if not glued_params(m, runs)])
         for row in (
             iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows()
         ):
@@ -475,85 +479,6 @@ def _parse_block(
     other = plain.filter(~warned).filter(line.str.strip_chars() != "")
     if not other.is_empty():
         yield Batch("unparsed", other.select("line_no", pl.col("line").alias("text")))
-
-
-BRIDGE_STEP_MARK = "Step Time : "
-BRIDGE_STEP_RX = r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)(MODEL_)?TFLOP/s/GPU"
-"""Megatron-Bridge's line before each logged iteration (NeMo 25.x on): `Step Time : 4.72s GPU utilization:
-554.3MODEL_TFLOP/s/GPU`, the interval's seconds per step and model TFLOP/s per GPU. `training_log`
-(megatron/bridge/training/utils/train_utils.py) prints it and then builds that iteration's line, so it
-belongs to the iteration line after it; one whose iteration line is in the next block stays unparsed."""
-BRIDGE_TFLOPS_KEY = "GPU utilization (TFLOP/s/GPU)"
-
-
-def _bridge_step_metrics(lines: pl.DataFrame, iteration_rows: pl.DataFrame | None) -> pl.DataFrame:
-    parts = pl.col("line").str.extract_groups(BRIDGE_STEP_RX)
-    texts = lines.select(
-        "line_no",
-        pl.col("run_key").cast(pl.Int32),
-        parts.struct.field("1").alias("seconds_text"),
-        parts.struct.field("2").alias("tflops_text"),
-    )
-    numbers = texts.with_columns(
-        pl.col("seconds_text").cast(pl.Float64, strict=False).alias("seconds"),
-        pl.col("tflops_text").cast(pl.Float64, strict=False).alias("tflops"),
-    ).filter(pl.col("seconds").is_not_null() & pl.col("tflops").is_not_null())
-    if iteration_rows is None or numbers.is_empty():
-        return numbers.head(0).select("run_key", pl.lit(None, pl.Int64).alias("iteration"))
-    after = iteration_rows.select(pl.col("run_key").cast(pl.Int32), "line_no", "iteration").sort("line_no")
-    rows = (
-        numbers.sort("line_no")
-        .join_asof(after, on="line_no", by="run_key", strategy="forward", check_sortedness=False)
-        .filter(pl.col("iteration").is_not_null())
-    )
-    keys = (("step time (s)", "seconds"), (BRIDGE_TFLOPS_KEY, "tflops"))
-    return pl.concat(
-        [
-            rows.select(
-                "run_key",
-                "iteration",
-                pl.lit(key).alias("key"),
-                pl.col(value).alias("value"),
-                pl.col(f"{value}_text").alias("text"),
-                "line_no",
-            )
-            for key, value in keys
-        ]
-    ).sort("line_no", maintain_order=True)
-
-
-def _bridge_tflops(iteration_rows: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
-    """The step line's TFLOP/s as the iteration's own where its line printed none (`--log-throughput`
-    off): both are Megatron's model FLOPs over the same interval."""
-    if metrics.is_empty():
-        return iteration_rows
-    tflops = (
-        metrics.filter(pl.col("key") == BRIDGE_TFLOPS_KEY)
-        .select(
-            pl.col("run_key").cast(iteration_rows.schema["run_key"]),
-            "iteration",
-            pl.col("value").alias("_bridge_tflops"),
-        )
-        .unique(["run_key", "iteration"], keep="first")
-    )
-    joined = iteration_rows.join(tflops, on=["run_key", "iteration"], how="left", maintain_order="left")
-    return joined.with_columns(
-        pl.coalesce("tflops_reported", "_bridge_tflops").alias("tflops_reported")
-    ).drop("_bridge_tflops")
-
-
-def _glued_params(metric: dict[str, Any], runs: dict[int, Any]) -> bool:
-    """Megatron-Bridge prints `Number of parameters in transformer layers in billions:  6.98` right after
-    an iteration line's last `|` (no newline between): a run parameter, as on a line of its own, not the
-    iteration's metric. True when `metric` was one."""
-    match = PARAMS_BILLIONS_RX.search(f"|{metric['key']}: {metric['text']}")
-    run = runs.get(metric["run_key"])
-    if match is None or run is None:
-        return False
-    name = params_billions_name(match)
-    if not any(p["name"] == name for p in run.params):
-        run.params.append({"name": name, "value": match.group(5), "line_no": metric["line_no"]})
-    return True
 
 
 def _iteration_rows(
