@@ -17,6 +17,7 @@ import polars as pl
 
 from tracelog.parsers.base import (
     RESUME_TABLE,
+    RETRACT_TABLE,
     Batch,
     LineSource,
     guarded,
@@ -61,6 +62,7 @@ from tracelog.parsers.megatron_lines import (
 )
 from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory_rows
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
+from tracelog.parsers.megatron_wrap import ends_in_wrap_head, join_wrapped
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
@@ -140,6 +142,9 @@ class _Carry:
     # The last iteration line seen (number, line number, text), for restarts and duplicates across blocks.
     previous: tuple[int | None, int, str] | None = None
     restarted: list[int] = field(default_factory=list)  # runs that restart the one before them
+    # The file's last line when it is an iteration line cut after a field's name (line number, text, run
+    # key): the file's growth may start with its other half (`megatron_wrap`).
+    wrap_head: tuple[int, str, int] | None = None
     iteration_layouts: list[IterationLayout] = field(default_factory=list)
     timer_layouts: list[TimerLayout] = field(default_factory=list)
 
@@ -153,11 +158,12 @@ class _Carry:
             "last_iteration": sorted([k, v] for k, v in self.last_iteration.items()),
             "previous": list(self.previous) if self.previous is not None else None,
             "restarted": self.restarted,
+            "wrap_head": list(self.wrap_head) if self.wrap_head is not None else None,
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> _Carry:
-        previous = state["previous"]
+        previous, wrap_head = state["previous"], state.get("wrap_head")  # absent from states before it
         return cls(
             run_key=int(state["run_key"]),
             iterations_since_start=bool(state["iterations_since_start"]),
@@ -166,6 +172,7 @@ class _Carry:
             last_iteration={int(k): int(v) for k, v in state["last_iteration"]},
             previous=(previous[0], int(previous[1]), str(previous[2])) if previous is not None else None,
             restarted=[int(k) for k in state["restarted"]],
+            wrap_head=(int(wrap_head[0]), str(wrap_head[1]), int(wrap_head[2])) if wrap_head else None,
         )
 
 
@@ -177,8 +184,7 @@ def parse(source: LineSource, fast: bool = True, state: dict[str, Any] | None = 
     parse goes on from there (`source` starts at the next line), as if it had never stopped."""
     carry = _Carry.from_state(state["carry"]) if state else _Carry()
     runs = {run.run_key: run for run in map(RunInfo.from_state, state["runs"])} if state else {}
-    for _block, frame in source.frames():
-        yield from _parse_block(frame, carry, runs, fast)
+    yield from _parse_frames(source, carry, runs, fast)
     resume = {"carry": carry.state(), "runs": [runs[key].state() for key in sorted(runs)]}
     yield Batch(RESUME_TABLE, [{"state": json.dumps(resume, sort_keys=True)}])
     for key in carry.restarted:  # in order, so a restart of a restart inherits through it
@@ -186,6 +192,41 @@ def parse(source: LineSource, fast: bool = True, state: dict[str, Any] | None = 
             runs[key].inherit(runs[key - 1])
     for run in runs.values():
         yield Batch("runs", [run.record()])
+
+
+def _parse_frames(source: LineSource, carry: _Carry, runs: dict[int, RunInfo], fast: bool) -> Iterator[Batch]:
+    """Every block parsed in turn; an iteration line cut after a field's name at a block's end waits for
+    the next block, where its other half may be, and one at the end of the last parse's lines is read
+    again (its rows taken back) when this parse's first line is its other half."""
+    held = None
+    if carry.wrap_head is not None:
+        line_no, text, key = carry.wrap_head
+        held = pl.DataFrame(
+            {"line_no": [line_no], "line": [text]}, schema={"line_no": pl.Int64, "line": pl.String}
+        )
+    resumed = held is not None
+    for _block, frame in source.frames():
+        if resumed and not frame.is_empty():
+            resumed, carry.wrap_head = False, None
+            if join_wrapped(pl.concat([held, frame.head(1)]))["line"][1] != "":
+                held = None  # no other half: its rows stand
+            else:
+                yield Batch(
+                    RETRACT_TABLE,
+                    [
+                        {"table": t, "run_key": key, "line_no": line_no}
+                        for t in ("iterations", "iteration_metrics")
+                    ],
+                )
+        if held is not None:
+            frame = pl.concat([held, frame])
+            held = None
+        if ends_in_wrap_head(frame):
+            frame, held = frame.head(-1), frame.tail(1)
+        yield from _parse_block(join_wrapped(frame), carry, runs, fast)
+    if held is not None and not resumed:
+        yield from _parse_block(held, carry, runs, fast)
+        carry.wrap_head = (int(held["line_no"][0]), str(held["line"][0]), carry.run_key)
 
 
 def _extend_run(runs: dict[int, RunInfo], key: int, low: int, high: int) -> None:
