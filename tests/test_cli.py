@@ -160,6 +160,26 @@ def test_a_file_none_of_whose_lines_was_read_says_so(db_path: Path, tmp_path: Pa
     assert "was read as" not in run(db_path, "ingest", str(log)).stderr
 
 
+def test_a_bar_read_behind_other_words_is_no_unparsed_line(db_path: Path, tmp_path: Path) -> None:
+    """A pasted NeMo 1 log's end: the bar behind the terminal's cursor-up and carriage return left as
+    text (`[A^M`), EarlyStopping's word glued behind it. The bar's step is read; the glued words stay in
+    `unparsed`, but the line is not counted as unparsed, nor the file as one none of whose lines was read."""
+    log = tmp_path / "ptuning.log"
+    bar = (
+        "Epoch 0: :  60%|██████    | 6024/10000 [4:26:54<2:56:09, v_num=0, reduced_train_loss=0.0252, "
+        "global_step=6023.0, consumed_samples=96384.0, train_step_timing in s=2.590, val_loss=0.0917]"
+    )
+    stop = "Monitored metric val_loss did not improve in the last 5 records. Best score: 0.074."
+    log.write_text(f"[A^M{bar}[rank: 1] {stop}\n[rank: 3] {stop}\nEpoch 0, global step 6024: not in top 1\n")
+    ingested = run(db_path, "ingest", "--parser", "nemo", str(log))
+    assert "1 run, 3 rows, 2 of 3 lines unparsed" in ingested.stdout
+    assert "was read as" not in ingested.stderr
+    with Store(db_path) as store:
+        assert store.scalar("SELECT lines_parsed FROM sources") == 1
+        assert store.scalar("SELECT iteration FROM iterations") == 6023
+        assert store.scalar("SELECT count(*) FROM unparsed WHERE line_no = 1") == 1  # its words are kept
+
+
 def test_show_trends_the_validation_loss_megatron_printed(db_path: Path, tmp_path: Path) -> None:
     # Invented: a short Megatron-LM log evaluating every 20 iterations, the last evaluation worse.
     lines = []

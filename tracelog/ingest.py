@@ -441,9 +441,10 @@ def _ingest_stream(
     }
     since = resume.lines_total if resume is not None else 0
     resolve.resolve_source(store, source_id, path, given, options.clusters, since)
+    read_unparsed = writer.unparsed_but_read(since)  # before a merge moves the rows to another source's run
     merged = _merge_same_runs(store, writer, parser.FORMAT)
     before_unparsed = resume.lines_unparsed if resume is not None else 0
-    unparsed = before_unparsed + writer.unparsed
+    unparsed = before_unparsed + writer.unparsed - read_unparsed
     store.con.execute(
         "UPDATE sources SET fingerprint = ?, chunk_digests = ?, bytes = ?, bytes_pending = ?, "
         "lines_total = ?, lines_parsed = ?, lines_unparsed = ?, ingested_at = current_timestamp, "

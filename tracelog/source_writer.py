@@ -109,6 +109,25 @@ class SourceWriter:
         for run_id, line in first_rewritten.items():
             progress.rewind(self.store.con, run_id, line)
 
+    def unparsed_but_read(self, since: int = 0) -> int:
+        """Unparsed rows written after line `since` whose line was read too (an iteration, memory or timer
+        row of one of the source's runs came from it): a progress bar with another stream's words glued
+        behind it keeps those words, but the line was read, so it is not counted among the unparsed."""
+        if not self.unparsed or not self.run_ids:
+            return 0
+        read = " UNION ".join(
+            f"SELECT line_no FROM {table} WHERE run_id IN (SELECT run_id FROM runs WHERE source_id = $source) "
+            "AND line_no > $since"
+            for table in ("iterations", "memory", "timers")
+        )
+        return int(
+            self.store.con.execute(
+                f"SELECT count(*) FROM unparsed WHERE source_id = $source AND line_no > $since "
+                f"AND line_no IN ({read})",
+                {"source": self.source_id, "since": since},
+            ).fetchone()[0]
+        )
+
     def run_id(self, key: int) -> int:
         if key not in self.run_ids:
             run_id = self.kept.run_ids.get(key)
