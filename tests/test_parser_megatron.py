@@ -940,6 +940,15 @@ def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -
             "detected by watchdog at work sequence id: 2",
             "error",
         ),
+        # a traceback's own lines: the source lines it quotes, rich's box, the words between chained ones
+        ("    raise Exception(", "traceback"),
+        ('    raise AttributeError(f"{name!r} object has no attribute")', "traceback"),
+        ("│   2034 │   │   │   │   except TypeError:                       │", "traceback"),
+        ("> │ ❱ 2033 │   │   │   │   │   self.lr_scheduler.step(**(lr_kwargs or {}))  │", "traceback"),
+        ("During handling of the above exception, another exception occurred:", "traceback"),
+        ("> During handling of the above exception, another exception occurred:", "traceback"),
+        ("The above exception was the direct cause of the following exception:", "traceback"),
+        ("> TypeError: WarmupLR.step() got an unexpected keyword argument 'increment'", "error"),
     ],
 )
 def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: str) -> None:

@@ -39,8 +39,12 @@ GLOG_ERROR_RX = r"\[[ef]\d{3,4} \d\d:\d\d:\d\d"
 # prefix changes nothing.
 # Nor is Python's echo of the source line that raised a warning (`  warnings.warn(  # warn only once`,
 # printed under the warning itself) a second warning.
-WARN_ECHO_RX = r"^\s+warnings\.warn\("
-EVENT_WORDS_RX = regex.compile(r"^(?!\s+warnings\.warn\()(?:.*?)" + WARNING_RX.replace(r"\w*", ""))
+# A log pasted as a block quote (`> ` before every line, markdown notes) says the same.
+QUOTED = r"(?:>[ \t]?)*"
+WARN_ECHO_RX = r"^" + QUOTED + r"\s+warnings\.warn\("
+EVENT_WORDS_RX = regex.compile(
+    r"^(?!" + QUOTED + r"\s+warnings\.warn\()(?:.*?)" + WARNING_RX.replace(r"\w*", "")
+)
 # event kind -> words that mark it, most specific first
 EVENT_KINDS = (
     ("checkpoint_saved", "successfully saved checkpoint"),
@@ -68,10 +72,17 @@ EVENT_KINDS = (
 )
 
 
-# A C++ stack frame of a traceback (`frame #0: c10::Error::Error(c10::SourceLocation, ...)`): part of the
-# traceback, not an error line of its own. `error` inside an identifier (`TORCH_NCCL_ASYNC_ERROR_HANDLING`,
-# torchtitan's warning at every start) is no error either: the word, or the end of an exception's name.
-FRAME_RX = r"^\s*frame #\d+:"
+# A traceback's own lines are part of the traceback, not error lines of their own: a C++ stack frame
+# (`frame #0: c10::Error::Error(c10::SourceLocation, ...)`), the source lines Python quotes under each frame
+# (`    raise Exception(`, `    except TypeError:`), rich's box-drawn traceback (`│   2034 │ ... except
+# TypeError:`, every line inside its box), and Python's words between chained exceptions (`During handling of
+# the above exception, another exception occurred:`). The exception's own line is the error. `error` inside an
+# identifier (`TORCH_NCCL_ASYNC_ERROR_HANDLING`, torchtitan's warning at every start) is no error either: the
+# word, or the end of an exception's name. Lower-cased, as the lines are matched.
+FRAME_RX = (
+    r"^" + QUOTED + r"\s*(?:frame #\d+:|[│╭╰]|during handling of the above exception"
+    r"|the above exception was the direct cause)|^" + QUOTED + r"\s+(?:raise|except)\b"
+)
 # Nor is a file or folder of that name (torchelastic's `error_file: .../attempt_0/6/error.json`).
 ERROR_WORD_RX = r"(?:^|[^_/])error(?:$|[^_.]|\.(?:$|[^a-z]))"
 # A line its logger printed at warning level (NeMo's `[NeMo W ...]`, PyTorch's `[W522 18:16:36.1 ...]`,

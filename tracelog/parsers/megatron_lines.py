@@ -13,6 +13,8 @@ import numpy as np
 import polars as pl
 import regex
 
+from tracelog.parsers.event_words import QUOTED
+
 NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
 ITER_MARK = "elapsed time per iteration"
 TIMER_MARK = "time (ms) |"
@@ -181,12 +183,12 @@ ARG_LINE_RX = regex.compile(
 # `name ....: max` (group 2 the max, group 3 empty), all prints `times across ranks (ms):`, then per timer
 # `  name:` and `     rank  N: value`.
 TIMER_BLOCK_LINE_RX = regex.compile(
-    r"^\s*(.+?)\s*\.{2,}:\s*\(?\s*" + NUM + r"(?:\s*,\s*" + NUM + r"\s*\))?\s*$"
+    r"^" + QUOTED + r"\s*(.+?)\s*\.{2,}:\s*\(?\s*" + NUM + r"(?:\s*,\s*" + NUM + r"\s*\))?\s*$"
 )
 TIMER_ALL_HEAD = "times across ranks (ms):"
 TIMER_RANK_LITERAL = "     rank "
-TIMER_NAME_RX = regex.compile(r"^\s{1,4}(\S[^:|]*?):\s*$")
-TIMER_RANK_RX = regex.compile(r"^\s*rank\s+(\d+):\s*" + NUM + r"\s*$")
+TIMER_NAME_RX = regex.compile(r"^" + QUOTED + r"\s{1,4}(\S[^:|]*?):\s*$")
+TIMER_RANK_RX = regex.compile(r"^" + QUOTED + r"\s*rank\s+(\d+):\s*" + NUM + r"\s*$")
 WORLD_RX = regex.compile(r"using world size:\s*(\d+)(.*)")
 # Megatron-LM 2024-2025 printed `hierarchical context-parallel sizes: {}` with no separator after it:
 # `... sizes: Nonetensor-model-parallel size: 1` (megatron/training/arguments.py); a list value ends in `]`.
