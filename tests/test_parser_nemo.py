@@ -419,3 +419,38 @@ def test_megatron_inits_parallel_groups_give_the_layout_and_the_shards_the_size(
     assert run["params"] == 2 * 54663936 + 1
     names = [p["name"] for p in run["run_params"]]
     assert names.count("tensor model parallel size") == 1 and "world size (parallel groups)" in names
+
+
+def test_bar_redraws_glued_on_one_line_are_each_read() -> None:
+    """A paste that lost the bar's carriage returns (SkyPilot's `sky launch` notes, Ray's `(task, pid=N) `
+    prefix before most redraws): each redraw on the line is its own step, its fields cut where the next
+    redraw starts, so no `pid` or empty `val_loss` keys."""
+
+    def redraw(n: int, step: int, loss: str, tail: str = "") -> str:
+        return (
+            f"Epoch 0: :   0%|          | {n}/300000 [02:44<2283:45:02, v_num=1, reduced_train_loss={loss}, "
+            f"global_step={step}.000, consumed_samples={192 * (step + 1)}.0, train_step_timing in s=4.580{tail}"
+        )
+
+    ray = "(task, pid=6679) "
+    line = (
+        ray
+        + redraw(6, 5, "11.00")
+        + ray
+        + redraw(7, 6, "10.90")
+        + redraw(8, 7, "10.80", ", val_loss=10.95")
+        + ray
+        + redraw(8, 7, "10.80", ", val_loss=10.95]Epoch 0, global step 8: 'val_loss' reached 10.95")
+    )
+    out = collect(
+        ray + "[NeMo I 2024-07-31 01:02:39 nemo_model_checkpoint:228] Removing old backup\n" + line + "\n"
+    )
+    assert [
+        (r["iteration"], r["lm_loss"], r["consumed_samples"], r["line_no"]) for r in out["iterations"]
+    ] == [
+        (5, 11.0, 1152, 2),
+        (6, 10.9, 1344, 2),
+        (7, 10.8, 1536, 2),
+    ]
+    assert {m["key"] for m in out["iteration_metrics"]} == {"val_loss", "validation loss"}
+    assert all(m["value"] == 10.95 for m in out["iteration_metrics"])

@@ -73,6 +73,11 @@ PROGRESS_ONLY_RX = re.compile(
 # Lightning's TQDM bar (`Epoch 0:  3%|▎  | 9000/301500 [1:42:42<55:37:46, v_num=0, reduced_train_loss=...]`);
 # some releases draw its description as `Epoch 0: :` (NVIDIA/NeMo#7957, 2023-11).
 BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
+# Where each redraw of a bar starts: a carriage return, or (where a paste lost them) the next redraw's
+# `Epoch 0: :   0%|` glued on, with Ray's `(task, pid=6679) ` prefix before it (SkyPilot's `sky launch`).
+BAR_START = r"Epoch \d+:\s*(?::\s*)?\d+%\|"
+REDRAW_SPLIT_RX = re.compile(r"\r|(?:\(\w+, pid=\d+\) )?(?=" + BAR_START + ")")
+BAR_START_RX = re.compile(BAR_START)
 CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
 # nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
 PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
@@ -262,7 +267,7 @@ class _Parser:
         self.line_start = self.line_start or n
         self.line_end = n
         self.stamp = None
-        if "\r" in text:
+        if "\r" in text or (text.count("Epoch ") > 1 and len(BAR_START_RX.findall(text)) > 1):
             self.bar_line(n, text)
             return
         body, rank, level = self.stripped(text)
@@ -452,7 +457,7 @@ class _Parser:
         """A carriage-return progress bar: every redraw in the line, one row per step (the last drawn)."""
         latest: dict[int, tuple[str, int | None]] = {}
         other = []
-        for segment in text.split("\r"):
+        for segment in REDRAW_SPLIT_RX.split(text):
             body, rank, _level = self.stripped(segment)
             match = BAR_RX.search(body)
             if match:
