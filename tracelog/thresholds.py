@@ -46,6 +46,12 @@ class Thresholds:
     # Training health: a run whose optimizer skipped more than this share of its steps barely trained
     # (fp16 overflow on most steps), where a calibrating loss scale skips a few dozen at the start.
     skipped_share: float = 0.5
+    # Not learning: a grad norm of exactly 0 on every steady line counts once there are this many of them
+    # (fewer say little: a log of 2 lines, the first steps of a run).
+    not_learning_lines: float = 5
+    # Not learning: a loss identical, to its printed precision, on this many consecutive lines of
+    # different iterations (with Megatron's 7 significant digits two equal lines are already rare).
+    flat_loss_lines: float = 20
     # sec/it of the last fifth of steady lines over the first fifth above this is a drift.
     sec_it_drift: float = 1.10
     # A single logged interval this many times the steady median is a straggler step.
@@ -83,6 +89,7 @@ class Thresholds:
 SHARE = (0.0, 1.0, True)  # a share of a spec, a plateau, a prediction or of device memory: (0, 1]
 MULTIPLE = (1.0, math.inf, False)  # a multiple of a median or of a first stretch: [1, inf)
 RELATIVE = (0.0, math.inf, False)  # a relative difference or a fraction of time: [0, inf)
+LINES = (2.0, math.inf, False)  # a count of logged lines: at least 2 to say a value stayed
 RANGES: dict[str, tuple[float, float, bool]] = {
     "oom_warning": SHARE,
     "oom_critical": SHARE,
@@ -98,6 +105,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "wave_efficiency": SHARE,
     "loss_spike": MULTIPLE,
     "skipped_share": SHARE,
+    "not_learning_lines": LINES,
+    "flat_loss_lines": LINES,
     "sec_it_drift": MULTIPLE,
     "straggler": MULTIPLE,
     "straggler_process": MULTIPLE,

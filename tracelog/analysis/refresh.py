@@ -22,7 +22,7 @@ import polars as pl
 from tracelog.analysis import calibration, link_fit, loss_spikes, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
-from tracelog.analysis.rules import bandwidth, health, iterations, model_rules, network, peer_access
+from tracelog.analysis.rules import bandwidth, health, iterations, learning, model_rules, network, peer_access
 from tracelog.analysis.scope import Scope
 from tracelog.errors import Deferred, TracelogError
 from tracelog.store import Store, lake
@@ -64,6 +64,7 @@ def rule_families(runs: list[RunInputs], scope: Scope) -> list[Family]:
         (True, partial(model_rules.evaluate, runs=runs)),
         (False, bandwidth.evaluate),
         (True, health.evaluate),
+        (True, learning.evaluate),
         (False, iterations.evaluate),
         (True, network.runs),
         (False, network.benches),

@@ -1,0 +1,97 @@
+"""The `not_learning` flag: a grad norm of exactly 0 on every steady step, or a loss that does not move at
+all to its printed precision over many steps; and the logs it must leave alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracelog import api
+
+
+def megads_line(
+    i: int, loss: str, grad_norm: str = "0.000", scale: str = "4294967296.0", lr: str = "6.000E-06"
+) -> str:
+    """A Megatron-DeepSpeed iteration line in the shape of the one DeepLink's Qwen pretraining guide shows
+    (`... | lm loss: 1.100078E+01 | loss scale: 4294967296.0 | grad norm: 0.000 | actual seqlen:  2048 |
+    ...`); the figures are this test's."""
+    return (
+        f" iteration {i:8d}/      10 | consumed samples: {i * 1536:12d} | consumed tokens: {i * 3145728:12d} | "
+        f"elapsed time per iteration (ms): 344656.1 | learning rate: {lr} | global batch size:  1536 | "
+        f"lm loss: {loss} | loss scale: {scale} | grad norm: {grad_norm} | actual seqlen:  2048 | "
+        "number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: 4.457 | "
+        "TFLOPs: 153.38 |"
+    )
+
+
+def flags_of(tmp_path: Path, lines: list[str]) -> list[dict]:
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    return [f for f in api.flags(db).to_dict("records") if f["rule"] == "not_learning"]
+
+
+ELEVEN = ["1.100078E+01", "1.100214E+01", "1.100195E+01", "1.100105E+01", "1.100164E+01", "1.099972E+01"]
+
+
+def test_a_grad_norm_of_zero_on_every_steady_step_is_a_run_not_learning(tmp_path: Path) -> None:
+    (flag,) = flags_of(tmp_path, [megads_line(i, loss) for i, loss in enumerate(ELEVEN, start=5)])
+    assert (flag["severity"], flag["row_ref"], flag["measured"]) == ("warning", "line 2", 0.0)
+    assert flag["message"] == (
+        "The grad norm is 0 on all 5 steady lines (lines 2-6, iterations 6-10; on 6 of the run's 6 lines); "
+        "the loss stayed between 10.99972 and 11.00214: no gradient reaches the weights, so the run is not "
+        "learning."
+    )
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # a log of two lines says nothing about a steady part
+        [megads_line(i, loss) for i, loss in enumerate(ELEVEN[:2], start=1)],
+        # the first steps print 0 before any gradient was reduced; then real norms
+        [
+            megads_line(i, loss, "0.000" if i < 3 else f"{1.5 - i * 0.01:.3f}")
+            for i, loss in enumerate(ELEVEN * 2, 1)
+        ],
+        # a placeholder: Megatron-DeepSpeed's pipeline engine prints 0 and a scale of -1 while the loss falls
+        [megads_line(i, f"{12 - i * 0.3:.6E}", scale="-1.0") for i in range(1, 13)],
+        # the same placeholder with a real scale: the falling loss shows a gradient moved the weights
+        [megads_line(i, f"{12 - i * 0.3:.6E}") for i in range(1, 13)],
+        # a frozen model run through the loop at a learning rate of 0 does not learn by design
+        [megads_line(i, "1.100000E+01", lr="0.000E+00") for i in range(1, 31)],
+    ],
+    ids=["two-lines", "first-steps", "placeholder-scale", "placeholder-falling-loss", "learning-rate-0"],
+)
+def test_logs_that_are_not_a_run_stuck_are_left_alone(tmp_path: Path, lines: list[str]) -> None:
+    assert flags_of(tmp_path, lines) == []
+
+
+def test_a_loss_identical_to_its_printed_digits_over_many_steps_is_a_run_not_learning(tmp_path: Path) -> None:
+    losses = [f"{7.5 - i * 0.05:.6E}" for i in range(5)] + ["7.234561E+00"] * 25
+    lines = [megads_line(i, loss, grad_norm="1.250") for i, loss in enumerate(losses, start=1)]
+    (flag,) = flags_of(tmp_path, lines)
+    assert (flag["severity"], flag["row_ref"], flag["measured"]) == ("warning", "line 6", 25.0)
+    assert flag["message"].startswith(
+        "The loss is 7.234561 on 25 consecutive lines (lines 6-30, iterations 6-30), identical to the 6 "
+        "decimals it is printed with"
+    )
+
+
+@pytest.mark.parametrize(
+    "losses",
+    [
+        # Megatron's 7 digits, the same on a few lines only
+        [f"{7.5 - i * 0.05:.6E}" for i in range(15)] + ["6.734561E+00"] * 10,
+        # two decimals near a plateau: 2.35 on 30 lines is the printing, not the model
+        [f"{2.45 - i * 0.01:.2f}" for i in range(10)] + ["2.35"] * 30,
+    ],
+    ids=["few-steps", "two-decimals"],
+)
+def test_a_loss_the_same_over_few_steps_or_printed_coarsely_is_left_alone(
+    tmp_path: Path, losses: list[str]
+) -> None:
+    lines = [megads_line(i, loss, grad_norm="1.250") for i, loss in enumerate(losses, start=1)]
+    assert flags_of(tmp_path, lines) == []

@@ -1,0 +1,145 @@
+"""Runs that are not learning: a grad norm of exactly 0 on every steady step, or a loss that does not
+move at all, to the precision it is printed with, over many steps. Pure SQL over the store.
+
+Both read the lines of steps that updated the weights: not skipped (an fp16 overflow's step prints what
+it prints, and the skipped-steps rules tell of it), not at a learning rate of 0 (a frozen model, or an
+evaluation driven through the training loop, does not learn by design), and for the grad norm only the
+steady lines (the first of a run may print 0 before any gradient was reduced)."""
+
+from __future__ import annotations
+
+from tracelog.analysis.rules import Flag
+from tracelog.analysis.rules import run_flag as _flag
+from tracelog.analysis.scope import Scope
+from tracelog.store import Store
+from tracelog.thresholds import Thresholds
+
+RULE = "not_learning"
+
+UPDATING = "coalesce(skipped, 0) = 0 AND coalesce(learning_rate, 1) <> 0"
+"""A line of steps that updated the weights (see the module's docstring)."""
+
+LOSS_FELL = 0.01
+"""A steady loss whose second half's median is this share below its first half's fell: a real gradient
+moved it, so a grad norm printed as 0 beside it is a placeholder, not a gradient. Megatron-DeepSpeed with
+DeepSpeed's pipeline engine prints `grad norm: 0.000` and `loss scale: -1.0` on every line of a run whose
+loss falls from 43 to 7.7 (bigscience's `meg_ds_3d_gpt2_perf_n16-ds-on.out` in the corpus)."""
+
+DECIMALS = "coalesce(list_min(list_filter(range(0, 9), k -> abs(v - round(v, k::INTEGER)) <= 1e-9 * greatest(1, abs(v)))), 9)"
+"""The decimals a loss `v` shows: the fewest that write it back (11.00078 shows 5, 3.0 shows none). A run's
+printed precision is the most any of its losses shows."""
+
+FINE_PRECISION = 1e-3
+"""The flat-loss rule judges a run only where one unit of its printed precision is at most this share of
+the loss (Megatron's `1.100078E+01`: 1e-6; the Trainer's 4 decimals on a loss of 1: 1e-4). A loss printed
+with 2 decimals (`loss=2.35`, nanotron's `lm_loss: 6.89`) stays the same over several lines of a healthy
+run (nanotron's sample repeats 6.89 on three), the more so near its plateau and where each line averages
+a log interval."""
+
+
+def zero_grad_norm(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
+    """Runs whose grad norm is exactly 0 on every steady line that updated the weights, over at least
+    `not_learning_lines` of them, while the loss beside it did not fall (`LOSS_FELL`) and the loss scale
+    is not Megatron-DeepSpeed's -1 placeholder: a zero gradient updates nothing (a detached loss, frozen
+    parameters, labels all masked)."""
+    rows = store.con.execute(
+        f"""
+        WITH steady AS (
+            SELECT run_id, line_no, iteration, grad_norm, lm_loss, loss_scale,
+                   row_number() OVER (PARTITION BY run_id ORDER BY line_no) AS k,
+                   count(*) OVER (PARTITION BY run_id) AS n
+            FROM {scope.marks}
+            WHERE {scope.runs} AND NOT warmup AND grad_norm IS NOT NULL AND {UPDATING}
+        )
+        SELECT run_id, any_value(n), min(line_no), max(line_no), min(iteration), max(iteration),
+               min(lm_loss) FILTER (isfinite(lm_loss)), max(lm_loss) FILTER (isfinite(lm_loss)),
+               median(lm_loss) FILTER (isfinite(lm_loss) AND 2 * k <= n),
+               median(lm_loss) FILTER (isfinite(lm_loss) AND 2 * k > n),
+               (SELECT count(*) FROM {scope.marks} a WHERE a.run_id = steady.run_id AND a.grad_norm = 0),
+               (SELECT count(*) FROM {scope.marks} a WHERE a.run_id = steady.run_id)
+        FROM steady GROUP BY run_id
+        HAVING count(*) >= ? AND bool_and(grad_norm = 0) AND coalesce(min(loss_scale), 0) >= 0
+        """,
+        [t.not_learning_lines],
+    ).fetchall()
+    flags = {}
+    for run_id, n, first_line, last_line, first_it, last_it, low, high, early, late, zeros, lines in rows:
+        if early is not None and late is not None and late < early * (1 - LOSS_FELL):
+            continue
+        loss = f"; the loss stayed between {low:.7g} and {high:.7g}" if low is not None else ""
+        flags[run_id] = _flag(
+            RULE,
+            "warning",
+            run_id,
+            f"The grad norm is 0 on all {n} steady lines (lines {first_line}-{last_line}, iterations "
+            f"{first_it}-{last_it}; on {zeros} of the run's {lines} lines){loss}: no gradient reaches the "
+            "weights, so the run is not learning.",
+            "Look for what cuts the gradient: a loss computed without grad (detached, under no_grad), "
+            "frozen parameters (requires_grad False, an optimizer given no parameters), or labels all "
+            "masked; a grad norm the framework prints as a placeholder reads 0 as well (the loss then falls).",
+            row_ref=f"line {first_line}",
+            measured=0.0,
+        )
+    return flags
+
+
+def flat_loss(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
+    """Runs whose loss prints the same value on at least `flat_loss_lines` consecutive lines of
+    different iterations that updated the weights, where the printed precision resolves the loss finely
+    (`FINE_PRECISION`): a model whose weights do not move, or a loss that is not the model's."""
+    rows = store.con.execute(
+        f"""
+        WITH lines AS (
+            SELECT run_id, line_no, iteration, lm_loss AS v,
+                   lm_loss IS NOT DISTINCT FROM lag(lm_loss) OVER (PARTITION BY run_id ORDER BY line_no) AS same
+            FROM {scope.marks} WHERE {scope.runs} AND isfinite(lm_loss) AND {UPDATING}
+        ), precision AS (
+            SELECT run_id, max({DECIMALS}) AS decimals FROM lines GROUP BY run_id
+        ), islands AS (
+            SELECT *, sum(CASE WHEN same THEN 0 ELSE 1 END) OVER (PARTITION BY run_id ORDER BY line_no) AS island
+            FROM lines
+        ), stretches AS (
+            SELECT run_id, island, any_value(v) AS v, count(DISTINCT iteration) AS steps,
+                   min(line_no) AS first_line, max(line_no) AS last_line,
+                   min(iteration) AS first_it, max(iteration) AS last_it
+            FROM islands GROUP BY run_id, island HAVING count(DISTINCT iteration) >= ?
+        )
+        SELECT s.run_id, arg_max(s.v, s.steps), max(s.steps), arg_max(s.first_line, s.steps),
+               arg_max(s.last_line, s.steps), arg_max(s.first_it, s.steps), arg_max(s.last_it, s.steps),
+               any_value(p.decimals)
+        FROM stretches s JOIN precision p USING (run_id)
+        WHERE s.v <> 0 AND pow(10, -p.decimals) <= ? * abs(s.v)
+        GROUP BY s.run_id
+        """,
+        [t.flat_loss_lines, FINE_PRECISION],
+    ).fetchall()
+    return {
+        run_id: _flag(
+            RULE,
+            "warning",
+            run_id,
+            f"The loss is {value:.{decimals}f} on {steps} consecutive lines (lines {first_line}-{last_line}, "
+            f"iterations {first_it}-{last_it}), identical to the {decimals} decimals it is printed with: "
+            "the weights are not moving, so the run is not learning.",
+            "A loss that does not change at all is not noise: look for frozen parameters or an optimizer "
+            "given none, a learning rate the scheduler holds at (nearly) zero, or a loss that does not "
+            "depend on the model (a constant, a cached value, labels all masked).",
+            row_ref=f"line {first_line}",
+            measured=float(steps),
+        )
+        for run_id, value, steps, first_line, last_line, first_it, last_it, decimals in rows
+    }
+
+
+def not_learning(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """One flag per run: the zero grad norm where it is seen (it says why), else the flat loss."""
+    flags = flat_loss(store, t, scope)
+    flags.update(zero_grad_norm(store, t, scope))
+    return list(flags.values())
+
+
+RULES = (not_learning,)
+
+
+def evaluate(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    return [flag for rule in RULES for flag in rule(store, t, scope)]
