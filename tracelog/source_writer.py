@@ -121,11 +121,12 @@ class SourceWriter:
             for table in ("iterations", "memory", "timers")
         )
         return int(
-            self.store.con.execute(
+            self.store.scalar(
                 f"SELECT count(*) FROM unparsed WHERE source_id = $source AND line_no > $since "
                 f"AND line_no IN ({read})",
                 {"source": self.source_id, "since": since},
-            ).fetchone()[0]
+            )
+            or 0
         )
 
     def run_id(self, key: int) -> int:

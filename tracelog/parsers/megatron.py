@@ -206,7 +206,7 @@ def _parse_frames(source: LineSource, carry: _Carry, runs: dict[int, RunInfo], f
         )
     resumed = held is not None
     for _block, frame in source.frames():
-        if resumed and not frame.is_empty():
+        if resumed and held is not None and not frame.is_empty():
             resumed, carry.wrap_head = False, None
             if join_wrapped(pl.concat([held, frame.head(1)]))["line"][1] != "":
                 held = None  # no other half: its rows stand

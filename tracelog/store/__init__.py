@@ -499,7 +499,7 @@ class Store:
         """The ingested files, with their hash, format and line counts."""
         return self.query("SELECT * FROM sources ORDER BY source_id")
 
-    def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
+    def scalar(self, sql: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
         row = self.con.execute(sql, params or []).fetchone()
         return row[0] if row else None
 
