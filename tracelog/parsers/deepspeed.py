@@ -46,6 +46,7 @@ from tracelog.parsers.deepspeed_config import (
     INFO_PARAMS,
     NUM,
     SEE_MEMORY_RX,
+    SKIPPED_RUNNING,
     RunState,
     flatten,
     int_or_none,
@@ -77,9 +78,6 @@ LEVELS = ("WARNING", "ERROR", "CRITICAL")  # logger levels whose line is an even
 LOGGER_LINE_RX = re.compile(
     r"^(?:\S+:\s?)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[\w+\.py:\d+:\w+\]", re.M
 )
-# The metric a tail's first step line keeps DeepSpeed's running count of skipped steps under (the health
-# rules read it: 1995 skipped by step 2000 is a run that barely trained).
-SKIPPED_RUNNING = "skipped steps before this line (running count)"
 STEP_RX = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\](?:, mom=\[(.*)\])?")
 # The throughput timer (runtime/utils.py ThroughputTimer) since 0.7: `epoch=0/micro_step=80/global_step=20,
 # RunningAvgSamplesPerSec=...`; before, `0/20, RunningAvgSamplesPerSec=...` and, until 0.6, `0/40,

@@ -15,6 +15,11 @@ from typing import Any
 from tracelog.parsers import megatron_lines
 from tracelog.parsers.base import as_int
 
+# The metric DeepSpeed's running count of skipped steps (`step=2000, skipped=1995`) is kept under: of a
+# tail's first step line in DeepSpeed's and the Trainer's logs, of every step line in Megatron-DeepSpeed's.
+# The health rules read it: 1995 skipped by step 2000 is a run that barely trained.
+SKIPPED_RUNNING = "skipped steps before this line (running count)"
+
 # One-line facts of the engine's start, kept as run parameters by name
 INFO_PARAMS = (
     (re.compile(r"DeepSpeed info: version=([^,\s]+)"), "deepspeed_version"),

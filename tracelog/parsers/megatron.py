@@ -62,6 +62,7 @@ from tracelog.parsers.megatron_lines import (
 )
 from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory_rows
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
+from tracelog.parsers.megatron_steps import ACTUAL_SEQLEN, deepspeed_step_metrics
 from tracelog.parsers.megatron_wrap import ends_in_wrap_head, join_wrapped
 
 FORMAT = "megatron"
@@ -476,6 +477,13 @@ def _parse_block(
         if not extra.is_empty():
             metrics = generic_metrics(candidates, extra)
             yield Batch("iteration_metrics", [m for m in metrics if not glued_params(m, runs)])
+            for m in metrics:
+                if (
+                    m["key"].replace("_", " ") == ACTUAL_SEQLEN
+                    and m["value"]
+                    and (run := runs.get(m["run_key"])) is not None
+                ):
+                    run.logged_seq_len = int(m["value"])
         for row in (
             iteration_rows.group_by("run_key").agg(pl.col("tflops_reported").is_not_null().any()).iter_rows()
         ):
@@ -508,6 +516,10 @@ def _parse_block(
     if bridge_metrics is not None and not bridge_metrics.is_empty():
         yield Batch("iteration_metrics", bridge_metrics)
         plain = plain.filter(~pl.col("line_no").is_in(bridge_metrics["line_no"].unique().implode()))
+    ds_steps = deepspeed_step_metrics(plain)
+    if not ds_steps.is_empty():
+        yield Batch("iteration_metrics", ds_steps)
+        plain = plain.filter(~pl.col("line_no").is_in(ds_steps["line_no"].implode()))
     # Python's `warnings` prints the warning, then the source line that raised it (`  warnings.warn(  # warn
     # only once`): that echo is no second warning
     warned = plain.select(line.str.contains(WARNING_RX) & ~line.str.contains(WARN_ECHO_RX)).to_series()

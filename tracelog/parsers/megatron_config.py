@@ -61,10 +61,12 @@ class RunInfo:
     tflops_seen: bool = False
     effective_tflops: bool = False
     v1_world: bool = False  # the world line of Megatron-LM v1 (`set_world`)
-    # what its iteration lines said last (`global batch size: 128`, `iteration 10/ 2000`): the run's
-    # global batch and length where no argument gave them (a log without its arguments block)
+    # what its iteration lines said last (`global batch size: 128`, `iteration 10/ 2000`, Megatron-
+    # DeepSpeed's `actual seqlen:  4096`): the run's global batch, length and sequence length where no
+    # argument gave them (a log without its arguments block)
     logged_gbs: int | None = None
     logged_train_iters: int | None = None
+    logged_seq_len: int | None = None
 
     def state(self) -> dict[str, Any]:
         """Everything this run knows, as JSON, for an ingest that resumes after the last complete line."""
@@ -197,6 +199,8 @@ class RunInfo:
             columns["gbs"] = train_batch
         if self.logged_gbs is not None and not columns.get("gbs"):
             columns["gbs"] = self.logged_gbs
+        if self.logged_seq_len is not None and not columns.get("seq_len"):
+            columns["seq_len"] = self.logged_seq_len
         if self.rank_params and not columns.get("tp") and not columns.get("pp"):
             # no arguments block (a tail): every (tensor, pipeline) rank prints its parameter count, so the
             # largest of each names the degree; a grid with a hole is no proof of it
@@ -243,5 +247,11 @@ _STATE_FIELDS = (
     "v1_world",
     "logged_gbs",
     "logged_train_iters",
+    "logged_seq_len",
 )
-_DEFAULTED = {"v1_world", "logged_gbs", "logged_train_iters"}  # fields newer than some saved states
+_DEFAULTED = {
+    "v1_world",
+    "logged_gbs",
+    "logged_train_iters",
+    "logged_seq_len",
+}  # fields newer than some saved states

@@ -1,0 +1,274 @@
+"""Training health: NaN and skipped iterations. A run's NaN iterations (the framework's count, a loss or
+grad norm printed as NaN, a Megatron line without its loss), its skipped steps after warm-up or in it, and
+a run whose optimizer skipped most of its steps. Pure SQL over the store; `health` runs it with the rest."""
+
+from __future__ import annotations
+
+from tracelog.analysis.rules import Flag
+from tracelog.analysis.rules import run_flag as _flag
+from tracelog.analysis.scope import Scope
+from tracelog.parsers.deepspeed_config import SKIPPED_RUNNING
+from tracelog.store import Store
+from tracelog.thresholds import Thresholds
+
+NAN_LINES = (
+    "CASE WHEN NOT isfinite(lm_loss) OR (NOT isfinite(grad_norm) AND (skipped = 0 OR (skipped IS NULL AND "
+    "(lm_loss IS NULL OR lm_loss = 0 OR no_scaler)))) THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
+)
+"""NaN iterations a line stands for: the framework's count, and at least one where the loss is not finite, or
+the grad norm is not finite on a step that was not skipped. Megatron-DeepSpeed under bf16 prints `grad
+norm: nan` with no loss and `number of nan iterations: 0` (bigscience-workshop/Megatron-DeepSpeed#396): its
+count checks only the loss it reduced. A non-finite grad norm on a skipped step is the fp16 loss scaler's
+overflow, which the skipped count tells. A log that keeps no skip count (the Hugging Face Trainer) prints
+the scaler's overflow as `'grad_norm': nan` beside a finite loss, so there it is a NaN only where no scaler
+runs (`no_scaler`: the run's precision is bf16 or fp32) or the loss beside it is missing or exactly 0 (a
+model whose weights went NaN: AnswerDotAI/ModernBERT#233). Over the lines of `NAN_LINES_SQL`."""
+
+NAN_LINES_SQL = f"""
+SELECT m.*, {NAN_LINES} AS nan_lines
+FROM (SELECT * FROM {{marks}} WHERE {{runs}}) m
+LEFT JOIN (SELECT run_id, coalesce(precision IN ('bf16', 'fp32'), false) AS no_scaler FROM runs) USING (run_id)
+"""
+"""A run's lines with the NaN iterations each stands for, worked out once for every aggregate of the rule."""
+
+
+LOSS_LEFT_OUT = (
+    "lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND nan_lines = 0 AND learning_rate IS NOT NULL "
+    "AND (loss_scale IS NOT NULL OR grad_norm IS NOT NULL OR skipped IS NOT NULL)"
+)
+"""A line without its loss, on a step not skipped: Megatron prints each loss only when its average is above
+0 (megatron/training/training.py `training_log`: `if avg > 0.0`), so a NaN loss leaves its line without one,
+the only sign of it where the NaN count is not kept (Megatron-DeepSpeed#434). Read as a NaN iteration in a
+Megatron run that prints its loss on other lines, and only from a line that printed what Megatron prints on
+either side of the loss (the learning rate before it; the loss scale, grad norm or skipped count after): a
+line cut short (a log wrapped at a fixed width, a paste) left its loss out by accident."""
+
+
+def _with_losses_left_out(rows: list[tuple], megatron: set[int]) -> tuple[list[tuple], dict[int, int]]:
+    """The rule's rows with the lines whose loss Megatron left out counted as NaN iterations (`LOSS_LEFT_OUT`,
+    in Megatron runs that print a loss elsewhere), in the shape the rest of the rule reads; and how many
+    such lines each run has."""
+    out, left_out = [], {}
+    for row in rows:
+        run_id, nan_total, first_nan, nan_line, *middle, unscaled, left, first_left, left_line, has_loss = row
+        if left and has_loss and run_id in megatron:
+            left_out[run_id] = int(left)
+            nan_total = (nan_total or 0) + left
+            if first_nan is None or left_line < nan_line:
+                first_nan, nan_line = first_left, left_line
+        out.append((run_id, nan_total, first_nan, nan_line, *middle, unscaled))
+    return out, left_out
+
+
+NOT_SCALER = (
+    "with a loss scale of 1.0 there is no fp16 scaler to overflow: steps the run was told to skip "
+    "(Megatron's `--iterations-to-skip`, argonne-lcf's `--train-range-to-skip`) or whose grad norm a check rejected."
+)
+NOT_SCALER_HINT = (
+    "Look for the log's own word before the first of them (`Caught N in 'ranges_to_skip'`, `Bad grad_norm "
+    "detected`): a bad batch or a spike the run stepped over; the optimizer did not update on those steps."
+)
+
+
+def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    rows = store.con.execute(
+        f"""
+        SELECT run_id,
+               sum(nan_lines) AS nan_total,
+               min(iteration) FILTER (nan_lines > 0) AS first_nan,
+               min(line_no) FILTER (nan_lines > 0) AS first_nan_line,
+               sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
+               sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
+               min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip,
+               -- the iterations the logged lines stand for: first to last, plus one interval for the first
+               -- line's own (the mean interval between lines)
+               CASE WHEN count(iteration) > 1 THEN (max(iteration) - min(iteration)) * count(iteration)
+                    / (count(iteration) - 1) END AS covered,
+               min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line,
+               -- no fp16 loss scaler: the run printed a scale of 1.0 at most (bf16, fp32)
+               coalesce(max(loss_scale) <= 1, false) AS unscaled,
+               count(*) FILTER ({LOSS_LEFT_OUT}) AS left_out,
+               min(iteration) FILTER ({LOSS_LEFT_OUT}) AS first_left_out,
+               min(line_no) FILTER ({LOSS_LEFT_OUT}) AS first_left_out_line,
+               count(lm_loss) > 0 AS has_loss
+        FROM ({NAN_LINES_SQL.format(marks=scope.marks, runs=scope.runs)}) GROUP BY run_id
+        """
+    ).fetchall()
+    megatron = {
+        run_id
+        for (run_id,) in store.con.execute(
+            f"SELECT run_id FROM runs WHERE {scope.runs} AND framework IN ('megatron', 'megatron-deepspeed')"
+        ).fetchall()
+    }
+    rows, left_out = _with_losses_left_out(rows, megatron)
+    flags: list[Flag] = []
+    barely = _barely_trained(store, t, scope, rows)
+    flags.extend(barely.values())
+    counted = _deepspeed_counts(store, scope)
+    for (
+        run_id,
+        nan_total,
+        first_nan,
+        nan_line,
+        skipped_steady,
+        skipped_warmup,
+        first_skip,
+        *_,
+        unscaled,
+    ) in rows:
+        deepspeed, said = "", {}
+        if (ds := counted.get(run_id)) is not None:
+            before, last, step, line, first_ds_skip = ds
+            lines = int((skipped_steady or 0) + (skipped_warmup or 0))
+            where = f" by DeepSpeed's count (`step={step}, skipped={last}` at line {line}; the iteration lines count {lines})"
+            if last - before > (skipped_steady or 0):
+                skipped_steady, first_skip, deepspeed = last - before, first_ds_skip, where
+            elif not skipped_steady and before > (skipped_warmup or 0):
+                skipped_warmup, deepspeed = before, where
+            said = {"row_ref": f"line {line}"} if deepspeed else {}
+        if nan_total:
+            flags.append(
+                _flag(
+                    "training_health",
+                    "critical",
+                    run_id,
+                    f"{int(nan_total)} NaN iteration(s), the first in the interval ending at iteration {first_nan}"
+                    + (
+                        f"; {left_out[run_id]} of them a line without its loss, which Megatron leaves out when it "
+                        "is NaN."
+                        if left_out.get(run_id)
+                        else "."
+                    ),
+                    "Look at the loss and grad norm before it; lower the learning rate or restart from the last "
+                    "good checkpoint, and check the data shard of that step.",
+                    row_ref=f"line {nan_line}",
+                    measured=float(nan_total),
+                    expected=0.0,
+                )
+            )
+        if run_id in barely:
+            continue  # the critical flag above says it; "calibrating" would be wrong
+        if skipped_steady:
+            flags.append(
+                _flag(
+                    "training_health",
+                    "warning",
+                    run_id,
+                    f"{int(skipped_steady)} skipped iteration(s) after warm-up (first near iteration {first_skip})"
+                    + f"{deepspeed}: "
+                    + (NOT_SCALER if unscaled else "the fp16 loss scaler hit overflows."),
+                    NOT_SCALER_HINT
+                    if unscaled
+                    else "Repeated overflows after warm-up point at instability: consider bf16, a lower learning "
+                    "rate or a larger initial loss scale window.",
+                    measured=float(skipped_steady),
+                    expected=0.0,
+                    **said,
+                )
+            )
+        elif skipped_warmup:
+            flags.append(
+                _flag(
+                    "training_health",
+                    "info",
+                    run_id,
+                    f"{int(skipped_warmup)} skipped iteration(s) "
+                    + (f"before the steady part{deepspeed}: " if deepspeed else "during warm-up: ")
+                    + (NOT_SCALER if unscaled else "the fp16 loss scale calibrating."),
+                    (NOT_SCALER_HINT + " " if unscaled else "Normal at the start of fp16 training; ")
+                    + "these lines are left out of the steady-state medians.",
+                    measured=float(skipped_warmup),
+                    expected=0.0,
+                    **said,
+                )
+            )
+    return flags
+
+
+def _deepspeed_counts(store: Store, scope: Scope) -> dict[int, tuple[int, int, int, int, int | None]]:
+    """DeepSpeed's running counts of skipped steps (`step=200, skipped=4`, `SKIPPED_RUNNING`) per run: the
+    count before the run's steady lines begin (the last step line before them: warm-up, and the steps
+    before a log that starts late), the last count, its step and line, and the first step whose count
+    rose past the first. Megatron-DeepSpeed's iteration lines can count 0 where DeepSpeed skipped; the
+    rule takes DeepSpeed's figure where it is larger."""
+    rows = store.con.execute(
+        f"""
+        WITH ds AS (
+            SELECT run_id, iteration, line_no, value FROM iteration_metrics
+            WHERE {scope.runs} AND key = ? AND iteration > 0
+        ), steady AS (
+            SELECT run_id, min(line_no) FILTER (NOT warmup) AS first_steady FROM {scope.marks}
+            WHERE {scope.runs} GROUP BY run_id
+        ), counts AS (
+            SELECT ds.run_id,
+                   coalesce(arg_max(value, line_no) FILTER (first_steady IS NULL OR line_no < first_steady), 0)
+                       AS before,
+                   arg_max(value, line_no) AS last, arg_max(iteration, line_no) AS step, max(line_no) AS line
+            FROM ds LEFT JOIN steady USING (run_id) GROUP BY ds.run_id
+        )
+        SELECT c.run_id, c.before, c.last, c.step, c.line, min(ds.iteration) FILTER (ds.value > c.before)
+        FROM counts c JOIN ds USING (run_id) GROUP BY ALL
+        """,
+        [SKIPPED_RUNNING],
+    ).fetchall()
+    return {
+        run_id: (int(before), int(last), step, line, first)
+        for run_id, before, last, step, line, first in rows
+    }
+
+
+def _barely_trained(store: Store, t: Thresholds, scope: Scope, rows: list[tuple]) -> dict[int, Flag]:
+    """Runs whose optimizer skipped more than `skipped_share` of the steps the log covers: the fp16 loss
+    scaler overflowing on most steps, so the weights barely moved (a loss printed as 0.0, or not falling,
+    is the other sign). Counted from the lines' skipped counts over the iterations they stand for, or,
+    for a log that starts late, from DeepSpeed's running count on its first step line (1995 skipped by
+    step 2000 tells it alone). A loss scale that merely calibrates skips a few dozen steps at the start,
+    well below any share worth the name."""
+    share: dict[int, tuple[float, float, str]] = {}
+    # A tail's running count first: it covers the steps before the log too. The lines after it add theirs.
+    running = store.con.execute(
+        f"""
+        WITH counts AS (
+            SELECT run_id, arg_min(value, line_no) AS value, min(line_no) AS line_no, max(value) AS top
+            FROM iteration_metrics WHERE {scope.runs} AND key = ? AND iteration > 0 GROUP BY run_id
+        )
+        -- no step line after the first: nothing to add (a sum over no rows is NULL, not 0); a later running
+        -- count (Megatron-DeepSpeed keeps every step line's) counts where the iteration lines' say less
+        SELECT c.run_id,
+               greatest(any_value(c.value) + coalesce(sum(coalesce(m.skipped, 0)) FILTER (m.line_no > c.line_no), 0),
+                        any_value(c.top)),
+               max(m.iteration), any_value(c.line_no)
+        FROM counts c JOIN {scope.marks} m USING (run_id) GROUP BY c.run_id
+        """,
+        [SKIPPED_RUNNING],
+    ).fetchall()
+    for run_id, count, last, line_no in running:
+        if count is not None and last and count > t.skipped_share * last:
+            share[run_id] = (float(count), float(last), f"line {line_no}")
+    unscaled = {row[0]: row[-1] for row in rows}
+    for run_id, _, _, _, steady, warmup, _, covered, first_line, _ in rows:
+        skipped = (steady or 0) + (warmup or 0)
+        if run_id not in share and covered and skipped and skipped > t.skipped_share * covered:
+            share[run_id] = (skipped, covered, f"line {first_line}")
+    return {
+        run_id: _flag(
+            "training_health",
+            "critical",
+            run_id,
+            f"{int(count)} of about {int(round(covered))} iterations were skipped ({min(count / covered, 1):.1%}): "
+            + (
+                NOT_SCALER[:-1] + ", so the weights were rarely updated."
+                if unscaled.get(run_id)
+                else "the fp16 loss scaler overflowed on most steps, so the weights were rarely updated."
+            ),
+            NOT_SCALER_HINT
+            if unscaled.get(run_id)
+            else "Check the loss scale settings (DeepSpeed's `fp16.initial_scale_power`, `loss_scale_window`, "
+            "`min_loss_scale`; Megatron's `--initial-loss-scale`) and the weights' range: a model trained in "
+            "bf16 often overflows fp16; train it in bf16 or fp32.",
+            row_ref=ref,
+            measured=min(count / covered, 1.0),
+            expected=0.0,
+        )
+        for run_id, (count, covered, ref) in share.items()
+    }
