@@ -25,9 +25,19 @@ CRASH_WORDS = (
 CHECKPOINT_WORDS = (
     r"successfully saved checkpoint|successfully loaded checkpoint|saving checkpoint at iteration"
 )
+# Megatron's marks around its training loop (megatron/training/training.py `print_datetime`): `[before the
+# start of training step] datetime: ...` and `[after training is done] datetime: ...`. With no iteration
+# between them the loop ran no step (a run resumed at its last iteration).
+TRAINING_WORDS = r"\[before the start of training step\]|\[after training is done\]"
 WARNING_RX = (
     r"(?i)(traceback \(most recent call last\)|\w*error\b|exception|nccl warn|\w*warn(?:ing)?\b|out of memory"
-    r"|killed|segmentation fault|" + CRASH_WORDS + "|" + CHECKPOINT_WORDS + r"|\[[WEF]\d{3,4} \d\d:\d\d:\d\d)"
+    r"|killed|segmentation fault|"
+    + CRASH_WORDS
+    + "|"
+    + CHECKPOINT_WORDS
+    + "|"
+    + TRAINING_WORDS
+    + r"|\[[WEF]\d{3,4} \d\d:\d\d:\d\d)"
 )
 # PyTorch's C++ (glog) prefix: `[W522 18:16:36.4 CUDACachingAllocator.cpp:495] ...` is a warning whatever it
 # says, `[E328 00:21:12.9 ProcessGroupNCCL.cpp:683] ...` an error (month and day unpadded in PyTorch's own
@@ -50,6 +60,8 @@ EVENT_KINDS = (
     ("checkpoint_saved", "successfully saved checkpoint"),
     ("checkpoint_loaded", "successfully loaded checkpoint"),
     ("checkpoint_saving", "saving checkpoint at iteration"),  # a save begun; `successfully saved` ends it
+    ("training_started", "[before the start of training step]"),
+    ("training_done", "[after training is done]"),
     ("traceback", "traceback (most recent call last)"),
     ("nan", "unexpected result nan"),  # Megatron-Core's rerun state machine found a NaN
     ("oom", "out of memory"),

@@ -67,7 +67,7 @@ from tracelog.parsers.megatron_wrap import ends_in_wrap_head, join_wrapped
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "4"
+VERSION = "5"
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)

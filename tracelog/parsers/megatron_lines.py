@@ -136,7 +136,8 @@ DS_MEMORY_RX = regex.compile(
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|loss at iteration \d|in billions:" + DEEPSPEED_LINES
+    r"|estimated model parameters:|loss at iteration \d|loss at the end of training|in billions:"
+    + DEEPSPEED_LINES
 )
 
 # Literals every line some classification regex matches contains: one substring scan finds the few lines
@@ -144,29 +145,47 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \([MG]B\) \|"
-    r"|loss at iteration \d|in billions:" + DEEPSPEED_LINES
+    r"|loss at iteration \d|loss at the end of training|in billions:" + DEEPSPEED_LINES
 )
 # megatron/training/training.py `evaluate_and_print_results`: ` validation loss at iteration 100 | lm loss
 # value: 8.095942E+00 | lm loss PPL: 3.281128E+03 |` (since 2024 `... on validation set |`, `... on test
 # set |`); BigScience's Megatron-DeepSpeed printed `valid loss at iteration`, argonne-lcf's prints
 # `lm loss value=2.697780lm loss PPL=14.846734` (no separator between the two).
 VALIDATION_RX = regex.compile(r"\b(validation|valid|test) loss at iteration (\d+)([^|]{0,200})\|(.*)$")
+# ... and after the training loop (`evaluate_and_print_results` with the prefix `the end of training for val
+# data` / `for test data`): ` validation loss at the end of training for val data | lm loss value: 5.741563E+00
+# | lm loss PPL: 3.115511E+02 |`. It names no iteration: it scores the weights the run ended with.
+END_OF_TRAINING_RX = regex.compile(r"\bloss at the end of training for (\w+) data\s*\|(.*)$")
+END_OF_TRAINING = "(end of training)"
 VALIDATION_FIELD_RX = regex.compile(r"([A-Za-z][\w -]{0,80}?)\s+(value|PPL)\s*[:=]\s*" + NUM)
 
 
-def validation_metrics(line: str) -> tuple[int, list[tuple[str, float, str]]] | None:
+def validation_metrics(line: str) -> tuple[int | None, list[tuple[str, float, str]]] | None:
     """The iteration of a validation line and its figures as (metric key, value, text printed): `validation
-    lm loss`, `validation lm loss PPL`, `test lm loss`, ..."""
+    lm loss`, `validation lm loss PPL`, `test lm loss`, ...; the evaluation at the end of training has no
+    iteration of its own (None) and its keys say it: `validation (end of training) lm loss`."""
     match = VALIDATION_RX.search(line)
     if match is None:
-        return None
+        return _end_of_training(line)
     kind = "test" if match.group(1) == "test" or "test set" in match.group(3) else "validation"
+    return int(match.group(2)), _figures(kind, match.group(4))
+
+
+def _end_of_training(line: str) -> tuple[None, list[tuple[str, float, str]]] | None:
+    match = END_OF_TRAINING_RX.search(line)
+    if match is None:
+        return None
+    kind = "test" if match.group(1) == "test" else "validation"
+    return None, _figures(f"{kind} {END_OF_TRAINING}", match.group(2))
+
+
+def _figures(kind: str, fields: str) -> list[tuple[str, float, str]]:
     figures = []
-    for field in VALIDATION_FIELD_RX.finditer(match.group(4)):
+    for field in VALIDATION_FIELD_RX.finditer(fields):
         name, what, raw = field.group(1).strip(), field.group(2), field.group(3)
         key = f"{kind} {name}" + (" PPL" if what == "PPL" else "")
         figures.append((key, float(raw), raw))
-    return int(match.group(2)), figures
+    return figures
 
 
 TIMESTAMP_RX = regex.compile(TIMESTAMP)

@@ -198,9 +198,10 @@ def stateful_batches(
                 continue
             if (validation := validation_metrics(line)) is not None and validation[1]:
                 iteration, figures = validation
-                scored.extend(
-                    {"run_key": run_key, "iteration": iteration, "key": key, "value": value, "text": text}
-                    | {"line_no": line_no}
+                # the end of training's names none: it takes the last iteration line's, as other metrics do
+                (metrics if iteration is None else scored).extend(
+                    {"run_key": run_key, "key": key, "value": value, "text": text, "line_no": line_no}
+                    | ({} if iteration is None else {"iteration": iteration})
                     for key, value, text in figures
                 )
                 continue

@@ -345,8 +345,69 @@ def save_unfinished(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     ]
 
 
+def trained_no_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """A run that loaded a checkpoint and whose training loop ran no step: Megatron's `[after training is
+    done]` after the load with no iteration line between, where the log confirms nothing was trained in
+    between (the checkpoint saved after it is of the loaded iteration, or `--train-iters` is not past it).
+    A run resumed at its last iteration, which only evaluates and saves again. An info: it may be meant."""
+    rows = store.con.execute(
+        f"""
+        WITH ev AS (
+            SELECT run_id, kind, line_no, {CHECKPOINT_ITERATION_SQL} AS it FROM events
+            WHERE {scope.runs} AND run_id IS NOT NULL
+              AND kind IN ('checkpoint_loaded', 'training_started', 'training_done', 'checkpoint_saved')
+        ), loaded AS (
+            SELECT run_id, arg_max(it, line_no) AS it, max(line_no) AS line_no FROM ev
+            WHERE kind = 'checkpoint_loaded' AND it IS NOT NULL GROUP BY run_id
+        ), done AS (
+            SELECT l.run_id, l.it, l.line_no AS loaded_line, min(e.line_no) AS done_line FROM loaded l
+            JOIN ev e ON e.run_id = l.run_id AND e.kind = 'training_done' AND e.line_no > l.line_no GROUP BY ALL
+        )
+        SELECT d.run_id, d.it, d.loaded_line, d.done_line,
+               (SELECT max(e.line_no) FROM ev e WHERE e.run_id = d.run_id AND e.kind = 'training_started'
+                  AND e.line_no BETWEEN d.loaded_line AND d.done_line) AS started_line,
+               (SELECT arg_min(e.it, e.line_no) FROM ev e WHERE e.run_id = d.run_id
+                  AND e.kind = 'checkpoint_saved' AND e.line_no > d.done_line) AS saved_it,
+               (SELECT min(e.line_no) FROM ev e WHERE e.run_id = d.run_id
+                  AND e.kind = 'checkpoint_saved' AND e.line_no > d.done_line) AS saved_line,
+               (SELECT r.train_iters FROM runs r WHERE r.run_id = d.run_id) AS train_iters
+        FROM done d
+        WHERE NOT EXISTS (SELECT 1 FROM iterations i WHERE i.run_id = d.run_id
+                            AND i.line_no BETWEEN d.loaded_line AND d.done_line)
+        """
+    ).fetchall()
+    flags = []
+    for run_id, it, loaded_line, done_line, started_line, saved_it, saved_line, train_iters in rows:
+        if saved_it != it and not (train_iters is not None and train_iters <= it):
+            continue  # a few steps fewer than the log interval print no line either
+        since = (
+            f"`[before the start of training step]` at line {started_line}" if started_line else "the load"
+        )
+        why = (
+            f"it saved iteration {it} again at line {saved_line}"
+            if saved_it == it
+            else f"its --train-iters is {train_iters}"
+        )
+        flags.append(
+            _flag(
+                "training_health",
+                "info",
+                run_id,
+                f"Resumed at its last iteration: trained no steps. It loaded the checkpoint of iteration {it} "
+                f"(line {loaded_line}), and `[after training is done]` at line {done_line} follows {since} with "
+                f"no iteration line between; {why}.",
+                "To train on, raise --train-iters (or --train-samples) past the checkpoint's iteration; a run "
+                "meant only to evaluate a checkpoint can say so with --skip-train.",
+                row_ref=f"line {done_line}",
+                measured=0.0,
+            )
+        )
+    return flags
+
+
 RULES = (
     nan_and_skipped,
+    trained_no_steps,
     save_unfinished,
     nan_found_by_a_check,
     loss_scale_collapse,
