@@ -41,32 +41,32 @@ def zero_grad_norm(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]
     """Runs whose grad norm is exactly 0 on every steady line that updated the weights, over at least
     `not_learning_lines` of them, while the loss beside it did not fall (`LOSS_FELL`) and the loss scale
     is not Megatron-DeepSpeed's -1 placeholder: a zero gradient updates nothing (a detached loss, frozen
-    parameters, labels all masked). The windows run only over runs whose steady grad norms are all 0
-    (`zero`): on a healthy run of 1.76 M lines the rule costs a scan, not a sort."""
+    parameters, labels all masked)."""
     rows = store.con.execute(
         f"""
-        WITH zero AS (
-            SELECT run_id FROM {scope.marks}
+        WITH lines AS MATERIALIZED (
+            SELECT run_id, line_no, iteration, grad_norm, lm_loss, loss_scale FROM {scope.marks}
             WHERE {scope.runs} AND NOT warmup AND grad_norm IS NOT NULL AND {UPDATING}
-            GROUP BY run_id HAVING count(*) >= ? AND bool_and(grad_norm = 0)
-        ), steady AS (
-            SELECT run_id, line_no, iteration, grad_norm, lm_loss, loss_scale,
-                   row_number() OVER (PARTITION BY run_id ORDER BY line_no) AS k,
+        ),
+        -- a hash aggregate first: the halves' medians below number the lines of the few runs it leaves
+        zero AS (
+            SELECT run_id FROM lines GROUP BY run_id
+            HAVING count(*) >= ? AND bool_and(grad_norm = 0) AND coalesce(min(loss_scale), 0) >= 0
+        ),
+        steady AS (
+            SELECT *, row_number() OVER (PARTITION BY run_id ORDER BY line_no) AS k,
                    count(*) OVER (PARTITION BY run_id) AS n
-            FROM {scope.marks}
-            WHERE {scope.runs} AND run_id IN (SELECT run_id FROM zero)
-                AND NOT warmup AND grad_norm IS NOT NULL AND {UPDATING}
+            FROM lines WHERE run_id IN (SELECT run_id FROM zero)
         )
         SELECT run_id, any_value(n), min(line_no), max(line_no), min(iteration), max(iteration),
                min(lm_loss) FILTER (isfinite(lm_loss)), max(lm_loss) FILTER (isfinite(lm_loss)),
                median(lm_loss) FILTER (isfinite(lm_loss) AND 2 * k <= n),
                median(lm_loss) FILTER (isfinite(lm_loss) AND 2 * k > n),
-               (SELECT count(*) FROM {scope.marks} a WHERE a.run_id = steady.run_id AND a.grad_norm = 0),
-               (SELECT count(*) FROM {scope.marks} a WHERE a.run_id = steady.run_id)
+               (SELECT count(*) FROM iterations a WHERE a.run_id = steady.run_id AND a.grad_norm = 0),
+               (SELECT count(*) FROM iterations a WHERE a.run_id = steady.run_id)
         FROM steady GROUP BY run_id
-        HAVING count(*) >= ? AND bool_and(grad_norm = 0) AND coalesce(min(loss_scale), 0) >= 0
         """,
-        [t.not_learning_lines, t.not_learning_lines],
+        [t.not_learning_lines],
     ).fetchall()
     flags = {}
     for run_id, n, first_line, last_line, first_it, last_it, low, high, early, late, zeros, lines in rows:
@@ -92,39 +92,49 @@ def zero_grad_norm(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]
 def flat_loss(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
     """Runs whose loss prints the same value on at least `flat_loss_lines` consecutive lines of
     different iterations that updated the weights, where the printed precision resolves the loss finely
-    (`FINE_PRECISION`): a model whose weights do not move, or a loss that is not the model's. Only the
-    islands holding that many repeats are grouped (`long`), and the precision is read only for runs with a
-    stretch: on a healthy run of 1.76 M lines the rule costs one window (0.2 s), where grouping every
-    island and reading every loss's decimals took 1.8 s."""
+    (`FINE_PRECISION`): a model whose weights do not move, or a loss that is not the model's."""
     rows = store.con.execute(
         f"""
-        WITH lines AS (
-            SELECT run_id, line_no, iteration, lm_loss AS v,
-                   lm_loss IS NOT DISTINCT FROM lag(lm_loss) OVER (PARTITION BY run_id ORDER BY line_no) AS same
-            FROM {scope.marks} WHERE {scope.runs} AND isfinite(lm_loss) AND {UPDATING}
-        ), islands AS (
+        WITH lines AS NOT MATERIALIZED (
+            SELECT run_id, line_no, iteration, lm_loss AS v FROM iterations
+            WHERE {scope.runs} AND isfinite(lm_loss) AND {UPDATING}
+        ),
+        -- a hash count first: only a value printed on enough lines can make a stretch of them, and the
+        -- precision and the windows below are paid only in the runs that have one (none, in most)
+        repeated AS (SELECT run_id, v FROM lines GROUP BY run_id, v HAVING count(*) >= ?),
+        precision AS (
+            SELECT run_id, max({DECIMALS}) AS decimals
+            FROM (SELECT DISTINCT run_id, v FROM lines WHERE run_id IN (SELECT run_id FROM repeated))
+            GROUP BY run_id
+        ),
+        suspect AS (
+            SELECT r.run_id, r.v, p.decimals FROM repeated r JOIN precision p USING (run_id)
+            WHERE r.v <> 0 AND pow(10, -p.decimals) <= ? * abs(r.v)
+        ),
+        marked AS (
+            SELECT *, v IS NOT DISTINCT FROM lag(v) OVER (PARTITION BY run_id ORDER BY line_no) AS same
+            FROM lines WHERE run_id IN (SELECT run_id FROM suspect)
+        ),
+        islands AS (
             SELECT *, sum(CASE WHEN same THEN 0 ELSE 1 END) OVER (PARTITION BY run_id ORDER BY line_no) AS island
-            FROM lines
-        ), long AS (
-            SELECT run_id, island FROM islands WHERE same GROUP BY run_id, island HAVING count(*) >= ? - 1
-        ), stretches AS (
+            FROM marked
+        ),
+        -- of a long run's many islands (one per line, mostly) only those holding enough repeats are grouped
+        long AS (SELECT run_id, island FROM islands WHERE same GROUP BY run_id, island HAVING count(*) >= ? - 1),
+        stretches AS (
             SELECT run_id, island, any_value(v) AS v, count(DISTINCT iteration) AS steps,
                    min(line_no) AS first_line, max(line_no) AS last_line,
                    min(iteration) AS first_it, max(iteration) AS last_it
             FROM islands SEMI JOIN long USING (run_id, island)
             GROUP BY run_id, island HAVING count(DISTINCT iteration) >= ?
-        ), precision AS (
-            SELECT run_id, max({DECIMALS}) AS decimals FROM lines
-            WHERE run_id IN (SELECT run_id FROM stretches) GROUP BY run_id
         )
         SELECT s.run_id, arg_max(s.v, s.steps), max(s.steps), arg_max(s.first_line, s.steps),
                arg_max(s.last_line, s.steps), arg_max(s.first_it, s.steps), arg_max(s.last_it, s.steps),
                any_value(p.decimals)
-        FROM stretches s JOIN precision p USING (run_id)
-        WHERE s.v <> 0 AND pow(10, -p.decimals) <= ? * abs(s.v)
+        FROM stretches s JOIN suspect p ON p.run_id = s.run_id AND p.v = s.v
         GROUP BY s.run_id
         """,
-        [t.flat_loss_lines, t.flat_loss_lines, FINE_PRECISION],
+        [t.flat_loss_lines, FINE_PRECISION, t.flat_loss_lines, t.flat_loss_lines],
     ).fetchall()
     return {
         run_id: _flag(
