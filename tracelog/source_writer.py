@@ -46,6 +46,11 @@ def records(rows: Any) -> list[dict[str, Any]]:
     return rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows)
 
 
+UNPARSED_CHECK_MEMORY = "256MB"
+"""DuckDB's cap while `unparsed_but_read` hashes a file's unparsed line numbers (1 M at 1 GB of log): above
+the streaming cap, which it would not fit in, and well under the ingest's peak."""
+
+
 class SourceWriter:
     """Writes one source's batches, mapping the parser's run/bench keys to database ids."""
 
@@ -112,22 +117,30 @@ class SourceWriter:
     def unparsed_but_read(self, since: int = 0) -> int:
         """Unparsed rows written after line `since` whose line was read too (an iteration, memory or timer
         row of one of the source's runs came from it): a progress bar with another stream's words glued
-        behind it keeps those words, but the line was read, so it is not counted among the unparsed."""
+        behind it keeps those words, but the line was read, so it is not counted among the unparsed.
+
+        Each table is probed against the unparsed lines (the smaller side, hashed once) rather than the
+        read lines gathered into one set: a 1 GB log holds 9 M read rows, whose union did not fit in the
+        ingest's memory cap (`UNPARSED_CHECK_MEMORY`)."""
         if not self.unparsed or not self.run_ids:
             return 0
-        read = " UNION ".join(
-            f"SELECT line_no FROM {table} WHERE run_id IN (SELECT run_id FROM runs WHERE source_id = $source) "
-            "AND line_no > $since"
+        runs = "SELECT run_id FROM runs WHERE source_id = $source"
+        hits = " UNION ".join(
+            f"SELECT line_no FROM {table} WHERE run_id IN ({runs}) AND line_no > $since "
+            "AND line_no IN (SELECT line_no FROM left_over)"
             for table in ("iterations", "memory", "timers")
         )
-        return int(
-            self.store.scalar(
-                f"SELECT count(*) FROM unparsed WHERE source_id = $source AND line_no > $since "
-                f"AND line_no IN ({read})",
-                {"source": self.source_id, "since": since},
+        with self.store.memory_limit(UNPARSED_CHECK_MEMORY):
+            return int(
+                self.store.scalar(
+                    "WITH left_over AS MATERIALIZED (SELECT DISTINCT line_no FROM unparsed "
+                    "WHERE source_id = $source AND line_no > $since) "
+                    "SELECT count(*) FROM unparsed WHERE source_id = $source AND line_no > $since "
+                    f"AND line_no IN ({hits})",
+                    {"source": self.source_id, "since": since},
+                )
+                or 0
             )
-            or 0
-        )
 
     def run_id(self, key: int) -> int:
         if key not in self.run_ids:
