@@ -25,7 +25,7 @@ moved it, so a grad norm printed as 0 beside it is a placeholder, not a gradient
 DeepSpeed's pipeline engine prints `grad norm: 0.000` and `loss scale: -1.0` on every line of a run whose
 loss falls from 43 to 7.7 (bigscience's `meg_ds_3d_gpt2_perf_n16-ds-on.out` in the corpus)."""
 
-DECIMALS = "coalesce(list_min(list_filter(range(0, 9), k -> abs(v - round(v, k::INTEGER)) <= 1e-9 * greatest(1, abs(v)))), 9)"
+DECIMALS = "coalesce(list_min(list_filter(range(0, 9), lambda k: abs(v - round(v, k::INTEGER)) <= 1e-9 * greatest(1, abs(v)))), 9)"
 """The decimals a loss `v` shows: the fewest that write it back (11.00078 shows 5, 3.0 shows none). A run's
 printed precision is the most any of its losses shows."""
 
