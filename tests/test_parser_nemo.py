@@ -454,3 +454,18 @@ def test_bar_redraws_glued_on_one_line_are_each_read() -> None:
     ]
     assert {m["key"] for m in out["iteration_metrics"]} == {"val_loss", "validation loss"}
     assert all(m["value"] == 10.95 for m in out["iteration_metrics"])
+
+
+def test_a_log_behind_rays_worker_prefix_reads_as_the_plain_log() -> None:
+    """SkyPilot runs NeMo under Ray, which puts `(task, pid=6679) ` before every line: the configuration
+    dump's lines behind it were read as a host's `key: ` prefix, ended the dump, and its settings and the
+    lines after went unread."""
+    plain = SAMPLE.read_text()
+    ray = "".join(f"(task, pid=6679) {line}" for line in plain.splitlines(keepends=True))
+    want, got = collect(plain), collect(ray)
+    for table in ("iterations", "events", "timers", "unparsed"):
+        assert len(got.get(table, [])) == len(want.get(table, [])), table
+    (run,), (ray_run,) = want["runs"], got["runs"]
+    assert len(run["run_params"]) > 20 and len(ray_run["run_params"]) == len(run["run_params"])
+    columns = ("tp", "pp", "cp", "layers", "hidden", "heads", "seq_len", "gbs", "mbs", "vocab", "precision")
+    assert [ray_run[c] for c in columns] == [run[c] for c in columns]

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import (
+    RAY_PREFIX_RX,
     Batch,
     Emitter,
     LineSource,
@@ -270,7 +271,8 @@ class _Parser:
         if "\r" in text or (text.count("Epoch ") > 1 and len(BAR_START_RX.findall(text)) > 1):
             self.bar_line(n, text)
             return
-        body, rank, level = self.stripped(text)
+        ray = RAY_PREFIX_RX.match(text)  # SkyPilot's Ray: taken off first, or a config dump's lines end it
+        body, rank, level = self.stripped(text[ray.end() :] if ray else text)
         if not body.strip():
             self.in_config = self.in_config and not self.config_seen
             return
