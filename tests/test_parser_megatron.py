@@ -959,3 +959,25 @@ def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: 
 
     assert kind_of(line) == kind
     assert pl.DataFrame({"line": [line]}).select(event_kind().alias("kind"))["kind"][0] == kind
+
+
+def test_the_arguments_dump_behind_rays_worker_prefix_is_read(tmp_path: Path) -> None:
+    """Under Ray (SkyPilot) every line starts `(task, pid=N) `: the arguments dump's lines still give the run's
+    parameters and layout, as in the plain log (they gave 9 of the Llama sample's 75 parameters)."""
+    plain = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_text()
+    ray = tmp_path / "ray.log"
+    ray.write_text("".join(f"(task, pid=6679) {line}" for line in plain.splitlines(keepends=True)))
+    counts = []
+    for path in (SAMPLES / "megatron_lm_llama3_8b_h100.log", ray):
+        db = tmp_path / f"{path.stem}.duckdb"
+        api.ingest(db, [str(path)])
+        counts.append(
+            api.sql(
+                db,
+                "SELECT (SELECT count(*) FROM run_params) AS params, (SELECT count(*) FROM iterations) "
+                "AS its, (SELECT max(tp) FROM runs) AS tp, (SELECT max(layers) FROM runs) AS layers",
+            )
+            .iloc[0]
+            .tolist()
+        )
+    assert counts[0][0] > 60 and counts[1] == counts[0]

@@ -14,6 +14,7 @@ import polars as pl
 import regex
 
 from tracelog.parsers.event_words import QUOTED
+from tracelog.parsers.prefixes import RAY_PREFIX
 
 NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
 ITER_MARK = "elapsed time per iteration"
@@ -196,7 +197,10 @@ ITERATION_PART_RX = regex.compile(r"(?:^|[\s\]:])iteration\s+\d+\s*/")
 ARG_LINE_RX = regex.compile(
     # megatron/training/arguments.py `_print_args`: `'.' * (48 - len(name))` between a name and its value,
     # so a name of 47 characters or more gets one dot or none
-    r"^\s*(?:([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)|([a-z_][a-z0-9_]{46,}) \.? ?(\S.*?))\s*$"
+    # (behind Ray's worker prefix too, as SkyPilot runs a job: every line of it starts `(task, pid=N) `)
+    r"^\s*(?:"
+    + RAY_PREFIX
+    + r")?(?:([A-Za-z_][\w.-]*)\s+\.{2,}\s?(.*?)|([a-z_][a-z0-9_]{46,}) \.? ?(\S.*?))\s*$"
 )
 # megatron/core/timers.py, `--timing-log-option`: minmax prints `name ....: (min, max)`, max prints
 # `name ....: max` (group 2 the max, group 3 empty), all prints `times across ranks (ms):`, then per timer
