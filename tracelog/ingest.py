@@ -195,11 +195,12 @@ def _ingest_file(
         # by its absolute path; a store written before paths were made absolute holds them as they were given
         recorded_path = source_path(path)
         same_size = store.con.execute(
-            "SELECT source_id, fingerprint, chunk_digests IS NULL, path IN (?, ?) FROM sources "
+            "SELECT source_id, fingerprint, chunk_digests IS NULL, "
+            "CASE WHEN path IN (?, ?) THEN chunk_digests END FROM sources "
             "WHERE bytes = ? AND coalesce(bytes_pending, 0) = 0",
             [recorded_path, path, size],
         ).fetchall()
-        if not force and not verify and (kept := _unchanged(store, path, size, same_size)) is not None:
+        if not force and not verify and (kept := _unchanged(path, size, same_size)) is not None:
             return _already(store, path, kept)
         if same_size:
             current = file_fingerprint(path)[0] if any(not legacy for _, _, legacy, _ in same_size) else None
@@ -336,17 +337,15 @@ def _reads_lines(format_id: str | None) -> bool:
         return True
 
 
-def _unchanged(store: Store, path: str, size: int, same_size: list[tuple[Any, ...]]) -> int | None:
+def _unchanged(path: str, size: int, same_size: list[tuple[Any, ...]]) -> int | None:
     """The source this file is, unchanged, when it was ingested from the same path at the same size and
     a sample of its MiBs still hashes as then (`verify_prefix`): the trust a grown log gets, so that an
     epilogue or a loop ingesting the same big logs again answers without reading them (0.7 s per GB for
     the whole fingerprint). A file of the same size at another path is compared by its whole
-    fingerprint, since a wrong match there would leave a different file out."""
-    for source_id, _, legacy, same_path in same_size:
-        if not same_path or legacy:
-            continue
-        digests = store.scalar("SELECT chunk_digests FROM sources WHERE source_id = ?", [source_id])
-        if digests is not None and verify_prefix(path, size, digests) is not None:
+    fingerprint, since a wrong match there would leave a different file out: `same_size` carries the
+    digests of the sources recorded at this path only."""
+    for source_id, _, _, own_digests in same_size:
+        if own_digests is not None and verify_prefix(path, size, own_digests) is not None:
             return int(source_id)
     return None
 
