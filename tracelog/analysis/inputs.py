@@ -345,7 +345,8 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
     if zero_stage is None and not inputs.flag("use_distributed_optimizer"):
         inputs.zero_given = False
         inputs.assumptions.append("ZeRO stage not given: 0 assumed")
-    fp32_grads = (inputs.framework in FP32_GRAD_FRAMEWORKS and not fp16_grad_buffer(inputs)) or (
+    fp32_buffer = not fp16_grad_buffer(inputs)
+    fp32_grads = (inputs.framework in FP32_GRAD_FRAMEWORKS and fp32_buffer) or (
         inputs.framework == "megatron-deepspeed" and inputs.precision == "bf16"
     )
     try:
@@ -365,7 +366,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             precision=inputs.precision,
             distributed_optimizer=bool(inputs.flag("use_distributed_optimizer")),
             fp32_grads=fp32_grads,
-            fp32_grad_buffer=not fp16_grad_buffer(inputs),
+            fp32_grad_buffer=fp32_buffer,
             flash_attention=flash_attention(inputs),
             overlap_grad_reduce=bool(
                 inputs.flag("overlap_grad_reduce")
