@@ -24,8 +24,6 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 import polars as pl
 import regex
 
-from tracelog.parsers.prefixes import PREFIX_RX as PREFIX_RX
-from tracelog.parsers.prefixes import RAY_PREFIX_RX as RAY_PREFIX_RX
 from tracelog.parsers.prefixes import strip_prefix as strip_prefix
 from tracelog.parsers.ranges import (
     BANDWIDTH,

@@ -37,7 +37,6 @@ from datetime import datetime
 from typing import Any
 
 from tracelog.parsers.base import (
-    RAY_PREFIX_RX,
     Batch,
     Emitter,
     LineSource,
@@ -54,6 +53,7 @@ from tracelog.parsers.megatron_lines import (
     TIMER_NAME_RX,
     TIMER_RANK_RX,
 )
+from tracelog.parsers.prefixes import RAY_PREFIX, RAY_PREFIX_RX
 from tracelog.parsers.run_rows import tqdm_seconds
 
 FORMAT = "nemo"
@@ -77,7 +77,7 @@ BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s
 # Where each redraw of a bar starts: a carriage return, or (where a paste lost them) the next redraw's
 # `Epoch 0: :   0%|` glued on, with Ray's `(task, pid=6679) ` prefix before it (SkyPilot's `sky launch`).
 BAR_START = r"Epoch \d+:\s*(?::\s*)?\d+%\|"
-REDRAW_SPLIT_RX = re.compile(r"\r|(?:\(\w+, pid=\d+\) )?(?=" + BAR_START + ")")
+REDRAW_SPLIT_RX = re.compile(r"\r|(?:" + RAY_PREFIX + r")?(?=" + BAR_START + ")")
 BAR_START_RX = re.compile(BAR_START)
 CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
 # nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
