@@ -47,6 +47,7 @@ from tracelog.parsers.deepspeed_config import (
     NUM,
     SEE_MEMORY_RX,
     SKIPPED_RUNNING,
+    STEP_HEAD,
     RunState,
     flatten,
     int_or_none,
@@ -78,7 +79,7 @@ LEVELS = ("WARNING", "ERROR", "CRITICAL")  # logger levels whose line is an even
 LOGGER_LINE_RX = re.compile(
     r"^(?:\S+:\s?)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[\w+\.py:\d+:\w+\]", re.M
 )
-STEP_RX = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\](?:, mom=\[(.*)\])?")
+STEP_RX = re.compile(STEP_HEAD + r"\[([^\]]*)\](?:, mom=\[(.*)\])?")
 # The throughput timer (runtime/utils.py ThroughputTimer) since 0.7: `epoch=0/micro_step=80/global_step=20,
 # RunningAvgSamplesPerSec=...`; before, `0/20, RunningAvgSamplesPerSec=...` and, until 0.6, `0/40,
 # SamplesPerSec=..., MemAllocated=...` (the running average only: the row's samples/s then).

@@ -19,6 +19,10 @@ from tracelog.parsers.base import as_int
 # tail's first step line in DeepSpeed's and the Trainer's logs, of every step line in Megatron-DeepSpeed's.
 # The health rules read it: 1995 skipped by step 2000 is a run that barely trained.
 SKIPPED_RUNNING = "skipped steps before this line (running count)"
+STEP_HEAD = r"\bstep=(\d+), skipped=(\d+), lr="
+"""The start of DeepSpeed's step line (`[Rank 0] step=200, skipped=4, lr=[...], mom=[...]`, the engine's
+`_report_progress`): the step and the running count of skipped steps, in DeepSpeed's logs and in
+Megatron-DeepSpeed's alike."""
 
 # One-line facts of the engine's start, kept as run parameters by name
 INFO_PARAMS = (

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracelog.parsers.deepspeed_config import SKIPPED_RUNNING
+from tracelog.parsers.deepspeed_config import SKIPPED_RUNNING, STEP_HEAD
 from tracelog.parsers.megatron_lines import DS_LOGGER
 
 ACTUAL_SEQLEN = "actual seqlen"
 """Megatron-DeepSpeed's `actual seqlen:  4096` on each iteration line: the sequence length its steps ran at
 (curriculum learning shortens it early on), the run's `seq_len` where no argument gives one."""
-
-DS_SKIPPED_RX = r"\bstep=(\d+), skipped=(\d+), lr="
 
 
 def deepspeed_step_metrics(plain: pl.DataFrame) -> pl.DataFrame:
@@ -25,8 +23,8 @@ def deepspeed_step_metrics(plain: pl.DataFrame) -> pl.DataFrame:
     0 where DeepSpeed skipped (argonne-lcf's Megatron-DeepSpeed on Polaris: `skipped=4` at step 200, 0 on
     every iteration line); the run's skipped count and the health rules take the larger."""
     line = pl.col("line")
-    found = plain.filter(line.str.contains(DS_LOGGER, literal=True) & line.str.contains(DS_SKIPPED_RX))
-    parts = line.str.extract_groups(DS_SKIPPED_RX)
+    found = plain.filter(line.str.contains(DS_LOGGER, literal=True) & line.str.contains(STEP_HEAD))
+    parts = line.str.extract_groups(STEP_HEAD)
     return found.select(
         pl.col("run_key").cast(pl.Int32),
         parts.struct.field("1").cast(pl.Int64).alias("iteration"),
