@@ -173,7 +173,9 @@ def test_follow_refuses_what_it_cannot_follow(tmp_path: Path) -> None:
     stdin = runner.invoke(cli, ["--db", db, "ingest", "--follow", "-"])
     assert stdin.exit_code == 1 and "standard input is read to its end" in stdin.output
     forced = runner.invoke(cli, ["--db", db, "ingest", "--follow", "--force", str(LLAMA)])
-    assert forced.exit_code == 2 and "--force and --jobs do not apply" in forced.output
+    assert forced.exit_code == 2 and "--force, --jobs and --complete do not apply" in forced.output
+    complete = runner.invoke(cli, ["--db", db, "ingest", "--follow", "--complete", str(LLAMA)])
+    assert complete.exit_code == 2 and "--complete do not apply" in complete.output
     idle = runner.invoke(cli, ["--db", db, "ingest", "--idle", "3", str(LLAMA)])
     assert idle.exit_code == 2 and "go with --follow" in idle.output
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import SAMPLES
 from tests.test_parser_deepspeed import glued_bar_log
-from tracelog import api, fingerprint, ingest
+from tracelog import api, fingerprint, ingest, parse_jobs
 from tracelog.analysis.refresh import refresh_pending
 from tracelog.fingerprint import CHUNK
 from tracelog.ingest import IngestResult, Unrecognised, ingest_file
@@ -163,6 +163,77 @@ def test_a_half_written_line_waits_for_its_newline(store: Store, tmp_path: Path)
     assert grown.status == "appended" and grown.bytes_pending == 0
     assert store.scalar("SELECT count(*) FROM iterations WHERE iteration = 150") == 1
     assert store.scalar("SELECT count(*) FROM unparsed WHERE text LIKE '%iteration      150/%'") == 0
+
+
+def test_a_complete_file_gives_its_last_line_without_a_newline(store: Store, tmp_path: Path) -> None:
+    """A paste saved without a final newline: `complete` reads its last line, which then is no point to
+    resume from; should the file grow after all, it is parsed again and comes out as one ingest of it."""
+    data = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()
+    start = data.rindex(b"\n", 0, data.index(b" iteration      150/")) + 1
+    end = data.index(b"\n", start)
+    log = tmp_path / "paste.log"
+    log.write_bytes(data[:end])  # the line of iteration 150 whole, its newline not written
+    held = ingest_file(store, str(log))
+    assert held.bytes_pending == end - start
+    assert store.scalar("SELECT count(*) FROM iterations WHERE iteration = 150") == 0
+    read = ingest_file(store, str(log), complete=True)
+    assert read.status == "appended" and read.bytes_pending == 0
+    assert store.scalar("SELECT count(*) FROM iterations WHERE iteration = 150") == 1
+    assert store.scalar("SELECT bytes FROM sources") == end
+    assert store.con.execute("SELECT resume_state IS NULL FROM sources").fetchone() == (True,)
+    assert ingest_file(store, str(log), complete=True).status == "already ingested"
+    # The writer was alive after all: the rest of the file comes, and it is one ingest of the whole.
+    log.write_bytes(data)
+    assert ingest_file(store, str(log)).status == "appended"
+    with Store(tmp_path / "direct.duckdb") as direct:
+        ingest_file(direct, str(log))
+        assert snapshot(store)["iterations"] == snapshot(direct)["iterations"]
+
+
+def test_a_line_cut_by_a_crash_is_read_only_when_the_user_says_so(tmp_path: Path) -> None:
+    """A job killed mid-line leaves a number cut short: `elapsed time per iteration (ms): 85` of 8530.0,
+    which reads as 0.085 s. By default the line waits and the file's other lines land; `complete` is the
+    user's word that the line is whole, and it is read as it is."""
+    head = "".join(
+        f" iteration {i:8d}/    1000 | consumed samples: {i * 16:12d} | elapsed time per iteration (ms): "
+        f"8530.0 | learning rate: 1.000E-04 | global batch size:    16 | lm loss: 5.000000E+00 | "
+        "loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+        for i in range(1, 4)
+    )  # invented, in Megatron-LM's iteration-line format
+    cut = (
+        " iteration        4/    1000 | consumed samples:           64 | elapsed time per iteration (ms): 85"
+    )
+    log = tmp_path / "crashed.log"
+    log.write_text(head + cut)
+    with Store(tmp_path / "waits.duckdb") as store:
+        result = ingest_file(store, str(log))
+        assert result.bytes_pending == len(cut) and "--complete" in result.summary()
+        assert store.con.execute("SELECT max(iteration), min(elapsed_s) FROM iterations").fetchone() == (
+            3,
+            8.53,
+        )
+    with Store(tmp_path / "read.duckdb") as store:
+        result = ingest_file(store, str(log), complete=True)
+        assert result.bytes_pending == 0 and result.lines_total == 4
+        assert store.scalar("SELECT elapsed_s FROM iterations WHERE iteration = 4") == pytest.approx(0.085)
+
+
+def test_parse_ahead_follows_the_same_word_on_the_last_line(tmp_path: Path) -> None:
+    """A worker's parse (`ingest --jobs`) holds or reads the last line as the writer would, and records
+    which, so that the writer never takes a parse made under the other rule."""
+    data = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes().rstrip(b"\n")
+    log = tmp_path / "paste.log"
+    log.write_bytes(data)
+    held = parse_jobs.parse_to_spool(str(log), None, str(tmp_path))
+    read = parse_jobs.parse_to_spool(str(log), None, str(tmp_path), complete=True)
+    assert held is not None and read is not None
+    try:
+        assert (held.held, held.unterminated, held.pending_bytes > 0) == (True, False, True)
+        assert (read.held, read.unterminated, read.pending_bytes) == (False, True, 0)
+        assert read.committed == len(data) and held.committed == data.rindex(b"\n") + 1
+    finally:
+        held.discard()
+        read.discard()
 
 
 def test_growth_keeps_run_ids_tags_and_names(store: Store, tmp_path: Path) -> None:

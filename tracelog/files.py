@@ -108,6 +108,18 @@ def _why_not_a_file(path: str) -> str | None:
     return "a device, not opened"
 
 
+def holds_last_line(path: str, complete: bool = False) -> bool:
+    """Whether a last line without its newline waits for it, or is read as it is.
+
+    A plain file's waits: the file may be a live log whose writer has not finished the line, or a job's
+    log cut mid-line by a crash, where a number cut short (`elapsed time per iteration (ms): 85` of
+    8530.0) would be read as a wrong one. Neither can be told by looking. `complete` is the user's word
+    that the file is finished and its last line whole (`ingest --complete`: a paste saved without a final
+    newline). Standard input and gzip end when they end. A last line read without its newline is not a
+    point to resume from: should the file grow after all, it is parsed again from its first byte."""
+    return not (complete or path == "-" or path.endswith(".gz"))
+
+
 def has_newline(path: str, offset: int) -> bool:
     """Whether the file holds a newline after `offset` (read in blocks until one is found)."""
     with open(path, "rb") as f:

@@ -3,8 +3,9 @@
 A file is absent, or landed: its rows committed with `refresh_pending` set, cleared by the refresh of its
 predictions and flags (see `analysis.refresh`), which the next command redoes if it failed or was killed.
 A last line without its newline is held back (`sources.bytes_pending`) and `bytes` is the offset after
-the last complete line. A grown file (same path, the committed bytes unchanged) resumes after that line
-from the state its parser saved there (`sources.resume_state`: Megatron, DeepSpeed and NeMo logs), the
+the last complete line, unless the user says the file is complete (`files.holds_last_line`). A grown
+file (same path, the committed bytes unchanged) resumes after that line from the state its parser saved
+there (`sources.resume_state`: Megatron, DeepSpeed and NeMo logs), the
 rows the parser writes at the end of every parse replaced; another is parsed again from its first byte
 and its rows replaced under the same run and bench ids. Either way any sequence of growth gives the rows
 of one ingest of the final file.
@@ -28,7 +29,7 @@ from typing import Any
 
 from tracelog import parsers, resolve
 from tracelog.errors import Deferred, TracelogError
-from tracelog.files import PeekStream, file_sha256, has_newline, open_binary, source_path
+from tracelog.files import PeekStream, file_sha256, has_newline, holds_last_line, open_binary, source_path
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
 from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for, spool_folder
 from tracelog.parsers.base import LineSource, prefetched
@@ -75,6 +76,7 @@ class IngestResult:
             return f"{self.path}: skipped ({self.warning})"
         pending = (
             f"; last line ({self.bytes_pending} bytes) held back until its newline arrives"
+            " (a line still being written, or cut by a crash; --complete reads it as it is)"
             if self.bytes_pending
             else ""
         )
@@ -131,13 +133,15 @@ def ingest_file(
     verify: bool = False,
     parsed: Parsed | None = None,
     within: Within | None = None,
+    complete: bool = False,
 ) -> IngestResult:
     """Ingest one file in one transaction: all of it, the rest of it once it grew, or nothing.
 
     A grown file resumes after its last complete line where its parser can (`parse(..., state=)`), and is
     parsed again from its start otherwise. `verify` re-hashes every MiB of a grown file's old bytes instead
     of a sample. `parsed` is the file already parsed by a worker (`parse_jobs`), used where it is parsed
-    from its first byte; its spool is removed either way. Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
+    from its first byte; its spool is removed either way. `complete`: the file is finished, and a last line
+    without its newline is read as it is (`files.holds_last_line`). Raises `Unrecognised` for a file no parser takes or that cannot be read at all,
     `TracelogError` for one that fails while it streams (nothing of it lands then).
 
     `within`, in a DuckLake store, is run inside a new file's transaction once its rows are written (the
@@ -146,23 +150,25 @@ def ingest_file(
     options = options or RunOptions()
     try:
         if not store.lake:
-            return _ingest_file(store, path, format_id, options, force, progress, verify, parsed)
+            return _ingest_file(store, path, format_id, options, force, progress, verify, parsed, complete)
         # A shared DuckLake store: the file is parsed before its transaction (the CPU-bound part, done
         # by every writer at once), so that a commit lost to another writer (store.lake) costs only the
         # writing again, from the spool. A file the store already knows by its path (grown, or the same)
         # resumes or is found inside the transaction, as in the embedded file.
         if parsed is None and path != "-" and not path.endswith(".gz") and not _known_path(store, path):
-            parsed = parse_to_spool(path, format_id, spool_folder())
+            parsed = parse_to_spool(path, format_id, spool_folder(), complete)
         keys = lake.file_keys(source_path(path), parsed.fingerprint if parsed is not None else None)
         try:
             return lake.retrying(
                 lambda: _ingest_file(
-                    store, path, format_id, options, force, progress, verify, parsed, keys, within
+                    store, path, format_id, options, force, progress, verify, parsed, complete, keys, within
                 )
             )
         except Deferred:
             return lake.retrying(
-                lambda: _ingest_file(store, path, format_id, options, force, progress, verify, parsed, keys)
+                lambda: _ingest_file(
+                    store, path, format_id, options, force, progress, verify, parsed, complete, keys
+                )
             )
     finally:
         if parsed is not None:
@@ -182,10 +188,12 @@ def _ingest_file(
     progress: Progress | None,
     verify: bool,
     parsed: Parsed | None,
+    complete: bool = False,
     lake_keys: tuple[int, ...] = (),
     within: Within | None = None,
 ) -> IngestResult:
     plain_file = path != "-" and not path.endswith(".gz")
+    hold = holds_last_line(path, complete)
     size = os.path.getsize(path) if plain_file else None
     previous: int | None = None  # the source this file is a grown copy of
     resume: Resume | None = None  # where to go on from, when its parser can
@@ -226,7 +234,7 @@ def _ingest_file(
                 continue
             if force:
                 replace = source_id
-            elif nbytes + pending <= size and _reads_lines(fmt) and not has_newline(path, nbytes):
+            elif hold and nbytes + pending <= size and _reads_lines(fmt) and not has_newline(path, nbytes):
                 # Only more of a last line without its newline: nothing new is complete.
                 store.con.execute(
                     "UPDATE sources SET bytes_pending = ? WHERE source_id = ?", [size - nbytes, source_id]
@@ -251,7 +259,7 @@ def _ingest_file(
 
     if resume is not None:
         try:
-            return _resume_file(store, path, options, resume, progress)
+            return _resume_file(store, path, options, resume, progress, hold)
         except (KeyError, TypeError, ValueError, IndexError):
             pass  # a resume state this code cannot read (edited, or of a damaged file): parse it all again
     try:
@@ -261,7 +269,9 @@ def _ingest_file(
     try:
         head = detect_head(stream, path)
         parser = parser_for(stream, path, head, format_id)
-        if parsed is not None and (parsed.format != parser.FORMAT or parsed.path != path):
+        if parsed is not None and (
+            parsed.format != parser.FORMAT or parsed.path != path or parsed.held != hold
+        ):
             parsed = None
         # A new file in a DuckLake store only inserts: it is written beside other writers (see
         # Store.transaction), holding the locks of its path and bytes.
@@ -289,6 +299,7 @@ def _ingest_file(
                     progress,
                     force,
                     parsed=parsed,
+                    hold=hold,
                 )
                 if replace is not None:
                     result.status = "replaced"
@@ -308,6 +319,7 @@ def _resume_file(
     options: RunOptions,
     resume: Resume,
     progress: Progress | None,
+    hold: bool = True,
 ) -> IngestResult:
     try:
         stream = open(path, "rb")  # noqa: SIM115
@@ -320,7 +332,15 @@ def _resume_file(
         try:
             with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction():
                 return _ingest_stream(
-                    store, path, stream, resume.parser, options, resume.source_id, progress, resume=resume
+                    store,
+                    path,
+                    stream,
+                    resume.parser,
+                    options,
+                    resume.source_id,
+                    progress,
+                    resume=resume,
+                    hold=hold,
                 )
         except AlreadyIngested as dup:
             return _already(store, path, dup.source_id)
@@ -366,13 +386,15 @@ def _ingest_stream(
     force: bool = False,
     resume: Resume | None = None,
     parsed: Parsed | None = None,
+    hold: bool = False,
 ) -> IngestResult:
-    # A plain file may still be written to: its last line waits for its newline. Standard input and
-    # gzip end when they end.
-    hold = path != "-" and not path.endswith(".gz")
+    # `hold`: a plain file may still be written to, and its last line waits for its newline
+    # (`files.holds_last_line`). Only a plain file's parse can be resumed, and not after a last line
+    # read without its newline: the file may yet go on with the rest of that line.
+    plain = path != "-" and not path.endswith(".gz")
     if resume is not None:
         digest = ChunkedDigest(resume.digests, resume.tail)
-        source = LineSource(stream, path, hold_partial=True, first_line=resume.lines_total + 1)
+        source = LineSource(stream, path, hold_partial=hold, first_line=resume.lines_total + 1)
     else:
         digest = ChunkedDigest()
         source = LineSource(stream, path, hold_partial=hold)
@@ -407,6 +429,7 @@ def _ingest_stream(
                 progress(parsed.committed + parsed.pending_bytes)
             committed, pending, lines_total = parsed.committed, parsed.pending_bytes, parsed.lines_total
             fingerprint, digests = parsed.fingerprint, parsed.digests
+            resumable = plain and not parsed.unterminated
         else:
             # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays
             # here.
@@ -414,7 +437,8 @@ def _ingest_stream(
                 writer.write(batch)
             committed = start + source.bytes_read - source.pending_bytes
             pending, lines_total = source.pending_bytes, source.lines_total
-            fingerprint, digests = digest.result(committed, path if hold else None)
+            fingerprint, digests = digest.result(committed, path if plain else None)
+            resumable = plain and not source.unterminated
     except TracelogError as exc:
         if exc.path is None:
             exc.path = path
@@ -459,8 +483,8 @@ def _ingest_stream(
             unparsed,
             parser.FORMAT,
             parser.VERSION,
-            writer.resume_state if hold else None,
-            parser.VERSION if hold and writer.resume_state is not None else None,
+            writer.resume_state if resumable else None,
+            parser.VERSION if resumable and writer.resume_state is not None else None,
             source_id,
         ],
     )

@@ -51,6 +51,7 @@ def ingest(
     verify: bool = False,
     progress: ProgressFor | None = None,
     jobs: int = 1,
+    complete: bool = False,
 ) -> list[IngestResult | IngestFailure]:
     """Ingest files, folders, globs or '-' (stdin); each file in its own transaction.
 
@@ -61,7 +62,8 @@ def ingest(
     `verify` checks every MiB of a grown file's old bytes, not a sample (`fingerprint.verify_prefix`).
     `jobs` > 1 parses that many files at once in worker processes while this process writes them, in
     order, one transaction each: the database is the one a serial ingest gives (`parse_jobs`); 0 is one
-    worker per core.
+    worker per core. `complete` says the files are finished: a last line without its newline is read as it
+    is, not held back until its newline arrives (`files.holds_last_line`).
     """
     store = connect(db)
     paths = list(paths)
@@ -81,11 +83,13 @@ def ingest(
     results.extend(IngestResult(path, "skipped", warning=why) for path, why in expanded.skipped)
     workers = parse_jobs.worker_count(jobs)
     with (
-        parse_jobs.ParsedAhead([p for p, _ in expanded.files], parser, workers)
+        parse_jobs.ParsedAhead([p for p, _ in expanded.files], parser, workers, complete)
         if workers > 1 and len(expanded.files) > 1
         else nullcontext()
     ) as ahead:
-        _ingest_files(store, expanded.files, parser, options, force, verify, progress, ahead, results)
+        _ingest_files(
+            store, expanded.files, parser, options, force, verify, progress, ahead, results, complete
+        )
     return results
 
 
@@ -245,6 +249,7 @@ def _ingest_files(
     progress: ProgressFor | None,
     ahead: parse_jobs.ParsedAhead | None,
     results: list[IngestResult | IngestFailure],
+    complete: bool = False,
 ) -> None:
     for path, from_folder in paths:
         with progress(path) if progress is not None else nullcontext() as advance:
@@ -260,6 +265,7 @@ def _ingest_files(
                     verify=verify,
                     parsed=parsed,
                     within=refresher.refresh_landing if store.lake else None,
+                    complete=complete,
                 )
             except Unrecognised as exc:
                 # A folder's README or job script is not a failure; a file named on its own is.

@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from tracelog import parsers
 from tracelog.errors import TracelogError
-from tracelog.files import PeekStream, open_binary, read_head
+from tracelog.files import PeekStream, holds_last_line, open_binary, read_head
 from tracelog.fingerprint import ChunkedDigest
 from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 
@@ -60,6 +60,8 @@ class Parsed:
     fingerprint: str
     digests: bytes
     error: tuple[str, str | None, int | None] | None = None  # where the parse failed, raised in order
+    held: bool = True  # a last line without its newline was held back (`files.holds_last_line`)
+    unterminated: bool = False  # the last line was read without its newline
 
     def batches(self) -> Iterator[Batch]:
         """The batches as the parser yielded them, then the parse's failure where it failed."""
@@ -149,9 +151,10 @@ def parser_for(stream: BinaryIO, path: str, head: list[bytes], format_id: str | 
         raise Unrecognised(exc.message, exc.path, exc.line) from None
 
 
-def parse_to_spool(path: str, format_id: str | None, folder: str) -> Parsed | None:
+def parse_to_spool(path: str, format_id: str | None, folder: str, complete: bool = False) -> Parsed | None:
     """Parse one plain file into a spool (the worker's job). None where the writer must see for itself
-    (the file cannot be read or recognised: its error is raised there, in order)."""
+    (the file cannot be read or recognised: its error is raised there, in order). `complete` is the
+    user's word on a last line without its newline (`files.holds_last_line`)."""
     try:
         stream = open_binary(path)
     except TracelogError:
@@ -163,7 +166,8 @@ def parse_to_spool(path: str, format_id: str | None, folder: str) -> Parsed | No
         except TracelogError:
             return None
         digest = ChunkedDigest()
-        source = LineSource(PeekStream(stream, head[0]), path, hold_partial=True)  # type: ignore[arg-type]
+        held = holds_last_line(path, complete)
+        source = LineSource(PeekStream(stream, head[0]), path, hold_partial=held)  # type: ignore[arg-type]
         source.on_bytes.append(digest.update)
         handle, spool = tempfile.mkstemp(prefix="tracelog-", suffix=".batches", dir=folder)
         error = None
@@ -196,6 +200,8 @@ def parse_to_spool(path: str, format_id: str | None, folder: str) -> Parsed | No
             fingerprint,
             digests,
             error,
+            held,
+            source.unterminated,
         )
     finally:
         stream.close()
@@ -205,7 +211,7 @@ class ParsedAhead:
     """Files handed to a pool of workers in the order they will be written, at most `AHEAD_PER_JOB *
     jobs` ahead; `take(path)` waits for a file's parse and hands it over (None: the writer parses it)."""
 
-    def __init__(self, paths: list[str], format_id: str | None, jobs: int) -> None:
+    def __init__(self, paths: list[str], format_id: str | None, jobs: int, complete: bool = False) -> None:
         self._folder = tempfile.mkdtemp(dir=spool_folder())
         # Not fork: a child would inherit the writer's DuckDB and its threads mid-flight. A fork server
         # imports the parsers once and forks the workers from that clean process.
@@ -214,6 +220,7 @@ class ParsedAhead:
         self._pool = ProcessPoolExecutor(jobs, mp_context=context)
         self._waiting = [p for p in paths if p != "-" and not p.endswith(".gz")]
         self._format_id = format_id
+        self._complete = complete
         self._window = AHEAD_PER_JOB * jobs
         self._futures: dict[str, Future[Parsed | None]] = {}
         self._fill()
@@ -222,7 +229,9 @@ class ParsedAhead:
         while self._waiting and len(self._futures) < self._window:
             path = self._waiting.pop(0)
             if path not in self._futures:
-                self._futures[path] = self._pool.submit(parse_to_spool, path, self._format_id, self._folder)
+                self._futures[path] = self._pool.submit(
+                    parse_to_spool, path, self._format_id, self._folder, self._complete
+                )
 
     def take(self, path: str) -> Parsed | None:
         future = self._futures.pop(path, None)

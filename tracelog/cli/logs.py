@@ -55,6 +55,12 @@ PROGRESS_AFTER_S = 2.0
     help="Re-hash every MiB of a grown log's old bytes (by default a sample of them) before resuming it.",
 )
 @click.option(
+    "--complete",
+    is_flag=True,
+    help="The files are finished: read a last line that has no newline as it is (by default it waits for its "
+    "newline: a live log's last line, or one cut by a crash).",
+)
+@click.option(
     "--jobs",
     "-j",
     type=click.IntRange(min=0),
@@ -96,6 +102,7 @@ def ingest(
     nics_per_node: int | None,
     force: bool,
     verify: bool,
+    complete: bool,
     jobs: int,
     follow: bool,
     interval: float,
@@ -118,8 +125,10 @@ def ingest(
     parsed_tags = parse_tags(tags)
     err = Console(stderr=True, markup=False, highlight=False)
     if follow:
-        if force or jobs != 1:
-            raise click.UsageError("--follow ingests what the files gain: --force and --jobs do not apply")
+        if force or jobs != 1 or complete:
+            raise click.UsageError(
+                "--follow ingests what the files gain: --force, --jobs and --complete do not apply"
+            )
         options = dict(name=name, tags=parsed_tags, gpu=gpu, fabric=fabric, nodes=nodes)
         options.update(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, verify=verify)
         _follow(obj, paths, parser_id or old_format_id, options, interval, idle, err)
@@ -144,6 +153,7 @@ def ingest(
                 verify=verify,
                 progress=bar,
                 jobs=jobs,
+                complete=complete,
             )
         finally:
             bar.close()

@@ -129,8 +129,9 @@ class LineSource:
     """Streams a binary file as blocks of whole lines; memory stays at about one block.
 
     `on_bytes` callbacks see every raw chunk (the store hashes the file this way in the same pass).
-    A last line without a newline (a log still being written) is handed out like any other, unless
-    `hold_partial`: then it is held back (`pending_bytes` long) until a later read finds its newline.
+    A last line without a newline (a log still being written) is handed out like any other
+    (`unterminated` says so), unless `hold_partial`: then it is held back (`pending_bytes` long) until a
+    later read finds its newline.
     """
 
     def __init__(
@@ -149,6 +150,7 @@ class LineSource:
         self.lines_total = first_line - 1
         self.bytes_read = 0
         self.pending_bytes = 0
+        self.unterminated = False  # the last line was handed out without its newline
         self.on_bytes: list[Any] = []
         self.cut: list[tuple[int, int, bytes]] = []  # lines cut to MAX_LINE_BYTES, for `guarded` to report
 
@@ -168,6 +170,7 @@ class LineSource:
                     self.pending_bytes = len(rest) + dropped
                     return
                 if rest:
+                    self.unterminated = True
                     block = self._cut_long_lines(Block(next_line, rest), dropped)
                     self.cut.extend(block.cut)
                     yield block
