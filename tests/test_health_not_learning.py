@@ -95,3 +95,21 @@ def test_a_loss_the_same_over_few_steps_or_printed_coarsely_is_left_alone(
 ) -> None:
     lines = [megads_line(i, loss, grad_norm="1.250") for i, loss in enumerate(losses, start=1)]
     assert flags_of(tmp_path, lines) == []
+
+
+def test_a_stretch_counts_steps_not_lines_and_ends_where_the_value_changes(tmp_path: Path) -> None:
+    """Two stretches of one value, split by one other line: neither is long enough alone. Each step is
+    printed twice (two ranks' copies), so 24 lines of 12 steps are 12 steps; the longest stretch is the
+    one reported, from its first line."""
+    losses = [f"{7.5 - i * 0.05:.6E}" for i in range(5)]
+    lines = [megads_line(i, loss, grad_norm="1.250") for i, loss in enumerate(losses, start=1)]
+    same = "7.234561E+00"
+    lines += [megads_line(i, same, grad_norm="1.250") for i in range(6, 18) for _ in range(2)]  # 12 steps
+    lines.append(megads_line(18, "7.233001E+00", grad_norm="1.250"))
+    lines += [megads_line(i, same, grad_norm="1.250") for i in range(19, 34)]  # 15 steps
+    assert flags_of(tmp_path, lines) == []
+    lines += [megads_line(i, same, grad_norm="1.250") for i in range(34, 41)]  # the second: 22 steps
+    (tmp_path / "longer").mkdir()
+    (flag,) = flags_of(tmp_path / "longer", lines)
+    assert flag["measured"] == 22.0
+    assert "on 22 consecutive lines (lines 31-52, iterations 19-40)" in flag["message"]

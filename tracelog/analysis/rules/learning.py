@@ -42,13 +42,25 @@ def zero_grad_norm(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]
     `not_learning_lines` of them, while the loss beside it did not fall (`LOSS_FELL`) and the loss scale
     is not Megatron-DeepSpeed's -1 placeholder: a zero gradient updates nothing (a detached loss, frozen
     parameters, labels all masked)."""
+    # A hash count first, over the table itself: a run with fewer lines of a zero grad norm than the
+    # rule needs (every healthy run: none) is left before its warm-up marks and halves are paid for.
+    candidates = [
+        int(run_id)
+        for (run_id,) in store.con.execute(
+            f"SELECT run_id FROM iterations WHERE {scope.runs} AND grad_norm = 0 AND {UPDATING} "
+            "GROUP BY run_id HAVING count(*) >= ?",
+            [t.not_learning_lines],
+        ).fetchall()
+    ]
+    if not candidates:
+        return {}
     rows = store.con.execute(
         f"""
         WITH lines AS MATERIALIZED (
             SELECT run_id, line_no, iteration, grad_norm, lm_loss, loss_scale FROM {scope.marks}
-            WHERE {scope.runs} AND NOT warmup AND grad_norm IS NOT NULL AND {UPDATING}
+            WHERE run_id IN ({", ".join(map(str, candidates))}) AND NOT warmup AND grad_norm IS NOT NULL
+                  AND {UPDATING}
         ),
-        -- a hash aggregate first: the halves' medians below number the lines of the few runs it leaves
         zero AS (
             SELECT run_id FROM lines GROUP BY run_id
             HAVING count(*) >= ? AND bool_and(grad_norm = 0) AND coalesce(min(loss_scale), 0) >= 0
@@ -95,46 +107,44 @@ def flat_loss(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
     (`FINE_PRECISION`): a model whose weights do not move, or a loss that is not the model's."""
     rows = store.con.execute(
         f"""
-        WITH lines AS NOT MATERIALIZED (
+        WITH lines AS (
             SELECT run_id, line_no, iteration, lm_loss AS v FROM iterations
-            WHERE {scope.runs} AND isfinite(lm_loss) AND {UPDATING}
+            WHERE {scope.runs} AND isfinite(lm_loss) AND lm_loss <> 0 AND {UPDATING}
         ),
-        -- a hash count first: only a value printed on enough lines can make a stretch of them, and the
-        -- precision and the windows below are paid only in the runs that have one (none, in most)
-        repeated AS (SELECT run_id, v FROM lines GROUP BY run_id, v HAVING count(*) >= ?),
+        -- one sort of a run's lines: each beside the line before it, and its place among them
+        marked AS (
+            SELECT run_id, line_no, iteration, v, row_number() OVER w AS k, v = lag(v) OVER w AS same,
+                   lag(iteration) OVER w AS prev_it, lag(line_no) OVER w AS prev_line
+            FROM lines WINDOW w AS (PARTITION BY run_id ORDER BY line_no)
+        ),
+        -- a stretch is a line and the lines after it that repeat its value: the repeats (few, in a
+        -- healthy run) numbered among themselves, consecutive places making one stretch
+        repeats AS (
+            SELECT *, k - row_number() OVER (PARTITION BY run_id ORDER BY k) AS island
+            FROM marked WHERE same
+        ),
+        stretches AS (
+            SELECT run_id, any_value(v) AS v,
+                   length(list_distinct(list(iteration) || [arg_min(prev_it, k)])) AS steps,
+                   arg_min(prev_line, k) AS first_line, max(line_no) AS last_line,
+                   least(min(iteration), arg_min(prev_it, k)) AS first_it, max(iteration) AS last_it
+            FROM repeats GROUP BY run_id, island HAVING count(*) >= ? - 1
+        ),
+        long AS (SELECT * FROM stretches WHERE steps >= ?),
+        -- the printed precision, paid only in the runs that have a stretch long enough (none, in most)
         precision AS (
             SELECT run_id, max({DECIMALS}) AS decimals
-            FROM (SELECT DISTINCT run_id, v FROM lines WHERE run_id IN (SELECT run_id FROM repeated))
+            FROM (SELECT DISTINCT run_id, v FROM lines WHERE run_id IN (SELECT run_id FROM long))
             GROUP BY run_id
-        ),
-        suspect AS (
-            SELECT r.run_id, r.v, p.decimals FROM repeated r JOIN precision p USING (run_id)
-            WHERE r.v <> 0 AND pow(10, -p.decimals) <= ? * abs(r.v)
-        ),
-        marked AS (
-            SELECT *, v IS NOT DISTINCT FROM lag(v) OVER (PARTITION BY run_id ORDER BY line_no) AS same
-            FROM lines WHERE run_id IN (SELECT run_id FROM suspect)
-        ),
-        islands AS (
-            SELECT *, sum(CASE WHEN same THEN 0 ELSE 1 END) OVER (PARTITION BY run_id ORDER BY line_no) AS island
-            FROM marked
-        ),
-        -- of a long run's many islands (one per line, mostly) only those holding enough repeats are grouped
-        long AS (SELECT run_id, island FROM islands WHERE same GROUP BY run_id, island HAVING count(*) >= ? - 1),
-        stretches AS (
-            SELECT run_id, island, any_value(v) AS v, count(DISTINCT iteration) AS steps,
-                   min(line_no) AS first_line, max(line_no) AS last_line,
-                   min(iteration) AS first_it, max(iteration) AS last_it
-            FROM islands SEMI JOIN long USING (run_id, island)
-            GROUP BY run_id, island HAVING count(DISTINCT iteration) >= ?
         )
         SELECT s.run_id, arg_max(s.v, s.steps), max(s.steps), arg_max(s.first_line, s.steps),
                arg_max(s.last_line, s.steps), arg_max(s.first_it, s.steps), arg_max(s.last_it, s.steps),
                any_value(p.decimals)
-        FROM stretches s JOIN suspect p ON p.run_id = s.run_id AND p.v = s.v
+        FROM long s JOIN precision p USING (run_id)
+        WHERE pow(10, -p.decimals) <= ? * abs(s.v)
         GROUP BY s.run_id
         """,
-        [t.flat_loss_lines, FINE_PRECISION, t.flat_loss_lines, t.flat_loss_lines],
+        [t.flat_loss_lines, t.flat_loss_lines, FINE_PRECISION],
     ).fetchall()
     return {
         run_id: _flag(
