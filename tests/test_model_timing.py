@@ -162,4 +162,4 @@ def test_quantization_errors() -> None:
     with pytest.raises(TracelogError):
         hidden_per_tp_rank(14336, 3)
     with pytest.raises(TracelogError, match="SM count"):
-        gemm_quantization(1024, 1024, hardware.gpu("gb200"))
+        gemm_quantization(1024, 1024, hardware.gpu("gaudi3"))
