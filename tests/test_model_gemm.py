@@ -240,4 +240,3 @@ def test_an_fp8_gemm_keeps_nine_tenths_of_a_bf16_gemms_share() -> None:
     bf16 = gemm_efficiency(8192, 8192, 8192, H100, precision="bf16")
     fp8 = gemm_efficiency(8192, 8192, 8192, H100, precision="fp8")
     assert fp8 == pytest.approx(bf16 * LOW_PRECISION_SHARE["fp8"])
-    assert gemm_efficiency(8192, 8192, 8192, H100, precision="fp4") == pytest.approx(bf16)

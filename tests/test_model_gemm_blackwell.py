@@ -7,7 +7,12 @@ import pytest
 
 from tracelog import hardware
 from tracelog.model.flops import ModelConfig, TrainConfig
-from tracelog.model.gemm import quantization_efficiency
+from tracelog.model.gemm import (
+    LOW_PRECISION_SHARE,
+    gemm_efficiency,
+    layer_forward_ops,
+    quantization_efficiency,
+)
 from tracelog.model.timing import predict_iteration, stage_compute
 
 GB200 = hardware.gpu("gb200")
@@ -37,3 +42,40 @@ def test_gb200_counts_its_152_sms_in_waves_and_in_what_userbuffers_take() -> Non
     last_chunks = shown.tp_comm_s * (2 / 4) / 2 / 4
     assert hidden.tp_comm_s == pytest.approx(last_chunks + margin)
     assert margin > 0.1 * beside * LLAMA3_70B.layers * 32  # 16/136 = 11.8% of those GEMMs
+
+
+B300 = hardware.gpu("b300-sxm6-288gb")
+PRECISIONS = ("bf16", "fp8", "fp4")
+
+
+def test_nvfp4_gemms_run_as_transformer_engine_measures_them_on_b300() -> None:
+    """Transformer Engine's GEMM profiling guide (B300 SXM6 AC, pre-quantized, a layer's 12 GEMMs): 13.102
+    ms in BF16, 3.764 ms in NVFP4, 3.48x where the peaks differ 6x; per-tensor FP8 6.812 ms (1.92x)."""
+    assert LOW_PRECISION_SHARE["fp4"] == pytest.approx(0.580, abs=1e-3)
+    m, n, k = 16384, 16384, 16384  # one shape at every precision: the same tile and wave losses
+    rate = {
+        p: gemm_efficiency(m, n, k, B300, precision=p) * hardware.peak_tflops(B300, p) for p in PRECISIONS
+    }
+    assert rate["fp4"] / rate["bf16"] == pytest.approx(13.102 / 3.764, rel=1e-3)
+    assert rate["fp4"] / rate["fp8"] > 1.8  # an FP4 GEMM is nearly twice an FP8 one on Blackwell Ultra...
+    on_gb200 = {
+        p: gemm_efficiency(m, n, k, GB200, precision=p) * hardware.peak_tflops(GB200, p) for p in PRECISIONS
+    }
+    # ...and 4/6 of that on GB200, whose FP4 peak is 4x its BF16 (B300: 6x): 2.3x BF16, 1.3x FP8
+    assert on_gb200["fp4"] / on_gb200["bf16"] == pytest.approx(13.102 / 3.764 * 4 / 6, rel=1e-3)
+    assert 1.2 < on_gb200["fp4"] / on_gb200["fp8"] < 1.4
+
+
+def test_nvfp4_quantization_costs_more_than_fp8s() -> None:
+    """The same guide with and without quantization: per-tensor FP8 pays 9.147 - 6.812 = 2.335 ms per layer
+    to quantize, NVFP4 (Hadamard transforms, stochastic rounding, 2D weight scales) 6.453 - 3.764 = 2.689."""
+    train = {"gbs": 256, "mbs": 1, "tp": 2, "sequence_parallel": True, "flash_attention": True}
+    casts = {
+        p: next(
+            op
+            for op in layer_forward_ops(LLAMA3_70B, TrainConfig(**train, precision=p), GB200)
+            if op.name == "fp8_casts"
+        )
+        for p in ("fp8", "fp4")
+    }
+    assert casts["fp4"].bytes / casts["fp8"].bytes == pytest.approx(2.689 / 2.335, rel=1e-3)

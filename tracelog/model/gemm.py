@@ -80,12 +80,29 @@ gradient-accumulation fusion and runs its pipeline through DeepSpeed's engine; i
 run about a fifth slower than the same operations predict. A general parameter per framework, fitted
 once on the tr11 notes; `compute_scale` refines it per GPU and precision."""
 
-LOW_PRECISION_SHARE: dict[str, float] = {"fp8": 14.426 / 7.993 / 2}
+LOW_PRECISION_SHARE: dict[str, float] = {"fp8": 14.426 / 7.993 / 2, "fp4": 13.102 / 3.764 / 6}
 """What a low-precision GEMM keeps of its share of the dense peak next to a BF16 GEMM's (MATMUL_SHARE is
-measured in BF16): FP8 on H100 runs the same GEMMs 1.805 times as fast as BF16, not the 2 times of the
-peaks (meta-pytorch/float8_experimental pull request 298, `benchmarks/profile_linear_float8.py` on a
-norm-FFN-norm block: GEMM time 14.426 ms in BF16, 7.993 ms in FP8), so 0.90. Measured on Hopper, applied
-to FP8 on every architecture; FP4 has no published sweep and keeps 1.0."""
+measured in BF16). FP8: on H100 the same GEMMs run 1.805 times as fast in FP8 as in BF16, not the 2 times of
+the peaks (meta-pytorch/float8_experimental pull request 298, `benchmarks/profile_linear_float8.py` on a
+norm-FFN-norm block: GEMM time 14.426 ms in BF16, 7.993 ms in FP8), so 0.90; measured on Hopper and applied
+to FP8 on every architecture (on a B300 Transformer Engine's guide below measures 0.915 for MXFP8 and 0.96
+for per-tensor FP8; taking 0.96 for Blackwell was tried and left out, docs/MODEL.md). NVFP4: Transformer
+Engine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst,
+`benchmarks/gemm/benchmark_gemm.py --pre-quantize` on a B300 SXM6 AC, the 12 GEMMs of a layer with h 4096,
+FFN 16384, M 15872) times a layer's GEMMs at 13.102 ms in BF16 and 3.764 ms in NVFP4: 3.48 times as fast
+where the peaks differ 6 times (13.5 against 2.25 PFLOP/s), so an NVFP4 GEMM keeps 0.58 of a BF16 GEMM's
+share of its own peak. The same guide's MXFP8 (7.161 ms, 0.915) and per-tensor FP8 (6.812 ms, 0.96) show
+that it is the FP4 kernels, not the Blackwell tensor cores in general, that run far from their peak. Taken
+as a share of each GPU's own FP4 peak: on GB200, whose FP4 peak is 4 times its BF16 (not 6), NVFP4 runs 2.3
+times as fast as BF16, 1.3 times FP8."""
+
+LOW_PRECISION_CAST_FACTOR: dict[str, float] = {"fp8": 1.0, "fp4": (6.453 - 3.764) / (9.147 - 6.812)}
+"""Quantization work per element of a low-precision recipe next to FP8's (the `fp8_casts` operation):
+Transformer Engine's GEMM profiling guide (above) times the same B300 layer with quantization (autocast) and
+without (pre-quantized); what quantizing costs is the difference: 2.335 ms per layer with per-tensor FP8
+(9.147 - 6.812), 2.689 ms with NVFP4 (6.453 - 3.764), whose recipe adds random Hadamard transforms on the
+weight-gradient inputs, stochastic rounding of the gradients, 16x16 2D scaling of the weights and a
+per-tensor amax pass: 1.15 times FP8's."""
 
 ROWS_HALF = 256
 """Rows M at which the small-GEMM penalty halves a GEMM's rate: a GEMM of M rows keeps M/(M + ROWS_HALF)
@@ -248,9 +265,11 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     ops.append(linear("mlp_down", m, h, ffn // t))
     if linear_precision in LOW_PRECISION_GEMMS:
         # Transformer Engine casts each linear GEMM's input to FP8 and writes its transpose for the weight
-        # gradient (`cast_transpose`): read 2 bytes, write 1 + 1 per element of the four inputs
+        # gradient (`cast_transpose`): read 2 bytes, write 1 + 1 per element of the four inputs; NVFP4's
+        # recipe does more per element (LOW_PRECISION_CAST_FACTOR)
         inputs = m * (h + q // t + h + ffn // t)
-        ops.append(_memory("fp8_casts", inputs * (act + 2), gpu, kernels=4))
+        cast = LOW_PRECISION_CAST_FACTOR.get(linear_precision, 1.0)
+        ops.append(_memory("fp8_casts", inputs * (act + 2) * cast, gpu, kernels=4))
     rows = m * h / (t if train.sequence_parallel else 1)
     activation = m * (up // t) * act + m * (ffn // t) * act
     ops += [
