@@ -198,7 +198,7 @@ def test_new_gpu_figures_are_quoted_by_their_sources(gpu_id: str) -> None:
 def test_every_source_key_names_a_figure_of_its_entry() -> None:
     # A misspelt key in [gpu.*.sources] would silently fall back to the entry's source.
     figures = {
-        "memory_gb", "memory_bytes", "memory_type", "memory_bandwidth_gbps", "sm_count", "nvlink_gen",
+        "memory_gb", "memory_bytes", "memory_type", "memory_bandwidth_gbps", "sm_count", "compute_capability", "nvlink_gen",
         "nvlink_links", "pcie_gen", "intra_node_link", "bridge_link", "network_link", "match", "peak_tflops",
     }  # fmt: skip
     for g in hardware.gpus():

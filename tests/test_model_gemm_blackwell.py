@@ -9,6 +9,8 @@ from tracelog import hardware
 from tracelog.model.flops import ModelConfig, TrainConfig
 from tracelog.model.gemm import (
     LOW_PRECISION_SHARE,
+    TRAINING_SHARE,
+    flash_share,
     gemm_efficiency,
     layer_forward_ops,
     quantization_efficiency,
@@ -79,3 +81,28 @@ def test_nvfp4_quantization_costs_more_than_fp8s() -> None:
         for p in ("fp8", "fp4")
     }
     assert casts["fp4"].bytes / casts["fp8"].bytes == pytest.approx(2.689 / 2.335, rel=1e-3)
+
+
+GB300 = hardware.gpu("gb300")
+
+
+def test_blackwell_ultra_runs_attention_as_cudnn_measures_it_not_twice_as_fast() -> None:
+    """cuDNN 9.17.0's SDPA training benchmark (cudnn-frontend, 8192 tokens, 128/8 heads, d 128, causal,
+    BF16): GB200 1.389 ms forward + 4.542 ms backward, GB300 1.158 + 4.256 ms. Blackwell Ultra's doubled
+    SFU exponential rate shortens the forward pass 1.20x, the backward (shared-memory bound) 1.07x."""
+    assert (GB200.compute_capability, GB300.compute_capability, B300.compute_capability) == (
+        "10.0",
+        "10.3",
+        "10.3",
+    )
+    assert flash_share(GB200) == pytest.approx(0.445 * TRAINING_SHARE, abs=1e-3)
+    assert flash_share(hardware.gpu("b200-sxm-180gb")) == flash_share(GB200)
+    assert flash_share(B300) == flash_share(GB300)
+    train = TrainConfig(gbs=256, mbs=1, tp=1, flash_attention=True, precision="fp8")
+    attention = {
+        g.id: next(op for op in layer_forward_ops(LLAMA3_70B, train, g) if op.name == "attention")
+        for g in (GB200, GB300)
+    }
+    faster = attention["gb200"].time_s / attention["gb300"].time_s  # the same 2.5 PFLOP/s BF16 peak
+    assert faster == pytest.approx((1.389 + 4.542) / (1.158 + 4.256), rel=0.01)
+    assert 1.05 < faster < 1.25  # not the 2x of the exponentials alone

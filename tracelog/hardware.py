@@ -78,6 +78,7 @@ class Gpu:
     sources: dict[str, str] = field(default_factory=dict)
     memory_type: str | None = None
     sm_count: int | None = None
+    compute_capability: str | None = None
     nvlink_gen: int | None = None
     nvlink_links: int | None = None
     pcie_gen: int | None = None
@@ -125,6 +126,7 @@ def _gpu_from(gpu_id: str, raw: dict[str, Any]) -> Gpu:
         sources=dict(raw.get("sources", {})),
         memory_type=raw.get("memory_type"),
         sm_count=raw.get("sm_count"),
+        compute_capability=raw.get("compute_capability"),
         nvlink_gen=raw.get("nvlink_gen"),
         nvlink_links=raw.get("nvlink_links"),
         pcie_gen=raw.get("pcie_gen"),
@@ -338,6 +340,7 @@ def describe(entry_id: str) -> pd.DataFrame:
             ("memory_type", g.memory_type, g.source_of("memory_type")),
             ("memory_bandwidth_gbps", g.memory_bandwidth_gbps, g.source_of("memory_bandwidth_gbps")),
             ("sm_count", g.sm_count, g.source_of("sm_count")),
+            ("compute_capability", g.compute_capability, g.source_of("compute_capability")),
             *(
                 (f"{p}_tflops (dense)", g.peak_tflops[p], g.source_of(p))
                 for p in PEAK_PRECISIONS

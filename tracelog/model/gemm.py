@@ -45,13 +45,6 @@ DEFAULT_MATMUL_SHARE = 0.75
 """For an architecture without a measured entry (Volta, Ada, Gaudi): an assumption, between the A100 and
 MI300X figures above. Scale it with `compute_scale` once a run of that GPU is in the store."""
 
-FLASH_SHARE: dict[str, float] = {"ampere": 0.60, "hopper": 0.50}
-"""FlashAttention's own sustained share of the dense peak, forward plus backward: FlashAttention-2 (Dao
-2023, §4.1, Fig. 4-7) reaches 50-73% of the A100 peak (up to 225 TFLOP/s end to end in GPT training,
-Table 1: 72% model FLOPs); on H100 FlashAttention-2 gives about 335 TFLOP/s (34%) and FlashAttention-3
-(Shah et al. 2024, §4.1) 600-740 TFLOP/s forward in FP16 (61-75%); the fused attention of Transformer
-Engine/cuDNN lies between. Other architectures use `DEFAULT_FLASH_SHARE`."""
-
 DEFAULT_FLASH_SHARE = 0.40
 """FlashAttention (Dao et al. 2022, §4: 1.7-3× faster than unfused attention on A100, about 40% of peak)."""
 
@@ -71,6 +64,44 @@ lower by the power cap under sustained load on every GPU of a node, and NCCL ker
 memory bandwidth with the GEMMs. A general parameter, fitted once: with it the BigScience tr11 layouts
 on A100 (Megatron-DeepSpeed, 2022) come out with a median time error of a few percent. Per-GPU
 calibration (`compute_scale`) refines it."""
+
+SDPA_BENCH_FLOPS = 3 * 4 * 128 * 8192 * 8192 * 128 / 2
+"""The model's count (forward plus a backward of twice the forward) of the attention cuDNN's SDPA training
+benchmark times (NVIDIA/cudnn-frontend `benchmark/sdpa_benchmark_training`, commit d48a60e, December 2025):
+one sequence of 8192 tokens, 128 query heads and 8 KV heads of dimension 128, causal (half the tiles), BF16."""
+
+FLASH_SHARE: dict[str, float] = {
+    "ampere": 0.60,
+    "hopper": 0.50,
+    "blackwell": SDPA_BENCH_FLOPS / ((1.389 + 4.542) * 1e-3) / 2500e12 * TRAINING_SHARE,
+}
+"""FlashAttention's own sustained share of the dense peak, forward plus backward: FlashAttention-2 (Dao
+2023, §4.1, Fig. 4-7) reaches 50-73% of the A100 peak (up to 225 TFLOP/s end to end in GPT training,
+Table 1: 72% model FLOPs); on H100 FlashAttention-2 gives about 335 TFLOP/s (34%) and FlashAttention-3
+(Shah et al. 2024, §4.1) 600-740 TFLOP/s forward in FP16 (61-75%); the fused attention of Transformer
+Engine/cuDNN lies between. Blackwell: cuDNN 9.17.0 (NGC PyTorch 25.11, the base of Megatron-Bridge v0.3.0)
+runs the benchmark above on a GB200 in 1.389 ms forward and 4.542 ms backward (1584 and 1211 TFLOP/s by
+its own count), 0.445 of the 2.5 PFLOP/s BF16 peak in the model's count; taken at TRAINING_SHARE like the
+GEMMs, since the benchmark runs at free clocks and waits between runs so that the GPU does not throttle
+(its README), 0.40. Its tensor cores are not what bounds it: at head dimension 128 the forward pass waits
+on the SFUs' exponentials, whose count did not grow from H100 to B200 while the tensor cores' BF16 rate
+went from 1 to 2.25 PFLOP/s, and the backward pass on shared-memory traffic (Zadouri, Hoehnerbach, Shah,
+Liu, Thakkar and Dao 2026, "FlashAttention-4", arXiv 2603.05451, and the authors' Together AI blog post).
+Other architectures use `DEFAULT_FLASH_SHARE`."""
+
+FLASH_SHARE_BY_COMPUTE_CAPABILITY: dict[str, float] = {
+    "10.3": SDPA_BENCH_FLOPS / ((1.158 + 4.256) * 1e-3) / 2500e12 * TRAINING_SHARE,
+}
+"""Where a variant of an architecture runs attention at its own rate, by CUDA compute capability (catalog
+`compute_capability`). Blackwell Ultra (10.3: GB300, B300) doubles the SFUs' exponential throughput
+(NVIDIA technical blog, "Making Softmax More Efficient with NVIDIA Blackwell Ultra": 10.7 against 5
+TeraExponentials/s), which the forward pass is bound by; the same cuDNN 9.17.0 benchmark on a GB300 runs
+it in 1.158 ms forward (1.20x GB200's) and 4.256 ms backward (1.07x: shared memory did not grow), 0.487 of
+the same peak, 0.44 at TRAINING_SHARE: 1.095x GB200's attention, not the 2x of the exponentials. The
+earlier cuDNN 9.13.1 (NGC 25.09, the base of Megatron-Bridge v0.2.0; the same benchmark, commit 0b1577c)
+measured 15% less on GB300 (0.417) and on B200 (0.380 of 2.25 PFLOP/s); the model does not know a run's
+cuDNN, and `compute_scale` absorbs it per GPU."""
+
 
 FRAMEWORK_SHARE: dict[str, float] = {"megatron": 1.0, "megatron-deepspeed": 0.80, "deepspeed": 0.80}
 """What the framework's own kernels keep of the rates above, relative to Megatron-LM (whose published
@@ -138,6 +169,13 @@ class Op:
     efficiency: float
     shape: tuple[int, int, int] | None = None
     batch: int = 1
+
+
+def flash_share(gpu: Gpu) -> float:
+    """Fused attention's sustained share of the dense BF16 peak on `gpu`: its compute capability's entry
+    (FLASH_SHARE_BY_COMPUTE_CAPABILITY), else its architecture's (FLASH_SHARE), else the default."""
+    by_cc = FLASH_SHARE_BY_COMPUTE_CAPABILITY.get(gpu.compute_capability or "")
+    return by_cc if by_cc is not None else FLASH_SHARE.get(gpu.architecture, DEFAULT_FLASH_SHARE)
 
 
 def matmul_share(gpu: Gpu) -> float:
@@ -247,9 +285,7 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     if train.flash_attention:
         flops = 4.0 * batch * s * s_kv * d / 2  # QKᵀ and AV, causal: half the tiles
         no_tc = no_tensor_core_factor(gpu, precision)
-        share = FLASH_SHARE.get(gpu.architecture, DEFAULT_FLASH_SHARE) * alignment_factor(
-            d, no_tensor_core=no_tc
-        )
+        share = flash_share(gpu) * alignment_factor(d, no_tensor_core=no_tc)
         eff = min(1.0, share * scale)
         moved = 4 * batch * s * d * act  # Q, K, V read, O written; the scores stay on chip
         ops.append(
