@@ -336,6 +336,15 @@ def test_loss_spike_against_running_median(tmp_path: Path) -> None:
     assert flags_for(tmp_path / "higher", rows, loss_spike=2.0) == []
 
 
+def test_a_loss_that_explodes_on_the_third_logged_step_is_the_worst_spike(tmp_path: Path) -> None:
+    """The shape of a published TRL log (SkyPilot's gpt-oss-120b fine-tune on 4 nodes: 3.08, 3.28, 748.06,
+    567.2, 2.15, 502.5; these figures are this test's): the third line is held against the two before it."""
+    rows = [{"loss": v} for v in (3.0, 3.25, 750.0, 560.0, 2.2, 2.1, 500.0)]
+    (flag,) = [f for f in flags_for(tmp_path, rows) if "loss spike" in f["message"]]
+    assert flag["message"].startswith("3 loss spike(s); the worst at iteration 3: 750")
+    assert flag["ratio"] == pytest.approx(750.0 / 3.125)
+
+
 def test_sec_per_it_drift(tmp_path: Path) -> None:
     rows = [{"ms": 1000.0 + 15 * i} for i in range(40)]
     flag = next(f for f in flags_for(tmp_path, rows) if "drifted" in f["message"])

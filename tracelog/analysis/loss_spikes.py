@@ -19,8 +19,11 @@ from tracelog.store.progress import LOSS_SPIKE_WINDOW as WINDOW
 from tracelog.store.progress import VALID_LOSS as VALID
 
 RULE = "loss_spike"
-MIN_BEFORE = 3
-"""Fewer valid losses before a line than this: no median to hold it against (the run's first lines)."""
+MIN_BEFORE = 2
+"""Fewer valid losses before a line than this: no median to hold it against (the run's first line). Two
+are enough: a loss that explodes on a run's third logged step (a TRL fine-tune of gpt-oss-120b whose
+published log goes 3.08, 3.28, 748.06) is the spike a user must hear of first, and at the 1.5x threshold
+a loss falling or rising as training starts stays far below it."""
 
 
 def update(store: Store, threshold: float, scope: Scope) -> None:
