@@ -164,9 +164,52 @@ def flat_loss(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
     }
 
 
+def zero_learning_rate(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
+    """Runs whose learning rate is exactly 0 on every line that prints one, over at least
+    `not_learning_lines` of them: the optimizer moves no weight. The two rules above leave lines at a
+    learning rate of 0 out (a warm-up's first step prints 0, and a frozen model or an evaluation driven
+    through the training loop does not learn by design); a whole run at 0 is what a user must hear of
+    all the same, since it is as often a scheduler that never leaves 0 or a warm-up longer than the run
+    (a published LLaMA-Factory SFT log prints `'grad_norm': 0.0, 'learning_rate': 0.0` on every step
+    while its loss sits at 12.0-12.1)."""
+    rows = store.con.execute(
+        f"""
+        SELECT run_id, count(*), min(line_no), max(line_no), min(iteration), max(iteration),
+               count(*) FILTER (grad_norm = 0), count(grad_norm),
+               min(lm_loss) FILTER (isfinite(lm_loss)), max(lm_loss) FILTER (isfinite(lm_loss))
+        FROM iterations WHERE {scope.runs} AND learning_rate IS NOT NULL AND coalesce(skipped, 0) = 0
+        GROUP BY run_id HAVING count(*) >= ? AND bool_and(learning_rate = 0)
+        """,
+        [t.not_learning_lines],
+    ).fetchall()
+    flags = {}
+    for run_id, n, first_line, last_line, first_it, last_it, zero_norms, norms, low, high in rows:
+        norm = f"; the grad norm is 0 on {zero_norms} of them" if zero_norms and zero_norms == norms else ""
+        loss = f"; the loss stayed between {low:.7g} and {high:.7g}" if low is not None else ""
+        # a frozen model driven through the loop on purpose still has gradients: a grad norm of 0 beside
+        # the rate of 0 is a run broken twice over (the published log above), a warning; alone, information
+        flags[run_id] = _flag(
+            RULE,
+            "warning" if norm else "info",
+            run_id,
+            f"The learning rate is 0 on all {n} lines that print one (lines {first_line}-{last_line}, "
+            f"iterations {first_it}-{last_it}){norm}{loss}: the optimizer moves no weight, so the run is "
+            "not learning.",
+            "Check the scheduler (a warm-up longer than the run, a decay already at its end, a resumed "
+            "scheduler state), the learning rate given (0, or a typo such as 1e-50) and, with DeepSpeed, "
+            "which of its config and the framework's arguments sets it; an evaluation-only pass through "
+            "the training loop prints 0 by design.",
+            row_ref=f"line {first_line}",
+            measured=0.0,
+        )
+    return flags
+
+
 def not_learning(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    """One flag per run: the zero grad norm where it is seen (it says why), else the flat loss."""
-    flags = flat_loss(store, t, scope)
+    """One flag per run: the zero grad norm where it is seen (it says why), else the flat loss, else a
+    learning rate of 0 throughout (the two others leave its lines out)."""
+    flags = zero_learning_rate(store, t, scope)
+    flags.update(flat_loss(store, t, scope))
     flags.update(zero_grad_norm(store, t, scope))
     return list(flags.values())
 
