@@ -469,3 +469,50 @@ def test_a_log_behind_rays_worker_prefix_reads_as_the_plain_log() -> None:
     assert len(run["run_params"]) > 20 and len(ray_run["run_params"]) == len(run["run_params"])
     columns = ("tp", "pp", "cp", "layers", "hidden", "heads", "seq_len", "gbs", "mbs", "vocab", "precision")
     assert [ray_run[c] for c in columns] == [run[c] for c in columns]
+
+
+def test_a_rounded_global_step_is_read_with_the_bars_count() -> None:
+    """Before Lightning 2.0 the bar counts validation batches too, and tqdm rounds `global_step` to three
+    digits where that prints shorter: `34103/1100000` is step 31003 (a million steps and 2000 validations of
+    50 batches), printed `3.1e+4`. Three redraws three batches apart are three steps, not one step kept
+    once and two dropped, and never the count (34103, 3100 steps too far)."""
+    # The three lines as published in aws-samples/awsome-distributed-training,
+    # 3.test_cases/14.bionemo/README.md (BioNeMo ESM-1nv on 4 p4de nodes, NeMo 1).
+    published = "".join(
+        f"Epoch 0:   3%|▎         | {count}/1100000 [{clock}<171:22:21,  1.73it/s, loss=2.52, v_num=, "
+        f"reduced_train_loss={loss}, global_step=3.1e+4, consumed_samples=2.54e+8, val_loss=2.510]\n"
+        for count, clock, loss in (
+            (34103, "5:28:58", "2.510"),
+            (34106, "5:29:00", "2.520"),
+            (34109, "5:29:02", "2.520"),
+        )
+    )
+    out = collect(published)
+    assert [(r["iteration"], r["lm_loss"], r["line_no"]) for r in out["iterations"]] == [
+        (31000, 2.51, 1),  # the rounded value: no exact step before it to count on from
+        (31003, 2.52, 2),
+        (31006, 2.52, 3),
+    ]
+
+
+def test_a_rounded_stretch_counts_on_from_the_last_exact_step() -> None:
+    """Invented redraws in the shape of the BioNeMo bar: steps printed whole (`30947.0`) give the offset of
+    the bar's count (3103 validation batches); the rounded ones after them are the count less it, held
+    within what `3.1e+4` can stand for (30950 to 31050) while a validation's batches move the count alone;
+    the next step printed whole is read as printed."""
+
+    def redraw(count: int, step: str, loss: str) -> str:
+        return (
+            f"Epoch 0:   3%|▎         | {count}/1100000 [5:28:00<171:00:00,  1.73it/s, loss=2.52, v_num=, "
+            f"reduced_train_loss={loss}, global_step={step}, consumed_samples=2.54e+8, val_loss=2.510]\n"
+        )
+
+    text = (
+        redraw(34050, "30947.0", "2.530")
+        + redraw(34053, "3.1e+4", "2.520")
+        + redraw(34150, "3.1e+4", "2.510")  # 3 steps, then a validation's 50 batches, then 44 steps
+        + redraw(34204, "3.1e+4", "2.500")  # the count says 31101: the step is at most 31050
+        + redraw(34206, "31052.0", "2.490")
+    )
+    steps = [(r["iteration"], r["lm_loss"]) for r in collect(text)["iterations"]]
+    assert steps == [(30947, 2.53), (30950, 2.52), (31047, 2.51), (31050, 2.5), (31052, 2.49)]

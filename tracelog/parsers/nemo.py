@@ -13,7 +13,8 @@ What NeMo prints and where it lands (sources: NVIDIA/NeMo `nemo/lightning/pytorc
   `iteration_metrics` row. `Validation: iteration N/M` lines are progress only.
 - `MegatronProgressBar` (tqdm) lines, `Epoch 0:  10%|█  | 10/100 [00:40<06:00, reduced_train_loss=10.50,
   global_step=9.000, consumed_samples=2560.0, train_step_timing in s=4.060]`, written over each other with
-  carriage returns: each update in a line is read, and one row kept per step (the last drawn).
+  carriage returns: each update in a line is read, and one row kept per step (the last drawn). Where the
+  bar rounds `global_step` (`3.1e+4`), the step is read with the bar's own count (`lightning_bar`).
 - Megatron timer blocks the printer passes on (`(min, max) time across ranks (ms):`, `max time across
   ranks (ms):`, `times across ranks (ms):` with one `rank N:` line per rank): `timers` rows.
 - The configuration dump (`Experiment configuration` followed by the YAML of the recipe or Hydra config):
@@ -46,6 +47,7 @@ from tracelog.parsers.base import (
     strip_prefix,
 )
 from tracelog.parsers.event_words import CRASH_WORDS, kind_of
+from tracelog.parsers.lightning_bar import BAR_RX, RATE_RX, REDRAW_SPLIT_RX, bar_step, is_redraws
 from tracelog.parsers.megatron_lines import (
     ITER_MARK,
     TIMER_ALL_HEAD,
@@ -53,11 +55,11 @@ from tracelog.parsers.megatron_lines import (
     TIMER_NAME_RX,
     TIMER_RANK_RX,
 )
-from tracelog.parsers.prefixes import RAY_PREFIX, RAY_PREFIX_RX
+from tracelog.parsers.prefixes import RAY_PREFIX_RX
 from tracelog.parsers.run_rows import tqdm_seconds
 
 FORMAT = "nemo"
-VERSION = "2"  # the resume state and what a parse reads: a grown log saved by "1" is parsed again whole
+VERSION = "3"  # "3": a bar's rounded `global_step` read with its count (`lightning_bar.bar_step`)
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -71,14 +73,6 @@ PRINTER_RX = re.compile(r"^\s*Training epoch (\d+), iteration (\d+)/(\d+)\s*(\|.
 PROGRESS_ONLY_RX = re.compile(
     r"^\s*(?:Sanity checking )?(?:Validation|Testing)(?: epoch \d+)?: iteration \d+/\S+"
 )
-# Lightning's TQDM bar (`Epoch 0:  3%|▎  | 9000/301500 [1:42:42<55:37:46, v_num=0, reduced_train_loss=...]`);
-# some releases draw its description as `Epoch 0: :` (NVIDIA/NeMo#7957, 2023-11).
-BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
-# Where each redraw of a bar starts: a carriage return, or (where a paste lost them) the next redraw's
-# `Epoch 0: :   0%|` glued on, with Ray's `(task, pid=6679) ` prefix before it (SkyPilot's `sky launch`).
-BAR_START = r"Epoch \d+:\s*(?::\s*)?\d+%\|"
-REDRAW_SPLIT_RX = re.compile(r"\r|(?:" + RAY_PREFIX + r")?(?=" + BAR_START + ")")
-BAR_START_RX = re.compile(BAR_START)
 CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
 # nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
 PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
@@ -132,7 +126,6 @@ ITERATION_KEYS: dict[str, str] = {
 INT_COLUMNS = {"global_batch_size", "consumed_samples"}
 # a launcher's ISO time before the line, its zone dropped (the store keeps naive local times)
 STAMP_RX = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
-RATE_RX = re.compile(r"^\s*(\d+(?:\.\d+)?)(s/it|it/s)\s*$")
 # Peak memory in bytes as NeMo 2's performance recipes print it on the printer's line (torch.cuda's
 # `max_memory_reserved()`, `max_memory_allocated()`: `max_memory_reserved: 57466159104`, NVIDIA/NeMo#14850):
 # a memory row of the printing rank, in MiB.
@@ -224,6 +217,7 @@ class _Parser:
         self.logged_gbs: int | None = None  # the last `global_batch_size` a printer or bar line said
         self.stamp: datetime | None = None  # the time a launcher wrote before the line being read
         self.last_val_loss: float | None = None
+        self.bar_offset: int | None = None  # the bar's count less the step of its last redraw read
 
     def state(self) -> dict[str, Any]:
         """What crosses the last complete line, as JSON: the run's parameters and columns so far, the
@@ -238,6 +232,7 @@ class _Parser:
             "iteration": self.iteration,
             "logged_gbs": self.logged_gbs,
             "last_val_loss": self.last_val_loss,
+            "bar_offset": self.bar_offset,
         }
 
     @classmethod
@@ -262,13 +257,14 @@ class _Parser:
         parser.logged_gbs = _int_or_none(state.get("logged_gbs"))  # absent from states saved before it
         last_val = state.get("last_val_loss")
         parser.last_val_loss = None if last_val is None else float(last_val)
+        parser.bar_offset = _int_or_none(state["bar_offset"])
         return parser
 
     def line(self, n: int, text: str) -> None:
         self.line_start = self.line_start or n
         self.line_end = n
         self.stamp = None
-        if "\r" in text or (text.count("Epoch ") > 1 and len(BAR_START_RX.findall(text)) > 1):
+        if is_redraws(text):
             self.bar_line(n, text)
             return
         ray = RAY_PREFIX_RX.match(text)  # SkyPilot's Ray: taken off first, or a config dump's lines end it
@@ -505,12 +501,12 @@ class _Parser:
         bar: bool = False,
     ) -> None:
         values = dict(fields)
-        global_step = _number(values.get("global_step", ""))
-        iteration = as_int(global_step) if global_step is not None else step
-        if bar and global_step is not None and "e" in values["global_step"].lower():
-            # The bar rounds the step to three digits (`global_step=9e+3`, `1.23e+4`): its own count
-            # is the step where the two agree.
-            iteration = step if abs(global_step - step) <= 0.005 * max(step, 1) else iteration
+        iteration: int | float
+        if bar:  # the bar may round `global_step` (`3.1e+4`) and count more than steps: `bar_step`
+            iteration, self.bar_offset = bar_step(step, values.get("global_step"), self.bar_offset)
+        else:
+            global_step = _number(values.get("global_step", ""))
+            iteration = as_int(global_step) if global_step is not None else step
         if bar and iteration == self.iteration:
             return  # the bar redrawn at a step already read (from the printer or an earlier redraw)
         self.iteration = int(iteration)
