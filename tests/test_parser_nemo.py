@@ -516,3 +516,36 @@ def test_a_rounded_stretch_counts_on_from_the_last_exact_step() -> None:
     )
     steps = [(r["iteration"], r["lm_loss"]) for r in collect(text)["iterations"]]
     assert steps == [(30947, 2.53), (30950, 2.52), (31047, 2.51), (31050, 2.5), (31052, 2.49)]
+
+
+def test_a_pasted_caret_m_between_redraws_is_a_carriage_return() -> None:
+    """A terminal copy shows the bar's carriage returns as `^M` (and tqdm's cursor-up before one as `[A`,
+    its escape lost), as in a 2024 NeMo p-tuning run's notes. Invented lines in that shape: each `^M` that
+    starts a redraw cuts the line there, so the redraws are read and nothing is left over; a `^M` in a
+    configuration value is text."""
+
+    def redraw(count: int, loss: str, clock: str = "4:26:54<2:56:10") -> str:
+        return (
+            f"Epoch 0: :  60%|██████    | {count}/10000 [{clock}, v_num=0, reduced_train_loss={loss}, "
+            f"global_step={count - 1}.0, consumed_samples={16 * count}.0, train_step_timing in s=2.590, "
+            "val_loss=0.0917]"
+        )
+
+    text = (
+        "[NeMo I 2024-06-06 16:05:12 train:39] Experiment configuration:\n"
+        "model:\n"
+        "  peft:\n"
+        "    exclude_modules: ^Model.*\n"
+        "\n"
+        f"[A^M{redraw(6024, '0.0252', '4:26:54<2:56:09')}\n"
+        f"^M{redraw(6024, '0.0252')}^M{redraw(6025, '0.0249')}\n"
+    )
+    out = collect(text)
+    assert [(r["iteration"], r["lm_loss"], r["line_no"]) for r in out["iterations"]] == [
+        (6023, 0.0252, 6),
+        (6024, 0.0249, 7),
+    ]
+    assert "unparsed" not in out and "events" not in out
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["model.peft.exclude_modules"] == "^Model.*"

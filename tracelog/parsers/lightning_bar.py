@@ -20,9 +20,15 @@ from tracelog.parsers.prefixes import RAY_PREFIX
 BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
 BAR_START = r"Epoch \d+:\s*(?::\s*)?\d+%\|"
 BAR_START_RX = re.compile(BAR_START)
-# Where each redraw of a bar starts: a carriage return, or (where a paste lost them) the next redraw's
-# `Epoch 0: :   0%|` glued on, with Ray's `(task, pid=6679) ` prefix before it (SkyPilot's `sky launch`).
-REDRAW_SPLIT_RX = re.compile(r"\r|(?:" + RAY_PREFIX + r")?(?=" + BAR_START + ")")
+# A carriage return as a terminal copy shows it: `^M` (caret and M), with the cursor-up tqdm writes before
+# it (`ESC[A`, to go back to its line from the validation bar's) left as `[A` or `^[[A`. Only where a redraw
+# starts behind it: a `^M` in a regex (`^Model`) or a path is text.
+CARET_CR = r"(?:(?:\^\[)?\[A)*\^M(?=" + BAR_START + ")"
+CARET_CR_RX = re.compile(CARET_CR)
+# Where each redraw of a bar starts: a carriage return (or its `^M`), or (where a paste lost them) the next
+# redraw's `Epoch 0: :   0%|` glued on, with Ray's `(task, pid=6679) ` prefix before it (SkyPilot's `sky
+# launch`).
+REDRAW_SPLIT_RX = re.compile(r"\r|" + CARET_CR + r"|(?:" + RAY_PREFIX + r")?(?=" + BAR_START + ")")
 RATE_RX = re.compile(r"^\s*(\d+(?:\.\d+)?)(s/it|it/s)\s*$")
 SCIENTIFIC_RX = re.compile(r"^\s*[+-]?\d(?:\.\d*)?[eE]([+-]?\d+)\s*$")
 # tqdm rounds a postfix number to three significant digits where that prints shorter (`3.1e+4` is 3.10e4)
@@ -30,9 +36,13 @@ TQDM_DIGITS = 3
 
 
 def is_redraws(text: str) -> bool:
-    """Whether a line holds redraws of the bar to cut apart: carriage returns, or two redraws glued
-    without them."""
-    return "\r" in text or (text.count("Epoch ") > 1 and len(BAR_START_RX.findall(text)) > 1)
+    """Whether a line holds redraws of the bar to cut apart: carriage returns, a `^M` before a redraw, or
+    two redraws glued without either."""
+    return (
+        "\r" in text
+        or ("^M" in text and CARET_CR_RX.search(text) is not None)
+        or (text.count("Epoch ") > 1 and len(BAR_START_RX.findall(text)) > 1)
+    )
 
 
 def rounded_bounds(raw: str) -> tuple[float, float] | None:

@@ -13,8 +13,9 @@ What NeMo prints and where it lands (sources: NVIDIA/NeMo `nemo/lightning/pytorc
   `iteration_metrics` row. `Validation: iteration N/M` lines are progress only.
 - `MegatronProgressBar` (tqdm) lines, `Epoch 0:  10%|█  | 10/100 [00:40<06:00, reduced_train_loss=10.50,
   global_step=9.000, consumed_samples=2560.0, train_step_timing in s=4.060]`, written over each other with
-  carriage returns: each update in a line is read, and one row kept per step (the last drawn). Where the
-  bar rounds `global_step` (`3.1e+4`), the step is read with the bar's own count (`lightning_bar`).
+  carriage returns (or the `^M` a terminal copy shows for one): each update in a line is read, and one row
+  kept per step (the last drawn). Where the bar rounds `global_step` (`3.1e+4`), the step is read with the
+  bar's own count (`lightning_bar`).
 - Megatron timer blocks the printer passes on (`(min, max) time across ranks (ms):`, `max time across
   ranks (ms):`, `times across ranks (ms):` with one `rank N:` line per rank): `timers` rows.
 - The configuration dump (`Experiment configuration` followed by the YAML of the recipe or Hydra config):
@@ -59,7 +60,7 @@ from tracelog.parsers.prefixes import RAY_PREFIX_RX
 from tracelog.parsers.run_rows import tqdm_seconds
 
 FORMAT = "nemo"
-VERSION = "3"  # "3": a bar's rounded `global_step` read with its count (`lightning_bar.bar_step`)
+VERSION = "4"  # "3": a rounded `global_step` read with the bar's count; "4": a pasted `^M` between redraws
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
