@@ -511,3 +511,44 @@ def test_llmtuners_callback_logger_pairs_with_the_trainers_dict_and_its_clock_gi
     assert out["iterations"][0]["grad_norm"] == 0.4127 and math.isnan(out["iterations"][1]["grad_norm"])
     assert out["runs"][0]["train_iters"] == 1548
     assert "unparsed" not in out
+
+
+def test_deepspeeds_timer_lines_are_read_at_the_steps_deepspeeds_parser_gives_them() -> None:
+    """The Trainer on DeepSpeed with `wall_clock_breakdown` (DeepSpeed issue 1436, the Trainer's bar glued
+    before a timer line): the timer lines were left unparsed once the Trainer's block made the log the
+    Trainer's. They are read as the DeepSpeed parser reads them: the lines after the bar at 507 are step
+    508's, the engine's after the step line of 510 that step's. Invented lines in that shape."""
+    ds = "[2021-10-08 20:18:{s:02d},393] [INFO] [logging.py:68:log_dist] [Rank 0] "
+    forward = "rank=0 time (ms) | forward: {f} | backward: 747.31 | backward_inner: 514.96 | step: 663.59"
+    optimizer = (
+        "rank=0 time (ms) | optimizer_allgather: 3.30 | optimizer_gradients: 76.24 | optimizer_step: 574.38"
+    )
+    bar = " 51%|█████     | {n}/1000 [15:{s:02d}<16:42,  2.03s/it]"
+    lines = [
+        "[INFO|trainer.py:1196] 2021-10-08 20:03:14,212 >> ***** Running training *****",
+        "[INFO|trainer.py:1197] 2021-10-08 20:03:14,212 >>   Num examples = 4000",
+        "[INFO|trainer.py:1204] 2021-10-08 20:03:14,212 >>   Total optimization steps = 1000",
+        ds.format(s=46) + forward.format(f="316.00"),
+        bar.format(n=507, s=32) + ds.format(s=48) + optimizer,
+        ds.format(s=48) + forward.format(f="316.87"),
+        bar.format(n=508, s=34),
+        ds.format(s=50) + forward.format(f="317.02"),
+        ds.format(s=54) + "step=510, skipped=0, lr=[4.9e-05], mom=[(0.9, 0.999)]",
+        ds.format(s=54) + forward.format(f="318.40"),
+    ]
+    text = "\n".join(lines) + "\n"
+    out = collect(text)
+    assert "unparsed" not in out
+    timers = [(t["iteration"], t["name"], t["time_ms"], t["rank"], t["line_no"]) for t in out["timers"]]
+    assert [t for t in timers if t[1] in ("forward", "optimizer_step")] == [
+        (None, "forward", 316.0, 0, 4),  # before any bar or step line: a tail's, of no known step
+        (508, "optimizer_step", 574.38, 0, 5),
+        (508, "forward", 316.87, 0, 6),
+        (509, "forward", 317.02, 0, 8),
+        (510, "forward", 318.4, 0, 10),
+    ]
+    assert len(timers) == 4 * 4 + 3  # four forward lines of four timers, one of the optimizer's three
+    ds_out = rows_by_table(deepspeed.parse, text)
+    assert timers == [
+        (t["iteration"], t["name"], t["time_ms"], t["rank"], t["line_no"]) for t in ds_out["timers"]
+    ]

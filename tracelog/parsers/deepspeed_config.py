@@ -38,6 +38,31 @@ INFO_PARAMS = (
 )
 
 
+def timer_step_at(
+    msg: str, since_step: dict[str, int], bar_step: int | None, last_step: int | None, from_start: bool
+) -> int | None:
+    """The step a timer line belongs to, counted in `since_step` (timer lines of each kind, by first
+    timer name, since the last step line or training bar). The ZeRO optimizer prints its timers
+    (`optimizer_allgather`, ...) in its step(), at every step, before that step's `step=N` line: the k-th
+    since the last step line M is step M + k (runtime/zero/stage_1_and_2.py). The engine prints its own
+    after the step line: the k-th since M is M + k - 1 (runtime/engine.py; with `steps_per_print` 1 that
+    is M). The Trainer's bar moves on to S once step S's timers are printed: the k-th after it is S + k.
+    The engine's `_microstep` timers print at every micro-step, so past two gradient-accumulation steps
+    their count runs ahead of the steps (the log does not say which micro-step a line is). `from_start`:
+    the log holds the engine's configuration echo, so its first step is 1."""
+    lead = msg.split("|", 2)[1].split(":", 1)[0].strip() if msg.count("|") >= 1 else ""
+    count = since_step.get(lead, 0) + 1
+    since_step[lead] = count
+    before_step = lead.startswith("optimizer_")
+    if bar_step is not None:  # the bar moves on once its step's timers are printed
+        return bar_step + count
+    if last_step is not None:
+        return last_step + count - (0 if before_step else 1)
+    if before_step and from_start:  # a log from the engine's start: its first step is 1
+        return count
+    return None
+
+
 @dataclass
 class RunState:
     key: int
@@ -62,23 +87,8 @@ class RunState:
     scales: dict[str, float] = field(default_factory=dict)
 
     def timer_step(self, msg: str) -> int | None:
-        """The step a timer line belongs to. The ZeRO optimizer prints its timers (`optimizer_allgather`,
-        ...) in its step(), at every step, before that step's `step=N` line: the k-th since the last step
-        line M is step M + k (runtime/zero/stage_1_and_2.py). The engine prints its own after the step
-        line: the k-th since M is M + k - 1 (runtime/engine.py; with `steps_per_print` 1 that is M). The
-        engine's `_microstep` timers print at every micro-step, so past two gradient-accumulation steps
-        their count runs ahead of the steps (the log does not say which micro-step a line is)."""
-        lead = msg.split("|", 2)[1].split(":", 1)[0].strip() if msg.count("|") >= 1 else ""
-        count = self.since_step.get(lead, 0) + 1
-        self.since_step[lead] = count
-        before_step = lead.startswith("optimizer_")
-        if self.bar_step is not None:  # the bar moves on once its step's timers are printed
-            return self.bar_step + count
-        if self.last_step is not None:
-            return self.last_step + count - (0 if before_step else 1)
-        if before_step and self.config:  # a log from the engine's start: its first step is 1
-            return count
-        return None
+        """The step a timer line belongs to (`timer_step_at`)."""
+        return timer_step_at(msg, self.since_step, self.bar_step, self.last_step, bool(self.config))
 
     def state(self) -> dict[str, Any]:
         """As JSON, for an ingest that resumes after the last complete line: the open steps go with it,

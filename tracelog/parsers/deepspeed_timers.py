@@ -65,22 +65,49 @@ def glued_bar(parser: TimedParser, line_no: int, line: str) -> str:
     return line[match.end() :]
 
 
-def timer_line(parser: TimedParser, line_no: int, msg: str, rank: int | None) -> None:
-    """A `time (ms) | name: value | ...` line: a `timers` row per figure at the step `timer_step` places
-    it, its `_GB` figures (`mem_allocated: 1.2GB`) as a memory row."""
-    run = parser.run(line_no)
-    if match := TIMER_RANK_RX.search(msg):
-        rank = int(match.group(1))
+def timer_figures(msg: str) -> tuple[int | None, list[tuple[str, float]], dict[str, float]]:
+    """A `time (ms) | name: value | ...` line's rank (`rank=0 time (ms)`), its timers in ms, and its `GB`
+    figures (`mem_allocated: 1.2GB`) by name, in GiB as DeepSpeed prints them."""
+    rank = int(match.group(1)) if (match := TIMER_RANK_RX.search(msg)) else None
+    timers: list[tuple[str, float]] = []
     memory: dict[str, float] = {}
-    iteration = run.timer_step(msg)
     for part in msg.split("|")[1:]:
         match = TIMER_PART_RX.match(part)
         if not match:
             continue
         name, value = match.group(1).strip(), number(match.group(2))
         if match.group(3):
-            memory[name] = value * 1024.0
-            continue
+            memory[name] = value
+        else:
+            timers.append((name, value))
+    return rank, timers, memory
+
+
+def timer_memory(
+    key: int, rank: int | None, step: int | None, line_no: int, gib: dict[str, float]
+) -> dict[str, Any]:
+    """The memory row of a timer line's `GB` figures (GiB: x 1024 gives MiB)."""
+    mib = {name: value * 1024.0 for name, value in gib.items()}
+    return memory_row(
+        key,
+        rank,
+        step,
+        line_no,
+        mib.get("mem_allocated"),
+        mib.get("max_mem_allocated"),
+        mib.get("cache_allocated"),
+        mib.get("max_cache_allocated"),
+    )
+
+
+def timer_line(parser: TimedParser, line_no: int, msg: str, rank: int | None) -> None:
+    """A `time (ms) | name: value | ...` line: a `timers` row per figure at the step `timer_step` places
+    it, its `_GB` figures (`mem_allocated: 1.2GB`) as a memory row."""
+    run = parser.run(line_no)
+    said_rank, timers, memory = timer_figures(msg)
+    rank = said_rank if said_rank is not None else rank
+    iteration = run.timer_step(msg)
+    for name, value in timers:
         parser.emit(
             "timers",
             {
@@ -93,16 +120,4 @@ def timer_line(parser: TimedParser, line_no: int, msg: str, rank: int | None) ->
             },
         )
     if memory:
-        parser.emit(
-            "memory",
-            memory_row(
-                run.key,
-                rank,
-                run.last_step,
-                line_no,
-                memory.get("mem_allocated"),
-                memory.get("max_mem_allocated"),
-                memory.get("cache_allocated"),
-                memory.get("max_cache_allocated"),
-            ),
-        )
+        parser.emit("memory", timer_memory(run.key, rank, run.last_step, line_no, memory))

@@ -23,7 +23,8 @@ The run's shape comes from the Trainer's `***** Running training *****` block (m
 total batch, accumulation steps, total steps; data-parallel size is their quotient), the model's
 configuration as `from_pretrained` logs it (`Model config LlamaConfig { "hidden_size": 4096, ... }`), a
 printed `TrainingArguments(...)` (these two blocks: hf_trainer_shape.py), and DeepSpeed's configuration echo (`zero_optimization_stage`,
-precision, batch sizes) and `see_memory_usage` lines (memory rows). A second `Running training` block
+precision, batch sizes), `see_memory_usage` lines (memory rows) and wall-clock timer lines (`timers`, placed
+as the DeepSpeed parser places them: deepspeed_config.timer_step_at). A second `Running training` block
 after steps starts a new run. Warnings and tracebacks are events; anything else is `unparsed`.
 """
 
@@ -43,7 +44,14 @@ from tracelog.parsers.deepspeed import (
     STEPS_PER_PRINT,
 )
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
-from tracelog.parsers.deepspeed_config import INFO_PARAMS, config_columns, memory_row, see_memory_mib
+from tracelog.parsers.deepspeed_config import (
+    INFO_PARAMS,
+    config_columns,
+    memory_row,
+    see_memory_mib,
+    timer_step_at,
+)
+from tracelog.parsers.deepspeed_timers import timer_figures, timer_memory
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.hf_trainer_dict import (
     HEADER_RX,
@@ -61,7 +69,7 @@ from tracelog.parsers.hf_trainer_shape import block_line, block_start, shape_fro
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
-VERSION = "1"
+VERSION = "2"  # "2": DeepSpeed's wall-clock timer lines are read
 FRAMEWORK = "hf-trainer"
 
 DICT_RX = re.compile(r"""^\s*\{\s*['"][^'"]+['"]\s*:.*\}\s*$""")
@@ -176,6 +184,11 @@ class _Parser(RunRows):
             None  # the loss scaler's overflows since the last dict, once it told of one
         )
         self.loss_scale: float | None = None  # the scale it reduced to last
+        # DeepSpeed's wall-clock timer lines (`wall_clock_breakdown`) take their step as the DeepSpeed
+        # parser's do (`timer_step_at`): counted from the training bar or DeepSpeed's last step line
+        self.timer_since: dict[str, int] = {}
+        self.timer_bar: int | None = None
+        self.ds_last_step: int | None = None
 
     # ------------------------------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -186,6 +199,7 @@ class _Parser(RunRows):
             self.bar_step, self.bar_rate, self.train_total, self.bar_rows = None, None, None, []
             self.step_source = None
             self.ds_skipped, self.skipped_pending, self.overflows, self.loss_scale = None, 0, None, None
+            self.timer_since, self.timer_bar, self.ds_last_step = {}, None, None
             self.ended, self.bar_placed, self.step_keys = False, False, set()
             self.printed = {}
 
@@ -245,6 +259,8 @@ class _Parser(RunRows):
             self.train_total = total
         if total != self.train_total:
             return
+        if step != self.bar_step and step > 0:
+            self.timer_since, self.timer_bar = {}, step
         self.bar_step = step
         if rate is not None and unit is not None:
             self.bar_rate = tqdm_seconds(float(rate), unit)
@@ -477,6 +493,9 @@ class _Parser(RunRows):
         if step_line := DS_STEP_RX.search(msg):
             self.ds_step(n, int(step_line.group(1)), int(step_line.group(2)))
             return True
+        if "time (ms)" in msg and "|" in msg:
+            self.timers(n, msg)
+            return True
         if memory := SEE_MEMORY_RX.search(msg):
             values = see_memory_mib(memory.groups())
             self.out.add("memory", memory_row(self.run_key, None, self.last_step, n, *values))
@@ -508,7 +527,30 @@ class _Parser(RunRows):
             return True
         return False
 
+    def timers(self, n: int, msg: str) -> None:
+        """DeepSpeed's `rank=0 time (ms) | forward: 316.00 | ...` line: a `timers` row per figure at its step,
+        its `GB` figures a memory row."""
+        self.run(n)
+        rank, timers, memory = timer_figures(msg)
+        from_start = bool(self.config.get(self.run_key))
+        step = timer_step_at(msg, self.timer_since, self.timer_bar, self.ds_last_step, from_start)
+        for name, value in timers:
+            self.out.add(
+                "timers",
+                {
+                    "run_key": self.run_key,
+                    "rank": rank,
+                    "iteration": step,
+                    "name": name,
+                    "time_ms": value,
+                    "line_no": n,
+                },
+            )
+        if memory:
+            self.out.add("memory", timer_memory(self.run_key, rank, self.last_step, n, memory))
+
     def ds_step(self, n: int, step: int, total: int) -> None:
+        self.ds_last_step, self.timer_since, self.timer_bar = step, {}, None
         if self.ds_skipped is None and not self.config.get(self.run_key) and step > STEPS_PER_PRINT:
             # the first step line of a tail: its count is of steps this log does not hold (see deepspeed.py)
             self.metric(n, step, SKIPPED_RUNNING, float(total))
