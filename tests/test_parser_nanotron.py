@@ -223,3 +223,74 @@ def test_a_log_of_its_logger_before_any_step_is_still_nanotron() -> None:
     assert (memory["allocated_mib"], memory["max_allocated_mib"], memory["max_reserved_mib"]) == (
         18787.0, 19415.07, 20170.0
     )  # fmt: skip
+
+
+def test_a_resumed_launch_is_its_own_run_from_its_first_line() -> None:
+    """Since 2025 a launch prints its checkpoint load (`Loading checkpoint from ...`, `parse_ckpt_path`), the
+    parameter count, a memory report and the loaded `CheckpointMetadata(...)` before its `Config:` banner:
+    they were the last launch's (its load event, its parameter count, a memory report at its step 5). They
+    start the resumed run, which keeps the checkpoint's `last_train_step`. Invented lines in that order."""
+    p = "11/25 09:{m:02d}:00 [INFO|DP=0|h100-node-01]: "
+
+    def step(n: int, total: int, loss: str) -> str:
+        return p.format(m=n) + (
+            f"iteration: {n} / {total} | consumed_tokens: {262 * n}K | time_per_iteration_ms: 505 | "
+            f"global_batch_size: 262K | grad_norm: 0.3 | lm_loss: {loss} | lr: 0.0003 | model_tflops_per_gpu: 371"
+        )
+
+    start = (
+        "mbs: 4 | grad_accum: 2 | cp: 1 | sequence_length: 2048 | global_batch_size: 128 | train_steps: {t} | "
+        "start_iteration_step: {s} | consumed_tokens_total: {c}"
+    )
+    lines = [
+        p.format(m=0) + "No checkpoint path provided.",
+        p.format(m=0) + "Start training",
+        p.format(m=0) + start.format(t=100, s=0, c=0),
+        step(1, 100, "10.9"),
+        step(2, 100, "10.1"),
+        p.format(m=3) + "Saving checkpoint at checkpoints/2",
+        step(3, 100, "9.5"),
+        step(4, 100, "9.3"),
+        p.format(m=30) + "Loading checkpoint from checkpoints/2",
+        p.format(m=30) + "Total number of parameters: 1.71B (3264.09MiB)",
+        p.format(m=30) + "[After model building] Memory usage: 3264.12MiB. Peak allocated: 5120.00MiB "
+        "Peak reserved: 5378.00MiB",
+        p.format(m=30) + "CheckpointMetadata(version=<Version('1.4')>, tp=1, dp=16, metas=TrainingMetadata("
+        "consumed_train_samples=256, last_train_step=2, consumed_tokens_total=524288, last_stage_idx=0), cp=1)",
+        p.format(m=30) + "Start training",
+        p.format(m=30) + start.format(t=100, s=2, c=524288),
+        step(3, 100, "9.52"),
+    ]
+    out = collect("\n".join(lines) + "\n")
+    runs = out["runs"]
+    assert [(r["run_key"], r["line_start"], r["line_end"], r.get("params")) for r in runs] == [
+        (0, 1, 8, None),
+        (1, 9, 15, 1_710_000_000),
+    ]
+    assert [(e["run_key"], e["kind"], e["line_no"]) for e in out["events"]] == [
+        (0, "checkpoint_saved", 6),
+        (1, "checkpoint_loaded", 9),
+    ]
+    assert [(m["run_key"], m["iteration"]) for m in out["memory"]] == [(1, None)]  # the model built, no step
+    resumed = {p["name"]: p["value"] for p in runs[1]["run_params"]}
+    assert (resumed["checkpoint last_train_step"], resumed["start_iteration_step"]) == ("2", "2")
+    assert "unparsed" not in out
+
+
+def test_a_step_total_that_changes_is_the_next_launch() -> None:
+    """nanotron's `iteration: N / T` prints the launch's `train_steps`: a resume that trains further counts
+    on from the checkpoint's step (here with nothing of its start pasted between, as in a 2026 report on a
+    Qwen2-MoE smoke test, whose lines these follow in shape), so the step alone does not say it is another
+    launch; its total does."""
+    lines = [
+        "iteration: 91 / 100 | consumed_tokens: 93.2K | time_per_iteration_ms: 90.4 | grad_norm: 1.4M | "
+        "lr: 3.3e-05 | lm_loss: 9.2 | model_tflops_per_gpu: 0.784",
+        "iteration: 120 / 120 | consumed_tokens: 123K | time_per_iteration_ms: 96.9 | grad_norm: 5.99M | "
+        "lr: 0.00019 | lm_loss: 9.16 | model_tflops_per_gpu: 0.731",
+    ]
+    out = collect("\n".join(lines) + "\n")
+    assert [(r["run_key"], r["iteration"], r["train_iters"]) for r in out["iterations"]] == [
+        (0, 91, 100),
+        (1, 120, 120),
+    ]
+    assert [(r["run_key"], r["train_iters"]) for r in out["runs"]] == [(0, 100), (1, 120)]

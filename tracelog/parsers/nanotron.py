@@ -21,8 +21,10 @@ pretty-prints the trainer's dataclasses (`ParallelismArgs(dp=2, pp=1, tp=4, ...)
 `LlamaConfig(hidden_size=..., num_hidden_layers=..., ...)`, `dtype=torch.bfloat16`, `OptimizerArgs(
 zero_stage=0, ...)`, one `key=value` per line), `Total number of parameters: 1.71G (3264.11MiB)`, and
 `log_memory`'s `Memory usage: 1234.56MiB. Peak allocated 5504.00MiB. Peak reserved: 22490.00MiB`. A
-`Start training` or `Config:` banner after steps were read, or a step not above the last one, starts the
-next run (a relaunch). `Saving checkpoint at ...` and `Loading checkpoint from ...` are events, as are
+`Start training` or `Config:` banner after steps were read, a step not above the last one or of another
+total (`train_steps`), or the lines a launch prints first (`Loading checkpoint from ...`, `No checkpoint
+path provided.`, the loaded `CheckpointMetadata(...)`, whose `last_train_step` is kept) start the next run
+(a relaunch, a resume). `Saving checkpoint at ...` and `Loading checkpoint from ...` are events, as are
 warnings and tracebacks; anything else is `unparsed`.
 """
 
@@ -39,7 +41,7 @@ from tracelog.parsers.run_rows import RunRows
 from tracelog.parsers.topo import ANSI_RESIDUE_RX
 
 FORMAT = "nanotron"
-VERSION = "1"
+VERSION = "2"  # "2": a launch's first lines and a changed step total start the next run
 
 NANOTRON_PREFIX_RX = re.compile(r"\[(?:INFO|WARNING|ERROR|DEBUG)(?:\|(?:DP|PP|TP|CP|EP)=\d+)+[|\]]")
 PREFIX_RX = re.compile(
@@ -67,6 +69,12 @@ CONFIG_RX = re.compile(
 )
 BLOCK_RX = re.compile(r"\w*(?:Config|Args)\(")
 CHECKPOINT_RX = re.compile(r"\b(Saving|Loading) checkpoint (?:at|from) (\S+)")
+# What a launch prints once, as it starts, before its `Config:` banner in releases since 2025 (trainer.py
+# `pre_init` -> serialize/main.py `parse_ckpt_path`, `_load_model_checkpoint`, and the loaded
+# `CheckpointMetadata(..., metas=TrainingMetadata(consumed_train_samples=N, last_train_step=N, ...))`):
+# after steps, the next launch (a resume).
+LAUNCH_RX = re.compile(r"^\s*(?:Loading checkpoint from |No checkpoint path provided\.|CheckpointMetadata\()")
+LAST_TRAIN_STEP_RX = re.compile(r"^\s*CheckpointMetadata\(.*\blast_train_step=(\d+)")
 METRIC_KEYS = {
     "tokens_per_sec": "tokens per second",
     "tokens_per_sec_per_gpu": "tokens per second per device",
@@ -127,12 +135,13 @@ class _Parser(RunRows):
         self.out = Emitter()
         self.last_step: int | None = None
         self.first_step: int | None = None  # the start line's `start_iteration_step` + 1
+        self.last_total: int | None = None  # the `/ T` of the last iteration line: the launch's train_steps
         self.in_config = False
 
     def new_run(self) -> None:
         if self.last_step is not None:
             self.run_key += 1
-            self.last_step, self.first_step = None, None
+            self.last_step, self.first_step, self.last_total = None, None, None
 
     def line(self, n: int, text: str) -> None:
         # colour codes are gone already (`LineSource` removes them); those that lost their ESC in a paste to a
@@ -169,8 +178,10 @@ class _Parser(RunRows):
 
     def step(self, n: int, message: str, match: re.Match[str], stamp: str | None) -> None:
         step, total = int(match.group(1)), int(match.group(2))
-        if self.last_step is not None and step <= self.last_step:
-            self.new_run()  # a relaunch from a checkpoint logs its steps again
+        if self.last_step is not None and (step <= self.last_step or total != self.last_total):
+            # a relaunch from a checkpoint logs its steps again, or runs to another `train_steps`
+            self.new_run()
+        self.last_total = total
         run = self.run(n)
         run.setdefault("train_iters", total)
         fields = {key: human(value, suffix) for key, value, suffix in FIELD_RX.findall(message)}
@@ -280,7 +291,14 @@ class _Parser(RunRows):
         )
 
     def other(self, n: int, text: str, message: str) -> None:
-        if match := CHECKPOINT_RX.search(message):
+        if LAUNCH_RX.match(message):
+            self.new_run()  # the next launch's setup, not the last steps' run
+            self.run(n)
+        if match := LAST_TRAIN_STEP_RX.match(message):
+            self.param(n, "checkpoint last_train_step", int(match.group(1)))
+        elif message.strip() == "No checkpoint path provided.":
+            return
+        elif match := CHECKPOINT_RX.search(message):
             # nanotron says nothing when a save ends: its start is the only line a save leaves
             kind = "checkpoint_saved" if match.group(1) == "Saving" else "checkpoint_loaded"
             self.out.add("events", {"run_key": self.run_key, "line_no": n, "kind": kind, "text": text})
