@@ -808,6 +808,44 @@ def test_a_dying_jobs_stderr_is_read_for_what_killed_it(tmp_path: Path) -> None:
     )
 
 
+# GPT-NeoX's traceback as pasted in EleutherAI/gpt-neox#482 (2021-12, the markdown's `\~` kept): its
+# OverflowMonitor stopped the job after 50 fp16 overflows in a row. Nothing else of the log was pasted.
+NEOX_OVERFLOW = """\
+Traceback (most recent call last):
+  File "train.py", line 27, in <module>
+    pretrain(neox_args=neox_args)
+  File "\\~/gpt-neox/megatron/training.py", line 103, in pretrain
+    iteration = train(
+  File "\\~/gpt-neox/megatron/training.py", line 562, in train
+    overflow_monitor.check(skipped_iter)  # check for repeated overflow
+  File "\\~/gpt-neox/megatron/utils.py", line 353, in check
+    raise Exception(
+Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.
+"""
+
+
+def test_a_pasted_traceback_through_megatrons_code_is_a_dying_job(tmp_path: Path) -> None:
+    """A traceback whose frames are in Megatron's package (GPT-NeoX's here), or NeoX's overflow message
+    alone, was refused as no format's: it is read as the crash it is, with its critical flag."""
+    assert megatron.detect(NEOX_OVERFLOW) == 1
+    assert megatron.detect(NEOX_OVERFLOW.splitlines()[-1]) == 1
+    elsewhere = NEOX_OVERFLOW.replace("gpt-neox/megatron/", "gpt-neox/trainer/")
+    assert megatron.detect(elsewhere.replace("Skipped 50 iterations in a row", "Stopped")) == 0
+    path = tmp_path / "neox.log"
+    path.write_text(NEOX_OVERFLOW)
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(path)])
+    assert (result.status, result.format, result.runs) == ("ingested", "megatron", 1)
+    events = api.sql(db, "SELECT line_no, kind FROM events ORDER BY line_no").values.tolist()
+    assert events == [[1, "traceback"], [9, "traceback"], [10, "error"]]
+    (flag,) = api.flags(db).to_dict("records")
+    assert flag["severity"] == "critical" and flag["row_ref"] == "line 10"
+    assert (
+        "the last: Exception: Skipped 50 iterations in a row due to Overflow - Exiting training. The"
+        in (flag["message"])
+    )
+
+
 @pytest.mark.parametrize(
     "last",
     [

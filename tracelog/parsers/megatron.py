@@ -9,6 +9,7 @@ go through a small Python state machine. A new arguments block starts a new run 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,10 @@ SETUP_MARKS = (
 
 def detect(head: str) -> int:
     score = own_score(head)
-    if not score and any(mark in head for mark in DYING_JOB_MARKS):
+    if not score and (
+        any(mark in head for mark in DYING_JOB_MARKS)
+        or ("Traceback (most recent call last)" in head and MEGATRON_FRAME_RX.search(head) is not None)
+    ):
         return 1  # a job's stderr, or the tail of its log: what killed it (the lowest claim of any parser)
     return score
 
@@ -121,10 +125,17 @@ DYING_JOB_MARKS = (
     "RuntimeError: CUDA error: out of memory",  # the allocation that failed inside a kernel launch
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",  # torchrun, one rank failed
     "megatron.core.rerun_state_machine:Unexpected result",  # Megatron-Core's NaN or spike check, which stops the job
+    # GPT-NeoX's OverflowMonitor (megatron/utils.py): `Skipped 50 iterations in a row due to Overflow - Exiting
+    # training.`, the fp16 loss scale overflowing at every step
+    "iterations in a row due to Overflow - Exiting training",
 )
 """What a dying PyTorch distributed job prints to its stderr: a file that holds nothing else (Slurm's
 `--error` file, a pasted crash) is read for its error lines, which the health rules turn into a critical
 flag naming the first one, rather than refused."""
+# A traceback through Megatron's own package (`File ".../megatron/training.py", line 562, in train`: Megatron-LM,
+# Megatron-DeepSpeed, GPT-NeoX): an exception nobody caught ended the job. A traceback of any other code is
+# not a claim (it may be anyone's).
+MEGATRON_FRAME_RX = re.compile(r'^\s*File "[^"\n]*\bmegatron/[^"\n]*\.py", line \d+', re.M)
 
 
 @dataclass

@@ -266,7 +266,7 @@ def _sentence(text: str, most: int = 200) -> str:
     with `…`."""
     text = text.strip()
     if len(text) <= most:
-        return text + "."
+        return text if text.endswith((".", "!", "?")) else text + "."
     cut = text[:most]
     return (cut[: cut.rfind(" ")] if " " in cut[most // 2 :] else cut) + "…"
 
