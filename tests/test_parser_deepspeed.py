@@ -691,3 +691,41 @@ def test_a_trainers_bar_glued_before_a_timer_line_gives_its_step_time_and_the_ti
         "optimizer_step",
     }
     assert "unparsed" not in out
+
+
+def test_the_pipeline_engines_start_lines_give_the_models_size_and_its_stages() -> None:
+    """A job that stops in the pipeline engine's start (GPT-NeoX 20B under pdsh, EleutherAI/gpt-neox#988:
+    stuck before its first step) had every line unparsed and was reported as maybe not DeepSpeed's. Its
+    lines say the micro-batch, the accumulation, each stage's layers and parameters and the model's size.
+    Invented figures in the shape of that log (host prefixes, two ranks per stage printing)."""
+    head = "gpu250: [2023-07-05 15:08:30,157] [INFO] [engine.py:{at}:__init__] "
+    stage = (
+        "RANK={rank} STAGE={stage} LAYERS={layers} [{first}, {stop}) STAGE_PARAMS={params} "
+        "({millions:.3f}M) TOTAL_PARAMS=20553056256 (20553.056M) UNIQUE_PARAMS=20553056256 (20553.056M)"
+    )
+    lines = [
+        "gpu250: Time to load utils op: 0.003278970718383789 seconds",
+        head.format(at=83) + "CONFIG: micro_batches=6 micro_batch_size=1",
+        *(
+            head.format(at=138)
+            + stage.format(rank=r, stage=s, layers=n, first=a, stop=a + n, params=p, millions=p / 1e6)
+            for r, s, n, a, p in (
+                (0, 0, 13, 0, 2646199296),
+                (1, 0, 13, 0, 2646199296),
+                (4, 1, 12, 13, 2718609408),
+                (5, 1, 12, 13, 2718609408),
+            )
+        ),
+    ]
+    out = collect("\n".join(lines) + "\n")
+    (run,) = out["runs"]
+    assert (run["params"], run["mbs"]) == (20_553_056_256, 1)
+    params = [(p["name"], p["value"]) for p in run["run_params"]]
+    assert params == [
+        ("pipeline micro_batches", "6"),
+        ("pipeline stage 0 layers", "[0, 13)"),
+        ("pipeline stage 0 parameters", "2646199296"),
+        ("pipeline stage 1 layers", "[13, 25)"),
+        ("pipeline stage 1 parameters", "2718609408"),
+    ]
+    assert [u["line_no"] for u in out["unparsed"]] == [1]

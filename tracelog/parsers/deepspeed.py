@@ -16,6 +16,9 @@ What DeepSpeed prints and where it lands:
   bar (tqdm, the Hugging Face Trainer's) glued before such a line gives its step the bar's rate and the
   timers after it their step (deepspeed_timers.py).
 - `MA .. GB Max_MA .. GB CA .. GB Max_CA .. GB` (see_memory_usage): `memory` rows.
+- The pipeline engine's start lines (`CONFIG: micro_batches=6 micro_batch_size=1`, `RANK=0 STAGE=0 LAYERS=13
+  [0, 13) STAGE_PARAMS=... UNIQUE_PARAMS=...`): micro-batch, each stage's layers and parameters, and the
+  model's parameter count (deepspeed_config.pipe_engine_line).
 - The flops profiler summary: its latencies as timers, its figures as metrics, its FLOPS per GPU as
   the profiled step's `tflops_reported`.
 - Loss-scale overflow lines set the loss scale of the following steps; warnings, errors and tracebacks
@@ -54,6 +57,7 @@ from tracelog.parsers.deepspeed_config import (
     iteration_row,
     memory_row,
     number,
+    pipe_engine_line,
     see_memory_mib,
 )
 from tracelog.parsers.deepspeed_profiler import profiler_line
@@ -61,7 +65,7 @@ from tracelog.parsers.deepspeed_timers import glued_bar, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "4"
+VERSION = "5"
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -357,6 +361,10 @@ class _Parser:
             if match := rx.search(msg):
                 self.run(line_no).param(name, (match.group(1) or "").strip(), line_no, once=True)
                 return True
+        if ("_PARAMS=" in msg or "micro_batches=" in msg) and pipe_engine_line(
+            self.run(line_no), line_no, msg
+        ):
+            return True
         if "Checkpoint global_step" in msg or "Saving model checkpoint" in msg:
             self.emit(
                 "events",

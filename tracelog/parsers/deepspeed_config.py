@@ -255,6 +255,32 @@ SEE_MEMORY_RX = re.compile(
 )
 """`see_memory_usage` (runtime/utils.py): `MA 3.71 GB  Max_MA 3.71 GB  CA 3.72 GB  Max_CA 4 GB`."""
 
+# The pipeline engine's start lines (runtime/pipe/engine.py `PipelineEngine.__init__`): `CONFIG: micro_batches=6
+# micro_batch_size=1` (a step's micro-batches: its gradient accumulation), and from the first data-parallel rank
+# of every stage `RANK=0 STAGE=0 LAYERS=13 [0, 13) STAGE_PARAMS=2646199296 (2646.199M) TOTAL_PARAMS=...
+# UNIQUE_PARAMS=20553056256 (20553.056M)`: TOTAL_PARAMS sums the model-parallel group's shards (a tied embedding
+# twice), UNIQUE_PARAMS counts each parameter once, the model's size.
+PIPE_CONFIG_RX = re.compile(r"\bCONFIG: micro_batches=(\d+) micro_batch_size=(\d+)")
+PIPE_STAGE_RX = re.compile(
+    r"\bRANK=\d+ STAGE=(\d+) LAYERS=\d+ \[(\d+), (\d+)\) STAGE_PARAMS=(\d+) .*?\bUNIQUE_PARAMS=(\d+)"
+)
+
+
+def pipe_engine_line(run: RunState, line_no: int, msg: str) -> bool:
+    """A pipeline engine start line read into the run (micro-batch, accumulation, each stage's layers and
+    parameters, the model's parameter count); False for any other line."""
+    if match := PIPE_CONFIG_RX.search(msg):
+        run.columns.setdefault("mbs", int(match.group(2)))
+        run.param("pipeline micro_batches", match.group(1), line_no, once=True)
+        return True
+    if match := PIPE_STAGE_RX.search(msg):
+        run.columns["params"] = int(match.group(5))
+        stage, first, stop = match.group(1), match.group(2), match.group(3)
+        run.param(f"pipeline stage {stage} layers", f"[{first}, {stop})", line_no, once=True)
+        run.param(f"pipeline stage {stage} parameters", match.group(4), line_no, once=True)
+        return True
+    return False
+
 
 def number(text: str) -> float:
     """A number as DeepSpeed prints it (`nan` and `inf` included)."""
