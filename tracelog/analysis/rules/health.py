@@ -405,9 +405,48 @@ def trained_no_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     return flags
 
 
+# Error kinds that already say why a run has no step (`ended_in_error` flags them), and Megatron's mark that
+# its training loop ran (`trained_no_steps` tells a run resumed at its last iteration).
+EXPLAINED_KINDS = "('error', 'oom', 'crash', 'nccl_warn', 'timeout', 'traceback', 'training_done')"
+
+
+def no_step_logged(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """A training log whose run has no step, no figure measured in one (a timer, the flops profiler's step)
+    and no error: it ends in the run's setup. A job stuck before its
+    first step (a collective or the data loader hanging, as GPT-NeoX 20B in EleutherAI/gpt-neox#988), a log
+    cut short, or one still being written; its ingest read the setup and would otherwise say nothing."""
+    rows = store.con.execute(
+        f"""
+        SELECT r.run_id, r.line_start, r.line_end FROM runs r
+        WHERE {scope.runs.replace("run_id", "r.run_id")} AND r.line_end IS NOT NULL
+          AND coalesce(r.framework, '') <> 'table'
+          AND NOT EXISTS (SELECT 1 FROM iterations i WHERE i.run_id = r.run_id)
+          AND NOT EXISTS (SELECT 1 FROM iteration_metrics m WHERE m.run_id = r.run_id)
+          AND NOT EXISTS (SELECT 1 FROM timers m WHERE m.run_id = r.run_id)
+          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind IN {EXPLAINED_KINDS})
+        ORDER BY r.run_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "no_step_logged",
+            "warning",
+            run_id,
+            f"No training step in the log: the run's lines {start} to {end} are its setup, and no step, error or "
+            "traceback follows them.",
+            "A job stuck before its first step (a hung collective or data loader: look at the last lines of "
+            "every rank), a log cut short, or one still starting; ingest it again when it has grown.",
+            row_ref=f"line {end}",
+            measured=0.0,
+        )
+        for run_id, start, end in rows
+    ]
+
+
 RULES = (
     nan_and_skipped,
     trained_no_steps,
+    no_step_logged,
     save_unfinished,
     nan_found_by_a_check,
     loss_scale_collapse,
