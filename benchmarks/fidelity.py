@@ -45,7 +45,7 @@ from tracelog import api
 from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.predictions import infer
-from tracelog.analysis.what_if import what_if
+from tracelog.analysis.what_if import configuration_defaults, what_if
 from tracelog.model.flops import ModelConfig, flops_narayanan
 
 HERE = Path(__file__).resolve().parent
@@ -75,8 +75,13 @@ MODEL_KEYS = (
     "framework", "gpu_model", "fabric", "pp_partition_method", "ffn_hidden", "query_groups", "swiglu", "cp",
     "dropout", "nics_per_node",
 )  # fmt: skip
-# What a row may say of the framework's overlaps, as the run's own arguments would (Megatron-LM's names).
-RUN_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32")
+# What a row may say of the framework's overlaps and fusions, as the run's own arguments would
+# (Megatron-LM's names): switches, and settings passed as written.
+RUN_FLAGS = (
+    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32",
+    "async_tensor_model_parallel_allreduce",
+)  # fmt: skip
+RUN_SETTINGS = ("nccl_version",)
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
 Predictor = Callable[[Mapping[str, Any]], Mapping[str, float | None]]
@@ -244,7 +249,7 @@ def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
         attention_backend=None if _missing(flash) else ("flash" if flash else "unfused"),
         distributed_optimizer=None if _missing(optimizer) else bool(optimizer),
         run_params={k: str(bool(row[k])) for k in RUN_FLAGS if k in row and not _missing(row[k])}
-        | ({"nccl_version": str(row["nccl_version"])} if not _missing(row.get("nccl_version")) else {}),
+        | {k: str(row[k]) for k in RUN_SETTINGS if k in row and not _missing(row[k])},
     )
     return {
         "sec_per_it": _metric(table, "sec_per_it"),
@@ -508,6 +513,8 @@ def _published_inputs(index: int, rec: Mapping[str, Any]) -> run_inputs.RunInput
     it (overlaps, distributed optimizer, attention)."""
     config = {k: rec[k] for k in MODEL_KEYS if k in rec and not _missing(rec[k])}
     params = {k: str(bool(rec[k])) for k in RUN_FLAGS if k in rec and not _missing(rec[k])}
+    params |= {k: str(rec[k]) for k in RUN_SETTINGS if k in rec and not _missing(rec[k])}
+    params = configuration_defaults(str(config.get("framework") or "megatron"), params)
     if not _missing(rec.get("distributed_optimizer")):
         params["use_distributed_optimizer"] = str(bool(rec["distributed_optimizer"]))
     flash = rec.get("flash_attention")

@@ -221,6 +221,8 @@ def test_cli_predict_a_configuration(tmp_path: Path) -> None:
         "full",
         "--zero",
         "1",
+        "--framework",  # BLOOM's final layout as BigScience ran it: 104.50 s/it (tr11 chronicles, 02-28)
+        "megatron-deepspeed",
         "--format",
         "csv",
     )
@@ -380,3 +382,44 @@ def test_heads_that_do_not_split_over_tp_are_an_inconsistent_layout() -> None:
     assert "layout inconsistent: 113 attention heads do not split over TP 4" in set(bad.source)
     good = api.predict(gpu="a100-sxm4-80gb", heads=112, pp=12, dp=8, **shape)
     assert "sec_per_it" in set(good.metric)
+
+
+# A Llama-3-8B-shaped layout at TP 4, as a run's row gives it; the switches below are the run's arguments.
+TP4_ROW = dict(
+    run_id=1, layers=32, hidden=4096, heads=32, seq_len=4096, vocab=128256, gbs=64, mbs=1, tp=4, pp=1,
+    dp=8, gpus=32, gpu_model="h100-sxm5-80gb", precision="bf16", recompute="none",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("framework", "params", "async_tp"),
+    [
+        ("megatron", {}, False),  # a Megatron-LM arguments block printing neither predates it (2021-09)
+        ("megatron", {"async_tensor_model_parallel_allreduce": "True"}, True),
+        ("megatron", {"async_tensor_model_parallel_allreduce": "False"}, False),
+        ("megatron", {"transformer_impl": "transformer_engine"}, True),
+        ("megatron", {"transformer_impl": "local"}, True),  # Megatron-core's own linear layers
+        ("nemo", {}, True),  # NeMo 2's Transformer Engine layers
+        ("megatron-deepspeed", {}, False),  # BigScience's fork: synchronous all-reduce
+        ("megatron-deepspeed", {"async_tensor_model_parallel_allreduce": "True"}, True),
+    ],
+)
+def test_the_backward_tp_overlap_comes_from_the_runs_switches(
+    framework: str, params: dict[str, str], async_tp: bool
+) -> None:
+    from tracelog.analysis import inputs as run_inputs
+
+    train = run_inputs.build({**TP4_ROW, "framework": framework}, params).train
+    assert train is not None
+    assert train.async_tp_allreduce is async_tp
+
+
+def test_a_configuration_alone_overlaps_the_backward_tp_all_reduce_as_megatron_lm_does_today() -> None:
+    from tracelog.analysis.what_if import what_if
+
+    config = {k: v for k, v in TP4_ROW.items() if k != "run_id"}
+    today = what_if(None, None, config, calibrated=False)
+    told = what_if(
+        None, None, config, run_params={"async_tensor_model_parallel_allreduce": "False"}, calibrated=False
+    )
+    assert 0 < _figure(today, "tp_comm_s") < 0.75 * _figure(told, "tp_comm_s")

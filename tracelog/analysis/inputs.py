@@ -74,6 +74,7 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'theoretical_weight_and_optimizer_mib',
     'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
+    'async_tensor_model_parallel_allreduce',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
     'json.zero_optimization.reduce_bucket_size', 'device_memory_mib')
 UNION ALL
@@ -378,6 +379,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             overlap_p2p_comm=inputs.flag("overlap_p2p_comm") is not False,
             framework=inputs.framework or "megatron",
             embedding_slots=embedding_slots(row, inputs),
+            async_tp_allreduce=async_tp_allreduce(inputs),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
     except TracelogError as exc:
@@ -392,6 +394,22 @@ def embedding_slots(row: dict[str, Any], inputs: RunInputs) -> bool:
     BigScience tr11 ran from 2022-02-27); its default 'type:transformer' weighs the layers alone."""
     method = _text(row.get("pp_partition_method")) or inputs.run_params.get("pp_partition_method") or ""
     return "embed" in method.lower()
+
+
+def async_tp_allreduce(inputs: RunInputs) -> bool:
+    """Whether the backward pass overlaps the column-parallel layers' input-gradient collective with their
+    weight-gradient GEMM: as Megatron-LM's arguments print it (`async_tensor_model_parallel_allreduce`,
+    merged 2021-09-07 and on by default: `--no-async-tensor-model-parallel-allreduce`), else wherever the
+    linear layers are Transformer Engine's or Megatron-core's (a log printing `transformer_impl`, NeMo 2),
+    which always do it (`_Linear.backward`: "Overlap dgrad-RS/AR with wgrad"). A Megatron log printing
+    neither predates it, and BigScience's Megatron-DeepSpeed reduces synchronously
+    (`copy_to_tensor_model_parallel_region` before `F.linear`, megatron/mpu/layers.py)."""
+    given = inputs.flag("async_tensor_model_parallel_allreduce")
+    if given is not None:
+        return given
+    if inputs.framework == "nemo":
+        return True
+    return inputs.framework in (None, "megatron") and "transformer_impl" in inputs.run_params
 
 
 SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel")

@@ -23,6 +23,15 @@ PREDICT_CONFIG_KEYS = (
 )  # fmt: skip
 
 
+def configuration_defaults(framework: str, params: dict[str, str]) -> dict[str, str]:
+    """`params` with what a configuration given without a log leaves to its framework's defaults today:
+    Megatron-LM overlaps the backward pass's tensor-parallel all-reduce with the weight gradient unless
+    told `--no-async-tensor-model-parallel-allreduce` (`run_inputs.async_tp_allreduce`)."""
+    if framework == "megatron":
+        return {"async_tensor_model_parallel_allreduce": "True", **params}
+    return dict(params)
+
+
 def what_if(
     store: Store | None,
     run_id: int | None,
@@ -67,6 +76,8 @@ def what_if(
     if attention_backend is not None:
         params = {k: v for k, v in params.items() if k != "use_flash_attn"}
         params["attention_backend"] = attention_backend
+    if run_id is None:
+        params = configuration_defaults(str(row.get("framework") or "megatron"), params)
     inputs = run_inputs.build(row, params)
     if assumed:
         inputs.assumptions.append(assumed)

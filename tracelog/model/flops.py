@@ -119,7 +119,11 @@ class TrainConfig:
     `tp_comm_overlap` switches are Megatron-LM's arguments of the same names (DeepSpeed's `overlap_comm`
     maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed.
     `embedding_slots`: DeepSpeed's pipeline partition counts each embedding as a layer
-    (Megatron-DeepSpeed `--pp-partition-method 'type:transformer|embedding'`, see `stage_split`)."""
+    (Megatron-DeepSpeed `--pp-partition-method 'type:transformer|embedding'`, see `stage_split`).
+    `async_tp_allreduce`: the backward pass overlaps each column-parallel layer's input-gradient
+    all-reduce (reduce-scatter with sequence parallelism) with its weight-gradient GEMM (Megatron-LM's
+    `async_tensor_model_parallel_allreduce`, on by default since 2021-09; Transformer Engine's linear
+    layers always)."""
 
     gbs: int
     mbs: int
@@ -142,6 +146,7 @@ class TrainConfig:
     overlap_p2p_comm: bool = True
     framework: str = "megatron"
     embedding_slots: bool = False
+    async_tp_allreduce: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE_MODES:
