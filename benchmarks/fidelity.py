@@ -79,9 +79,9 @@ MODEL_KEYS = (
 # (Megatron-LM's names): switches, and settings passed as written.
 RUN_FLAGS = (
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32",
-    "async_tensor_model_parallel_allreduce",
+    "async_tensor_model_parallel_allreduce", "cross_entropy_loss_fusion",
 )  # fmt: skip
-RUN_SETTINGS = ("nccl_version",)
+RUN_SETTINGS = ("cross_entropy_fusion_impl", "nccl_version")
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
 Predictor = Callable[[Mapping[str, Any]], Mapping[str, float | None]]

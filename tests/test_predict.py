@@ -414,6 +414,28 @@ def test_the_backward_tp_overlap_comes_from_the_runs_switches(
     assert train.async_tp_allreduce is async_tp
 
 
+@pytest.mark.parametrize(
+    ("framework", "params", "loss"),
+    [
+        ("megatron", {}, "unfused"),  # Megatron-LM's default: --cross-entropy-loss-fusion off
+        ("megatron", {"cross_entropy_loss_fusion": "True"}, "fused"),
+        ("megatron", {"cross_entropy_loss_fusion": "True", "cross_entropy_fusion_impl": "native"}, "fused"),
+        ("megatron", {"cross_entropy_loss_fusion": "True", "cross_entropy_fusion_impl": "te"}, "te"),
+        ("megatron", {"cross_entropy_loss_fusion": "False", "cross_entropy_fusion_impl": "te"}, "unfused"),
+        ("nemo", {}, "fused"),  # NeMo 2's GPTConfig fuses it
+        ("megatron-deepspeed", {}, "unfused"),
+    ],
+)
+def test_the_loss_implementation_comes_from_the_runs_switches(
+    framework: str, params: dict[str, str], loss: str
+) -> None:
+    from tracelog.analysis import inputs as run_inputs
+
+    train = run_inputs.build({**TP4_ROW, "framework": framework}, params).train
+    assert train is not None
+    assert train.cross_entropy == loss
+
+
 def test_a_configuration_alone_overlaps_the_backward_tp_all_reduce_as_megatron_lm_does_today() -> None:
     from tracelog.analysis.what_if import what_if
 

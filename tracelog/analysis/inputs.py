@@ -74,7 +74,7 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'theoretical_weight_and_optimizer_mib',
     'theoretical_activation_mib', 'theoretical_total_mib', 'overlap_grad_reduce', 'overlap_param_gather',
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
-    'async_tensor_model_parallel_allreduce',
+    'async_tensor_model_parallel_allreduce', 'cross_entropy_loss_fusion', 'cross_entropy_fusion_impl',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
     'json.zero_optimization.reduce_bucket_size', 'device_memory_mib')
 UNION ALL
@@ -380,6 +380,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             framework=inputs.framework or "megatron",
             embedding_slots=embedding_slots(row, inputs),
             async_tp_allreduce=async_tp_allreduce(inputs),
+            cross_entropy=cross_entropy(inputs),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
     except TracelogError as exc:
@@ -410,6 +411,21 @@ def async_tp_allreduce(inputs: RunInputs) -> bool:
     if inputs.framework == "nemo":
         return True
     return inputs.framework in (None, "megatron") and "transformer_impl" in inputs.run_params
+
+
+def cross_entropy(inputs: RunInputs) -> str:
+    """How the run's loss ran (`TrainConfig.cross_entropy`): Megatron-core's `cross_entropy_loss_fusion`
+    and `cross_entropy_fusion_impl` (`native` or `te`) as the run prints them (NeMo 1 copies its config's
+    keys into Megatron-core's TransformerConfig, `build_transformer_config`); unset, Megatron-LM's default
+    (`--cross-entropy-loss-fusion` off) except NeMo 2, whose `GPTConfig` turns the fusion on
+    (nemo/collections/llm/gpt/model/base.py, `cross_entropy_loss_fusion: bool = True`)."""
+    fused = inputs.flag("cross_entropy_loss_fusion")
+    if fused is None:
+        fused = inputs.framework == "nemo"
+    if not fused:
+        return "unfused"
+    impl = (inputs.run_params.get("cross_entropy_fusion_impl") or "native").strip().lower()
+    return "te" if impl == "te" else "fused"
 
 
 SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel")

@@ -13,6 +13,7 @@ from tracelog.errors import TracelogError
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("unfused", "fused", "te")
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,9 @@ class TrainConfig:
     `async_tp_allreduce`: the backward pass overlaps each column-parallel layer's input-gradient
     all-reduce (reduce-scatter with sequence parallelism) with its weight-gradient GEMM (Megatron-LM's
     `async_tensor_model_parallel_allreduce`, on by default since 2021-09; Transformer Engine's linear
-    layers always)."""
+    layers always). `cross_entropy`: how the vocabulary-parallel loss runs (`CROSS_ENTROPY_BYTES` in
+    `model.gemm`): `unfused` (Megatron's `vocab_parallel_cross_entropy`), `fused`
+    (`--cross-entropy-loss-fusion`) or `te` (`--cross-entropy-fusion-impl te`)."""
 
     gbs: int
     mbs: int
@@ -147,11 +150,16 @@ class TrainConfig:
     framework: str = "megatron"
     embedding_slots: bool = False
     async_tp_allreduce: bool = False
+    cross_entropy: str = "unfused"
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE_MODES:
             raise TracelogError(
                 f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, not {self.recompute!r}"
+            )
+        if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
+            raise TracelogError(
+                f"cross entropy must be one of {', '.join(CROSS_ENTROPY_IMPLS)}, not {self.cross_entropy!r}"
             )
         if self.zero_stage not in (0, 1, 2, 3):
             raise TracelogError(f"ZeRO stage must be 0 to 3, not {self.zero_stage}")

@@ -20,6 +20,7 @@ from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, stage
 from tracelog.model.gemm import (
     KERNEL_OVERHEAD_S,
     Op,
+    cross_entropy_seconds,
     layer_forward_ops,
     logits_forward_op,
     optimizer_step_seconds,
@@ -279,7 +280,9 @@ def stage_compute(
     Narayanan et al. 2021 §2.2) plus the output layer, whose logits GEMM is why the last stage is the
     slowest in Megatron-LM; DeepSpeed's PipelineModule partitions by parameters or by layer type
     (`partition_method`, BigScience tr11: `type:transformer|embedding`), which gives the output layer a
-    share of the balance, so there the logits count 1/p per stage; backward = 2 × forward (two GEMMs per forward GEMM); full recomputation repeats the layers'
+    share of the balance, so there the logits count 1/p per stage; then the cross-entropy loss over the
+    logits (`cross_entropy_seconds`, memory-bound, its own forward and backward passes); backward = 2 ×
+    forward for the layers and the output layer (two GEMMs per forward GEMM); full recomputation repeats the layers'
     forward, selective the attention core; the optimizer step over the parameters this GPU updates."""
     if compute_scale <= 0:
         raise TracelogError(f"compute scale must be positive, got {compute_scale}")
@@ -288,10 +291,12 @@ def stage_compute(
     layer_fwd = sum(op.time_s for op in ops)
     layers = stage_layers(cfg.layers, train.pp, train.embedding_slots)
     logits = logits_forward_op(cfg, train, g, compute_scale).time_s + KERNEL_OVERHEAD_S
+    loss_fwd, loss_bwd = cross_entropy_seconds(cfg, train, g)
     if train.pp > 1 and train.framework in ("megatron-deepspeed", "deepspeed"):
-        logits /= train.pp  # DeepSpeed's PipelineModule balances the output layer into the partition
-    forward = layers * layer_fwd + logits
-    backward = 2 * forward
+        # DeepSpeed's PipelineModule balances the output layer (and its loss) into the partition
+        logits, loss_fwd, loss_bwd = logits / train.pp, loss_fwd / train.pp, loss_bwd / train.pp
+    forward = layers * layer_fwd + logits + loss_fwd
+    backward = 2 * (layers * layer_fwd + logits) + loss_bwd
     if train.recompute == "full":
         recompute = layers * layer_fwd
     elif train.recompute == "selective":
