@@ -802,6 +802,70 @@ def test_every_process_printing_rank_0_is_one_gpu_tests_and_a_warning() -> None:
     assert "8 device lines says Rank 0" in warning["text"] and "MPI=1" in warning["text"]
 
 
+def headerless_rows(sizes: list[int], busbw_at_plateau: float = 847.0) -> list[str]:
+    """Data rows as nccl-tests 2.x prints them (`%12li  %12li  %8s  %6s  %6s`, then `  %7s  %6s  %6s  %6g`
+    per placement), invented figures of an 8-rank all-reduce rising to a plateau."""
+    rows = []
+    for size in sizes:
+        time_us = 21.0 + size / 485e3
+        algbw = size / time_us / 1e3
+        busbw = min(algbw * 1.75, busbw_at_plateau)
+        rows.append(
+            f"{size:12d}  {size // 4:12d}     float     sum      -1  {time_us:7.2f}  {algbw:6.2f}  {busbw:6.2f}"
+            f"       0  {time_us - 0.3:7.2f}  {algbw:6.2f}  {busbw:6.2f}       0"
+        )
+    return rows
+
+
+def test_a_tail_of_data_rows_without_any_header_is_detected() -> None:
+    """`kubectl logs --tail=20` of an all_reduce_perf (as in a published OCI GB200 README): NCCL INFO lines
+    around the rows, no version, header, device list or column names, the footer past the first 4 KiB."""
+    info = [
+        f"nccl-test-worker-{r // 4}:{60 + r % 4}:{113 + r} [{r % 4}] NCCL INFO comm 0xbae114ae{r:04x} rank {r} "
+        f"nranks 8 cudaDev {r % 4} busId {r % 4 + 8}01000 - Destroy COMPLETE"
+        for r in range(8)
+    ]
+    rows = headerless_rows([8 << k for k in range(32)])
+    text = "\n".join(
+        [
+            "nccl-test-worker-0:60:109 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+            *rows,
+            *info,
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 260.778",
+            "#",
+        ]
+    )
+    head = head_text(text.encode()[:4096])
+    assert "Avg bus" not in head  # the rows alone decide
+    assert parsers.detect(head, "tail.txt") is nccl_tests
+    out = collect(text + "\n")
+    bench = the_bench(out)
+    assert (bench["collective"], bench["ranks"], bench["status"]) == ("all_reduce", 8, "complete")
+    assert len(rows_of(out, "in-place")) == len(rows_of(out, "out-of-place")) == 32
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param(headerless_rows([8 << k for k in range(3)]), id="three rows are too few"),
+        pytest.param(
+            [r for k in range(4) for r in headerless_rows([1 << 20])], id="one size repeated: no table"
+        ),
+        pytest.param(
+            [f"{k:6d}  {k * 4:6d}  " + "  ".join(f"{v:6.2f}" for v in range(11)) for k in range(1, 9)],
+            id="numbers without a type name",
+        ),
+        pytest.param(
+            [f"  {k}   2023  float  sum  -1  1.0  2.0  3.0  0  1.0  2.0  3.0  0" for k in range(1, 9)],
+            id="count larger than the size",
+        ),
+    ],
+)
+def test_rows_that_are_not_a_nccl_tests_table_are_not_claimed(lines: list[str]) -> None:
+    assert nccl_tests.detect("\n".join(lines)) == 0
+
+
 def test_an_rccl_tests_tail_is_detected_and_named_by_its_end() -> None:
     """rccl-tests' output cut after its header (a pasted tail; invented figures in its shape): detected by its
     footer, named by `Collective test concluded`, its version block and asterisk legend read."""

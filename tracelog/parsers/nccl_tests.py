@@ -37,17 +37,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, guarded, strip_prefix
-from tracelog.parsers.nccl_tests_layout import NUMBER_RX, PER_ITER_COLUMNS, Layout, memory_report
+from tracelog.parsers.nccl_tests_bench import TOOL, Bench
+from tracelog.parsers.nccl_tests_layout import (
+    NUMBER_RX,
+    PER_ITER_COLUMNS,
+    TABLE_ROWS,
+    Layout,
+    memory_report,
+    table_rows,
+)
 
 FORMAT = "nccl_tests"
 VERSION = "1"
-TOOL = "nccl-tests"
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -87,15 +92,13 @@ SHELL_PROMPT_RX = re.compile(r"^(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]|\$)\s+(?=\S)")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
 UNITS_RX = re.compile(r"^#\s*\(B\)")
 
-# nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor; only all_reduce has 2(n-1)/n.
-ALL_REDUCE_FACTOR_TOLERANCE = 0.01
+DETECT_WORDS = ("nThread", "Rank", "algbw", "nccl-tests", "Collective test", "Out of bounds", "Avg bus")
 
 
 def detect(head: str) -> int:
-    if not any(word in head for word in ("nThread", "Rank", "algbw", "nccl-tests", "Collective test")):
-        return 0
+    """By its header lines; failing them, by its footer or a run of data rows (a tail pasted without them)."""
     score = 0
-    for line in head.split("\n"):
+    for line in head.split("\n") if any(word in head for word in DETECT_WORDS) else ():
         body = strip_prefix(line.strip())[0].strip()
         if NTHREAD_RX.match(body) or STARTING_RX.match(body) or VERSION_RX.match(body):
             return 50
@@ -103,118 +106,13 @@ def detect(head: str) -> int:
             score = 40
         elif CONCLUDED_RX.match(body) or OOB_RX.match(body) or AVG_RX.match(body):
             score = max(score, 30)  # a tail cut after the header: its rows and footer
-    return score
+    return score or (30 if table_rows(head.split("\n")) >= TABLE_ROWS else 0)
 
 
 def _number(text: str | None) -> float | None:
     if text is None or text.upper() == "N/A":
         return None
     return float(text) if NUMBER_RX.match(text) or text.lower() in ("nan", "inf") else None
-
-
-@dataclass
-class Bench:
-    key: int
-    line_start: int
-    line_end: int
-    phase: int = 0  # 0 version, 1 starting, 2 nThread, 3 devices, 4 table header, 5 rows, 6 footer
-    tool: str = TOOL  # `rccl-tests` where the file says so (its version line, `RCCL version :`)
-    collective: str | None = None
-    collective_source: str | None = None
-    layout: Layout | None = None
-    devices: list[tuple[str, str]] = field(default_factory=list)  # (host, gpu name)
-    groups: list[int | None] = field(default_factory=list)  # NCCL_TESTS_SPLIT's `Group` per device line
-    numbers: list[tuple[int, int]] = field(default_factory=list)  # (rank, device index) per device line
-    elided: bool = False  # a `...` line in the device list: someone shortened it
-    commanded: bool = False  # its shell command was read
-    types: dict[str, None] = field(default_factory=dict)
-    redops: dict[str, None] = field(default_factory=dict)
-    rows: int = 0
-    last_size: int | None = None
-    wrong_total: int | None = None
-    max_error: tuple[float, int] | None = None
-    best: tuple[float, float] | None = None  # (algbw, busbw) of the row with the largest algbw
-    out_of_bounds: int | None = None
-    avg_busbw: float | None = None
-    footer: bool = False
-    failed: bool = False
-    init_ranks: int | None = None  # NCCL's `comm 0x... rank R nranks N`, where no device list was printed
-
-    def communicator(self) -> list[tuple[str, str]]:
-        """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
-        a communicator of its own and only process 0 prints (src/common.cu run()), so rank 0's group."""
-        if len(set(self.groups)) <= 1 or len(self.groups) != len(self.devices):
-            return self.devices
-        return [d for d, g in zip(self.devices, self.groups, strict=True) if g == self.groups[0]]
-
-    def record(self) -> dict[str, Any]:
-        devices = self.communicator()
-        hosts = list(dict.fromkeys(h for h, _ in devices))
-        per_host = Counter(h for h, _ in devices)
-        names = list(dict.fromkeys(n for _, n in self.devices if n))
-        ranks = len(devices) or self.init_ranks
-        nodes, per_node = (
-            len(hosts) or None,
-            per_host[hosts[0]] if hosts and len(set(per_host.values())) == 1 else None,
-        )
-        if self.shortened():
-            # the highest rank printed says the size; the highest device index how many GPUs a node has
-            ranks = self.listed_ranks()
-            per_node = max(d for _, d in self.numbers) + 1
-            nodes = ranks // per_node if ranks % per_node == 0 else None
-        elif self.one_gpu_runs():
-            ranks, nodes, per_node = 1, 1, 1
-        return {
-            "bench_key": self.key,
-            "tool": self.tool,
-            "collective": self.collective,
-            "ranks": ranks,
-            "nodes": nodes,
-            "gpus_per_node": per_node,
-            "gpu_name": ", ".join(names) or None,
-            "dtype": ",".join(self.types) or None,
-            "redop": ",".join(self.redops) or None,
-            "hosts": list(dict.fromkeys(h for h, _ in self.devices)),
-            "status": self.status(),
-            "avg_busbw_gbps": self.avg_busbw,
-            "wrong_total": self.wrong_total,
-            "out_of_bounds": self.out_of_bounds,
-            "line_start": self.line_start,
-            "line_end": self.line_end,
-        }
-
-    def shortened(self) -> bool:
-        """A device list someone cut (`...` between its lines) or whose rank numbers run past its lines."""
-        if not self.numbers or len(set(self.groups)) > 1:
-            return False
-        return self.elided or self.listed_ranks() > len(self.numbers)
-
-    def listed_ranks(self) -> int:
-        """The ranks the device lines' numbers say there are: the highest one printed, plus one."""
-        return max(r for r, _ in self.numbers) + 1
-
-    def one_gpu_runs(self) -> bool:
-        """Every device line says `Rank 0`: nccl-tests built without MPI and started once per GPU (srun,
-        mpirun) runs as many one-GPU tests, each printing its own rank 0."""
-        return len(self.numbers) > 1 and all(r == 0 for r, _ in self.numbers)
-
-    def infer_collective(self) -> None:
-        """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
-        ranks = len(self.communicator()) or self.init_ranks or 0
-        if self.shortened():
-            ranks = self.listed_ranks()
-        if self.collective or ranks <= 2 or not self.best or self.one_gpu_runs():
-            return
-        algbw, busbw = self.best
-        if abs(busbw / algbw - 2 * (ranks - 1) / ranks) <= ALL_REDUCE_FACTOR_TOLERANCE * busbw / algbw:
-            self.collective, self.collective_source = "all_reduce", "busbw factor"
-
-    def status(self) -> str:
-        if not self.footer:
-            return "partial" if self.rows and not self.failed else "failed"
-        if (self.wrong_total or 0) > 0 or (self.out_of_bounds or 0) > 0:
-            return "data_error"
-        return "complete"
 
 
 class _Parser:

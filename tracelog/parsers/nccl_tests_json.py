@@ -31,7 +31,8 @@ import polars as pl
 from tracelog.errors import TracelogError
 from tracelog.parsers.base import Batch, Emitter, LineSource, guarded
 from tracelog.parsers.json_events import Event, JsonEvents, Truncated
-from tracelog.parsers.nccl_tests import COMMAND_RX, TOOL, Bench
+from tracelog.parsers.nccl_tests import COMMAND_RX
+from tracelog.parsers.nccl_tests_bench import TOOL, Bench
 
 FORMAT = "nccl_tests_json"
 VERSION = "1"

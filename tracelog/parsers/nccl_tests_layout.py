@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+
+from tracelog.parsers.prefixes import strip_prefix
 
 NUMBER_RX = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 MEMORY_PART_RX = re.compile(r"([A-Za-z][\w-]{0,40})\s+([-\d.]+)\s*(B|KB|MB|GB)\b")
@@ -17,6 +20,10 @@ PREFIX_NAMES |= {"redop": "redop", "op": "redop", "root": "root"}
 GROUP_NAMES = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw"}
 GROUP_NAMES |= {"#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error", "i_cv%": "i_cv"}
 STAMP_RX = re.compile(r"\d\d:\d\d:\d\d$")
+ROW_START_RX = re.compile(r"^\s*\d+\s+\d+\s+[A-Za-z]")  # size, count, then a type name
+VALUE_RX = re.compile(r"^(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?nan|-?inf|N/A)$", re.IGNORECASE)
+# Consecutive data rows of one shape that make a headerless paste (`kubectl logs --tail`) nccl-tests' table.
+TABLE_ROWS = 4
 # `-I 1` summary columns (src/util.cu writePerIterReport) and the row columns they land in.
 PER_ITER_COLUMNS = {"i_min": "i_min_us", "i_max": "i_max_us", "i_p99": "i_p99_us", "i_cv": "i_cv_pct"}
 
@@ -115,3 +122,54 @@ class Layout:
             part = tokens[p + k * g : p + (k + 1) * g]
             groups.append((placement, dict(zip(self.group, part, strict=True))))
         return head, groups, stamp
+
+
+def row_shape(body: str) -> tuple[tuple[object, ...], int] | None:
+    """What a line shares with the other rows of its table if it is a nccl-tests data row as
+    `writeBenchmarkLinePreamble` and `writeBenchmarkLineBody` (src/util.cu) print it (`%12li  %12li  %8s
+    %6s  %6s`, then per placement `  %7s  %6s  %6s  %6g`, the last `N/A` without validation), and its
+    size: (fields, type, redop, root), size. None for any other line."""
+    if not ROW_START_RX.match(body):
+        return None
+    tokens = body.split()
+    layout = Layout.infer(tokens)
+    parts = layout.split(tokens) if layout else None
+    if parts is None or len(parts[1]) != 2:
+        return None
+    head, groups, _ = parts
+    try:
+        size, count = int(head["size"]), int(head["count"])
+    except ValueError:  # more digits than Python reads
+        return None
+    if count > size or not re.fullmatch(r"[A-Za-z]\w*", head.get("redop", "x")):
+        return None
+    if not re.fullmatch(r"-?\d+", head.get("root", "0")):
+        return None
+    if not all(VALUE_RX.match(value) for _, group in groups for value in group.values()):
+        return None
+    return (len(tokens), head["type"], head.get("redop"), head.get("root")), size
+
+
+def table_rows(lines: Iterable[str]) -> int:
+    """The most consecutive nccl-tests data rows of one shape (`row_shape`: one type, redop and root, sizes
+    growing) among `lines`, launcher prefixes taken off; NCCL's own lines between them and blank lines
+    break no run. A table pasted without its header (a `--tail` of a job's log) is recognised by these."""
+    best = run = 0
+    shape: tuple[object, ...] | None = None
+    last = -1
+    for line in lines:
+        body = strip_prefix(line.strip())[0]
+        if not body.strip() or "NCCL INFO" in body or "NCCL WARN" in body:
+            continue
+        found = row_shape(body)
+        if found is None:
+            run, shape = 0, None
+            continue
+        found_shape, size = found
+        if found_shape == shape and size > last:
+            run += 1
+        else:
+            run, shape = 1, found_shape
+        last = size
+        best = max(best, run)
+    return best
