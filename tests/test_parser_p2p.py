@@ -258,3 +258,70 @@ def test_published_off_diagonal_bandwidth(name: str, low: float, high: float) ->
     cells = matrices(collect(path.read_bytes()))["bandwidth_uni_p2p_on"]
     off = [v for (s, d), v in cells.items() if s != d]
     assert low <= min(off) and max(off) <= high
+
+
+# The latency half of a 4-GPU run as an editor shows it, its line numbers pasted along (`:set number`; the
+# layout of a published cuda-samples issue, #230; invented figures).
+LATENCY_4 = """P2P=Disabled Latency Matrix (us)
+   GPU     0      1      2      3
+     0   2.55  14.90  19.40  14.50
+     1  11.10   2.12  19.20  18.70
+     2  13.30  16.40   2.08  16.80
+     3  11.90  16.60  16.70   2.11
+
+   CPU     0      1      2      3
+     0   2.66   6.70   6.20   6.10
+     1   6.70   2.60   6.30   6.30
+     2   6.40   6.30   2.50   5.80
+     3   6.20   6.20   5.80   2.50
+P2P=Enabled Latency (P2P Writes) Matrix (us)
+   GPU     0      1      2      3
+     0   2.57   2.30   1.86   1.85
+     1   2.25   2.11   1.87   1.84
+     2   1.82   1.83   2.06   2.30
+     3   1.85   1.80   2.22   2.10
+
+   CPU     0      1      2      3
+     0   2.70   1.90   1.98   1.92
+     1   2.10   2.76   2.15   2.01
+     2   1.93   1.77   2.57   1.95
+     3   1.85   1.90   1.89   2.54
+"""
+
+
+def numbered(text: str, first: int = 1, gutter: str = "{n:3d} ") -> str:
+    """`text` with an editor's line numbers in front of every line (an empty line gets the number alone)."""
+    lines = text.splitlines()
+    return "\n".join((gutter.format(n=first + k) + line).rstrip() for k, line in enumerate(lines)) + "\n"
+
+
+@pytest.mark.parametrize(
+    "gutter, first",
+    [("{n:3d} ", 1), ("{n:6d}\t", 1), ("{n:3d} ", 118)],
+    ids=["vim", "cat -n", "vim from line 118"],
+)
+def test_a_paste_with_line_numbers_is_read_through_them(gutter: str, first: int) -> None:
+    plain = matrices(collect(LATENCY_4))
+    out = collect(numbered(LATENCY_4, first, gutter))
+    assert "unparsed" not in out
+    found = matrices(out)
+    assert found == plain and sum(len(cells) for cells in found.values()) == 64
+    assert found["latency_gpu_p2p_off"][(0, 2)] == 19.40
+    assert found["latency_cpu_p2p_on"][(3, 3)] == 2.54
+    assert out["benches"][0]["ranks"] == 4
+
+
+def test_matrix_rows_numbered_from_0_are_no_gutter() -> None:
+    """A tail that starts inside a matrix: its rows are numbered 0, 1, 2, ... one per line too, and stay."""
+    tail = LATENCY_4.split("P2P=Enabled")[1].split("\n", 2)[2]  # the GPU rows of the second matrix on
+    out = collect("P2P=Enabled Latency (P2P Writes) Matrix (us)\n   GPU     0      1      2      3\n" + tail)
+    assert matrices(out)["latency_gpu_p2p_on"][(1, 0)] == 2.25
+    out = collect(tail)  # without its title: nothing to read, nothing taken off
+    assert [u["text"] for u in out["unparsed"]][0] == "     0   2.57   2.30   1.86   1.85"
+
+
+def test_numbers_that_stop_end_the_gutter() -> None:
+    """Numbered lines followed by lines without: the numbers are taken off only where they run on."""
+    text = numbered(LATENCY_4.split("\n\n")[0]) + LATENCY_4.split("\n\n", 1)[1]
+    found = matrices(collect(text))
+    assert found["latency_gpu_p2p_off"][(3, 3)] == 2.11 and found["latency_cpu_p2p_off"][(0, 1)] == 6.70

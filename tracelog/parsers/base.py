@@ -25,6 +25,7 @@ import polars as pl
 import regex
 
 from tracelog.parsers.prefixes import strip_prefix as strip_prefix
+from tracelog.parsers.prefixes import without_gutter
 from tracelog.parsers.ranges import (
     BANDWIDTH,
     INT32_COLUMNS,
@@ -373,11 +374,16 @@ def numbers_guarded(line_no: int, text: str, add: Callable[[str, dict[str, Any]]
 
 
 def drive(
-    parser: LineParser, source: LineSource, state: Callable[[], dict[str, Any]] | None = None
+    parser: LineParser,
+    source: LineSource,
+    state: Callable[[], dict[str, Any]] | None = None,
+    gutter: bool = False,
 ) -> Iterator[Batch]:
     """Feed every line of `source` to `parser` (`numbers_guarded`), handing out its rows every
-    `FLUSH_ROWS`; with `state`, what it returns after the last line, for a resume (`RESUME_TABLE`)."""
-    for line_no, text in source.lines():
+    `FLUSH_ROWS`; with `state`, what it returns after the last line, for a resume (`RESUME_TABLE`); with
+    `gutter`, the lines without an editor's line numbers where every line has one (`without_gutter`)."""
+    lines = without_gutter(source.lines()) if gutter else source.lines()
+    for line_no, text in lines:
         with numbers_guarded(line_no, text, parser.out.add):
             parser.line(line_no, text)
         if parser.out.due():

@@ -20,7 +20,8 @@ Unidirectional values are one direction; bidirectional values are both direction
 A bench is `complete` when all nine standard matrices are there with n rows each, `partial` otherwise (an
 excerpt, a run cut short), `failed` after a `Cuda failure` line. The tool runs on one host: nodes = 1,
 GPUs per node = ranks = the number of GPUs. Notes the sample prints are understood and skipped; anything
-else (excerpt marks such as `[...]`, code fences) goes to `unparsed`.
+else (excerpt marks such as `[...]`, code fences) goes to `unparsed`. A paste from an editor with its line
+numbers in front of every line (`  3      0   2.61  14.95`) is read through them (`prefixes.without_gutter`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "p2p"
-VERSION = "1"
+VERSION = "2"
 TOOL = "p2pBandwidthLatencyTest"
 
 TITLE_RX = re.compile(r"^\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")
@@ -309,4 +310,4 @@ class _Parser:
 
 @guarded
 def parse(source: LineSource) -> Iterator[Batch]:
-    return drive(_Parser(), source)
+    return drive(_Parser(), source, gutter=True)

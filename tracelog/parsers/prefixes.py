@@ -4,6 +4,7 @@ NeMo-Run's task, Ray's worker), and taking them off."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 
 RAY_PREFIX = r"\((?:[A-Za-z][\w.\-]*(?:\s+\w+=[^,()\s]*)?|\w+=[^,()\s]*)(?:,\s*\w+=[^,()\s]*)*\)\s+"
 RAY_PREFIX_RX = re.compile(r"^\s*" + RAY_PREFIX)
@@ -38,3 +39,59 @@ def strip_prefix(line: str, limit: int = 3) -> tuple[str, str | None]:
         host = match.group("host") or host
         line = line[match.end() :]
     return line, host
+
+
+# An editor's line-number column pasted along with the text (vim's `:set number`: `  3      0   2.61`;
+# `cat -n`: `     3\t...`): the number, then one blank or tab, or nothing on an empty line.
+GUTTER_RX = re.compile(r"^\s{0,12}(\d{1,9})(?:[ \t]|$)")
+GUTTER_LINES = 8  # the lines that must each carry their own number before the column is read through
+DIGIT_LED_RX = re.compile(r"^\s*\d")
+
+
+def without_gutter(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """`lines` (line number, text) with an editor's line-number column taken off, where the file's first
+    lines (GUTTER_LINES of them, or 3 or more before a line without) start with a number one more on each
+    line, empty lines included, and one of them holds more than a number-led row: a matrix's own rows
+    (`0  2.61 ...`, `1  11.09 ...`) are numbered one more each line too, but nothing else is. The column
+    is taken off while the lines carry the next number; the first that does not ends it, and it and the
+    lines after it are read as they are."""
+    iterator = iter(lines)
+    held: list[tuple[int, str]] = []
+    expected: int | None = None
+    breaker: tuple[int, str] | None = None  # the first line that does not carry the next number
+    for line_no, text in iterator:
+        number = _gutter_number(text)
+        if number is None or (expected is not None and number != expected):
+            breaker = (line_no, text)
+            break
+        held.append((line_no, text))
+        expected = number + 1
+        if len(held) == GUTTER_LINES:
+            break
+    stripped = [(n, _after_gutter(t)) for n, t in held]
+    if len(held) < 3 or all(DIGIT_LED_RX.match(t) for _, t in stripped):
+        yield from held
+    else:
+        yield from stripped
+        while breaker is None:  # the column runs on past the first lines
+            following = next(iterator, None)
+            if following is None:
+                return
+            if _gutter_number(following[1]) != expected:
+                breaker = following
+            else:
+                expected = (expected or 0) + 1
+                yield following[0], _after_gutter(following[1])
+    if breaker is not None:
+        yield breaker
+    yield from iterator
+
+
+def _gutter_number(text: str) -> int | None:
+    match = GUTTER_RX.match(text)
+    return int(match.group(1)) if match else None
+
+
+def _after_gutter(text: str) -> str:
+    match = GUTTER_RX.match(text)
+    return text[match.end() :] if match else text
