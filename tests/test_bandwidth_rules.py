@@ -303,10 +303,11 @@ def test_a_sweep_whose_busbw_collapses_past_a_size_is_warned(store: Store) -> No
         "warning",
         1.6,
         30.2,
-        "line 105",
+        "line 105, out-of-place",
     )
     assert flag["message"].startswith(
-        "busbw falls from 30.2 GB/s at 262.144 KB to 1.6 GB/s at 1.04858 MB: 5 size(s) from 1.04858 MB to 268.435 MB"
+        "out-of-place busbw falls from 30.2 GB/s at 262.144 KB to 1.6 GB/s at 1.04858 MB: 5 size(s) from 1.04858 MB "
+        "to 268.435 MB"
     )
 
 
@@ -318,3 +319,48 @@ def test_a_sweep_whose_busbw_collapses_past_a_size_is_warned(store: Store) -> No
 def test_noise_and_a_blip_among_small_messages_are_no_collapse(store: Store, busbw: list[float]) -> None:
     add_bench(store, busbw)
     assert "bandwidth_collapse" not in rules_of(store)
+
+
+def add_placement(store: Store, bench_id: int, placement: str, rows: list[tuple[int, float]]) -> None:
+    for line, (size, busbw) in enumerate(rows, start=200):
+        store.con.execute(
+            "INSERT INTO collectives (bench_id, size_bytes, placement, busbw_gbps, algbw_gbps, wrong, line_no) "
+            "VALUES (?, ?, ?, ?, ?, 0, ?)",
+            [bench_id, size, placement, busbw, busbw * 8 / 15, line],
+        )
+
+
+def test_an_in_place_collapse_is_warned_where_out_of_place_holds(store: Store) -> None:
+    """Invented, in the shape of a published 2 x 8 GPU all_reduce over Spectrum-X (nccl-tests 2.18.3): the
+    in-place column falls from 11.07 to 1.76 GB/s at 8 MiB while the out-of-place one rises on."""
+    bench_id = store.scalar(
+        "INSERT INTO benches (source_id, bench_key, tool, collective, ranks, nodes, gpus_per_node, status) "
+        "VALUES (1, 0, 'nccl-tests', 'all_reduce', 16, 2, 8, 'complete') RETURNING bench_id"
+    )
+    sizes = [1 << k for k in range(20, 28)]
+    out_of_place = [1.56, 10.16, 11.07, 11.34, 32.93, 39.40, 44.91, 48.00]
+    in_place = [1.58, 10.19, 11.07, 1.76, 32.78, 39.62, 44.86, 47.90]
+    add_placement(store, bench_id, "out-of-place", list(zip(sizes, out_of_place, strict=True)))
+    add_placement(store, bench_id, "in-place", list(zip(sizes, in_place, strict=True)))
+    (flag,) = rules_of(store)["bandwidth_collapse"]
+    assert (flag["measured"], flag["expected"], flag["row_ref"]) == (1.76, 11.07, "line 203, in-place")
+    assert flag["message"].startswith(
+        "in-place busbw falls from 11.07 GB/s at 4.1943 MB to 1.76 GB/s at 8.38861 MB: 1 size(s)"
+    )
+
+
+def test_a_collapse_in_both_placements_is_one_flag_each(store: Store) -> None:
+    bench_id = store.scalar(
+        "INSERT INTO benches (source_id, bench_key, tool, collective, ranks, nodes, gpus_per_node, status) "
+        "VALUES (1, 0, 'nccl-tests', 'all_reduce', 16, 2, 8, 'complete') RETURNING bench_id"
+    )
+    sizes = [1 << k for k in range(20, 25)]
+    add_placement(
+        store, bench_id, "out-of-place", list(zip(sizes, [1.66, 9.61, 10.58, 0.72, 25.49], strict=True))
+    )
+    add_placement(store, bench_id, "in-place", list(zip(sizes, [1.68, 9.75, 6.50, 0.49, 13.63], strict=True)))
+    flags = rules_of(store)["bandwidth_collapse"]
+    assert sorted((f["message"].split(" busbw")[0], f["measured"], f["expected"]) for f in flags) == [
+        ("in-place", 0.49, 9.75),
+        ("out-of-place", 0.72, 10.58),
+    ]

@@ -184,21 +184,26 @@ bandwidth a smaller one did; below it a latency blip can halve a tiny busbw."""
 def collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     """Sizes whose busbw falls under `bandwidth_collapse` of what a smaller size of the same sweep reached:
     a healthy curve only rises towards its plateau, so such a fall is the path, not the message size (an
-    algorithm or protocol NCCL switched to at that size, a route through a slower link, congestion)."""
+    algorithm or protocol NCCL switched to at that size, a route through a slower link, congestion). Each
+    placement is a sweep of its own (an in-place run can fall where the out-of-place one held): one flag
+    per bench and placement, naming it."""
     rows = store.con.execute(
         f"""
-        WITH oop AS (
-            SELECT bench_id, size_bytes, busbw_gbps, line_no,
+        WITH sweep AS (
+            SELECT bench_id, placement, size_bytes, busbw_gbps, line_no,
                    max(busbw_gbps) OVER before AS best_before, arg_max(size_bytes, busbw_gbps) OVER before AS best_at
             FROM collectives
-            WHERE {scope.benches} AND placement = 'out-of-place' AND busbw_gbps IS NOT NULL
-            WINDOW before AS (PARTITION BY bench_id ORDER BY size_bytes ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+            WHERE {scope.benches} AND busbw_gbps IS NOT NULL
+            WINDOW before AS (PARTITION BY bench_id, placement ORDER BY size_bytes
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
         )
-        SELECT bench_id, count(*), min(size_bytes), max(size_bytes), arg_min(busbw_gbps, size_bytes),
+        SELECT bench_id, placement, count(*), min(size_bytes), max(size_bytes), arg_min(busbw_gbps, size_bytes),
                arg_min(best_before, size_bytes), arg_min(best_at, size_bytes), min(busbw_gbps),
                arg_min(line_no, size_bytes)
-        FROM oop WHERE size_bytes >= {COLLAPSE_FROM} AND busbw_gbps < ? * best_before
-        GROUP BY bench_id ORDER BY bench_id
+        FROM sweep WHERE size_bytes >= {COLLAPSE_FROM} AND busbw_gbps < ? * best_before
+        GROUP BY bench_id, placement
+        -- out-of-place first, as nccl-tests prints its columns
+        ORDER BY bench_id, placement = 'in-place'
         """,
         [t.bandwidth_collapse],
     ).fetchall()
@@ -207,18 +212,18 @@ def collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             "bandwidth_collapse",
             "warning",
             bench_id,
-            f"busbw falls from {best:g} GB/s at {size_text(best_at)} to {first:g} GB/s at {size_text(start)}: "
-            f"{count} size(s) from {size_text(start)} to {size_text(end)} reach under {t.bandwidth_collapse:.0%} "
-            f"of what a smaller message reached (the lowest {lowest:g} GB/s).",
+            f"{placement} busbw falls from {best:g} GB/s at {size_text(best_at)} to {first:g} GB/s at "
+            f"{size_text(start)}: {count} size(s) from {size_text(start)} to {size_text(end)} reach under "
+            f"{t.bandwidth_collapse:.0%} of what a smaller message reached (the lowest {lowest:g} GB/s).",
             "Bandwidth does not fall as messages grow on a healthy path: at that size NCCL switched algorithm, "
             "protocol or route, or the fabric congested. Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "
             "to see what it chose there, pin NCCL_ALGO/NCCL_PROTO to compare, and check the links it crosses.",
-            row_ref=f"line {line}",
+            row_ref=f"line {line}, {placement}",
             measured=float(first),
             expected=float(best),
             ratio=float(first) / float(best),
         )
-        for bench_id, count, start, end, first, best, best_at, lowest, line in rows
+        for bench_id, placement, count, start, end, first, best, best_at, lowest, line in rows
     ]
 
 
