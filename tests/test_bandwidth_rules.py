@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tracelog import api
 from tracelog.analysis import refresh
 from tracelog.store import Store
 from tracelog.store.flags import flags
@@ -364,3 +367,88 @@ def test_a_collapse_in_both_placements_is_one_flag_each(store: Store) -> None:
         ("in-place", 0.49, 9.75),
         ("out-of-place", 0.72, 10.58),
     ]
+
+
+# alltoall_perf on one RTX 5090 (the shape of nccl-tests issue #287; sizes, pid and host invented): the
+# in-place row times a launch (0.78 us for 32 MiB), and busbw is 0 on one rank by nccl-tests' factor.
+ONE_GPU_ALLTOALL = """\
+$ ./build/alltoall_perf -b 16M -e 32M -f 2
+# nThread 1 nGpus 1 minBytes 16777216 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  41234 on     gpu-ws device  0 [0x01] NVIDIA GeForce RTX 5090
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+    16777216       4194304     float    none      -1    10.41  1611.65    0.00      0     0.79  21237.0    0.00    N/A
+    33554432       8388608     float    none      -1    19.56  1715.44    0.00      0     0.78  43046.1    0.00    N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 0
+#
+"""
+
+
+def ingested_flags(tmp_path: Path, text: str) -> dict[str, list[dict]]:
+    log = tmp_path / "bench.txt"
+    log.write_text(text, encoding="utf-8")
+    db = tmp_path / "b.duckdb"
+    api.ingest(db, [str(log)])
+    out: dict[str, list[dict]] = {}
+    for flag in api.flags(db).to_dict("records"):
+        out.setdefault(flag["rule"], []).append(flag)
+    return out
+
+
+def test_one_gpu_faster_than_its_memory_is_no_measurement(tmp_path: Path) -> None:
+    found = ingested_flags(tmp_path, ONE_GPU_ALLTOALL)
+    (flag,) = found["impossible_bandwidth"]
+    assert (flag["severity"], flag["measured"], flag["expected"], flag["row_ref"]) == (
+        "warning",
+        43046.1,
+        1792.0,
+        "line 11",
+    )
+    assert flag["message"].startswith(
+        "alltoall on one GPU: algbw 43046.1 GB/s at 33.5544 MB (in-place in 0.78 µs) is 24.0x the NVIDIA GeForce "
+        "RTX 5090's memory bandwidth, 1792 GB/s"
+    )
+    assert "(2 row(s) above it)" in flag["message"] and "nothing to copy" in flag["message"]
+    (note,) = found["one_rank_bench"]
+    assert note["severity"] == "info" and "(n-1)/n, 0 for n = 1" in note["message"]
+
+
+def test_a_one_gpu_broadcast_is_not_said_to_have_busbw_0(tmp_path: Path) -> None:
+    """broadcast's busbw factor is 1 (src/broadcast.cu): on one rank its busbw is its algbw, a copy."""
+    text = ONE_GPU_ALLTOALL.replace("alltoall_perf", "broadcast_perf").replace(
+        "    none      -1", "    none       0"
+    )
+    text = text.replace("1611.65    0.00", "1611.65 1611.65").replace("1715.44    0.00", "1715.44 1715.44")
+    text = text.replace("21237.0    0.00", "  900.0   900.0").replace("43046.1    0.00", " 1700.0  1700.0")
+    assert ingested_flags(tmp_path, text).keys().isdisjoint({"impossible_bandwidth", "one_rank_bench"})
+
+
+def add_ranks_bench(store: Store, gpu_name: str, busbw: list[float]) -> None:
+    bench_id = add_bench(store, busbw, gpu_name=gpu_name)
+    store.con.execute(
+        "UPDATE collectives SET algbw_gbps = busbw_gbps * 8 / 14 WHERE bench_id = ?", [bench_id]
+    )
+
+
+def test_busbw_above_both_directions_of_every_link_is_no_measurement(store: Store) -> None:
+    """8 x A100 SXM (NVLink 3: 300 GB/s each way, 600 both): an invented 650 GB/s at 1 GiB cannot be."""
+    add_ranks_bench(store, "NVIDIA A100-SXM4-80GB", HEALTHY[:-1] + [650.0])
+    (flag,) = rules_of(store)["impossible_bandwidth"]
+    assert (flag["measured"], flag["expected"], flag["row_ref"]) == (650.0, 600.0, "line 110")
+    assert "8 ranks: busbw 650 GB/s at 1.07374 GB (out-of-place) is 1.1x" in flag["message"]
+    assert "NVLink 3 (12 links) bidirectional figure" in flag["message"]
+
+
+@pytest.mark.parametrize(
+    "gpu_name, peak",
+    [("NVIDIA H100 80GB HBM3", 480.0), ("NVIDIA GeForce RTX 9999", 5000.0)],
+    ids=["NVLS all-reduce above the one-way figure", "GPU the catalog does not know"],
+)
+def test_busbw_a_link_can_carry_is_left_alone(store: Store, gpu_name: str, peak: float) -> None:
+    add_ranks_bench(store, gpu_name, HEALTHY[:-1] + [peak])
+    assert "impossible_bandwidth" not in rules_of(store)

@@ -22,7 +22,16 @@ import polars as pl
 from tracelog.analysis import calibration, link_fit, loss_spikes, predictions
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
-from tracelog.analysis.rules import bandwidth, health, iterations, learning, model_rules, network, peer_access
+from tracelog.analysis.rules import (
+    bandwidth,
+    ceiling,
+    health,
+    iterations,
+    learning,
+    model_rules,
+    network,
+    peer_access,
+)
 from tracelog.analysis.scope import Scope
 from tracelog.errors import Deferred, TracelogError
 from tracelog.store import Store, lake
@@ -69,6 +78,7 @@ def rule_families(runs: list[RunInputs], scope: Scope) -> list[Family]:
         (True, network.runs),
         (False, network.benches),
         (False, peer_access.unsupported),
+        (False, ceiling.evaluate),
     ]
     return [family for of_runs, family in families if (scope.has_runs if of_runs else scope.has_benches)]
 
