@@ -349,16 +349,50 @@ ASSERT in expression h_errorFlag == 0 in void memcmpPatternHelper(...)() : /src/
 """.replace("4096\n", "4096 \n")  # the kernel's printf ends that line with a space
 
 
-def test_an_assert_fails_the_bench_and_keeps_what_was_printed() -> None:
+def test_a_failed_data_check_is_a_data_error_and_keeps_what_was_printed() -> None:
     out = collect(ASSERT_FAILURE)
     (bench,) = out["benches"]
-    assert (bench["status"], bench["ranks"], bench["line_end"]) == ("failed", 2, 21)
+    assert (bench["status"], bench["ranks"], bench["line_end"]) == ("data_error", 2, 21)
     assert matrices(out)["host_to_device_memcpy_ce"] == {(2, 0): 24.61, (2, 1): 24.58}
     kinds = [(e["kind"], e["line_no"]) for e in out["events"]]
-    assert kinds == [("error", 19), ("error", 20), ("error", 21), ("incomplete", 21)]
+    assert kinds == [("data_error", 19), ("data_error", 20), ("data_error", 21), ("incomplete", 21)]
     assert out["events"][2]["text"].startswith("ASSERT in expression h_errorFlag == 0")
     assert "device_to_device_memcpy_write_ce" in out["events"][3]["text"]
+    params = {p["name"]: (p["value"], p["line_no"]) for p in out["bench_params"]}
+    assert params["verification failed"] == ("device_to_device_memcpy_write_ce", 19)
     assert "unparsed" not in out
+
+
+def test_a_failed_data_check_of_v04_is_a_data_error() -> None:
+    """v0.4 to v0.6 compared on the host, printed the byte offset and aborted (memcpy.cpp of v0.4)."""
+    text = ASSERT_FAILURE.replace("v0.7", "v0.5").split(" Invalid value")[0] + (
+        " Invalid value when checking the pattern at <0x7f3a20001000>\n"
+        " Current offset [ 4096/536870912]\n"
+        "Aborted (core dumped)\n"
+    )
+    out = collect(text)
+    assert out["benches"][0]["status"] == "data_error"
+    kinds = [e["kind"] for e in out["events"]]
+    assert kinds == ["data_error", "data_error", "error", "incomplete"]
+
+
+def test_a_failed_data_check_is_a_critical_data_error_flag(tmp_path: Path) -> None:
+    """Not `bench_incomplete`'s "its output stops early": the copy was checked and found corrupted."""
+    log = tmp_path / "nvbandwidth.txt"
+    log.write_text(ASSERT_FAILURE, encoding="utf-8")
+    db = tmp_path / "n.duckdb"
+    api.ingest(db, [str(log)])
+    (flag,) = api.flags(db).to_dict("records")
+    assert (flag["rule"], flag["severity"], flag["row_ref"]) == (
+        "nvbandwidth_data_error",
+        "critical",
+        "line 19",
+    )
+    assert flag["message"] == (
+        "nvbandwidth's check of the data copied by device_to_device_memcpy_write_ce failed (Invalid value when "
+        "checking the pattern at 0x7f3a20000000; Current offset : 4096): the copy returned corrupted data. The "
+        "tool stops at a failed check, so the tests after it did not run."
+    )
 
 
 def test_a_cuda_error_fails_the_bench() -> None:

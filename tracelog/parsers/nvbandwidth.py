@@ -39,8 +39,10 @@ against the right figure (`analysis/rules/bandwidth.py`: `bandwidth_%p2p_on%` ag
   index (`parsers/ranges.py` drops the row). `device_local_copy` is src = dst; the bisection's rows are
   labelled `0->4`: src 0, dst 4.
 
-A bench is `failed` after an `ASSERT`, a `[CUDA_ERROR_...]` / `NVML_ERROR` line, a data-verification
-failure or a crash (rows printed before it are kept), `partial` when a matrix has fewer rows than it should
+A bench is `data_error` when its check of the copied data failed (`Invalid value when checking the
+pattern`, `ASSERT in expression h_errorFlag == 0`: `data_error` events, the test in a `verification failed`
+param), `failed` after another `ASSERT`, a `[CUDA_ERROR_...]` / `NVML_ERROR` line or a crash (rows printed
+before it are kept), `partial` when a matrix has fewer rows than it should
 or a test printed no result (a cut output, an `Error:` line), `complete` otherwise. Notes the tool prints
 are understood and skipped, its warnings become events; anything else (another program's warning between
 rows, mpirun's binding lines) goes to `unparsed`. A launcher prefix (`host: `) is stripped.
@@ -56,7 +58,7 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "nvbandwidth"
-VERSION = "1"
+VERSION = "2"
 TOOL = "nvbandwidth"
 
 VERSION_RX = re.compile(r"^nvbandwidth Version:\s*(\S.*?)\s*$")
@@ -90,9 +92,16 @@ WARNING_RX = re.compile(
     r"^(?:NOTE: You have chosen a buffer size|Warning: there are more processes than GPUs)"
 )
 FATAL_RX = re.compile(
-    r"^(?:ASSERT in expression\b|\[(?:CUDA_ERROR_\w+|cuda[A-Z]\w+)\]|NVML_ERROR: \[|ERROR: Invalid Arguments"
-    r"|Invalid value when checking the pattern|Current offset\s*[:\[])"
+    r"^(?:ASSERT in expression\b|\[(?:CUDA_ERROR_\w+|cuda[A-Z]\w+)\]|NVML_ERROR: \[|ERROR: Invalid Arguments)"
     r"|Segmentation fault|core dumped|terminate called|\bAborted\b|\bKilled\b|MPI_ABORT was invoked"
+)
+# The check of the copied data (`memcmpPatternHelper`, on unless `--skipVerification`): from v0.7 the compare
+# kernel prints the buffer and the 4-byte word (`at 0x70a640000000`, `Current offset : 11136`) and the
+# `ASSERT in expression h_errorFlag == 0` stops the tool; v0.4 to v0.6 print `at <0x...>`, `Current offset
+# [ bytes/size]` and abort.
+CHECK_RX = re.compile(
+    r"^(?:Invalid value when checking the pattern\b|Current offset\s*[:\[]"
+    r"|ASSERT in expression h_errorFlag == 0\b)"
 )
 TEST_ERROR_RX = re.compile(r"^(?:ERROR|Error): \S")
 PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*((?:\S.*)?\bnvbandwidth\b.*)$")
@@ -207,6 +216,7 @@ class _Bench:
     cut: list[str] = field(default_factory=list)
     no_result: list[str] = field(default_factory=list)
     failed: bool = False
+    corrupted: bool = False  # its check of the copied data failed
     tests_started: bool = False
 
     def record(self) -> dict[str, Any]:
@@ -237,6 +247,8 @@ class _Bench:
         }
 
     def status(self) -> str:
+        if self.corrupted:
+            return "data_error"
         if self.failed:
             return "failed"
         if self.cut or self.no_result or self.errors or not (self.matrices or self.waived):
@@ -472,6 +484,14 @@ class _Parser:
         if WARNING_RX.match(body):
             self.current(n)
             self.event("warning", body, n)
+            return True
+        if CHECK_RX.match(body):
+            bench = self.current(n)
+            self.end_matrix()
+            if not bench.corrupted:
+                self.param("verification failed", self.running[0] if self.running else "?", n)
+            bench.corrupted, self.after_fatal = True, True
+            self.event("data_error", body, n)
             return True
         if FATAL_RX.search(body):
             bench = self.current(n)
