@@ -186,3 +186,78 @@ def test_the_memory_share_gives_the_devices_capacity_for_the_oom_rule(tmp_path: 
         index=False
     )
     assert flag.severity == "critical" and "171.8 GiB is 96%" in flag.message
+
+
+def test_each_launch_is_its_own_run_even_when_its_steps_go_on() -> None:
+    """Launches pasted one after another (a baseline, then a float8 run) are two runs although the
+    second's step 30 comes after the first's step 20: the command starts a run, as pytorch/torchtitan#808
+    pastes them (`> ... ./run_train.sh ...`, `...`, one bare metrics line; figures invented)."""
+    text = (
+        "// baseline (bf16 + compile)\n"
+        '> CONFIG_FILE="./train_configs/llama3_8b.toml" ./run_train.sh --training.compile\n'
+        "...\n"
+        "step: 20  loss:  8.5012  memory: 47.60GiB(50.11%)  tps: 5,701  mfu: 33.40%\n"
+        "// rowwise float8\n"
+        '> CONFIG_FILE="./train_configs/llama3_8b.toml" ./run_train.sh --model.converters float8 '
+        "--training.compile --float8.recipe_name rowwise\n"
+        "...\n"
+        "step: 30  loss:  7.7001  memory: 47.70GiB(50.21%)  tps: 6,410  mfu: 37.55%\n"
+    )
+    out = collect(text)
+    runs = sorted(out["runs"], key=lambda r: r["run_key"])
+    assert [(r["line_start"], r["line_end"], r.get("precision")) for r in runs] == [
+        (2, 4, None),
+        (6, 8, "fp8"),
+    ]
+    assert [(r["run_key"], r["iteration"], r["lm_loss"]) for r in out["iterations"]] == [
+        (0, 20, 8.5012), (1, 30, 7.7001)
+    ]  # fmt: skip
+    mfu = [(m["run_key"], m["value"]) for m in out["iteration_metrics"] if m["key"] == "mfu (%)"]
+    assert mfu == [(0, 33.4), (1, 37.55)]
+    commands = [p["value"] for r in runs for p in r["run_params"] if p["name"] == "launch_command"]
+    assert commands[1].startswith(
+        'CONFIG_FILE="./train_configs/llama3_8b.toml" ./run_train.sh --model.converters'
+    )
+    assert [u["line_no"] for u in out["unparsed"]] == [1, 3, 5, 7]  # the comments and the `...`
+
+
+def test_the_scripts_set_x_echo_torchruns_banner_and_the_trainers_first_lines_start_a_run() -> None:
+    """run_train.sh runs under `set -ex`, so a job's output starts with `+ torchrun --nproc_per_node=4 ...`;
+    torchrun warns `Setting OMP_NUM_THREADS ...` and the trainer prints its version and `Float8 training
+    active with recipe tensorwise` before its steps. A second launch into the same file, here without its
+    command, goes on from step 10 to 20 (lines in the shape run_train.sh, torchrun and trainer.py print
+    them; figures invented)."""
+    stamp = "[titan] 2025-06-02 10:0{}:00,000 - root - INFO - "
+    step = (
+        stamp
+        + "step: {:2d}  loss:  {}  grad_norm:  1.0000  memory: 30.00GiB(37.90%)  tps: 7,000  tflops: 300.0  mfu: 30.00%"
+    )
+    launch = [
+        "+ NGPU=4",
+        "+ torchrun --nproc_per_node=4 --rdzv_backend c10d --rdzv_endpoint=localhost:0 --local-ranks-filter 0 "
+        "--role rank --tee 3 -m torchtitan.train --job.config_file ./train_configs/llama3_8b.toml "
+        "--model.converters float8",
+    ]
+    banner = [
+        "W0602 10:00:00.000000 1234 torch/distributed/run.py:766] ",
+        "W0602 10:00:00.000000 1234 torch/distributed/run.py:766] *****************************************",
+        "W0602 10:00:00.000000 1234 torch/distributed/run.py:766] Setting OMP_NUM_THREADS environment variable "
+        "for each process to be 1 in default, to avoid your system being overloaded, please further tune the "
+        "variable for optimal performance in your application as needed.",
+    ]
+    first = [stamp.format(0) + "torchtitan version: 0.1.0", stamp.format(0) + "Building llama3 8B"]
+    float8 = [stamp.format(0) + "Float8 training active with recipe tensorwise"]
+    lines = [
+        *launch, *banner, *first, *float8, step.format(1, 1, "9.1000"), step.format(2, 10, "7.5000"),
+        *banner, *first, step.format(3, 20, "7.0000"),
+    ]  # fmt: skip
+    out = collect("\n".join(lines) + "\n")
+    runs = sorted(out["runs"], key=lambda r: r["run_key"])
+    assert [(r["run_key"], r.get("gpus_per_node"), r.get("precision")) for r in runs] == [
+        (0, 4, "fp8"),
+        (1, None, None),
+    ]
+    assert [(r["run_key"], r["iteration"]) for r in out["iterations"]] == [(0, 1), (0, 10), (1, 20)]
+    assert runs[1]["line_start"] == 13  # the second banner's OMP_NUM_THREADS line
+    params = {(p["name"], p["value"]) for p in runs[0]["run_params"]}
+    assert {("torchtitan_version", "0.1.0"), ("model", "llama3 8B")} <= params

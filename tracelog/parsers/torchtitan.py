@@ -23,6 +23,16 @@ initialized with ... tokens per train step, ..., maximum context length 8192, to
 total steps 1000 (warmup 200)`) and `Peak FLOPS used for computing MFU: 9.890e+14`. The `CUDA capacity:
 NVIDIA H100 80GB HBM3 with 79.11GiB memory` line names the GPU for the hardware scan, as unparsed lines
 do. Warnings and tracebacks are events; anything else is `unparsed`.
+
+A launch starts the next run once steps were read, whatever its step numbers: its command
+(`./run_train.sh ...`, `./run_llama_train.sh` before 2025, the `+ torchrun --nproc_per_node=8 ...` their
+`set -x` echoes, `python -m torchtitan.train`), torchrun's banner (`Setting OMP_NUM_THREADS environment
+variable for each process ...`), or the trainer's first lines (`torchtitan version: ...`, `Starting job:`,
+`Building llama3 8B ...`, `Building device mesh ...`, the model's size, `Float8 training active ...`, the
+batch and step totals). A command is kept as the run's `launch_command`; its `--nproc_per_node` (or the
+script's `NGPU=`) gives the GPUs per node, and float8 linears (`--model.converters float8`,
+`quantize.linear.float8`, 2024's `--float8.enable_float8_linear`, or the trainer's `Float8 training active`
+/ `Swapped to Float8Linear layers`) give precision fp8.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "torchtitan"
-VERSION = "1"
+VERSION = "2"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
@@ -75,7 +85,25 @@ MODEL_ARGS_RX = re.compile(r"\bTransformerModelArgs\((.*)\)")
 MODEL_ARG_RX = re.compile(
     r"\b(dim|n_layers|n_heads|n_kv_heads|vocab_size|multiple_of|ffn_dim_multiplier)=([\w.]+)"
 )
-START_LINES = (JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, INITIALIZED_2025_RX, STARTS_RX)
+# a launch command as a shell, a paste (`$ `, `> `) or `set -x` (`+ `) shows it
+LAUNCH_RX = re.compile(
+    r"(?:^|[\s/])(?:run_train\.sh|run_llama_train\.sh)(?:\s|$)|(?:^|[\s;&+])torchrun\s+(?:--|-m\s|\S+\.py\b)"
+    r"|-m\s+torchtitan\.train\b"
+)
+NPROC_RX = re.compile(r"--nproc[_-]per[_-]node[= ]+(\d+)(?![\w.])|(?<![\w$])NGPU=(\d+)(?![\w.])")
+FLOAT8_COMMAND_RX = re.compile(
+    r"--model\.converters[= ]+[\"']?[\w.,\[\] \"']*?\bfloat8\b|--quantize\.linear\.float8\b"
+    r"|--float8\.enable_float8_linear\b"
+)
+FLOAT8_RX = re.compile(r"\bFloat8 training active\b|\bSwapped to Float8Linear layers\b")
+TORCHRUN_BANNER = "Setting OMP_NUM_THREADS environment variable for each process"
+VERSION_RX = re.compile(r"\btorchtitan version: (\S+)")
+BUILDING_RX = re.compile(r"(?:^|INFO - |\]:)\s*Building [\w.-]+ ")  # the model, its tokenizer, its logger
+MODEL_BUILT_RX = re.compile(r"\bBuilding ([\w.-]+ [\w.-]+)(?: with | on meta device|\s*$)")
+START_LINES = (
+    JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, INITIALIZED_2025_RX, STARTS_RX, VERSION_RX,
+    BUILDING_RX, FLOAT8_RX,
+)  # fmt: skip
 METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
 
 
@@ -188,8 +216,16 @@ class _Parser(RunRows):
         self.last_step, self.last_stamp = step, ts
 
     def config(self, n: int, body: str) -> bool:
-        """A line of the trainer's start that says the run's layout, size or length; after steps were
-        read, such a line is the start of the next run (a relaunch logging to the same file)."""
+        """A line of the launch or of the trainer's start that says the run's layout, size or length; after
+        steps were read, such a line is the start of the next run (a relaunch logging to the same file)."""
+        if LAUNCH_RX.search(body):
+            self.new_run()
+            self.launch(n, body)
+            return True
+        if TORCHRUN_BANNER in body:
+            self.new_run()
+            self.run(n)
+            return False  # torchrun's warning: an event or unparsed, as before
         if any(rx.search(body) for rx in START_LINES):
             self.new_run()
         if match := MESH_RX.search(body):
@@ -232,9 +268,27 @@ class _Parser(RunRows):
             self.param(n, "peak_flops_for_mfu", match.group(1))
         elif match := JOB_RX.search(body):
             self.param(n, "job_description", match.group(1).strip())
+        elif match := VERSION_RX.search(body):
+            self.param(n, "torchtitan_version", match.group(1))
+        elif FLOAT8_RX.search(body):
+            self.run(n)["precision"] = "fp8"
+        elif match := MODEL_BUILT_RX.search(body):
+            self.param(n, "model", match.group(1))
         else:
             return False
         return True
+
+    def launch(self, n: int, body: str) -> None:
+        """The launch command: kept verbatim (past a prompt or `set -x`'s `+ `), with the processes per
+        node torchrun starts (`NGPU` is run_train.sh's `--nproc_per_node`) and float8 linears."""
+        run = self.run(n)
+        self.param(n, "launch_command", re.sub(r"^\s*(?:[$>+]\s+)+", "", body).strip())
+        if match := NPROC_RX.search(body):
+            per_node = int(match.group(1) or match.group(2))
+            if 0 < per_node <= 64:
+                run["gpus_per_node"] = per_node
+        if FLOAT8_COMMAND_RX.search(body):
+            run["precision"] = "fp8"
 
     def model_shape(self, n: int, args: dict[str, str]) -> None:
         """Run columns from a Llama `TransformerModelArgs`; the FFN width as its FeedForward computes it
