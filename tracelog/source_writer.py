@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from tracelog.clusters import Clusters
-from tracelog.parsers.base import RESUME_TABLE, RETRACT_TABLE, Batch
+from tracelog.parsers.base import PARTLY_READ_EVENT, RESUME_TABLE, RETRACT_TABLE, Batch
 from tracelog.store import Store, progress
 from tracelog.store.runs import set_tags
 from tracelog.store.tables import (
@@ -117,7 +117,8 @@ class SourceWriter:
     def unparsed_but_read(self, since: int = 0) -> int:
         """Unparsed rows written after line `since` whose line was read too (an iteration, memory or timer
         row of one of the source's runs came from it): a progress bar with another stream's words glued
-        behind it keeps those words, but the line was read, so it is not counted among the unparsed.
+        behind it keeps those words, but the line was read, so it is not counted among the unparsed. A line
+        the parser said it read only in part (`PARTLY_READ_EVENT`) stays counted.
 
         Each table is probed against the unparsed lines (the smaller side, hashed once) rather than the
         read lines gathered into one set: a 1 GB log holds 9 M read rows, whose union did not fit in the
@@ -134,7 +135,8 @@ class SourceWriter:
             return int(
                 self.store.scalar(
                     "WITH left_over AS MATERIALIZED (SELECT DISTINCT line_no FROM unparsed "
-                    "WHERE source_id = $source AND line_no > $since) "
+                    "WHERE source_id = $source AND line_no > $since AND line_no NOT IN (SELECT line_no "
+                    f"FROM events WHERE source_id = $source AND kind = '{PARTLY_READ_EVENT}')) "
                     "SELECT count(*) FROM unparsed WHERE source_id = $source AND line_no > $since "
                     f"AND line_no IN ({hits})",
                     {"source": self.source_id, "since": since},

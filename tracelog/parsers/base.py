@@ -53,6 +53,9 @@ RESUME_TABLE = "_resume"  # a Batch of it carries a parser's state after the las
 # A Batch of it, first of a resumed parse, names rows the last parse wrote at its end that this one writes
 # again: dicts of `table` (one of a run's tables), `run_key` and `line_no`.
 RETRACT_TABLE = "_retract"
+PARTLY_READ_EVENT = "unread_figures"
+"""An event on a line a parser read only in part (a figure it could not name): the parser writes the line
+to `unparsed` as well, and it is counted there although rows came from it."""
 
 
 @dataclass

@@ -43,8 +43,6 @@ from tracelog.parsers.megatron_lines import (
     ITER_LINE_RX,
     ITER_MARK,
     ITERATION_COLUMNS,
-    KEY_VALUE_MARK,
-    NEOX_FLOPS_MARK,
     SPECIAL_RX,
     STATEFUL_RX,
     TIMER_ALL_HEAD,
@@ -56,19 +54,18 @@ from tracelog.parsers.megatron_lines import (
     generic_metrics,
     iteration_anchors,
     iterations_by_regex,
-    key_value_as_classic,
-    neox_flops_as_classic,
     per_thousand,
     timers_by_regex,
 )
 from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory_rows
+from tracelog.parsers.megatron_spelling import as_classic, partly_read
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 from tracelog.parsers.megatron_steps import ACTUAL_SEQLEN, deepspeed_step_metrics
 from tracelog.parsers.megatron_wrap import ends_in_wrap_head, join_wrapped
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "5"
+VERSION = "6"  # "6": the 2019 colon-less keys, `cached` memory, partly read iteration lines
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -346,13 +343,7 @@ def _parse_block(
     if frame.is_empty():
         return
     line = pl.col("line")
-    key_value = line.str.contains(KEY_VALUE_MARK, literal=True)
-    if frame.select(key_value.any()).item():
-        frame = frame.with_columns(pl.when(key_value).then(key_value_as_classic(line)).otherwise(line))
-    neox = line.str.contains(NEOX_FLOPS_MARK, literal=True)
-    if frame.select(neox.any()).item():
-        frame = frame.with_columns(pl.when(neox).then(neox_flops_as_classic(line)).otherwise(line))
-    frame = frame.with_columns(
+    frame = as_classic(frame).with_columns(
         line.str.contains(ITER_MARK, literal=True).alias("_iter"),
         line.str.contains(TIMER_MARK, literal=True).alias("_timer"),
         line.str.contains(SPECIAL_RX).alias("_special"),
@@ -483,7 +474,8 @@ def _parse_block(
     if iteration_rows is not None and bridge_metrics is not None:
         iteration_rows = bridge_tflops(iteration_rows, bridge_metrics)
     if iteration_rows is not None:
-        yield Batch("iterations", iteration_rows.drop("_extra"))
+        yield Batch("iterations", iteration_rows.drop("_extra", "_unread"))
+        yield from partly_read(candidates, iteration_rows.filter(pl.col("_unread")))
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
             metrics = generic_metrics(candidates, extra)
@@ -564,7 +556,7 @@ def _iteration_rows(
     # value would depend on how many iteration lines shared its block.
     seconds = pl.col("elapsed_raw").map_batches(per_thousand, pl.Float64)
     elapsed_s = pl.when(pl.col("_ms")).then(seconds).otherwise(pl.col("elapsed_raw")).alias("elapsed_s")
-    return rows.select("line_no", run_key, *ITERATION_COLUMNS[1:-3], elapsed_s, "_extra")
+    return rows.select("line_no", run_key, *ITERATION_COLUMNS[1:-4], elapsed_s, "_extra", "_unread")
 
 
 def _timers(timers: pl.DataFrame, anchors: pl.DataFrame, carry: _Carry, fast: bool = True) -> pl.DataFrame:

@@ -22,50 +22,6 @@ TIMER_MARK = "time (ms) |"
 ARGS_START = regex.compile(r"-{3,}\s*arguments\s*-{3,}")
 ARGS_END = "end of arguments"
 
-# argonne-lcf/Megatron-DeepSpeed (megatron/training_log.py, 2024 on) prints its iteration line as
-# `key=value` pairs with Python names (`iteration=  136004/  136100 | ... | elapsed_time_per_iteration_ms=3415.3
-# | ... | lm loss=12.316531 | ... | TFLOPs=53.66 |`); those lines are read as the classic line they stand
-# for. Its `[LM]TFLOPs` is Megatron's own count (the classic line's TFLOPs); `[DS]TFLOPs`, the flops
-# profiler's count of the same step, is not kept (as no other TFLOP figure of a line beside the first).
-KEY_VALUE_MARK = "elapsed_time_per_iteration_ms="
-KEY_VALUE_NAMES = {
-    "iteration=": "iteration ",
-    "consumed_samples=": "consumed samples: ",
-    "consumed_tokens=": "consumed tokens: ",
-    KEY_VALUE_MARK: "elapsed time per iteration (ms):",
-    "learning_rate=": "learning rate: ",
-    "global_batch_size=": "global batch size: ",
-    "loss_scale=": "loss scale: ",
-    "grad_norm=": "grad norm: ",
-    "num_zeros=": "num zeros: ",
-    "params_norm=": "params norm: ",
-    "number_of_skipped_iterations=": "number of skipped iterations: ",
-    "number_of_nan_iterations=": "number of nan iterations: ",
-    "samples_per_second=": "samples per second: ",
-    "[LM]TFLOPs=": "TFLOPs: ",
-    "[DS]TFLOPs=": "DeepSpeed TFLOP/s: ",
-    "TFLOPs=": "TFLOPs: ",
-}
-
-
-def key_value_as_classic(line: pl.Expr) -> pl.Expr:
-    """A `key=value` iteration line in the classic `key: value` spelling; every other key (the losses,
-    `actual_seqlen`) keeps its name with `=` made `:`."""
-    named = line.str.replace_many(list(KEY_VALUE_NAMES), list(KEY_VALUE_NAMES.values()))
-    return named.str.replace_all(r"(\|\s*)([A-Za-z][^|=:]{0,80}?)=", "${1}${2}: ")
-
-
-# GPT-NeoX (megatron/training.py, `training_log`) prints its FLOP rate with the unit glued on by
-# `human_readable_flops`: `approx flops per GPU: 112.9TFLOPS` (deepspeedai/DeepSpeed#3742 quotes one). A
-# rate in TFLOPS is read as the classic line's `TFLOPs: 112.9`; one in another unit (GFLOPS, PFLOPS) stays
-# a metric with its text.
-NEOX_FLOPS_MARK = "approx flops per GPU:"
-
-
-def neox_flops_as_classic(line: pl.Expr) -> pl.Expr:
-    return line.str.replace(r"approx flops per GPU:\s*([0-9]+(?:\.[0-9]+)?)TFLOPS", "TFLOPs: ${1}")
-
-
 # Iteration line fields: column -> (pattern with one group, dtype). Aliases across eras share a column.
 ITER_FIELDS: dict[str, tuple[str, Any]] = {
     "iteration": (r"iteration\s+(\d+)\s*/", pl.Int64),
@@ -303,6 +259,7 @@ ITERATION_COLUMNS = (
     "elapsed_raw",
     "_ms",
     "_extra",
+    "_unread",
 )
 
 
@@ -313,7 +270,19 @@ ITERATION_DTYPES: dict[str, Any] = {
     "rank": pl.Int32,
     "_ms": pl.Boolean,
     "_extra": pl.Boolean,
+    "_unread": pl.Boolean,
 }
+UNREAD_PART = r"\|[^|:]*[0-9][^|:]*\|"
+"""A part with a figure and no `key:` (on a line whose every `|` is doubled): nothing reads it."""
+UNREAD_ITERATION_PART = r"\|[^|:]*iteration\s+[0-9]+\s*/[^|:]*\|"
+"""GPT-NeoX's `| iteration 10/ 320000 |` after its `samples/sec:` part: the iteration, read."""
+
+
+def unread_parts(line: pl.Expr) -> pl.Expr:
+    """Whether a line has a part holding a figure that no key names (`| 9.44 |`, `| lm loss 9.44 |` in a
+    spelling no rewrite knows): the line is read only in part, and is said to be."""
+    doubled = pl.concat_str([line.str.replace_all("|", "||", literal=True), pl.lit("|")])
+    return doubled.str.count_matches(UNREAD_PART) > doubled.str.count_matches(UNREAD_ITERATION_PART)
 
 
 def iterations_by_regex(iters: pl.DataFrame) -> pl.DataFrame:
@@ -332,6 +301,7 @@ def iterations_by_regex(iters: pl.DataFrame) -> pl.DataFrame:
         "line_no",
         *cols,
         line.str.contains(r"elapsed time per iteration \(ms\)").alias("_ms"),
+        unread_parts(line).alias("_unread"),
         line.str.extract(TIMESTAMP, 1)
         .str.replace("T", " ")
         .str.replace(r"^(\d{4})(\d\d)(\d\d) ", "${1}-${2}-${3} ")

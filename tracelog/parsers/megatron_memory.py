@@ -1,5 +1,5 @@
-"""Megatron's memory reports as rows: `memory (MB) |` of every era and `memory (GB) |` since 2025, one row
-per `[Rank N]` report."""
+"""Megatron's memory reports as rows: `memory (MB) |` of every era (`cached` for reserved in 2019) and
+`memory (GB) |` since 2025, one row per `[Rank N]` report."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ iterations) memory (GB) | mem-allocated-gigabytes: 51.072 | ... | mem-max-reserv
 MEMORY_FIELDS = {
     "allocated_mib": r"\|\s*allocated:\s*" + NUM,
     "max_allocated_mib": r"max allocated:\s*" + NUM,
-    "reserved_mib": r"\|\s*reserved:\s*" + NUM,
-    "max_reserved_mib": r"max reserved:\s*" + NUM,
+    "reserved_mib": r"\|\s*(?:reserved|cached):\s*" + NUM,
+    "max_reserved_mib": r"max (?:reserved|cached):\s*" + NUM,
 }
+"""`cached` is what PyTorch called reserved memory before 1.4 (`torch.cuda.memory_cached`), as the 2019
+Megatron-LM prints it: `after 100 iterations memory (MB) | allocated: ... | cached: 9324.0 | max cached: ...`."""
 MEMORY_GB_FIELDS = {
     "allocated_mib": r"\|\s*mem-allocated-gigabytes:\s*" + NUM,
     "max_allocated_mib": r"mem-max-allocated-gigabytes:\s*" + NUM,
