@@ -552,3 +552,40 @@ def test_deepspeeds_timer_lines_are_read_at_the_steps_deepspeeds_parser_gives_th
     assert timers == [
         (t["iteration"], t["name"], t["time_ms"], t["rank"], t["line_no"]) for t in ds_out["timers"]
     ]
+
+
+def test_a_first_dict_before_any_bar_takes_the_step_of_the_bar_drawn_again_after_it() -> None:
+    """tqdm's `write` prints the dict over the bar, then draws the bar again where it stood: the first
+    dict of a paste that starts before any bar is at the step of the bar right after it (6), not the
+    first of a count; the bar that follows (7) is the next dict's. In the shape of a LLaMA-Factory
+    terminal copy (MIMIGenRec#3: bars on their own lines, a blank line after each dict, an erased bar of
+    spaces before the next); figures invented."""
+    bar = "  2%|▏         | {s}/390 [01:{t}<1:26:53, {r}s/it]"
+    text = "\n".join(
+        [
+            "{'loss': 11.9034, 'grad_norm': 0.52, 'learning_rate': 1e-06, 'epoch': 0.15}",
+            "",
+            bar.format(s=6, t=33, r="13.58"),
+            bar.format(s=7, t=46, r="13.26"),
+            " " * 49,
+            "{'loss': 11.8582, 'grad_norm': 0.49, 'learning_rate': 2e-06, 'epoch': 0.18}",
+            "",
+            bar.format(s=7, t=46, r="13.26"),
+            bar.format(s=8, t=58, r="13.05"),
+            " " * 49,
+            "{'loss': 11.8021, 'grad_norm': 0.47, 'learning_rate': 3e-06, 'epoch': 0.21}",
+        ]
+    )
+    out = collect(text + "\n")
+    rows = [(r["iteration"], r["lm_loss"], r["elapsed_s"]) for r in out["iterations"]]
+    assert rows == [(6, 11.9034, 13.58), (7, 11.8582, 13.26), (8, 11.8021, 13.05)]
+    assert [(m["iteration"], m["value"]) for m in out["iteration_metrics"]] == [
+        (6, 0.15),
+        (7, 0.18),
+        (8, 0.21),
+    ]
+    (run,) = out["runs"]
+    assert [p["value"] for p in run["run_params"] if p["name"] == "step_source"] == ["tqdm bar"]
+    # a lone dict and the bar drawn again after it, the end of the paste: the bar's step too
+    (lone,) = collect("\n".join(text.split("\n")[:3]) + "\n")["iterations"]
+    assert lone["iteration"] == 6

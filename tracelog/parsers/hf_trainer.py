@@ -54,14 +54,18 @@ from tracelog.parsers.deepspeed_config import (
 from tracelog.parsers.deepspeed_timers import timer_figures, timer_memory
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.hf_trainer_dict import (
+    BAR_RX,
+    DICT_RX,
     HEADER_RX,
     PAIR_RX,
     SAME_STEP_TOLERANCE,
     clock_seconds,
     dict_value,
     figures_agree,
+    logged_text,
     logger_clock,
     logger_prefix_end,
+    printer_of,
     steps_pair,
     steps_per_epoch,
 )
@@ -69,15 +73,9 @@ from tracelog.parsers.hf_trainer_shape import block_line, block_start, shape_fro
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
-VERSION = "2"  # "2": DeepSpeed's wall-clock timer lines are read
+VERSION = "3"  # "3": a first dict before any bar takes the step of the bar drawn again after it
 FRAMEWORK = "hf-trainer"
 
-DICT_RX = re.compile(r"""^\s*\{\s*['"][^'"]+['"]\s*:.*\}\s*$""")
-# tqdm's bar: `  5%|▌         | 50/1000 [02:05<39:35,  2.50s/it]` (a postfix may follow the rate)
-BAR_RX = re.compile(
-    r"^\s*([^|%]*?:\s*)?\d+%(?:\|[^|]*\|)?\s*(\d+)/(\d+)\s*\[([\d:]+)<[^,\]]*,\s*"
-    r"(?:(\d+(?:\.\d+)?)(s/it|it/s)|\?\w*/\w+)[^\]]*\]"
-)
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
 RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
 RELAUNCH_MARK = "Setting OMP_NUM_THREADS environment variable for each process"
@@ -89,7 +87,6 @@ RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
 STEP_KEYS = ("current_steps", "step", "global_step")
-STAMP_PREFIX_RX = re.compile(r"\[?\d{4}-\d\d-\d\d")
 COPIES_HELD = 64
 """Logged dicts remembered with the printers that printed them: a node's copy of a dict another node
 printed first comes within this many dicts of it."""
@@ -110,7 +107,7 @@ def detect(head: str) -> int:
     logged = 0
     for line in head.split("\n"):
         for part in line.split("\r"):
-            part = _logged_text(strip_prefix(part)[0])
+            part = logged_text(strip_prefix(part)[0])
             if (
                 DICT_RX.match(part)
                 and re.search(r"""['"]loss['"]\s*:""", part)
@@ -119,31 +116,6 @@ def detect(head: str) -> int:
                 logged += 1
     # one dict is enough where no DeepSpeed step line says the log is DeepSpeed's (quoting the Trainer once)
     return 45 if logged >= 2 or (logged == 1 and DS_STEP_RX.search(head) is None) else 0
-
-
-def _logged_text(part: str) -> str:
-    """What a logged dict's line holds past a bar drawn before it and a logger's prefix (`[INFO|trainer.py:398]
-    2021-01-15 10:28:50,371 >> `, LLaMA-Factory's `[INFO|...] llamafactory.train.callbacks:143 >> `, its
-    older `03/12/2024 11:24:33 - INFO - llmtuner.extras.callbacks - `: `LOGGER_PREFIX_RX`)."""
-    if (bar := BAR_RX.match(part) or BAR_RX.match(strip_prefix(part)[0])) is not None:
-        part = part[part.find(bar.group(0)) + len(bar.group(0)) :]
-    at = logger_prefix_end(part)
-    return part[at:] if at >= 0 else part
-
-
-def _printer(part: str) -> tuple[str, str | None]:
-    """A line past its launchers' prefixes, and who printed it: the host (`10.96.202.43: `) or rank tag
-    (`[default0]:`) those prefixes name, without their time; None for a line no launcher tagged."""
-    tags = []
-    for _ in range(3):
-        bare, host = strip_prefix(part, limit=1)
-        if bare == part:
-            break
-        tag = part[: len(part) - len(bare)].strip()
-        if not STAMP_PREFIX_RX.match(tag):
-            tags.append(host or tag)
-        part = bare
-    return part, " ".join(tags) or None
 
 
 class _Parser(RunRows):
@@ -169,6 +141,11 @@ class _Parser(RunRows):
         self.ended = False  # the run's closing `train_runtime` dict was read
         self.bar_placed = False  # the last row's step was the bar's
         self.from_bar = False  # the step `_step_of` gave last came from the bar
+        self.guessed = False  # the step `_step_of` gave last was counted: no key nor bar said it
+        # a counted row that the bar drawn right after it may place (`_place`): its dict's line, the row,
+        # the step before it, and that bar's step and rate once drawn
+        self.unplaced: tuple[int, dict[str, Any], int, int | None, float | None] | None = None
+        self.seen: tuple[int, int] = (0, 0)  # the last two lines with text, the last one last
         self.step_keys: set[str] = set()  # the keys of the last row's dict
         self.last_row: dict[str, Any] | None = None
         self.last_pairs: dict[str, Any] = {}  # the last training dict's values
@@ -200,10 +177,11 @@ class _Parser(RunRows):
             self.step_source = None
             self.ds_skipped, self.skipped_pending, self.overflows, self.loss_scale = None, 0, None, None
             self.timer_since, self.timer_bar, self.ds_last_step = {}, None, None
-            self.ended, self.bar_placed, self.step_keys = False, False, set()
+            self.ended, self.bar_placed, self.step_keys, self.unplaced = False, False, set(), None
             self.printed = {}
 
     def _close_run(self) -> None:
+        self._place()
         if self.logged == 0:
             self._emit_bar_rows()
         if self.step_source is not None and self.run_key in self.runs:
@@ -212,6 +190,8 @@ class _Parser(RunRows):
     # ----------------------------------------------------------------------------------------- lines
     def line(self, n: int, text: str) -> None:
         understood = False
+        if text.strip():
+            self.seen = (self.seen[1], n)
         self.printer = None  # a launcher prefixes a line once, before the bar's first redraw
         for part in text.split("\r"):
             if part.strip():
@@ -238,7 +218,7 @@ class _Parser(RunRows):
                 self.bar(n, int(match.group(2)), int(match.group(3)), match.group(5), match.group(6))
             rest = part[match.end() :]  # a line another process wrote behind the bar, without a newline
             return self.part(n, rest) if rest.strip() else True
-        logged = _logged_text(part)
+        logged = logged_text(part)
         if DICT_RX.match(logged):
             self.stamp = logger_clock(part)
             return self.logged_dict(n, logged, via_logger=logger_prefix_end(part) >= 0)
@@ -246,7 +226,7 @@ class _Parser(RunRows):
             return self.deepspeed(n, match)
         if self.header(n, part):
             return True
-        bare, printer = _printer(part)  # a launcher's `host: ` or time before any of the above
+        bare, printer = printer_of(part)  # a launcher's `host: ` or time before any of the above
         if bare == part or not bare.strip():
             return False
         self.printer = printer or self.printer
@@ -259,11 +239,14 @@ class _Parser(RunRows):
             self.train_total = total
         if total != self.train_total:
             return
+        if rate is not None and unit is not None:
+            self.bar_rate = tqdm_seconds(float(rate), unit)
+        if self.unplaced is not None and self.unplaced[3] is None:  # the first bar after a counted row
+            right_after = self.unplaced[0] in (n, self.seen[0])
+            self.unplaced = (*self.unplaced[:3], step, self.bar_rate) if right_after else None
         if step != self.bar_step and step > 0:
             self.timer_since, self.timer_bar = {}, step
         self.bar_step = step
-        if rate is not None and unit is not None:
-            self.bar_rate = tqdm_seconds(float(rate), unit)
         named = self.runs.get(self.run_key, {}).get("train_iters") == total
         if self.logged == 0 and not self.ended and step > 0 and named:
             if self.bar_rows and self.bar_rows[-1][0] == step:
@@ -332,20 +315,21 @@ class _Parser(RunRows):
     def _step_of(self, pairs: dict[str, Any], advance: bool, n: int = 0) -> int:
         """The step a logged dict belongs to (see the module's docstring); `advance`: a training dict,
         which moves the count on."""
-        self.from_bar = False
+        self.from_bar, self.guessed = False, advance
         for key in STEP_KEYS:
             if isinstance(pairs.get(key), float):
-                self.step_source = self.step_source or "logged step"
+                self.step_source, self.guessed = self.step_source or "logged step", False
                 return int(pairs[key])
         if (of := steps_pair(pairs)) is not None:
-            self.step_source = self.step_source or "logged step"
+            self.step_source, self.guessed = self.step_source or "logged step", False
             return of[0]
         last = self.last_step or 0
         if advance and self._same_step(pairs, n):
+            self.guessed = False
             return last  # LLaMA-Factory logs each step twice: through its logger, then plain
         if self.bar_step is not None and (self.bar_step > last or not advance):
             self.step_source = self.step_source or "tqdm bar"
-            self.from_bar = True
+            self.from_bar, self.guessed = True, False
             return self.bar_step
         if not advance:
             return last
@@ -378,6 +362,8 @@ class _Parser(RunRows):
 
     def training_row(self, n: int, pairs: dict[str, Any]) -> None:
         self.bar_rows = []  # a run that logs dicts has its dicts' rows
+        if self.unplaced is not None and (self.unplaced[3] or 0) < (self.bar_step or 0):
+            self._place()  # the bar after the last dict was its own: another bar came for this one
         step = self._step_of(pairs, advance=True, n=n)
         if step == self.last_step and (self.bar_placed or self.logger_dict_at is not None):
             pending = self.out.tables.get("iterations") or []
@@ -389,12 +375,16 @@ class _Parser(RunRows):
                     self.last_row[ROW_KEYS[key]] = value
                 else:
                     self.metric(n, step, key, value)
+            if self.unplaced is not None:
+                self.unplaced = (n, *self.unplaced[1:])  # the bar after this copy is the step's
             return
         self.bar_placed = self.from_bar
         self.step_keys = set(pairs)
         self.last_pairs = pairs
         if self.last_step is not None and step <= self.last_step and "current_steps" in pairs:
             self.new_run()  # LLaMA-Factory's log of a restarted run counts again
+        unplaced = self.guessed and self.bar_step is None
+        self.unplaced = (n, {}, self.last_step or 0, None, None) if unplaced else None
         self.logged += 1
         run = self.run(n)
         if isinstance(pairs.get("total_steps"), float):
@@ -424,11 +414,37 @@ class _Parser(RunRows):
             row[column] = value if isinstance(value, float) else None
         self.out.add("iterations", row)
         self.last_row = row
+        if self.unplaced is not None:
+            self.unplaced = (n, row, *self.unplaced[2:])
         for key, value in pairs.items():
             if key in ROW_KEYS or key in IGNORED_KEYS or not isinstance(value, float):
                 continue
             self.metric(n, step, key, value)
         self.last_step = step
+
+    def _place(self) -> None:
+        """A counted row placed by the training bar drawn right after its dict (only blank lines between,
+        or behind it on its line): tqdm's `write` prints a dict over the bar and draws the bar again where
+        it stood, at the dict's step (LLaMA-Factory's first dict before any bar: `{'loss': ...}`, then
+        `6/390 [01:33<1:26:53, 13.58s/it]`). That bar is the dict's own once another bar comes before the
+        next dict (`7/390`), or when no dict follows; only while the row is not handed out yet."""
+        _, row, before, step, rate = self.unplaced or (0, {}, 0, None, None)
+        self.unplaced = None
+        pending = self.out.tables.get("iterations") or []
+        if step is None or step <= before or not pending or pending[-1] is not row:
+            return
+        counted, row["iteration"] = row["iteration"], step
+        for metric in reversed(self.out.tables.get("iteration_metrics") or []):
+            if metric["line_no"] < row["line_no"]:
+                break
+            if metric["iteration"] == counted and metric["run_key"] == self.run_key:
+                metric["iteration"] = step
+        row["elapsed_s"] = row["elapsed_s"] if row["elapsed_s"] is not None else rate
+        if self.clock is not None and self.clock[0] == counted:
+            self.clock = (step, self.clock[1])
+        self.last_step, self.bar_placed = step, True
+        if self.logged == 1:
+            self.step_source = "tqdm bar"
 
     def metric(self, n: int, step: int, key: str, value: float) -> None:
         key = "validation loss" if key == "eval_loss" else key  # the name other parsers give it

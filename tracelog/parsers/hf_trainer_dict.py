@@ -1,5 +1,6 @@
 """The values of a dict the Hugging Face Trainer (and the trainers built on it) logs: its pairs, their
-numbers as Python and the JSON writers print them, its clocks, and when two dicts are one step's."""
+numbers as Python and the JSON writers print them, its clocks, and when two dicts are one step's; and the
+line around it: the training bar drawn before it, a logger's prefix, the launcher's tag of who printed it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from datetime import date
 from typing import Any
 
+from tracelog.parsers.base import strip_prefix
 from tracelog.parsers.run_rows import printed_number
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf|NaN|Infinity|-Infinity"
@@ -145,3 +147,37 @@ def steps_per_epoch(run: dict[str, Any]) -> int | None:
         return None
     ranks = gbs // (mbs * accumulation)
     return max(math.ceil(examples / (mbs * ranks)) // accumulation, 1)
+
+
+DICT_RX = re.compile(r"""^\s*\{\s*['"][^'"]+['"]\s*:.*\}\s*$""")
+# tqdm's bar: `  5%|▌         | 50/1000 [02:05<39:35,  2.50s/it]` (a postfix may follow the rate)
+BAR_RX = re.compile(
+    r"^\s*([^|%]*?:\s*)?\d+%(?:\|[^|]*\|)?\s*(\d+)/(\d+)\s*\[([\d:]+)<[^,\]]*,\s*"
+    r"(?:(\d+(?:\.\d+)?)(s/it|it/s)|\?\w*/\w+)[^\]]*\]"
+)
+STAMP_PREFIX_RX = re.compile(r"\[?\d{4}-\d\d-\d\d")
+
+
+def logged_text(part: str) -> str:
+    """What a logged dict's line holds past a bar drawn before it and a logger's prefix (`[INFO|trainer.py:398]
+    2021-01-15 10:28:50,371 >> `, LLaMA-Factory's `[INFO|...] llamafactory.train.callbacks:143 >> `, its
+    older `03/12/2024 11:24:33 - INFO - llmtuner.extras.callbacks - `: `LOGGER_PREFIX_RX`)."""
+    if (bar := BAR_RX.match(part) or BAR_RX.match(strip_prefix(part)[0])) is not None:
+        part = part[part.find(bar.group(0)) + len(bar.group(0)) :]
+    at = logger_prefix_end(part)
+    return part[at:] if at >= 0 else part
+
+
+def printer_of(part: str) -> tuple[str, str | None]:
+    """A line past its launchers' prefixes, and who printed it: the host (`10.96.202.43: `) or rank tag
+    (`[default0]:`) those prefixes name, without their time; None for a line no launcher tagged."""
+    tags = []
+    for _ in range(3):
+        bare, host = strip_prefix(part, limit=1)
+        if bare == part:
+            break
+        tag = part[: len(part) - len(bare)].strip()
+        if not STAMP_PREFIX_RX.match(tag):
+            tags.append(host or tag)
+        part = bare
+    return part, " ".join(tags) or None
