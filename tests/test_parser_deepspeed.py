@@ -729,3 +729,33 @@ def test_the_pipeline_engines_start_lines_give_the_models_size_and_its_stages() 
         ("pipeline stage 1 parameters", "2718609408"),
     ]
     assert [u["line_no"] for u in out["unparsed"]] == [1]
+
+
+def test_a_scripts_step_lines_place_the_bare_timers_and_give_their_time() -> None:
+    """A benchmark script printing DeepSpeed's timers without the logger's prefix and its own `Step N time:`
+    after each step (DeepSpeedExamples' ZenFlow benchmark; lines in that shape, figures invented): the
+    timers before a step line are its step's, those after the last one the next step's; the step time is
+    the step's seconds; the launcher's `--num_gpus` is the GPUs per node and `[Summary]` run parameters."""
+    text = (
+        "$ deepspeed --num_gpus=2 zf_benchmark.py --hidden_dim 2048 --iteration 3\n"
+        "time (ms) | fwd_microstep: 50.10 | bwd_microstep: 120.00 | step_microstep: 0.30\n"
+        "Step 0 time: 170.40ms\n"
+        "time (ms) | optimizer_allgather: 20.00 | optimizer_step: 110.00\n"
+        "time (ms) | fwd_microstep: 0.40 | bwd_microstep: 55.00 | step_microstep: 180.20\n"
+        "time (ms) | fwd: 50.50 | bwd: 175.00 | step: 180.50\n"
+        "Step 1 time: 236.00ms\n"
+        "time (ms) | fwd_microstep: 0.30 | bwd_microstep: 16.00 | step_microstep: 0.20\n"
+        "[Summary] topk_ratio=0.1 update_interval=2 avg_update_step=171.38ms\n"
+    )
+    out = collect(text)
+    assert [(r["iteration"], r["elapsed_s"]) for r in out["iterations"]] == [(0, 0.1704), (1, 0.236)]
+    by_line = {}
+    for t in out["timers"]:
+        by_line.setdefault(t["line_no"], set()).add(t["iteration"])
+    assert by_line == {2: {0}, 4: {1}, 5: {1}, 6: {1}, 8: {2}}
+    (run,) = out["runs"]
+    assert run["gpus_per_node"] == 2 and run.get("nodes") is None
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["launch_command"].startswith("deepspeed --num_gpus=2 zf_benchmark.py")
+    assert (params["summary.update_interval"], params["summary.avg_update_step"]) == ("2", "171.38ms")
+    assert "unparsed" not in out

@@ -47,6 +47,7 @@ from tracelog.parsers.base import (
 )
 from tracelog.parsers.deepspeed_config import (
     INFO_PARAMS,
+    LAUNCH_COMMAND_RX,
     NUM,
     SEE_MEMORY_RX,
     SKIPPED_RUNNING,
@@ -55,17 +56,19 @@ from tracelog.parsers.deepspeed_config import (
     flatten,
     int_or_none,
     iteration_row,
+    launch_command,
     memory_row,
     number,
     pipe_engine_line,
     see_memory_mib,
+    summary_line,
 )
 from tracelog.parsers.deepspeed_profiler import profiler_line
-from tracelog.parsers.deepspeed_timers import glued_bar, timer_line
+from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "5"
+VERSION = "6"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -171,6 +174,7 @@ class _Parser:
         self.event_kind: dict[int | None, str] = {}  # per stream: the traceback or warning being continued
         self.profiler_step: int | None = None
         self.in_profiler = False
+        self.unplaced_timers: list[dict[str, Any]] = []
 
     # ---- resuming -----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -364,6 +368,14 @@ class _Parser:
         if ("_PARAMS=" in msg or "micro_batches=" in msg) and pipe_engine_line(
             self.run(line_no), line_no, msg
         ):
+            return True
+        if "time:" in msg and script_step(self, line_no, msg):
+            return True
+        if "deepspeed" in msg and LAUNCH_COMMAND_RX.search(msg):
+            self._restart(line_no)
+            launch_command(self.run(line_no), line_no, msg)
+            return True
+        if "[Summary]" in msg and summary_line(self.run(line_no), line_no, msg):
             return True
         if "Checkpoint global_step" in msg or "Saving model checkpoint" in msg:
             self.emit(

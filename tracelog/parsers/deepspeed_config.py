@@ -185,6 +185,33 @@ class RunState:
         }
 
 
+# The launcher as a shell echoes it (`$ deepspeed --num_gpus=4 train.py ...`): its `--num_gpus` are the GPUs
+# per node (deepspeed/launcher/runner.py), `--num_nodes` the nodes; kept as the run's `launch_command`
+LAUNCH_COMMAND_RX = re.compile(r"(?:^|[\s/;&])deepspeed(?:\s+--?[\w-]+(?:[= ][^\s-]\S*)?)*\s+\S+\.py\b")
+LAUNCH_COUNT_RX = re.compile(r"--num_(gpus|nodes)[= ](\d+)(?![\w.])")
+# a benchmark script's closing line of `key=value` figures (DeepSpeedExamples' ZenFlow benchmark:
+# `[Summary] pin_memory=False topk_ratio=0.1 ... avg_update_step=171.38ms`): run parameters, verbatim
+SUMMARY_RX = re.compile(r"^\s*\[Summary\]\s+(\w+=\S+(?:\s+\w+=\S+)*)\s*$")
+
+
+def launch_command(run: RunState, line_no: int, msg: str) -> None:
+    """The deepspeed launcher's command line: kept verbatim, its GPUs per node and nodes as columns."""
+    run.param("launch_command", re.sub(r"^\s*(?:[$>+]\s+)+", "", msg).strip(), line_no, once=True)
+    for name, count in LAUNCH_COUNT_RX.findall(msg):
+        if 0 < int(count) <= (64 if name == "gpus" else 100_000):
+            run.columns["gpus_per_node" if name == "gpus" else "nodes"] = int(count)
+
+
+def summary_line(run: RunState, line_no: int, msg: str) -> bool:
+    match = SUMMARY_RX.match(msg)
+    if match is None:
+        return False
+    for pair in match.group(1).split():
+        name, _, value = pair.partition("=")
+        run.param(f"summary.{name}", value, line_no)
+    return True
+
+
 ITERATION_KEYS = (
     "run_key",
     "iteration",

@@ -9,7 +9,8 @@ line DeepSpeed logs lands on the bar's line (DeepSpeed issue 1436):
 The Trainer moves its bar on in `on_step_end`, after the DeepSpeed engine's `step()` printed that step's
 timers: the bar's count is the steps done, its rate tqdm's moving average of seconds per step. The step the
 bar names gets that rate as its step time (where DeepSpeed's throughput line gives none), and the timer
-lines after it are the next step's (`RunState.timer_step`)."""
+lines after it are the next step's (`RunState.timer_step`). A training script's own step line after the
+step's timers (`Step 3 time: 166.10ms`) places them alike (`script_step`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class TimedParser(Protocol):
     """What of the DeepSpeed parser the timer lines and a glued bar read and write."""
 
     trained: bool
+    unplaced_timers: list[dict[str, Any]]  # timer rows of no known step yet, held for a script's step line
 
     def run(self, line_no: int) -> RunState: ...
     def emit(self, table: str, row: dict[str, Any]) -> None: ...
@@ -63,6 +65,34 @@ def glued_bar(parser: TimedParser, line_no: int, line: str) -> str:
         if row is not None and (rate := RATE_RX.search(match.group("times"))) is not None:
             row["_bar_s"] = tqdm_seconds(float(rate.group(1)), rate.group(2))
     return line[match.end() :]
+
+
+SCRIPT_STEP_RX = re.compile(r"^\s*Step\s+(\d+)\s+time:\s*" + NUM + r"\s*(ms|s)\s*$")
+UNPLACED_HELD = 1000
+"""Timer rows of no known step held for a script's first step line: a log with that many and none is one
+whose timers have no step to be placed at."""
+
+
+def script_step(parser: TimedParser, line_no: int, msg: str) -> bool:
+    """A training script's own line after each step (DeepSpeedExamples' ZenFlow benchmark: `Step 3 time:
+    166.10ms`): step N's row with that time. DeepSpeed printed the step's timers before it, so it places
+    them as the Trainer's bar does: the timers before a run's first such line that no step placed are
+    step N's (while not handed out yet), and the k-th of a kind after it is step N + k."""
+    match = SCRIPT_STEP_RX.match(msg)
+    if match is None:
+        return False
+    run = parser.run(line_no)
+    step, seconds = int(match.group(1)), number(match.group(2))
+    parser.trained = True
+    for row in parser.unplaced_timers:
+        if row["run_key"] == run.key:
+            row["iteration"] = step
+    parser.unplaced_timers = []
+    run.bar_step, run.since_step = step, {}
+    stepped = parser.step_row(run, step, line_no, None, None)
+    if stepped is not None and seconds is not None:  # 178.66 ms is 0.17866 s, to the nanosecond
+        stepped["elapsed_s"] = round(seconds / 1000.0, 9) if match.group(3) == "ms" else seconds
+    return True
 
 
 def timer_figures(msg: str) -> tuple[int | None, list[tuple[str, float]], dict[str, float]]:
@@ -108,16 +138,16 @@ def timer_line(parser: TimedParser, line_no: int, msg: str, rank: int | None) ->
     rank = said_rank if said_rank is not None else rank
     iteration = run.timer_step(msg)
     for name, value in timers:
-        parser.emit(
-            "timers",
-            {
-                "run_key": run.key,
-                "rank": rank,
-                "iteration": iteration,
-                "name": name,
-                "time_ms": value,
-                "line_no": line_no,
-            },
-        )
+        row = {
+            "run_key": run.key,
+            "rank": rank,
+            "iteration": iteration,
+            "name": name,
+            "time_ms": value,
+            "line_no": line_no,
+        }
+        parser.emit("timers", row)
+        if iteration is None and run.bar_step is None and len(parser.unplaced_timers) < UNPLACED_HELD:
+            parser.unplaced_timers.append(row)
     if memory:
         parser.emit("memory", timer_memory(run.key, rank, run.last_step, line_no, memory))
