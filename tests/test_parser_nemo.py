@@ -549,3 +549,38 @@ def test_a_pasted_caret_m_between_redraws_is_a_carriage_return() -> None:
     (run,) = out["runs"]
     params = {p["name"]: p["value"] for p in run["run_params"]}
     assert params["model.peft.exclude_modules"] == "^Model.*"
+
+
+RICH_SUMMARY = """\
+┏━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┓
+┃   ┃ Name                             ┃ Type                   ┃ Params ┃ Mode  ┃
+┡━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━┩
+│ 0 │ module                           │ DDP                    │  1.2 B │ train │
+│ 1 │ module.module.module.embedding   │ LanguageModelEmbedding │  262 M │ train │
+│ 2 │ module.module.module.decoder     │ TransformerBlock       │  973 M │ train │
+└───┴──────────────────────────────────┴────────────────────────┴────────┴───────┘
+Trainable params: 1.2 B
+Non-trainable params: 0
+Total params: 1.2 B
+Total estimated model params size (MB): 4.9 K
+Modules in train mode: 231
+Modules in eval mode: 0
+Training epoch 0, iteration 0/99 | lr: 1.5e-07 | global_batch_size: 8 | global_step: 0 | reduced_train_loss: 11.93 | train_step_timing in s: 2.1 | consumed_samples: 8
+"""
+
+
+def test_the_rich_model_summary_is_read_and_its_total_is_the_size_without_model_parallelism() -> None:
+    """Lightning's RichModelSummary (a box, then `Total params: 1.2 B`), as a NeMo 2 job prints it before
+    its first step (in the shape of a BioNeMo Evo2 log; module names and counts invented). Nothing says the
+    model is split, so its total is the run's size, that assumption kept in `params_from`; a log that says
+    tensor parallelism 2 keeps it a run parameter only (the shard's count)."""
+    out = collect(RICH_SUMMARY)
+    assert "unparsed" not in out
+    (run,) = out["runs"]
+    assert run["params"] == 1_200_000_000
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert (params["lightning Total params"], params["lightning Modules in train mode"]) == ("1.2 B", "231")
+    assert "whole model assumed" in params["params_from"]
+    split = "[NeMo I 2025-06-01 10:00:00 megatron_init:360] All tensor model parallel group ranks: [[0, 1]]\n"
+    (run,) = collect(split + RICH_SUMMARY)["runs"]
+    assert run["tp"] == 2 and "params" not in run

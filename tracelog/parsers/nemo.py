@@ -23,8 +23,10 @@ What NeMo prints and where it lands (sources: NVIDIA/NeMo `nemo/lightning/pytorc
   batch sizes, sequence length, layers, hidden, heads, precision, nodes, devices, max_steps) map onto run
   columns by their last name, the first one printed winning.
 - `Padded vocab_size: 128256, original vocab_size: 128256, dummy tokens: 0.`: the run's vocabulary.
-- Lightning's model summary (`2.0 B     Total params`): counts of one model-parallel shard, so kept as
-  `run_params` only, never as the run's parameter count.
+- Lightning's model summary (`2.0 B     Total params`, or the rich summary's box and `Total params: 6.5
+  B`; lightning_summary.py): its totals as `run_params`; the total as the run's parameter count only where
+  the log says no tensor or pipeline parallelism splits the model, or says nothing of them (an assumption
+  kept as `params_from`), since it counts one model-parallel shard.
 
 NeMo's logger prefix (`[NeMo I 2025-01-01 12:00:00 nemo_logging:393] `) and launcher prefixes are
 stripped first. Warnings and tracebacks are events; anything else goes to `unparsed`.
@@ -49,6 +51,7 @@ from tracelog.parsers.base import (
 )
 from tracelog.parsers.event_words import CRASH_WORDS, kind_of
 from tracelog.parsers.lightning_bar import BAR_RX, RATE_RX, REDRAW_SPLIT_RX, bar_step, is_redraws
+from tracelog.parsers.lightning_summary import summary_line, whole_model_params
 from tracelog.parsers.megatron_lines import (
     ITER_MARK,
     TIMER_ALL_HEAD,
@@ -60,7 +63,8 @@ from tracelog.parsers.prefixes import RAY_PREFIX_RX
 from tracelog.parsers.run_rows import tqdm_seconds
 
 FORMAT = "nemo"
-VERSION = "4"  # "3": a rounded `global_step` read with the bar's count; "4": a pasted `^M` between redraws
+VERSION = "5"  # "3": a rounded `global_step` read with the bar's count; "4": a pasted `^M` between redraws;
+# "5": the rich model summary, and its total as the parameter count where no model parallelism splits it
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -94,13 +98,6 @@ RANK_PARAMS_RX = re.compile(
 OPTIMIZER_FIELD_RX = re.compile(r"\b(fp16|bf16|use_distributed_optimizer|optimizer)=('?\w+'?)")
 YAML_RX = re.compile(r"^( *)(?:- )?([\w.\-/]+):(?: (.*))?$")
 YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
-# Lightning's ModelSummary: the table (`  | Name | Type | Params | Mode`, its rule and rows) and the totals
-# under it. NeMo's module is one model-parallel shard, so its counts are per rank: kept as run_params only.
-SUMMARY_TOTAL_RX = re.compile(
-    r"^\s*([\d.,]+\s*[KMBT]?)\s+(Trainable params|Non-trainable params|Total params"
-    r"|Total estimated model params size \(MB\)|Modules in (?:train|eval) mode|Total Flops)\s*$"
-)
-SUMMARY_TABLE_RX = re.compile(r"^\s*(?:\d+\s*)?\|\s*[\w.]+\s*\|\s*\w+\s*\|.*\|\s*\w*\s*$|^-{20,}\s*$")
 WARNING_RX = re.compile(
     # `error\b`, not `\w*error\b`: a search only asks whether a word ends in "error", and the `\w*` made
     # it quadratic on a long word (64 KiB of letters: minutes).
@@ -365,12 +362,10 @@ class _Parser:
                     match.group(3),
                 )
             return True
-        if match := SUMMARY_TOTAL_RX.match(body):
-            self.params.append(
-                {"name": f"lightning {match.group(2)}", "value": match.group(1).strip(), "line_no": n}
-            )
-            return True
-        return bool(SUMMARY_TABLE_RX.match(body))
+        summary = summary_line(body)
+        if isinstance(summary, tuple):
+            self.params.append({"name": f"lightning {summary[0]}", "value": summary[1], "line_no": n})
+        return bool(summary)
 
     def timer_line(self, n: int, body: str) -> bool:
         stripped = body.strip()
@@ -558,6 +553,9 @@ class _Parser:
         shards = [int(v) for k, v in said.items() if k.startswith("parameters on (tensor, pipeline) rank")]
         if shards and len(shards) == (columns.get("tp") or 1) * (columns.get("pp") or 1):
             columns.setdefault("params", sum(shards))
+        if "params" not in columns and (whole := whole_model_params(said, columns)) is not None:
+            columns["params"] = whole[0]
+            self.param_once(self.line_end or 0, "params_from", whole[1])
         if self.logged_gbs is not None:  # a log without its configuration dump: what its lines said last
             columns.setdefault("gbs", self.logged_gbs)
         if columns.get("nodes") and columns.get("gpus_per_node"):
