@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
 import pytest
 
-from tests.conftest import source_of
+from tests.test_parser_megatron_newest import collect
 from tracelog import api
-from tracelog.parsers import megatron
 
 # In the shape pretrain_bert.py printed them from July to December 2019 (Megatron-LM abe36e2e5f:
 # `' learning rate {:.3E} |'`, `' lm loss {:.6E} |'`, `' nsp loss {:.6E} |'`, `' loss scale {:.1f} |'`) and
@@ -22,14 +20,6 @@ time (ms) | forward: 130.11 | backward: 180.02 | optimizer: 18.20 | batch genera
  iteration      200/   20000 | elapsed time per iteration (ms): 312.9 | learning rate 2.020E-06 | lm loss 9.401250E+00 | nsp loss 2.503115E-01 | loss scale 65536.0 |
 time (ms) | forward: 126.50 | backward: 166.00 | optimizer: 18.19 | batch generator: 46.00 | data loader: 45.00
 """
-
-
-def collect(text: str, fast: bool = True) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for batch in megatron.parse(source_of(text), fast=fast):
-        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
-        out.setdefault(batch.table, []).extend(rows)
-    return out
 
 
 @pytest.mark.parametrize("fast", [True, False])
