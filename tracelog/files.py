@@ -108,6 +108,11 @@ def _why_not_a_file(path: str) -> str | None:
     return "a device, not opened"
 
 
+def is_plain_file(path: str) -> bool:
+    """A file that can be read again, seeked and grow: not standard input (`-`), not a gzip stream."""
+    return path != "-" and not path.endswith(".gz")
+
+
 def holds_last_line(path: str, complete: bool = False) -> bool:
     """Whether a last line without its newline waits for it, or is read as it is.
 
@@ -117,7 +122,7 @@ def holds_last_line(path: str, complete: bool = False) -> bool:
     that the file is finished and its last line whole (`ingest --complete`: a paste saved without a final
     newline). Standard input and gzip end when they end. A last line read without its newline is not a
     point to resume from: should the file grow after all, it is parsed again from its first byte."""
-    return not (complete or path == "-" or path.endswith(".gz"))
+    return not complete and is_plain_file(path)
 
 
 def has_newline(path: str, offset: int) -> bool:

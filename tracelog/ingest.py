@@ -29,7 +29,15 @@ from typing import Any
 
 from tracelog import parsers, resolve
 from tracelog.errors import Deferred, TracelogError
-from tracelog.files import PeekStream, file_sha256, has_newline, holds_last_line, open_binary, source_path
+from tracelog.files import (
+    PeekStream,
+    file_sha256,
+    has_newline,
+    holds_last_line,
+    is_plain_file,
+    open_binary,
+    source_path,
+)
 from tracelog.fingerprint import DIGEST, ChunkedDigest, file_fingerprint, verify_prefix
 from tracelog.parse_jobs import Parsed, Unrecognised, detect_head, parse_to_spool, parser_for, spool_folder
 from tracelog.parsers.base import LineSource, prefetched
@@ -155,7 +163,7 @@ def ingest_file(
         # by every writer at once), so that a commit lost to another writer (store.lake) costs only the
         # writing again, from the spool. A file the store already knows by its path (grown, or the same)
         # resumes or is found inside the transaction, as in the embedded file.
-        if parsed is None and path != "-" and not path.endswith(".gz") and not _known_path(store, path):
+        if parsed is None and is_plain_file(path) and not _known_path(store, path):
             parsed = parse_to_spool(path, format_id, spool_folder(), complete)
         keys = lake.file_keys(source_path(path), parsed.fingerprint if parsed is not None else None)
         try:
@@ -192,7 +200,7 @@ def _ingest_file(
     lake_keys: tuple[int, ...] = (),
     within: Within | None = None,
 ) -> IngestResult:
-    plain_file = path != "-" and not path.endswith(".gz")
+    plain_file = is_plain_file(path)
     hold = holds_last_line(path, complete)
     size = os.path.getsize(path) if plain_file else None
     previous: int | None = None  # the source this file is a grown copy of
@@ -391,7 +399,7 @@ def _ingest_stream(
     # `hold`: a plain file may still be written to, and its last line waits for its newline
     # (`files.holds_last_line`). Only a plain file's parse can be resumed, and not after a last line
     # read without its newline: the file may yet go on with the rest of that line.
-    plain = path != "-" and not path.endswith(".gz")
+    plain = is_plain_file(path)
     if resume is not None:
         digest = ChunkedDigest(resume.digests, resume.tail)
         source = LineSource(stream, path, hold_partial=hold, first_line=resume.lines_total + 1)

@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from tracelog import parsers
 from tracelog.errors import TracelogError
-from tracelog.files import PeekStream, holds_last_line, open_binary, read_head
+from tracelog.files import PeekStream, holds_last_line, is_plain_file, open_binary, read_head
 from tracelog.fingerprint import ChunkedDigest
 from tracelog.parsers.base import Batch, LineSource, head_text, prefetched
 
@@ -218,7 +218,7 @@ class ParsedAhead:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["tracelog.parse_jobs"])
         self._pool = ProcessPoolExecutor(jobs, mp_context=context)
-        self._waiting = [p for p in paths if p != "-" and not p.endswith(".gz")]
+        self._waiting = [p for p in paths if is_plain_file(p)]
         self._format_id = format_id
         self._complete = complete
         self._window = AHEAD_PER_JOB * jobs
