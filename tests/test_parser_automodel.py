@@ -132,3 +132,45 @@ def test_the_output_automodels_own_docs_show() -> None:
     metrics = {(m["iteration"], m["key"]): m["value"] for m in rows["iteration_metrics"]}
     assert metrics[(4, "tokens per second")] == 6924.50 and metrics[(20, "validation loss")] == 0.2469
     assert [e["kind"] for e in rows["events"]] == ["checkpoint_saved", "checkpoint_saved"]
+
+
+def test_the_step_scheduler_lr_scheduler_and_optimizer_blocks_are_run_parameters() -> None:
+    """The blocks base_recipe.py logs before training (`Step scheduler:` items, the `OptimizerParamScheduler`
+    and torch optimizer reprs) as run parameters, the step total as `train_iters`; the global batch of the
+    recipe's YAML over its local batch and the accumulation gives the data-parallel size, and the step
+    line's `tps 2000.00(500.00/gpu)` the data-parallel times context-parallel ranks, the GPUs where the
+    YAML says every degree (figures invented)."""
+    stamp = "2025-09-01 07:13:29 | INFO | root | "
+    blocks = [
+        "Optimizer:", "AdamW (", "Parameter Group 0", "    lr: 0.0003", "    weight_decay: 0.01", ")",
+        "LR scheduler:", "OptimizerParamScheduler(", "    optimizer: AdamW", "    learning_rate:",
+        "        max_lr: 0.0003", "        warmup_steps: 100", "        decay_style: cosine",
+        "    current_step: 0", ")",
+        "Step scheduler:", "- Gradient accumulation steps: 4", "- Checkpoint every steps: 500",
+        "- Validation every steps: 100", "- Max train steps: 2000",
+    ]  # fmt: skip
+    yaml = "step_scheduler:\n  global_batch_size: 64\n  local_batch_size: 4\ndistributed:\n  tp_size: 1\n  cp_size: 1\n  pp_size: 1\n"
+    step = (
+        "2025-09-01 07:13:33 | INFO | root | step 1 | epoch 0 | loss 10.9521 | grad_norm 12.9375 | lr 3.00e-06 "
+        "| mem 38.39 GiB | tps 2000.00(500.00/gpu) | num_label_tokens 262144\n"
+    )
+    out = collect(yaml + "".join(stamp + line + "\n" for line in blocks) + step)
+    assert [u["text"] for u in out["unparsed"]] == ["step_scheduler:", "distributed:"]  # YAML headers alone
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert (params["gradient_accumulation_steps"], params["step_scheduler.validation_every_steps"]) == (
+        "4",
+        "100",
+    )
+    assert (params["lr_scheduler.learning_rate.warmup_steps"], params["lr_scheduler"]) == (
+        "100",
+        "OptimizerParamScheduler",
+    )
+    assert (params["optimizer"], params["optimizer.lr"]) == ("AdamW", "0.0003")
+    assert params["dp_x_cp_from_tps"] == "4"
+    assert (run["train_iters"], run["dp"], run["gpus"]) == (2000, 4, 4)  # 64 = 4 x 4 x 4; 2000 / 500 = 4 x 1
+    # without the YAML's degrees the throughput says the data-parallel x context-parallel ranks only
+    (bare,) = collect("".join(stamp + line + "\n" for line in blocks) + step)["runs"]
+    assert (
+        "gpus" not in bare and {p["name"]: p["value"] for p in bare["run_params"]}["dp_x_cp_from_tps"] == "4"
+    )

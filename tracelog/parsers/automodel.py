@@ -18,8 +18,15 @@ validation or a checkpoint save starts the window again (their time is not a ste
 The run's configuration: `Experiment_details:` (`World size: 8`, `Model name: ...`), the recipe's YAML
 printed whole before training (`step_scheduler:` global and local batch, `max_steps`; `distributed:`
 `tp_size`, `cp_size`, `pp_size`, `ep_size`; `dataset:` `seq_len`), and the benchmark recipe's summary
-(`Total parameters: N`, `TFLOPs/GPU: X`, `Average iteration time: X seconds`, `Average MFU: X%`). A step
-not above the last one starts the next run. Warnings, tracebacks and checkpoint saves are events;
+(`Total parameters: N`, `TFLOPs/GPU: X`, `Average iteration time: X seconds`, `Average MFU: X%`). The
+blocks the recipes log before training (recipes/base_recipe.py): `Step scheduler:` (`- Gradient
+accumulation steps: 8`, `- Max train steps: 18500`, the checkpoint and validation intervals), `LR scheduler:`
+(the `OptimizerParamScheduler(...)` repr: warm-up, decay steps and style, the learning rates) and
+`Optimizer:` (torch's repr, `AdamW (`, `Parameter Group 0`, its settings) as run parameters, the step total
+as `train_iters`. The global batch over the local batch and the accumulation is the data-parallel size;
+the step line's tokens per second over its per-GPU share is the data-parallel times the context-parallel
+ranks (train_ft.py: `tps / cp / dp`), kept as `dp_x_cp_from_tps` where the two round to a whole count,
+and the GPUs where the log gives the other degrees. A step not above the last one starts the next run. Warnings, tracebacks and checkpoint saves are events;
 anything else is `unparsed`.
 """
 
@@ -35,7 +42,7 @@ from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "nemo_automodel"
-VERSION = "1"
+VERSION = "2"  # "2": the step scheduler, LR scheduler and optimizer blocks
 
 PREFIX_RX = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| (DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [^|]*\| "
@@ -71,6 +78,15 @@ SUMMARY_RX = re.compile(
     r"\s+([\d,.]+)"
 )
 SAVE_RX = re.compile(r"^Saving checkpoint to ")
+BLOCK_HEADS = {
+    "Step scheduler:": "step_scheduler",
+    "LR scheduler:": "lr_scheduler",
+    "Optimizer:": "optimizer",
+}
+ITEM_RX = re.compile(r"^- ([^:]+): (.*?)\s*$")  # `- Gradient accumulation steps: 8`
+REPR_OPEN_RX = re.compile(r"^(\w+) ?\($")  # `AdamW (`, `OptimizerParamScheduler(`
+REPR_KEY_RX = re.compile(r"^( {4,})(\w+):(?: (.*?))?\s*$")  # `    lr: 6e-05`, `    learning_rate:`
+GROUP_RX = re.compile(r"^Parameter Group (\d+)$")
 WINDOW = 10
 """Step lines the seconds per step are measured over: a whole-second clock is off by up to a second, so
 one line's delta by up to a second and ten lines' by a tenth of one."""
@@ -97,6 +113,9 @@ class _Parser(RunRows):
         self.last_step: int | None = None
         self.clock: deque[tuple[int, datetime]] = deque(maxlen=WINDOW + 1)
         self.section: str | None = None
+        self.block: str | None = None  # the `Step scheduler:`, `LR scheduler:` or `Optimizer:` block read
+        self.block_path: list[str] = []  # the keys open in a repr block, by its indent
+        self.group = 0  # the optimizer's parameter group being read
 
     def new_run(self) -> None:
         if self.last_step is not None:
@@ -115,6 +134,8 @@ class _Parser(RunRows):
         elif match := STEP_RX.search(message):
             stamp = datetime.strptime(prefix.group(1), "%Y-%m-%d %H:%M:%S") if prefix else None
             self.step(n, message, match, stamp)
+        elif (self.block or message.strip() in BLOCK_HEADS) and self.block_line(n, message):
+            pass  # a line of a block the recipe logs before training
         elif not (prefix or basic) and self.yaml(n, text):
             pass
         elif not self.detail(n, message) and text.strip():
@@ -141,6 +162,8 @@ class _Parser(RunRows):
         at = {"run_key": self.run_key, "iteration": step, "line_no": n}
         if "mem" in pairs and (gib := printed_number(pairs["mem"][0])) is not None:
             self.out.add("memory", {**at, "rank": None, "max_allocated_mib": gib * 1024})
+        if "tps" in pairs and pairs["tps"][1]:
+            self.ranks_from_tps(n, pairs["tps"][0], pairs["tps"][1])
         for key, (value, per_gpu) in pairs.items():
             if key in COLUMNS or key in ("mem", "time", "epoch"):
                 continue
@@ -157,6 +180,52 @@ class _Parser(RunRows):
                 }
                 self.out.add("iteration_metrics", metric)
         self.last_step = step
+
+    def ranks_from_tps(self, n: int, tps: str, per_gpu: str) -> None:
+        """The data-parallel times context-parallel ranks the first step line's `tps 144711.55(72355.78/gpu)`
+        says: where they divide to a whole count within the two printed decimals."""
+        run, total, share = self.run(n), printed_number(tps), printed_number(per_gpu)
+        if "_tps_ranks" in run or not total or not share:
+            return
+        ranks = round(total / share)
+        run["_tps_ranks"] = (
+            ranks if ranks >= 1 and abs(total - ranks * share) <= 0.005 * (ranks + 1) else None
+        )
+
+    def block_line(self, n: int, message: str) -> bool:
+        """A line of a block the recipe logs before training (see the module's docstring); False ends it."""
+        if (head := BLOCK_HEADS.get(message.strip())) is not None:
+            if self.last_step is not None:
+                self.new_run()  # the next launch logs its blocks again
+            self.block, self.block_path, self.group = head, [], 0
+            self.run(n)
+            return True
+        if self.block == "step_scheduler" and (item := ITEM_RX.match(message)):
+            name, value = item.group(1).strip(), item.group(2)
+            if name == "Max train steps" and value.isdigit():
+                self.run(n).setdefault("train_iters", int(value))
+            key = "_".join(name.lower().split())
+            self.param(n, key if key == "gradient_accumulation_steps" else f"step_scheduler.{key}", value)
+            return True
+        if self.block in ("lr_scheduler", "optimizer"):
+            if opened := REPR_OPEN_RX.match(message.strip()):
+                self.param(n, self.block, opened.group(1))
+                return True
+            if group := GROUP_RX.match(message.strip()):
+                self.group = int(group.group(1))
+                return True
+            if message.strip() == ")":
+                self.block = None
+                return True
+            if setting := REPR_KEY_RX.match(message):
+                depth = len(setting.group(1)) // 4
+                self.block_path = [*self.block_path[: depth - 1], setting.group(2)]
+                if setting.group(3):
+                    at = [f"group{self.group}"] if self.group else []
+                    self.param(n, ".".join([self.block, *at, *self.block_path]), setting.group(3))
+                return True
+        self.block = None
+        return False
 
     def validation(self, n: int, message: str, step: int) -> None:
         self.clock.clear()  # the evaluation's time is no step's
@@ -225,6 +294,17 @@ class _Parser(RunRows):
     def finish(self) -> None:
         for run in self.runs.values():
             tp, pp, cp = (run.get(k) or 1 for k in ("tp", "pp", "cp"))
+            said = {p["name"]: p["value"] for p in run["run_params"]}
+            accumulation = said.get("gradient_accumulation_steps", "")
+            mbs, gbs = run.get("mbs"), run.get("gbs")
+            per_dp = mbs * int(accumulation) if mbs and accumulation.isdigit() else 0
+            if not run.get("dp") and per_dp and gbs and gbs % per_dp == 0:
+                run["dp"] = gbs // per_dp  # global = local x data-parallel x accumulation
+            if ranks := run.pop("_tps_ranks", None):
+                run["run_params"].append({"name": "dp_x_cp_from_tps", "value": str(ranks), "line_no": None})
+                if all(run.get(k) for k in ("tp", "pp", "cp")) and ranks % cp == 0:
+                    run.setdefault("dp", ranks // cp)
+                    run.setdefault("gpus", ranks * tp * pp)
             if run.get("gpus") and not run.get("dp") and run["gpus"] % (tp * pp * cp) == 0:
                 run["dp"] = run["gpus"] // (tp * pp * cp)  # `dp_size: none`: what the other dimensions leave
             self.out.add("runs", run)
