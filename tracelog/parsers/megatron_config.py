@@ -214,6 +214,12 @@ class RunInfo:
             columns.get("pp") or 0
         ):
             columns["params"] = sum(self.rank_params.values())
+        mpi_ranks = self._last_param("mpi_ranks")
+        if mpi_ranks and not columns.get("gpus"):  # an MPI launch's ranks, where no world size was printed
+            columns["gpus"] = mpi_ranks
+            per_node = self._last_param("mpi_ranks_per_node")
+            if per_node and mpi_ranks % per_node == 0 and not columns.get("gpus_per_node"):
+                columns["gpus_per_node"] = per_node
         if columns.get("gpus") and columns.get("tp") and columns.get("pp") and not columns.get("dp"):
             columns["dp"] = columns["gpus"] // (columns["tp"] * columns["pp"] * (columns.get("cp") or 1))
         if self.tflops_seen:

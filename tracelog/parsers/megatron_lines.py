@@ -93,7 +93,7 @@ DS_MEMORY_RX = regex.compile(
 STATEFUL_RX = (
     r"using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|-{3,}\s*arguments|end of arguments"
-    r"|estimated model parameters:|loss at iteration \d|loss at the end of training|in billions:"
+    r"|estimated model parameters:|loss at iteration \d|loss at the end of training|in billions:|mpirun|mpiexec"
     + DEEPSPEED_LINES
 )
 
@@ -102,7 +102,7 @@ STATEFUL_RX = (
 SPECIAL_RX = (
     r"arguments|using world size|number of parameters|Theoretical memory footprints|Effective Tera Flops"
     r"|times? across ranks|\.\.\.: [(\d]|     rank |padded vocab|estimated model parameters:|memory \([MG]B\) \|"
-    r"|loss at iteration \d|loss at the end of training|in billions:" + DEEPSPEED_LINES
+    r"|loss at iteration \d|loss at the end of training|in billions:|mpirun|mpiexec" + DEEPSPEED_LINES
 )
 # megatron/training/training.py `evaluate_and_print_results`: ` validation loss at iteration 100 | lm loss
 # value: 8.095942E+00 | lm loss PPL: 3.281128E+03 |` (since 2024 `... on validation set |`, `... on test

@@ -1,10 +1,11 @@
 """The rare lines of a Megatron log that the Python state machine reads one at a time: configuration
-echoes (arguments, world size, parameter counts, theoretical memory), timer blocks in every
+echoes (arguments, world size, parameter counts, theoretical memory, an MPI launch), timer blocks in every
 `--timing-log-option` layout, evaluations, and DeepSpeed's lines kept as run parameters. The hot lines are
 read a block at a time in `megatron`; the few lines `STATEFUL_RX` picks come here, in order."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -52,6 +53,36 @@ def ensure_run(runs: dict[int, RunInfo], key: int, line_no: int) -> RunInfo:
     if key not in runs:
         runs[key] = RunInfo(key, line_start=line_no)
     return runs[key]
+
+
+# An MPI launch as a shell echoes it (`$ mpirun --np 8 singularity exec ... train_gpt3_7b_mpi.sh`): a rank
+# per process, so `-np` is the world where each process is a trainer's rank (Megatron's MPI scripts read
+# OMPI_COMM_WORLD_RANK); where a per-node launcher runs under it (torchrun, DeepSpeed's), `-np` counts
+# those, and the line stays for the hardware scan (`--nproc_per_node`)
+MPI_LAUNCH_RX = re.compile(r"(?:^|[\s$>+;&/])(?:mpirun|mpiexec|orterun)\s")
+MPI_RANKS_RX = re.compile(r"\s(?:--?np|-n)(?:\s+|=)(\d+)(?![\w.])")
+MPI_PER_NODE_RX = re.compile(r"\s(?:--?npernode|-ppn|-perhost)(?:\s+|=)(\d+)(?![\w.])|\bppr:(\d+):node\b")
+PER_NODE_LAUNCHER_RX = re.compile(
+    r"\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\bdeepspeed\s|accelerate launch"
+)
+
+
+def mpi_launch(run: RunInfo, line: str, line_no: int) -> bool:
+    """An MPI launch of the trainer's ranks: the command as `launch_command`, its rank count as `mpi_ranks`
+    and its ranks per node as `mpi_ranks_per_node` (`RunInfo.record` takes them as the GPUs where nothing
+    else says how many)."""
+    if not MPI_LAUNCH_RX.search(line) or PER_NODE_LAUNCHER_RX.search(line):
+        return False
+    ranks = MPI_RANKS_RX.search(line)
+    if ranks is None:
+        return False
+    command = re.sub(r"^\s*(?:[$>+]\s+)+", "", line).strip()
+    run.params.append({"name": "launch_command", "value": command, "line_no": line_no})
+    run.params.append({"name": "mpi_ranks", "value": ranks.group(1), "line_no": line_no})
+    if per_node := MPI_PER_NODE_RX.search(line):
+        value = per_node.group(1) or per_node.group(2)
+        run.params.append({"name": "mpi_ranks_per_node", "value": value, "line_no": line_no})
+    return True
 
 
 def line_param(run: RunInfo, line: str, line_no: int) -> bool:
@@ -158,7 +189,7 @@ def stateful_batches(
             if match := ESTIMATED_RX.search(line):
                 run.params_printed = as_int(float(match.group(1)) * 1e9)  # type: ignore[assignment]
                 continue
-            if line_param(run, line, line_no):
+            if line_param(run, line, line_no) or mpi_launch(run, line, line_no):
                 continue
             if "MnRtt/Rnk:" in line and (figures := STRAGGLER_RX.findall(line)):
                 metrics.extend(

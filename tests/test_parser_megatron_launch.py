@@ -1,0 +1,43 @@
+"""How a Megatron job was launched, where its log says so: an MPI launch's ranks as the GPUs."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.conftest import source_of
+from tracelog.parsers import megatron
+
+
+def collect(text: str, fast: bool = True) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for batch in megatron.parse(source_of(text), fast=fast):
+        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
+        out.setdefault(batch.table, []).extend(rows)
+    return out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_mpi_launch_gives_the_gpus_where_no_world_size_is_printed(fast: bool) -> None:
+    """A job launched by `mpirun --np 8` (each process one of Megatron's ranks, as Megatron-LM's MPI
+    scripts run it under Singularity) prints no world size in a paste that starts at its command: the
+    ranks are its GPUs, the per-node count its GPUs per node. A printed world size wins, and a launch of
+    torchrun per node under mpirun says no GPU count (lines in those shapes; figures invented)."""
+    launch = (
+        "$ mpirun --np 16 --npernode 8 singularity exec --nv ./pytorch.sif bash train_gpt3_mpi.sh ./ckpt\n"
+    )
+    step = (
+        " [2024-09-03 15:54:54] iteration       10/  500000 | consumed samples:        10240 | elapsed time per "
+        "iteration (ms): 13035.3 | learning rate: 1.000000E-05 | global batch size:  1024 | lm loss: 9.1E+00 |\n"
+    )
+    out = collect(launch + step, fast)
+    (run,) = out["runs"]
+    assert (run["gpus"], run["gpus_per_node"]) == (16, 8)
+    assert {p["name"]: p["value"] for p in run["run_params"]}["mpi_ranks"] == "16"
+    assert "unparsed" not in out
+    world = "using world size: 32, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 8\n"
+    (run,) = collect(launch + world + step, fast)["runs"]
+    assert run["gpus"] == 32 and "gpus_per_node" not in run
+    per_node = "mpirun -np 2 --npernode 1 torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 8\n"
+    out = collect(per_node + step, fast)
+    assert "gpus" not in out["runs"][0] and [u["line_no"] for u in out["unparsed"]] == [1]
