@@ -25,7 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tracelog import api
+from tracelog import api, hardware
+from tracelog.model.collectives import bench_placement, plateau_busbw
+from tracelog.model.nvls import NcclOffer
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE.parent / "sample_logs"
@@ -60,6 +62,85 @@ KNOWN = {
         "Intel OPA full bandwidth'"
     ),
 }
+
+# Published peak busbw figures whose source states the hardware but gives no output file to ingest: the
+# plateau is computed by the model directly. `sets` marks the figure a constant was taken from (scored
+# apart: it cannot test the model). NCCL's choices the source states are given as `offer`.
+PUBLISHED_FIGURES: tuple[dict[str, Any], ...] = (
+    {
+        "source": "NVIDIA/nccl-tests#212: NCCL's maintainers, 8 x H100 all_reduce with NVLink SHARP '~480GB/s'",
+        "gpu": "h100-sxm5-80gb",
+        "nodes": 1,
+        "per_node": 8,
+        "fabric": None,
+        "offer": {},
+        "measured": 480.0,
+        "sets": "NVLS_ALGBW_SHARE (hopper)",
+    },
+    {
+        "source": "NVIDIA/nccl-tests#212: the same, 'when running with NCCL_ALGO=RING' '370GB/s'",
+        "gpu": "h100-sxm5-80gb",
+        "nodes": 1,
+        "per_node": 8,
+        "fabric": None,
+        "offer": {"algo": "Ring"},
+        "measured": 370.0,
+    },
+    {
+        "source": "NVIDIA/nccl-tests#272: 8 x H200, NCCL 2.20.3, peak 475 GB/s",
+        "gpu": "h200-sxm-141gb",
+        "nodes": 1,
+        "per_node": 8,
+        "fabric": None,
+        "offer": {"version": (2, 20)},
+        "measured": 475.0,
+    },
+    {
+        "source": "NVIDIA/nccl#1374: 8 x H800, 215 GB/s",
+        "gpu": "h800-sxm5-80gb",
+        "nodes": 1,
+        "per_node": 8,
+        "fabric": None,
+        "offer": {},
+        "measured": 215.0,
+    },
+    {
+        "source": "NVIDIA/nccl#1807: 8 x B200, NCCL 2.27.1, '830+'",
+        "gpu": "b200-sxm-180gb",
+        "nodes": 1,
+        "per_node": 8,
+        "fabric": None,
+        "offer": {"version": (2, 27)},
+        "measured": 830.0,
+    },
+    {
+        "source": "NVIDIA/nccl#1221: 2 nodes of 8 x H100, 8 x 400 Gb RoCE, NCCL 2.19.3, NCCL_NVLS_ENABLE=1: 430 GB/s",
+        "gpu": "h100-sxm5-80gb",
+        "nodes": 2,
+        "per_node": 8,
+        "fabric": "roce-400g-x8",
+        "offer": {"version": (2, 19), "nvls_enable": "1"},
+        "measured": 430.0,
+    },
+    {
+        "source": "NVIDIA/nccl#1221: the same with NCCL_NVLS_ENABLE=0: 330 GB/s",
+        "gpu": "h100-sxm5-80gb",
+        "nodes": 2,
+        "per_node": 8,
+        "fabric": "roce-400g-x8",
+        "offer": {"version": (2, 19), "nvls_enable": "0"},
+        "measured": 330.0,
+    },
+    {
+        "source": "NVIDIA/nccl#1221: 4 nodes, NVLS on or off: 320 GB/s",
+        "gpu": "h100-sxm5-80gb",
+        "nodes": 4,
+        "per_node": 8,
+        "fabric": "roce-400g-x8",
+        "offer": {"version": (2, 19)},
+        "measured": 320.0,
+    },
+)
 
 BENCHES_SQL = """
 SELECT b.bench_id, s.path, b.collective, b.ranks, b.nodes, coalesce(b.gpu_model, b.gpu_name) AS gpu,
@@ -151,7 +232,45 @@ def score(corpus: Path | None = DEFAULT_CORPUS) -> dict[str, Any]:
             "all_reduce_within": sum(abs(r["ratio"] - 1) <= TARGET for r in reduce),
         }
 
-    return {"benches": rows, "target": TARGET, "corpus": part("corpus"), "sample": part("sample")}
+    figures = published_figures()
+    return {
+        "benches": rows,
+        "target": TARGET,
+        "corpus": part("corpus"),
+        "sample": part("sample"),
+        "published_figures": figures,
+    }
+
+
+def published_figures() -> list[dict[str, Any]]:
+    """Each of `PUBLISHED_FIGURES` against the model's all_reduce plateau for its hardware."""
+    out = []
+    for fig in PUBLISHED_FIGURES:
+        ranks = fig["nodes"] * fig["per_node"]
+        offer = NcclOffer(**fig["offer"])
+        fabric = hardware.fabric_of(fig["fabric"], None) if fig["fabric"] else None
+        place, _ = bench_placement(
+            hardware.gpu(fig["gpu"]),
+            ranks,
+            fig["nodes"],
+            fig["per_node"],
+            fabric,
+            offer.allowed("all_reduce"),
+        )
+        plateau, best = plateau_busbw("all_reduce", place)
+        out.append(
+            {
+                "source": fig["source"],
+                "nodes": fig["nodes"],
+                "ranks": ranks,
+                "measured": fig["measured"],
+                "model": plateau,
+                "algorithm": best.name,
+                "ratio": fig["measured"] / plateau,
+                "sets": fig.get("sets"),
+            }
+        )
+    return out
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -175,6 +294,21 @@ def render(result: dict[str, Any]) -> str:
             f"{what}, without a known fault: {p['within']} of {p['n']} within {result['target']:.0%} "
             f"({', '.join(p['ops']) or 'none'}); all_reduce {p['all_reduce_within']} of {p['all_reduce']}"
         )
+    lines.append("published all_reduce figures (no file; the model's plateau for the hardware they state):")
+    for f in result["published_figures"]:
+        lines.append(
+            f"  {f['ranks']:>3} ranks on {f['nodes']} node(s): {f['measured']:.0f} / {f['model']:.0f} "
+            f"({f['algorithm']}) = {f['ratio']:.2f}  {f['source']}"
+        )
+        if f["sets"]:
+            lines.append(f"         sets {f['sets']}: not a test of the model")
+    tested = [f for f in result["published_figures"] if not f["sets"]]
+    for label, group in (
+        ("one node", [f for f in tested if f["nodes"] == 1]),
+        ("across nodes", [f for f in tested if f["nodes"] > 1]),
+    ):
+        within = sum(abs(f["ratio"] - 1) <= result["target"] for f in group)
+        lines.append(f"published figures, {label}: {within} of {len(group)} within {result['target']:.0%}")
     return "\n".join(lines)
 
 

@@ -344,7 +344,8 @@ def test_fabric_given_at_ingest_reaches_the_bench_and_set_recomputes_it(store: S
     assert store.scalar("SELECT fabric FROM benches WHERE bench_id = ?", [bench]) == "ib-hdr-x8"
     assert not _assumptions(store, bench)
     _, on_hdr = _peak(store, bench)
-    assert on_hdr == pytest.approx(0.5 * 0.92 * 0.78 * 450 * 2 * 15 / 16)  # tree beats 0.96 x 200 GB/s
+    # the sample's command forces the ring (`-x NCCL_ALGO=Ring`): the node's 8 HDR NICs bound it
+    assert on_hdr == pytest.approx(0.96 * 8 * 25)
     bench_id, _flags = api.set_hardware(store, f"bench:{bench}", fabric="ib-ndr-x8")
     assert bench_id == bench
     assert store.scalar("SELECT fabric FROM benches WHERE bench_id = ?", [bench]) == "ib-ndr-x8"

@@ -52,6 +52,7 @@ from tracelog.model.collectives import (
     normalize_op,
     predict_collective,
 )
+from tracelog.model.nvls import NcclOffer, offer_from
 from tracelog.store import Store
 
 ROW_FOLDS = 5
@@ -328,6 +329,19 @@ def measured_times(store: Store, bench_id: int) -> list[tuple[float, float, floa
     return []
 
 
+OFFER_PARAMS = ("NCCL version", "nccl-library", "command", "env NCCL_ALGO", "env NCCL_NVLS_ENABLE")
+
+
+def nccl_offer(store: Store, bench_id: int) -> NcclOffer:
+    """What the bench's NCCL could choose from, read from its parameters (`nvls.offer_from`)."""
+    rows = store.con.execute(
+        "SELECT name, any_value(value) FROM bench_params WHERE bench_id = ? AND list_contains(?, name) "
+        "GROUP BY name",
+        [bench_id, list(OFFER_PARAMS)],
+    ).fetchall()
+    return offer_from({name: value for name, value in rows if value is not None})
+
+
 def link_classes(
     place: Placement, constants: Constants, *, fabric: bool = True
 ) -> tuple[dict[str, float], dict[str, float]]:
@@ -359,7 +373,8 @@ def fabric_curves(store: Store, where: str = "TRUE") -> list[FabricCurve]:
             op = normalize_op(collective or "")
             fabric = hardware.fabric_of(fabric_id, nics)
             gpu = hardware.gpu_for(gpu_model, gpu_name)
-            place, _assumed = bench_placement(gpu, ranks, nodes, gpn, fabric)
+            allowed = nccl_offer(store, int(bench_id)).allowed(op)
+            place, _assumed = bench_placement(gpu, ranks, nodes, gpn, fabric, allowed)
             if place.nodes < 2:
                 continue
             algorithms(op, place)  # refuses a fabric that cannot join nodes (an intra-node link)

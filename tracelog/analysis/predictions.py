@@ -59,6 +59,7 @@ from tracelog.model.memory import (
     memory_per_gpu,
     nccl_connects_eagerly,
 )
+from tracelog.model.nvls import NcclOffer
 from tracelog.model.timing import bubble_fraction, predict_iteration
 from tracelog.store import Store
 
@@ -368,8 +369,9 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
             continue
         subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
         if ranks > 1:
+            offer = link_fit.nccl_offer(store, int(bench_id))
             predicted, compared = _bench_curve(
-                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, nics, constants
+                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, nics, constants, offer
             )
             predictions += [{**subject, **row} for row in predicted]
             comparisons += [{**subject, **row} for row in compared]
@@ -397,13 +399,14 @@ def _bench_curve(
     fabric_id: str | None,
     nics_per_node: int | None,
     constants: Constants,
+    offer: NcclOffer,
 ) -> tuple[list[Row], list[Row]]:
     """One bench's predicted rows (busbw per size, its plateau, the inputs assumed or missing) and its
     measured peak against the plateau."""
     gpu = hardware.gpu_for(gpu_model, gpu_name)
     try:
         fabric = hardware.fabric_of(fabric_id, nics_per_node)
-        place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric)
+        place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric, offer.allowed(op))
         alpha, efficiency = link_fit.link_classes(place, constants)
         plateau, best = plateau_busbw(op, place, efficiency)
         curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
@@ -433,6 +436,7 @@ def _bench_curve(
         "fabric": place.fabric.id if place.fabric else None,
         # no fabric named or found: the GPU's reference one, which a flag must not hold the nodes to
         "fabric_assumed": fabric is None and place.fabric is not None,
+        **offer.describe(),
     }
     predicted.append(_row("model_plateau_busbw_gbps", plateau, "GB/s", formula, where))
     if assumed:

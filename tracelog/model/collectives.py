@@ -17,6 +17,20 @@ import numpy as np
 
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, gpu_intra_node_link, link
+from tracelog.model.nccl_tuning import (  # noqa: F401  (re-exported: the model's public constants)
+    BASE_LATENCY_US,
+    DEFAULT_ALPHA_US_BY_CLASS,
+    DEFAULT_EFFICIENCY_BY_CLASS,
+    DEFAULT_LINK_EFFICIENCY,
+    DEFAULT_NET_EFFICIENCY,
+    LL128_BANDWIDTH,
+    LL_BANDWIDTH,
+    LL_MAX_BUSBW_ACROSS_NODES_GBPS,
+    LL_MAX_BUSBW_GBPS,
+    STEP_LATENCY_US,
+    TREE_EFFICIENCY,
+)
+from tracelog.model.nvls import has_nvls, nvls_algorithms
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,11 +69,6 @@ RING_STEPS: dict[str, Callable[[int], int]] = {
 }
 """Latency terms per operation: a ring pays one α per step (Thakur, Rabenseifner, Gropp 2005, §4);
 the hypercube all-gather pays log2(n)."""
-
-DEFAULT_LINK_EFFICIENCY = 0.78
-"""Share of a link's unidirectional bandwidth that NCCL busbw reaches on large messages: ~235 of 300 GB/s
-on A100 NVLink 3 (nccl-tests all_reduce on 8×A100, the figure FORMULAS.md and the ml-engineering notes
-quote as normal). An assumption for other links; pass `efficiency` to override."""
 
 DEFAULT_ALPHA_US = 5.0
 """Latency per ring step in µs of the single-link model (`predict_collective`). An order-of-magnitude
@@ -268,84 +277,6 @@ def link_for(
     )
 
 
-# ------------------------------------------------------------------------------------------------------
-# NCCL's own cost model for a collective: algorithm (ring, tree) × protocol (LL, Simple), latency + size
-# over bandwidth, the cheapest wins (src/graph/tuning.cc `ncclTopoTuneModel`; src/enqueue.cc picks the
-# algorithm and protocol of least predicted time). Figures from NVIDIA/nccl at commit 5067397 (2026-06).
-
-BASE_LATENCY_US: dict[tuple[str, str], float] = {
-    ("tree", "ll"): 6.8,
-    ("tree", "ll128"): 14.0,
-    ("tree", "simple"): 8.4,
-    ("ring", "ll"): 6.6,
-    ("ring", "ll128"): 14.0,
-    ("ring", "simple"): 8.4,
-}
-"""Fixed cost of one collective call, µs (tuning.cc `baseLatencies`, Tree and Ring rows: LL, LL128,
-Simple)."""
-
-STEP_LATENCY_US: dict[tuple[str, str, str], float] = {
-    ("nvlink", "tree", "ll"): 0.6,
-    ("nvlink", "tree", "ll128"): 1.25,
-    ("nvlink", "tree", "simple"): 4.0,
-    ("nvlink", "ring", "ll"): 0.6,
-    ("nvlink", "ring", "ll128"): 1.9,
-    ("nvlink", "ring", "simple"): 3.4,
-    ("pcie", "tree", "ll"): 1.0,
-    ("pcie", "tree", "ll128"): 1.9,
-    ("pcie", "tree", "simple"): 4.0,
-    ("pcie", "ring", "ll"): 1.0,
-    ("pcie", "ring", "ll128"): 2.5,
-    ("pcie", "ring", "simple"): 5.7,
-    ("net", "tree", "ll"): 5.0,
-    ("net", "tree", "ll128"): 8.5,
-    ("net", "tree", "simple"): 14.0,
-    ("net", "ring", "ll"): 2.7,
-    ("net", "ring", "ll128"): 4.0,
-    ("net", "ring", "simple"): 14.0,
-}
-"""α per step in µs by link class, algorithm and protocol (tuning.cc `hwLatencies`, NVLINK / PCI / NET
-tables): about a µs over NVLink, a few over PCIe, 14 over the network with the Simple protocol that
-carries large messages. Calibration passes its own as `alpha_us` (per class, Simple protocol; the LL
-and LL128 steps keep NCCL's ratio to it)."""
-
-LL_MAX_BUSBW_GBPS: dict[str, float] = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
-"""Ceiling of the LL protocol's bandwidth on one node, by GPU generation (tuning.cc `llMaxBws`, N1)."""
-LL_MAX_BUSBW_ACROSS_NODES_GBPS: dict[int, float] = {2: 39.0, 3: 20.4}
-"""The same across two nodes and more (tuning.cc `llMaxBws` for Intel hosts, N2 and N4; NCCL keys it by
-CPU vendor, which no log here names, so the Intel row; AMD hosts: 22.5 and 19.0)."""
-
-DEFAULT_ALPHA_US_BY_CLASS: dict[str, float] = {
-    cls: STEP_LATENCY_US[(cls, "ring", "simple")] for cls in ("nvlink", "pcie", "net")
-}
-
-DEFAULT_NET_EFFICIENCY = 0.96
-"""Share of a NIC's unidirectional bandwidth NCCL's busbw reaches: 24 GB/s on a 200 Gb/s HDR port (25
-GB/s), the figure NCCL's maintainers quote for nccl-tests at 8 GB (NVIDIA/nccl#412)."""
-
-DEFAULT_EFFICIENCY_BY_CLASS: dict[str, float] = {
-    "nvlink": DEFAULT_LINK_EFFICIENCY,
-    "pcie": DEFAULT_LINK_EFFICIENCY,
-    "net": DEFAULT_NET_EFFICIENCY,
-}
-"""Bandwidth efficiency per link class. NVLink: ~235 of 300 GB/s on A100 (0.78; NCCL's topology credits
-an NVLink 3 link 20.0 of its 25 GB/s, src/graph/topo.h SM80_NVLINK_BW, 0.80). PCIe: the same, an
-assumption. Network: `DEFAULT_NET_EFFICIENCY`."""
-
-LL_BANDWIDTH = {"ring": 0.5, "tree": 1 / 3.8}
-"""The LL protocol moves 8-byte lines of 4 data bytes plus a flag: NCCL credits ring LL half the bandwidth
-and tree LL 1/3.8 of it, under `LL_MAX_BUSBW_GBPS` (tuning.cc "Various model refinements")."""
-
-LL128_BANDWIDTH = 120 / 128
-"""LL128 carries 120 data bytes per 128-byte line (tuning.cc: ring × 0.92, tree × 120/128 across nodes,
-7/9 on one node). NCCL enables it by default where GPUs meet over NVLink (tuning.cc: `typeIntra <=
-PATH_NVB`, NICs up to PXB/PXN), so tracelog weighs it for NVLink-class nodes and one rank per node."""
-
-TREE_EFFICIENCY = 0.92
-"""tuning.cc: tree all_reduce bandwidth × 0.92, and its algorithm bandwidth half the tree's bus figure
-(`ratio *= .5`): a double binary tree moves each byte up and down."""
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where a collective's ranks sit: how many, on how many nodes, the GPU-to-GPU link inside a node
@@ -356,6 +287,8 @@ class Placement:
     intra: Link | None = None
     fabric: Link | None = None
     architecture: str | None = None  # the GPU generation (catalog `architecture`), for NCCL's LL ceiling
+    nvls: bool = False  # the node's GPUs reduce in an NVSwitch (`nvls.has_nvls`)
+    allowed: frozenset[str] | None = None  # the algorithms NCCL may use (`nvls.NcclOffer`); None: any
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.nodes < 1 or self.nodes > self.ranks:
@@ -499,6 +432,24 @@ def algorithms(
             tree_bus = _protocol_busbw("tree", proto, TREE_EFFICIENCY * tree_bw, place)
             bound, label = min((0.5 * tree_bus, tree_label), (network, network_label))
             out.append(Algorithm("tree", proto, latency, bound, label))
+    if name == "all_reduce" and place.nvls and place.intra is not None:
+        nics, per_nic = node_nics(place.fabric) if place.fabric is not None else (0, 0.0)
+        used = min(nics, r)
+        for algo, latency, bw, label in nvls_algorithms(
+            architecture=place.architecture,
+            intra_id=place.intra.id,
+            intra_unidirectional_gbps=place.intra.unidirectional_gbps,
+            intra_scale=eff[intra_cls] / DEFAULT_EFFICIENCY_BY_CLASS[intra_cls],
+            nodes=nodes,
+            ranks_per_node=r,
+            network_gbps=eff["net"] * used * per_nic if place.fabric is not None else None,
+            network_label=nic_label(place.fabric, used, nics) if place.fabric is not None else None,
+        ):
+            out.append(Algorithm(algo, "simple", latency, bw, label))
+    if place.allowed is not None:
+        out = [a for a in out if a.name in place.allowed]
+        if not out:
+            raise TracelogError(f"NCCL_ALGO leaves {name} no algorithm tracelog models here")
     return out
 
 
@@ -562,6 +513,7 @@ def bench_placement(
     nodes: int | None,
     gpus_per_node: int | None,
     fabric: Link | None,
+    allowed: frozenset[str] | None = None,
 ) -> tuple[Placement, list[str]]:
     """The placement of a benchmark's ranks from what is known of it, and what had to be assumed: nodes
     from ranks ÷ GPUs per node when not given; across nodes without a named fabric, the GPU generation's
@@ -585,4 +537,5 @@ def bench_placement(
             "give --fabric"
         )
     arch = gpu.architecture if gpu is not None else None
-    return Placement(ranks, nodes, intra, fabric if nodes > 1 else None, arch), assumptions
+    nvls = has_nvls(arch, intra.id if intra is not None else None)
+    return Placement(ranks, nodes, intra, fabric if nodes > 1 else None, arch, nvls, allowed), assumptions

@@ -30,7 +30,9 @@ line; failing both, an all-reduce is recognised by its busbw/algbw factor 2(n-1)
 doc/PERFORMANCE.md), which no other collective has for n > 2, and `collective_source` says which.
 
 MPI launchers prefix lines (`[1,0]<stdout>:`, `host: `, `0: `, timestamps); a line is read as printed
-first and then without its prefix. NCCL INFO lines and anything else not listed here go to `unparsed`.
+first and then without its prefix. NCCL's `NCCL_ALGO` / `NCCL_PROTO` / `NCCL_NVLS_ENABLE set by environment to
+...` INFO lines are the bench's `env NCCL_ALGO` ... parameters (once per bench); other NCCL INFO lines and
+anything else not listed here go to `unparsed`.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "1"
+VERSION = "2"  # 2: NCCL's `NCCL_ALGO set by environment to Ring` lines as `env NCCL_ALGO` params
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -74,6 +76,9 @@ NOTE_RX = re.compile(
 REDUCED_RX = re.compile(r"^#\s*Reducing maxBytes to (\d+)")
 ERROR_LINE_RX = re.compile(r"^#\s*error:\s*(.*?)\s*$")
 NCCL_VERSION_RX = re.compile(r"^NCCL version\s+(\S+)")
+ENV_SET_RX = re.compile(r"NCCL INFO (NCCL_ALGO|NCCL_PROTO|NCCL_NVLS_ENABLE) set by environment to (\S+?)\.?$")
+"""What NCCL says of the choices a user forced (src/graph/tuning.cc, src/misc/param.cc), which the model
+needs: a bench run with `NCCL_ALGO=Ring` is held to the ring, not to what NCCL would pick itself."""
 RCCL_VERSION_RX = re.compile(r"^rccl-tests:\s*Version\s+(\S+)")
 RCCL_PRINTED_RX = re.compile(
     r"^RCCL version\s+(\d\S*)"
@@ -127,6 +132,7 @@ class _Parser:
         self.init_ranks: int | None = None  # the last `nranks` NCCL's init lines said
         self.tool = TOOL  # which fork the file's lines named last
         self.continued: list[tuple[int, str]] = []  # the lines of a shell command continued with `\`
+        self.env_seen: set[tuple[int | None, str]] = set()  # (bench, env param) already kept
 
     # -- bench lifecycle ------------------------------------------------------------------------------
     def open(self, line_no: int, phase: int) -> Bench:
@@ -233,6 +239,12 @@ class _Parser:
                     self.out.add("unparsed", {"line_no": n, "text": t})
             return
         if " NCCL INFO " in text:  # the bulk of a debug log: kept as unparsed, read no further
+            if " set by environment to " in text and (match := ENV_SET_RX.search(text.rstrip())):
+                name, key = f"env {match.group(1)}", self.bench.key if self.bench else None
+                if (key, name) not in self.env_seen:  # every rank says it: one parameter per bench
+                    self.env_seen.add((key, name))
+                    self.param(name, match.group(2), line_no, text=text)
+                return
             if " nranks " in text and (match := COMM_RX.search(text)):
                 self.init_ranks = int(match.group(1))  # the communicator's size, as NCCL's init says it
             self.out.add("unparsed", {"line_no": line_no, "text": text})
