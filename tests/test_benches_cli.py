@@ -110,7 +110,21 @@ def test_show_nccl_bench_has_every_table_row_in_order(db_path: Path) -> None:
     result = run(db_path, "show", "bench:1", "--format", "markdown")
     assert result.exit_code == 0, result.output
     shown = sections(result.output)
-    assert list(shown) == ["summary", "hardware", "params", "devices", "collectives", "events", "flags"]
+    assert list(shown) == [
+        "summary",
+        "hardware",
+        "model",
+        "params",
+        "devices",
+        "collectives",
+        "events",
+        "flags",
+    ]
+    # the model beside the measurement: 8 x A100's peak against the ring over NVLink 3 (0.78 x 300 GB/s)
+    header, model = shown["model"]
+    peak = dict(zip(header, next(r for r in model if r[0] == "peak_busbw_gbps"), strict=True))
+    assert float(peak["model"]) == pytest.approx(234.0) and float(peak["measured"]) == pytest.approx(238.24)
+    assert "ring over nvlink3" in peak["how"] and '"algorithm": "ring"' in peak["detail"]
     header, rows = shown["collectives"]
     assert len(rows) == 2 * len(table_lines)  # out-of-place and in-place halves of each printed line
     placement, size = header.index("placement"), header.index("size_bytes")

@@ -98,6 +98,8 @@ def test_versions_and_commands() -> None:
     # NCCL's own line wins over the command; its parameter printout ends with a dot
     assert offer_from({"command": "NCCL_ALGO=Tree ./all_reduce_perf", "env NCCL_ALGO": "NVLS"}).algo == "NVLS"
     assert offer_from({"env NCCL_NVLS_ENABLE": "0."}).nvls_enable == "0"
+    # nccl-tests' JSON (-J): its version and its environment's NCCL_* variables
+    assert offer_from({"nccl_version": "22703", "NCCL_ALGO": "Tree"}) == NcclOffer((2, 27), "Tree", None)
 
 
 ONE_NODE = """\

@@ -329,7 +329,16 @@ def measured_times(store: Store, bench_id: int) -> list[tuple[float, float, floa
     return []
 
 
-OFFER_PARAMS = ("NCCL version", "nccl-library", "command", "env NCCL_ALGO", "env NCCL_NVLS_ENABLE")
+OFFER_PARAMS = (
+    "NCCL version",
+    "nccl-library",
+    "nccl_version",
+    "command",
+    "env NCCL_ALGO",
+    "env NCCL_NVLS_ENABLE",
+    "NCCL_ALGO",
+    "NCCL_NVLS_ENABLE",
+)
 
 
 def nccl_offer(store: Store, bench_id: int) -> NcclOffer:

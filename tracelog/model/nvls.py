@@ -147,13 +147,18 @@ ENV_RX = re.compile(r"(?:^|[\s;'\"])(?:-x\s+|--env\s+|export\s+)?(NCCL_ALGO|NCCL
 
 
 def offer_from(params: dict[str, str]) -> NcclOffer:
-    """The offer a bench's parameters tell: `NCCL version` or `nccl-library`, and `NCCL_ALGO` /
-    `NCCL_NVLS_ENABLE` from NCCL's own `... set by environment to ...` lines (`env NCCL_ALGO`) or from the
-    command that started it (`-x NCCL_ALGO=Ring`, `NCCL_ALGO=Ring ./all_reduce_perf`)."""
-    version = nccl_version(params.get("NCCL version")) or nccl_version(params.get("nccl-library"))
+    """The offer a bench's parameters tell: `NCCL version`, `nccl-library` or the JSON's `nccl_version`,
+    and `NCCL_ALGO` / `NCCL_NVLS_ENABLE` from NCCL's own `... set by environment to ...` lines (`env
+    NCCL_ALGO`), the JSON's environment (`NCCL_ALGO`) or the command that started it (`-x NCCL_ALGO=Ring`,
+    `NCCL_ALGO=Ring ./all_reduce_perf`)."""
+    version = next(
+        filter(None, (nccl_version(params.get(k)) for k in ("NCCL version", "nccl-library", "nccl_version"))),
+        None,
+    )
     env = {k: v for k, v in ENV_RX.findall(params.get("command") or "")}
     for name in ("NCCL_ALGO", "NCCL_NVLS_ENABLE"):
-        if value := params.get(f"env {name}"):
+        # nccl-tests' JSON keeps its environment's NCCL_* variables under their own names
+        if value := params.get(f"env {name}") or params.get(name):
             env[name] = value.rstrip(".")
     return NcclOffer(version, env.get("NCCL_ALGO"), env.get("NCCL_NVLS_ENABLE"))
 

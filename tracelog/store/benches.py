@@ -98,9 +98,26 @@ def resolve_bench(store: Store, ref: str | int) -> int:
     return int(text)
 
 
+MODEL_SQL = """
+SELECT c.metric, c.measured, c.predicted AS model, c.ratio, c.formula AS how, p.detail
+FROM comparisons c
+LEFT JOIN predictions p ON p.subject_kind = c.subject_kind AND p.subject_id = c.subject_id
+     AND p.metric = 'model_plateau_busbw_gbps'
+WHERE c.subject_kind = 'collective' AND c.subject_id = ?
+UNION ALL BY NAME
+SELECT metric, value AS model, formula AS how, detail
+FROM predictions
+WHERE subject_id = ? AND (subject_kind = 'p2p'
+      OR (subject_kind = 'collective' AND metric IN ('inputs', 'alpha_us', 'plateau_busbw_gbps')))
+"""
+"""What the model says of a bench beside what it measured: the peak busbw against the plateau NCCL's
+cost model gives (the algorithm, the bounding link and what the log said NCCL could use, in `detail`),
+what had to be assumed or was missing, the α and plateau fitted to its own rows, the p2p link figures."""
+
+
 def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
     """One bench in full, by id (`3` or `bench:3`): `summary` (its listing row, redop, hosts, lines),
-    `params`, `devices`, its rows, `events` and `flags`.
+    `hardware`, `model` (`MODEL_SQL`), `params`, `devices`, its rows, `events` and `flags`.
 
     Its rows as its tool prints them: `collectives` (nccl-tests, all_reduce_bench) out-of-place first,
     then by type, op, root and size; one frame per p2p matrix, keyed by the matrix name (e.g.
@@ -114,6 +131,7 @@ def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
         "hardware": store.query(
             HARDWARE_SQL.format(table="bench_hardware", id_col="bench_id", id=int(bench_id))
         ),
+        "model": store.query(MODEL_SQL, [bench_id, bench_id]),
         "params": store.query(
             "SELECT name, value, line_no FROM bench_params WHERE bench_id = ? ORDER BY line_no, name", one
         ),
