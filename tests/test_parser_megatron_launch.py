@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import polars as pl
 import pytest
 
-from tests.conftest import source_of
-from tracelog.parsers import megatron
-
-
-def collect(text: str, fast: bool = True) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for batch in megatron.parse(source_of(text), fast=fast):
-        rows = batch.rows.to_dicts() if isinstance(batch.rows, pl.DataFrame) else list(batch.rows)
-        out.setdefault(batch.table, []).extend(rows)
-    return out
+from tests.test_parser_megatron_newest import collect
 
 
 @pytest.mark.parametrize("fast", [True, False])
