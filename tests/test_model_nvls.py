@@ -172,5 +172,21 @@ def test_an_unforced_bench_is_held_to_nvls(store: Store, tmp_path: Path) -> None
     ).fetchone()
     assert predicted == pytest.approx(275 * 1.75)
     assert measured == pytest.approx(476.0)
+    assumptions = store.scalar(
+        "SELECT detail FROM predictions WHERE subject_kind = 'collective' AND metric = 'inputs'"
+    )
+    assert assumptions is None  # the header's nccl-library=21903 says NCCL 2.19: nothing assumed
     # at NVLS's plateau: no low-bandwidth flag, as there would be none at the ring's either
     assert store.scalar("SELECT count(*) FROM flags WHERE rule = 'low_bandwidth'") == 0
+
+
+def test_nvls_without_a_printed_version_is_said_to_be_assumed(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "ar_old_tests.txt"
+    lines = _one_node(272.0, "x").splitlines()
+    text = "\n".join(line for line in lines if "NCCL_ALGO" not in line and "nccl-tests version" not in line)
+    path.write_text(text + "\n")
+    api.ingest(store, [str(path)])
+    detail = store.scalar(
+        "SELECT detail FROM predictions WHERE subject_kind = 'collective' AND metric = 'inputs'"
+    )
+    assert "NCCL 2.17 or later (NVLS" in detail

@@ -412,6 +412,12 @@ def _bench_curve(
         curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
     except TracelogError as exc:
         return [_row("inputs", None, "", None, {"missing": [f"no busbw prediction: {exc}"]})], []
+    if best.name in ("nvls", "nvlstree") and offer.version is None:
+        assumed = [
+            *assumed,
+            f"NCCL 2.17 or later ({best.name.upper()}, NVLink SHARP): the log prints no NCCL version; a bench "
+            "run on an older NCCL, or with NCCL_ALGO=Ring, is held to the ring once its log says so",
+        ]
     formula = "nccl-model" + (" (calibrated)" if alpha else "")
     predicted = [
         _row(
