@@ -20,6 +20,7 @@ from tracelog.model.timing import (
     bubble_fraction,
     dp_comm_seconds,
     linear_layer_roofline,
+    p2p_seconds,
     predict_iteration,
     tp_async_hidden_seconds,
     tp_comm_seconds,
@@ -62,6 +63,28 @@ def test_bloom_prediction_is_in_the_measured_range() -> None:
     # magnitude (within 15%), not a calibration.
     t = predict_iteration(BLOOM, BLOOM_LAYOUT, "a100-sxm4-80gb", "ib-hdr-x8")
     assert t.total_s == pytest.approx(114.11, rel=0.15)
+
+
+def test_deepspeed_pipeline_sends_a_tp_share_and_gathers_it_on_nvlink() -> None:
+    # BLOOM's final layout (chronicles-prequel line 948: DP8 TP4 PP12 MBS2) under Megatron-DeepSpeed:
+    # DeepSpeed's pipeline engine partitions each stage output over the 4 TP ranks (PartitionedTensor), so a
+    # rank sends s·b·h/4 = 29.4 MB to the next node, not the whole 117 MB, and the stages rebuild the
+    # tensor with three NVLink all-gathers per micro-batch (input, own output, received gradient).
+    train = TrainConfig(gbs=2048, mbs=2, tp=4, pp=12, dp=8, recompute="full", zero_stage=1,
+                        framework="megatron-deepspeed")  # fmt: skip
+    full = 2048 * 2 * 14336 * 2
+    send = predict_collective("sendrecv", full / 4, 2, 25.0).time_us * 1e-6  # ib-hdr-x8 over 8 GPUs
+    gather = predict_collective("all_gather", full, 4, 300.0).time_us * 1e-6  # NVLink 3
+    assert (send, gather) == (pytest.approx(1.5106e-3, rel=1e-3), pytest.approx(0.3914e-3, rel=1e-3))
+    got = p2p_seconds(BLOOM, train, "a100-sxm4-80gb", "ib-hdr-x8")
+    assert got == pytest.approx(128 * (2 * send + 3 * gather))
+    assert got == pytest.approx(0.537, rel=1e-3)  # 1.55 s when every rank sent the whole tensor
+    # Megatron-LM splits its sends too, and rebuilds them outside this term; without TP nothing is split
+    megatron = TrainConfig(gbs=2048, mbs=2, tp=4, pp=12, dp=8, recompute="full")
+    assert p2p_seconds(BLOOM, megatron, "a100-sxm4-80gb", "ib-hdr-x8") == pytest.approx(128 * 2 * send)
+    no_tp = TrainConfig(gbs=2048, mbs=2, tp=1, pp=12, dp=32, framework="megatron-deepspeed")
+    whole = predict_collective("sendrecv", full, 2, 25.0).time_us * 1e-6
+    assert p2p_seconds(BLOOM, no_tp, "a100-sxm4-80gb", "ib-hdr-x8") == pytest.approx(32 * 2 * whole)
 
 
 def test_tp_traffic_is_four_all_reduces_per_layer_and_microbatch() -> None:

@@ -103,13 +103,15 @@ measured 15% less on GB300 (0.417) and on B200 (0.380 of 2.25 PFLOP/s); the mode
 cuDNN, and `compute_scale` absorbs it per GPU."""
 
 
-FRAMEWORK_SHARE: dict[str, float] = {"megatron": 1.0, "megatron-deepspeed": 0.80, "deepspeed": 0.80}
+FRAMEWORK_SHARE: dict[str, float] = {"megatron": 1.0, "megatron-deepspeed": 0.785, "deepspeed": 0.785}
 """What the framework's own kernels keep of the rates above, relative to Megatron-LM (whose published
 A100 runs, Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022 Table 5, the other parameters
 reproduce within a few percent). Megatron-DeepSpeed as BigScience ran it in 2022 lacks Megatron-LM's
 gradient-accumulation fusion and runs its pipeline through DeepSpeed's engine; its tr11 layouts on A100
 run about a fifth slower than the same operations predict. A general parameter per framework, fitted
-once on the tr11 notes; `compute_scale` refines it per GPU and precision."""
+once on the tr11 notes (the share at which their mean log error is 0: 0.785 since DeepSpeed's pipeline
+sends are a TP rank's share, `timing.DEEPSPEED_PIPE_GATHERS`; 0.80 before); `compute_scale` refines it per
+GPU and precision."""
 
 LOW_PRECISION_SHARE: dict[str, float] = {"fp8": 14.426 / 7.993 / 2, "fp4": 13.102 / 3.764 / 6}
 """What a low-precision GEMM keeps of its share of the dense peak next to a BF16 GEMM's (MATMUL_SHARE is

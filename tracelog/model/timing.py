@@ -320,27 +320,38 @@ def p2p_seconds(
     net: tuple[float, float] | None = None,
 ) -> float:
     """Pipeline sends per micro-batch between stages, on the critical path of 1F1B: the activations
-    forward and their gradients backward, s·b·h values each (Narayanan et al. 2021 §2.2). Megatron splits
-    each send over the TP ranks (scatter/gather optimisation, §4.1: s·b·h/t per GPU); DeepSpeed's
-    pipeline engine sends the whole tensor from every rank. Neighbouring stages are TP·DP ranks apart
-    (Megatron's rank order), so they share a node only when TP·DP < GPUs per node. The interleaved
-    schedule crosses v times as many stage boundaries per micro-batch (Narayanan et al. 2021 §2.2.2)."""
+    forward and their gradients backward, s·b·h values each (Narayanan et al. 2021 §2.2). Both frameworks
+    split each send over the TP ranks, s·b·h/t per GPU: Megatron's scatter/gather optimisation (§4.1), and
+    DeepSpeed's pipeline engine (`PartitionedTensor`, `is_pipe_partitioned` and `is_grad_partitioned` on
+    whenever TP > 1; see `DEEPSPEED_PIPE_GATHERS` for the all-gathers it adds). Neighbouring stages are
+    TP·DP ranks apart (Megatron's rank order), so they share a node only when TP·DP < GPUs per node. The
+    interleaved schedule crosses v times as many stage boundaries per micro-batch (Narayanan et al. 2021
+    §2.2.2)."""
     if train.pp == 1:
         return 0.0
     g = _resolve_gpu(gpu)
-    act_bytes = storage_bytes(train.precision)
-    size = (
-        (cfg.seq_len // train.cp)
-        * train.mbs
-        * cfg.hidden
-        * act_bytes
-        / (train.tp if train.framework == "megatron" else 1)
-    )
+    full = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * storage_bytes(train.precision)
     stride = train.tp * train.dp * train.cp
     bottleneck = link_for(2, gpus_per_node, g, _resolve_link(fabric), stride=stride)
-    alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, 2, gpus_per_node, stride)
-    one = predict_collective("sendrecv", size, 2, bottleneck.unidirectional_gbps, alpha_us, link_efficiency)
-    return 2 * train.chunks * train.microbatches * one.time_us * 1e-6
+    pair = _group_constants(alpha_us, link_efficiency, net, 2, gpus_per_node, stride)
+    one = predict_collective("sendrecv", full / train.tp, 2, bottleneck.unidirectional_gbps, *pair)
+    per_microbatch = 2 * one.time_us * 1e-6
+    if train.tp > 1 and train.framework in ("megatron-deepspeed", "deepspeed"):
+        tp_link = link_for(train.tp, gpus_per_node, g, _resolve_link(fabric))
+        tp_pair = _group_constants(alpha_us, link_efficiency, net, train.tp, gpus_per_node)
+        gather = predict_collective("all_gather", full, train.tp, tp_link.unidirectional_gbps, *tp_pair)
+        per_microbatch += DEEPSPEED_PIPE_GATHERS * gather.time_us * 1e-6
+    return train.chunks * train.microbatches * per_microbatch
+
+
+DEEPSPEED_PIPE_GATHERS = 3
+"""All-gathers over the TP group per micro-batch on a middle stage of DeepSpeed's pipeline engine with TP
+> 1 (deepspeed/runtime/pipe/engine.py since the engine's first release, #392 of 2020-09, as of February
+2022 and today with the `pipe_partitioned` and `grad_partitioned` defaults): each rank sends its 1/t of
+the stage output (`PartitionedTensor`) and frees the rest; the next stage rebuilds its input
+(`part_input.full()`, an all-gather) before the forward pass; before the backward pass the stage rebuilds
+its own freed output (`part_output.full()`) and the received gradient (`part_grad.full()`). Before, the
+model had every rank send the whole s·b·h tensor, t times the bytes over the network."""
 
 
 def predict_iteration(
