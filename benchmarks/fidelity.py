@@ -79,9 +79,11 @@ MODEL_KEYS = (
 # (Megatron-LM's names): switches, and settings passed as written.
 RUN_FLAGS = (
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32",
-    "async_tensor_model_parallel_allreduce", "cross_entropy_loss_fusion",
+    "async_tensor_model_parallel_allreduce", "cross_entropy_loss_fusion", "use_precision_aware_optimizer",
 )  # fmt: skip
-RUN_SETTINGS = ("cross_entropy_fusion_impl", "nccl_version")
+RUN_SETTINGS = (
+    "cross_entropy_fusion_impl", "nccl_version", "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype",
+)  # fmt: skip
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
 Predictor = Callable[[Mapping[str, Any]], Mapping[str, float | None]]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from tracelog import hardware
+from tracelog.analysis.optimizer_state import OPTIMIZER_PARAMS, adam_state_bytes, shards_optimizer_state
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link
 from tracelog.model.flops import ModelConfig, Recompute, TrainConfig
@@ -76,10 +77,10 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
     'async_tensor_model_parallel_allreduce', 'cross_entropy_loss_fusion', 'cross_entropy_fusion_impl',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
-    'json.zero_optimization.reduce_bucket_size', 'device_memory_mib')
+    'json.zero_optimization.reduce_bucket_size', 'device_memory_mib', {optimizer_params})
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
-"""
+""".replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS))
 
 
 @dataclass
@@ -343,7 +344,8 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             f"ZeRO stage {zero_stage} ignored: DeepSpeed is off, Megatron's optimizer runs"
         )
         zero_stage = 0
-    if zero_stage is None and not inputs.flag("use_distributed_optimizer"):
+    sharded = shards_optimizer_state(inputs.run_params)
+    if zero_stage is None and not sharded:
         inputs.zero_given = False
         inputs.assumptions.append("ZeRO stage not given: 0 assumed")
     fp32_buffer = not fp16_grad_buffer(inputs)
@@ -365,9 +367,10 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             recompute=inputs.recompute,  # type: ignore[arg-type]
             zero_stage=zero_stage or 0,
             precision=inputs.precision,
-            distributed_optimizer=bool(inputs.flag("use_distributed_optimizer")),
+            distributed_optimizer=sharded,
             fp32_grads=fp32_grads,
             fp32_grad_buffer=fp32_buffer,
+            adam_state_bytes=adam_state_bytes(inputs.run_params, inputs.precision),
             flash_attention=flash_attention(inputs),
             overlap_grad_reduce=bool(
                 inputs.flag("overlap_grad_reduce")

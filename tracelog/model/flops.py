@@ -116,6 +116,9 @@ class TrainConfig:
     main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`.
     `fp32_grad_buffer`: with Megatron's distributed optimizer, its data-parallel gradient buffer is fp32
     (Megatron-LM's default with bf16; off with Megatron-core's `grad_reduce_in_fp32` off).
+    `adam_state_bytes`: bytes per parameter of Adam's master weights and two moments, 12 in fp32 (the
+    ZeRO paper's K, `model.memory.ADAM_STATE_BYTES`), fewer where the optimizer keeps them narrower
+    (Megatron-core's precision-aware optimizer, NeMo 1's distributed Adam: `analysis.optimizer_state`).
     `flash_attention`: attention without the s² score matrix (Dao et al. 2022); the `overlap_*` and
     `tp_comm_overlap` switches are Megatron-LM's arguments of the same names (DeepSpeed's `overlap_comm`
     maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed.
@@ -142,6 +145,7 @@ class TrainConfig:
     distributed_optimizer: bool = False
     fp32_grads: bool = False
     fp32_grad_buffer: bool = True
+    adam_state_bytes: float = 12.0
     flash_attention: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False

@@ -53,23 +53,32 @@ class StateBytes:
         return self.weights + self.grads + self.optimizer
 
 
-def zero_state_bytes(stage: int, dp: int, weight_bytes: float = 2, grad_bytes: float = 2) -> StateBytes:
+def zero_state_bytes(
+    stage: int,
+    dp: int,
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+    optimizer_bytes: float = ADAM_STATE_BYTES,
+) -> StateBytes:
     """ZeRO paper (Rajbhandari et al. 2020) §5, Figure 1, mixed-precision Adam (2 + 2 + 12 = 16 B/param):
     stage 0: 16Ψ; stage 1 (P_os): 4Ψ + 12Ψ/N_d; stage 2 (P_os+g): 2Ψ + 14Ψ/N_d; stage 3 (P_os+g+p): 16Ψ/N_d.
-    Other weight and gradient sizes (fp32 grads: 18 B/param) shard the same way."""
+    Other weight, gradient and optimizer-state sizes (fp32 grads: 18 B/param) shard the same way."""
     if stage not in (0, 1, 2, 3):
         raise TracelogError(f"ZeRO stage must be 0 to 3, not {stage}")
-    optimizer = ADAM_STATE_BYTES / dp if stage >= 1 else ADAM_STATE_BYTES
+    optimizer = optimizer_bytes / dp if stage >= 1 else optimizer_bytes
     grads = grad_bytes / dp if stage >= 2 else grad_bytes
     weights = weight_bytes / dp if stage >= 3 else weight_bytes
     return StateBytes(weights=weights, grads=grads, optimizer=optimizer)
 
 
-def megatron_state_bytes(dp: int, distributed_optimizer: bool, grad_bytes: float = 4) -> StateBytes:
+def megatron_state_bytes(
+    dp: int, distributed_optimizer: bool, grad_bytes: float = 4, optimizer_bytes: float = ADAM_STATE_BYTES
+) -> StateBytes:
     """Megatron-LM bf16 with fp32 main grads: 2 + 4 + 12 = 18 B/param; its distributed optimizer shards
     the 12 over data-parallel ranks: 6 + 12/d (megatron/training/theoretical_memory_usage.py). With its
-    gradient buffer in the training dtype (`grad_reduce_in_fp32` off) the grads are 2 bytes."""
-    optimizer = ADAM_STATE_BYTES / dp if distributed_optimizer else ADAM_STATE_BYTES
+    gradient buffer in the training dtype (`grad_reduce_in_fp32` off) the grads are 2 bytes; with Adam's
+    state kept narrower (`TrainConfig.adam_state_bytes`) the 12 is that."""
+    optimizer = optimizer_bytes / dp if distributed_optimizer else optimizer_bytes
     return StateBytes(weights=2, grads=grad_bytes, optimizer=optimizer)
 
 
@@ -77,7 +86,8 @@ def state_bytes(train: TrainConfig) -> StateBytes:
     """Bytes per parameter for a run: Megatron's distributed-optimizer layout when it is on, else ZeRO's
     at `zero_stage` with weights in the training precision and grads in it too unless `fp32_grads`
     (Megatron's default main grads, the BF16 optimizer of Megatron-DeepSpeed: 18 B/param unsharded).
-    Sharding is over the data-parallel group, which spans context-parallel ranks too (dp · cp)."""
+    Sharding is over the data-parallel group, which spans context-parallel ranks too (dp · cp). Adam's
+    master weights and moments take `train.adam_state_bytes` (12 unless the run keeps them narrower)."""
     d = train.dp * train.cp
     precision = normalize_precision(train.precision)
     if precision == "fp32":
@@ -90,10 +100,10 @@ def state_bytes(train: TrainConfig) -> StateBytes:
         )
     if train.distributed_optimizer and train.zero_stage <= 1:
         grad_bytes = 4 if train.fp32_grad_buffer else storage_bytes(precision)
-        return megatron_state_bytes(d, distributed_optimizer=True, grad_bytes=grad_bytes)
+        return megatron_state_bytes(d, True, grad_bytes, train.adam_state_bytes)
     weight = storage_bytes(precision)
     grad = 4 if train.fp32_grads else weight
-    return zero_state_bytes(train.zero_stage, d, weight, grad)
+    return zero_state_bytes(train.zero_stage, d, weight, grad, train.adam_state_bytes)
 
 
 def activation_bytes_per_layer(

@@ -95,7 +95,14 @@ GROUP_KINDS = {"tensor model": "tp", "pipeline model": "pp", "context": "cp", "d
 RANK_PARAMS_RX = re.compile(
     r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
 )
-OPTIMIZER_FIELD_RX = re.compile(r"\b(fp16|bf16|use_distributed_optimizer|optimizer)=('?\w+'?)")
+# the OptimizerConfig fields kept as run parameters: the optimizer, whether it shards its state, and the
+# dtypes of that state (Megatron-core's precision-aware optimizer: `main_params_dtype=torch.float32,
+# exp_avg_dtype=torch.bfloat16, ...`; `fp8_recipe` says who keeps the master weights)
+OPTIMIZER_PARAM_FIELDS = (
+    "optimizer", "use_distributed_optimizer", "use_precision_aware_optimizer", "main_params_dtype",
+    "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders", "fp8_recipe",
+)  # fmt: skip
+OPTIMIZER_FIELD_RX = re.compile(r"\b(fp16|bf16|" + "|".join(OPTIMIZER_PARAM_FIELDS) + r")=('?[\w.]+'?)")
 YAML_RX = re.compile(r"^( *)(?:- )?([\w.\-/]+):(?: (.*))?$")
 YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
 WARNING_RX = re.compile(
@@ -344,7 +351,7 @@ class _Parser:
                 if fields.get(flag) == "True" and "precision" not in self.columns:
                     self.columns["precision"] = flag
             for name, value in fields.items():
-                if name in ("use_distributed_optimizer", "optimizer"):
+                if name in OPTIMIZER_PARAM_FIELDS:
                     self.params.append({"name": name, "value": value, "line_no": n})
             return True
         if (match := GROUPS_RX.search(body)) or (match := RANK_PARAMS_RX.search(body)):
