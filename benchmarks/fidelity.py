@@ -80,9 +80,12 @@ MODEL_KEYS = (
 RUN_FLAGS = (
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32",
     "async_tensor_model_parallel_allreduce", "cross_entropy_loss_fusion", "use_precision_aware_optimizer",
+    "model.megatron_amp_O2", "model.fp8_params",
 )  # fmt: skip
+# (NeMo 1's configuration keys as its experiment configuration prints them: `model.optim.name`, ...)
 RUN_SETTINGS = (
     "cross_entropy_fusion_impl", "nccl_version", "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype",
+    "model.optim.name", "model.optim.dtype",
 )  # fmt: skip
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 

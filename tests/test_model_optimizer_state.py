@@ -132,3 +132,76 @@ def test_nemo2s_optimizer_config_keeps_the_state_dtypes() -> None:
     assert (params["main_params_dtype"], params["fp8_recipe"]) == ("torch.float32", "delayed")
     assert "min_lr" not in params and "params_dtype" not in params
     assert adam_state_bytes(params, "bf16") == 2 + 2 + 2
+
+
+# Invented in the shape of a NeMo 1 job (megatron_gpt_pretraining.py prints the experiment configuration
+# as YAML, then Lightning's bar), with the optimizer block of dgxc-benchmarking's Nemotron-4 340B
+# configuration (NVIDIA/dgxc-benchmarking @35a9aec nemotron/nemotron4-340b-synth.yaml:182-186); the model
+# shrunk to 8 layers so that a handful of lines carry it.
+NEMO1_LOG = """\
+[NeMo I 2024-11-20 10:00:01 megatron_gpt_pretraining:37]
+
+    ************** Experiment configuration ***********
+[NeMo I 2024-11-20 10:00:01 megatron_gpt_pretraining:38]
+    trainer:
+      num_nodes: 2
+      devices: 8
+      precision: bf16
+    model:
+      micro_batch_size: 1
+      global_batch_size: 32
+      tensor_model_parallel_size: 8
+      pipeline_model_parallel_size: 1
+      encoder_seq_length: 4096
+      num_layers: 8
+      hidden_size: 18432
+      ffn_hidden_size: 73728
+      num_attention_heads: 96
+      num_query_groups: 8
+      megatron_amp_O2: true
+      sequence_parallel: true
+      optim:
+        name: distributed_fused_adam
+        bucket_cap_mb: 50
+        grad_sync_dtype: bf16
+{dtype}        overlap_grad_sync: true
+Epoch 0: :  10%|#         | 10/100 [01:01<09:09, reduced_train_loss=9.210, global_step=9.000, consumed_samples=320.0, train_step_timing in s=6.110]
+Epoch 0: :  20%|##        | 20/100 [02:02<08:08, reduced_train_loss=8.120, global_step=19.00, consumed_samples=640.0, train_step_timing in s=6.090]
+"""
+
+
+@pytest.mark.parametrize(
+    ("dtype_line", "expected"),
+    [
+        ("        dtype: bf16\n", 2 + 2),  # state in the model's dtype: no master copy, bf16 moments
+        ("", 4 + 4 + 2),  # fp32 moments, master weights as the 16-bit remainders of a bf16 model
+    ],
+)
+def test_nemo1s_distributed_adam_keeps_its_state_in_optim_dtype(
+    tmp_path: Path, dtype_line: str, expected: float
+) -> None:
+    log = tmp_path / "nemo1.log"
+    log.write_text(NEMO1_LOG.format(dtype=dtype_line))
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)], gpu="h100-sxm5-80gb")
+    with api.connect(db) as store:
+        (inputs,) = run_inputs.load(store)
+    assert inputs.run_params["model.optim.name"] == "distributed_fused_adam"
+    assert inputs.train is not None and inputs.train.distributed_optimizer  # Apex shards the state
+    assert inputs.train.adam_state_bytes == expected
+    assert state_bytes(inputs.train).optimizer == pytest.approx(expected / inputs.train.dp)
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"model.optim.name": "distributed_fused_adam"}, 10),  # O2 unsaid: NeMo's GPT configs set it
+        ({"model.optim.name": "distributed_fused_adam", "model.fp8_params": "true"}, 12),  # store_params
+        ({"model.optim.name": "distributed_fused_adam", "model.optim.dtype": "bf16"}, 4),
+        ({"model.optim.name": "distributed_fused_adam", "model.optim.store_params": "true"}, 12),
+        ({"model.optim.name": "distributed_fused_adam", "model.megatron_amp_O2": "false"}, 12),
+        ({"model.optim.name": "fused_adam"}, 12),
+    ],
+)
+def test_nemo1_state_bytes_follow_setup_optimization(params: dict[str, str], expected: float) -> None:
+    assert adam_state_bytes(params, "bf16") == expected

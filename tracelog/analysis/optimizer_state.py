@@ -2,9 +2,12 @@
 moments (`TrainConfig.adam_state_bytes`), 12 in fp32 (Rajbhandari et al. 2020, K = 12) unless the
 optimizer keeps them narrower, and whether the optimizer shards them over the data-parallel group.
 
-Megatron-core's precision-aware optimizer does (`--use-precision-aware-optimizer`, `--exp-avg-dtype`,
-`--exp-avg-sq-dtype`, `--main-params-dtype`; Megatron-LM's arguments block, NeMo 2's `OptimizerConfig`
-repr): it hands the state to Transformer Engine's `FusedAdam`."""
+Two optimizers do, each read from what its framework prints:
+- Megatron-core's precision-aware optimizer (`--use-precision-aware-optimizer`, `--exp-avg-dtype`,
+  `--exp-avg-sq-dtype`, `--main-params-dtype`; Megatron-LM's arguments block, NeMo 2's `OptimizerConfig`
+  repr), which hands the state to Transformer Engine's `FusedAdam`;
+- NeMo 1's `distributed_fused_adam` (Apex `DistributedFusedAdam`, the `model.optim` block of the
+  experiment configuration NeMo prints), whose state takes `optim.dtype`."""
 
 from __future__ import annotations
 
@@ -17,7 +20,11 @@ PRECISION_AWARE_PARAMS = (
     "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "fp8_recipe",
 )  # fmt: skip
-OPTIMIZER_PARAMS = PRECISION_AWARE_PARAMS
+NEMO1_OPTIM_PARAMS = (
+    "model.optim.name", "model.optim.dtype", "model.optim.store_params", "model.optim.store_param_remainders",
+    "model.megatron_amp_O2", "model.fp8_params",
+)  # fmt: skip
+OPTIMIZER_PARAMS = PRECISION_AWARE_PARAMS + NEMO1_OPTIM_PARAMS
 """The run parameters this module reads (as the parsers keep them)."""
 
 DTYPE_NAMES = {
@@ -31,6 +38,11 @@ DTYPE_NAMES = {
 Engine's `FusedAdam` stores as FP8 (one byte and a scale per tensor)."""
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+NEMO1_DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
+"""NeMo 1's `optim.name`s that shard the optimizer state over the data-parallel group: Apex's
+`DistributedFusedAdam` (ZeRO-1 style, `MegatronDistributedFusedAdam`, nemo/core/optim/distributed_adam.py)
+and Megatron-core's `DistributedOptimizer`."""
 
 
 def dtype_name(value: str | None) -> str | None:
@@ -79,18 +91,53 @@ def precision_aware_bytes(params: Mapping[str, str], precision: str) -> float:
     return moments + (2 if remainders else 4)
 
 
+def nemo1_distributed_adam_bytes(params: Mapping[str, str], precision: str) -> float | None:
+    """NeMo 1's `distributed_fused_adam` (Apex `DistributedFusedAdam`) with O2 mixed precision: both
+    moments in `optim.dtype` (fp32 unless set; Apex: "dtype: datatype for optimizer state"), and the
+    master weights as `MegatronBaseModel.setup_optimization` decides (nemo/collections/nlp/models/
+    language_modeling/megatron_base_model.py, NeMo 1.13 to 2.0): none when `optim.dtype` is the model's
+    own dtype (`store_params` False: bf16 state updates the bf16 weights in place), the 16-bit remainders
+    of fp32 master weights for a bf16 model (`store_param_remainders`, an int16 each), a full copy in
+    `optim.dtype` with `fp8_params` or any other pairing (`store_params` True, Apex's default), and what
+    `optim.store_params` says where the configuration sets it. So a bf16 run with the defaults holds 10
+    bytes a parameter, and with `optim.dtype: bf16` 4. None for other optimizers, or without O2 (fp32
+    weights, which the model does not take)."""
+    if (params.get("model.optim.name") or "").strip() != "distributed_fused_adam":
+        return None
+    if _flag(params, "model.megatron_amp_O2") is False:
+        return None
+    optim = dtype_name(params.get("model.optim.dtype")) or "fp32"
+    model = storage_precision(normalize_precision(precision))
+    store = _flag(params, "model.optim.store_params")
+    remainders = bool(_flag(params, "model.optim.store_param_remainders"))
+    if store is None:
+        if _flag(params, "model.fp8_params"):
+            store = True
+        elif optim == model:
+            store = False
+        elif optim == "fp32" and model == "bf16":
+            store, remainders = False, True
+        else:
+            store = True
+    master = DTYPE_BYTES[optim] if store else (2 if remainders else 0)
+    return 2 * DTYPE_BYTES[optim] + master
+
+
 def adam_state_bytes(params: Mapping[str, str], precision: str) -> float:
     """Bytes per parameter of Adam's master weights and moments for a run with these parameters: the
-    precision-aware optimizer's where the run says so, else 12. A run in fp32 keeps no master copy
-    (`memory.state_bytes` counts it apart)."""
+    precision-aware optimizer's or NeMo 1's distributed Adam's where the run says so, else 12. A run in
+    fp32 keeps no master copy (`memory.state_bytes` counts it apart)."""
     if normalize_precision(precision) == "fp32":
         return ADAM_STATE_BYTES
     if _flag(params, "use_precision_aware_optimizer"):
         return precision_aware_bytes(params, precision)
-    return ADAM_STATE_BYTES
+    nemo1 = nemo1_distributed_adam_bytes(params, precision)
+    return nemo1 if nemo1 is not None else ADAM_STATE_BYTES
 
 
 def shards_optimizer_state(params: Mapping[str, str]) -> bool:
     """Whether the run's optimizer shards its state over the data-parallel group: Megatron's
-    `use_distributed_optimizer`."""
-    return bool(_flag(params, "use_distributed_optimizer"))
+    `use_distributed_optimizer`, or NeMo 1's distributed optimizers by `optim.name`."""
+    if _flag(params, "use_distributed_optimizer"):
+        return True
+    return (params.get("model.optim.name") or "").strip() in NEMO1_DISTRIBUTED_OPTIMIZERS
