@@ -12,6 +12,7 @@ from tracelog.model.memory import (
     activations_per_gpu,
     deepspeed_pipe_buffers,
     embedding_params_per_gpu,
+    layers_in_flight,
     memory_per_gpu,
     stage_memory,
     transformer_params_per_gpu,
@@ -95,3 +96,51 @@ def test_the_partition_method_is_read_from_the_run() -> None:
     assert plain.train is not None and not plain.train.embedding_slots
     as_config = run_inputs.build({**row, "pp_partition_method": "type:transformer|embed"}, {})
     assert as_config.train is not None and as_config.train.embedding_slots
+
+
+def _megatron_interleaved_in_flight(p: int, v: int, m: int, rank: int, chunk_layers: list[int]) -> int:
+    """Layer x micro-batch passes rank `rank` holds when its first backward pass starts, by walking
+    Megatron-core's interleaved schedule: `num_warmup_microbatches` = 2(p - 1 - rank) + (v - 1)·p forward
+    passes, then the first steady-state one, each of model chunk (k // p) % v (`get_model_chunk_id`,
+    megatron/core/pipeline_parallel/schedules.py)."""
+    warmup = min(m * v, 2 * (p - 1 - rank) + (v - 1) * p)
+    forwards = min(m * v, warmup + 1)
+    return sum(chunk_layers[(k // p) % v] for k in range(forwards))
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(4, 2, 8), (16, 4, 384), (8, 5, 16), (4, 3, 4)])
+def test_an_interleaved_stage_holds_what_megatrons_schedule_has_in_flight(p: int, v: int, m: int) -> None:
+    """Each stage of an interleaved pipeline holds its warm-up's forward passes; the middle and last
+    stages hold far more than 1F1B's p - 1 and one micro-batch (16 x 4 chunks: 77 and 49 chunk passes)."""
+    cfg = ModelConfig(layers=2 * p * v, hidden=1024, heads=16, seq_len=2048, vocab=32000)
+    train = TrainConfig(gbs=m, mbs=1, pp=p, dp=1, vp=v, recompute="none", sequence_parallel=False)
+    per_layer = activations_per_gpu(cfg, train, stage="middle") / layers_in_flight(cfg, train, "middle")
+    for stage, rank in (("first", 0), ("middle", 1), ("last", p - 1)):
+        expected = _megatron_interleaved_in_flight(p, v, m, rank, [2] * v)
+        assert layers_in_flight(cfg, train, stage) == expected
+        logits = 4 * cfg.seq_len * cfg.vocab if stage == "last" else 0
+        assert activations_per_gpu(cfg, train, stage=stage) == pytest.approx(expected * per_layer + logits)
+    # the first stage is Korthikanti et al.'s k·p·(1 + (p - 1)/(p·v)) with k = 2v layers a stage, where
+    # the batch has that many passes (m = p, v = 3: all 12 chunk passes are in flight, not 15)
+    if m * v >= v * p + p - 1:
+        assert layers_in_flight(cfg, train, "first") == pytest.approx(
+            2 * v * min(p, m) * (1 + (p - 1) / (p * v))
+        )
+
+
+def test_an_interleaved_stage_short_of_a_layer_lacks_it_in_its_first_or_last_chunk() -> None:
+    """Embedding and loss slots (126 layers + 2 over PP 16 x VP 4: chunks of 2, the first chunk of the
+    first stage and the last chunk of the last with one): the first stage holds 2p - 1 passes of its
+    one-layer chunk, the last stage one."""
+    p, v, m = 16, 4, 384
+    cfg = ModelConfig(layers=126, hidden=1024, heads=16, seq_len=2048, vocab=32000)
+    train = TrainConfig(gbs=m, mbs=1, pp=p, dp=1, vp=v, embedding_slots=True)
+    assert stage_split(126, p, embedding_slots=True) == (7, 8, 7)
+    first = _megatron_interleaved_in_flight(p, v, m, 0, [1, 2, 2, 2])
+    last = _megatron_interleaved_in_flight(p, v, m, p - 1, [2, 2, 2, 1])
+    assert (layers_in_flight(cfg, train, "first"), first) == (127, 127)
+    assert (layers_in_flight(cfg, train, "middle"), layers_in_flight(cfg, train, "last"), last) == (
+        154,
+        97,
+        97,
+    )

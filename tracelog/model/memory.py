@@ -400,29 +400,46 @@ def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recomput
     )
 
 
+def layers_in_flight(cfg: ModelConfig, train: TrainConfig, stage: str = "first") -> float:
+    """Layers × micro-batches whose activations a pipeline stage holds at its peak. Under 1F1B stage i
+    holds min(p − i, m) micro-batches of its layers (Narayanan et al. 2021 §2.2): the first min(p, m),
+    the second (`middle`) min(p − 1, m), the last one. Interleaved with v chunks of c = k/v layers (k
+    layers on a full stage), rank r runs 2(p − 1 − r) + (v − 1)·p warm-up forward passes of chunks, p
+    micro-batches per chunk in turn, before its first backward pass (Megatron-core
+    `get_pp_rank_microbatches`, pipeline_parallel/schedules.py), so it holds that many plus one chunk
+    passes (at most m·v): on the first stage (vp + p − 1)·c = k·p·(1 + (p−1)/(p·v)), Korthikanti et al.
+    2022 §4.2.3; on the second (vp + p − 3)·c; on the last ((v − 1)·p + 1)·c. A stage short of layers
+    (the embedding or the loss taking a layer's slot, `stage_split`) lacks them in its first chunk on the
+    first stage, of which 2p − 1 passes are in flight (the first p and the p − 1 after chunk v − 1's),
+    and in its last chunk on the last stage, of which one is."""
+    p, m, v = train.pp, train.microbatches, train.chunks
+    layers = stage_layer_count(cfg, train, stage)
+    if p == 1 or v == 1:
+        return layers * ({"middle": min(p - 1, m), "last": 1}.get(stage, min(p, m)) if p > 1 else 1)
+    rank = {"middle": 1, "last": p - 1}.get(stage, 0)
+    full = stage_layer_count(cfg, train, "middle")
+    passes = min(m * v, 2 * (p - 1 - rank) + (v - 1) * p + 1)
+    short_passes = min(m, 2 * p - 1) if rank == 0 else 1
+    return passes * full / v - (full - layers) * short_passes
+
+
 def activations_per_gpu(
     cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
 ) -> float:
-    """Activations of a pipeline stage. Under 1F1B stage i holds min(p − i, m) micro-batches in flight
-    (Narayanan et al. 2021 §2.2): the first stage min(p, m) of its l/p layers, i.e. up to all l layers'
-    worth, ×(1 + (p−1)/(p·v)) when interleaved (Korthikanti et al. 2022 §4.2.3); the second (`middle`)
-    min(p − 1, m) of its layers; the last stage one. Layers per stage from `stage_split`.
-    With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
+    """Activations of a pipeline stage: its layers' activations for the micro-batches it holds in flight
+    (`layers_in_flight`). With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
     none on the GPU with `checkpoint_in_cpu`) and one layer's full activations are rebuilt on top. The
     last stage (or the only one) also holds the fp32 logits of one micro-batch, 4·s·b·V/t bytes, which
     the vocabulary-parallel cross entropy computes in fp32 (Megatron `vocab_parallel_cross_entropy`)."""
     options = options or MemoryOptions()
-    p, m, v = train.pp, train.microbatches, train.chunks
-    in_flight = {"middle": min(p - 1, m), "last": 1}.get(stage, min(p, m))
+    p = train.pp
     stored = _layer_activations(cfg, train, train.recompute)
     if train.recompute == "full":
         if options.checkpoint_in_cpu:
             stored = 0.0
         elif options.partition_activations and not train.sequence_parallel:
             stored /= train.tp
-    total = stored * stage_layer_count(cfg, train, stage) * in_flight
-    if v > 1 and stage not in ("middle", "last"):
-        total *= 1 + (p - 1) / (p * v)
+    total = stored * layers_in_flight(cfg, train, stage)
     if train.recompute == "full":
         total += _layer_activations(cfg, train, "none")
     if stage == "last" or p == 1:
