@@ -41,7 +41,9 @@ def test_every_run_has_an_id_a_group_and_a_source():
 def test_layout_is_consistent(run):
     assert run["tp"] * run["pp"] * run["dp"] * run.get("cp", 1) == run["gpus"]
     assert run["gbs"] % (run["dp"] * run["mbs"]) == 0
-    assert run.get("pipeline_slots", run["layers"]) % (run["pp"] * run.get("vp", 1)) == 0
+    # Megatron-core's pipeline split counts the embedding and the loss as a layer each where told to
+    slots = run["layers"] + 2 * bool(run.get("account_for_embedding_in_pipeline_split"))
+    assert slots % (run["pp"] * run.get("vp", 1)) == 0
     if "tokens_per_sec_per_gpu" in run:  # the printed TFLOP/s is Megatron-LM's count at that throughput
         seconds = run["gbs"] * run["seq_len"] / (run["tokens_per_sec_per_gpu"] * run["gpus"])
         cfg = ModelConfig(
@@ -70,6 +72,8 @@ def test_held_out_runs_are_new_and_sourced():
 @pytest.mark.parametrize("run", HELDOUT, ids=lambda r: r["id"])
 def test_held_out_layout_is_consistent(run):
     assert run["tp"] * run["pp"] * run["dp"] * run.get("cp", 1) == run["gpus"]
+    slots = run["layers"] + 2 * bool(run.get("account_for_embedding_in_pipeline_split"))
+    assert slots % (run["pp"] * run.get("vp", 1)) == 0
     assert run["gbs"] % (run["dp"] * run["mbs"]) == 0
     assert run["heads"] % run["tp"] == 0 and run["hidden"] % run["heads"] == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tracelog import api
 from tracelog.analysis import inputs as run_inputs
 from tracelog.model.flops import ModelConfig, TrainConfig, stage_layers, stage_split
 from tracelog.model.memory import (
@@ -144,3 +145,52 @@ def test_an_interleaved_stage_short_of_a_layer_lacks_it_in_its_first_or_last_chu
         97,
         97,
     )
+
+
+# Invented figures in the shape of Megatron-LM's arguments block: 30 layers that split over PP 4 x VP 2
+# only once the embedding and the loss take a layer's slot each (30 + 2 = 32 = 4 x 2 x 4).
+MEGATRON_SLOTS_LOG = """\
+------------------------ arguments ------------------------
+  account_for_embedding_in_pipeline_split ......... True
+  account_for_loss_in_pipeline_split .............. {loss}
+  bf16 ............................................ True
+  ffn_hidden_size ................................. 28672
+  global_batch_size ............................... 256
+  hidden_size ..................................... 8192
+  micro_batch_size ................................ 1
+  num_attention_heads ............................. 64
+  num_layers ...................................... 30
+  num_query_groups ................................ 8
+  padded_vocab_size ............................... 128256
+  pipeline_model_parallel_size .................... 4
+  seq_length ...................................... 8192
+  sequence_parallel ............................... True
+  swiglu .......................................... True
+  tensor_model_parallel_size ...................... 8
+  transformer_impl ................................ transformer_engine
+  use_distributed_optimizer ....................... True
+  virtual_pipeline_model_parallel_size ............ 2
+  world_size ...................................... 64
+-------------------- end of arguments ---------------------
+ [2025-11-03 09:12:40] iteration       10/     100 | consumed samples:         2560 | elapsed time per iteration (ms): 9120.4 | learning rate: 1.000000E-04 | global batch size:   256 | lm loss: 9.120000E+00 | loss scale: 1.0 | grad norm: 3.210 | number of skipped iterations:   0 | number of nan iterations:   0 |
+"""
+
+
+@pytest.mark.parametrize(("loss", "slots"), [("True", True), ("False", False)])
+def test_megatrons_embedding_and_loss_slots_come_from_its_arguments(tmp_path, loss: str, slots: bool) -> None:
+    """`--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split` (Megatron-core
+    `get_num_layers_to_build`): the first and last stages hold 7 layers, the others 8, and the first
+    stage's first chunk holds 3 of them."""
+    log = tmp_path / "train.log"
+    log.write_text(MEGATRON_SLOTS_LOG.format(loss=loss))
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)], gpu="h100-sxm5-80gb")
+    with api.connect(db) as store:
+        (run,) = run_inputs.load(store)
+    assert run.train is not None and run.cfg is not None
+    assert run.train.embedding_slots is slots
+    if slots:
+        assert stage_split(30, 4, run.train.embedding_slots) == (7, 8, 7)
+        # rank 0: 2·3 + 1·4 + 1 = 11 chunk passes of 4 layers, 2p - 1 = 7 of them one layer short
+        assert layers_in_flight(run.cfg, run.train, "first") == 11 * 4 - 7
+        assert layers_in_flight(run.cfg, run.train, "middle") == (2 * 2 + 4 + 1) * 4

@@ -77,7 +77,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'tp_comm_overlap', 'overlap_comm', 'partition_activations', 'checkpoint_in_cpu', 'optimizer_wrapper',
     'async_tensor_model_parallel_allreduce', 'cross_entropy_loss_fusion', 'cross_entropy_fusion_impl',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
-    'json.zero_optimization.reduce_bucket_size', 'device_memory_mib', {optimizer_params})
+    'json.zero_optimization.reduce_bucket_size', 'device_memory_mib', 'account_for_embedding_in_pipeline_split',
+    'account_for_loss_in_pipeline_split', {optimizer_params})
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
 """.replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS))
@@ -393,11 +394,20 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
 
 
 def embedding_slots(row: dict[str, Any], inputs: RunInputs) -> bool:
-    """Whether DeepSpeed's pipeline partition gave each embedding a layer's slot: Megatron-DeepSpeed's
-    `--pp-partition-method` with a regex matching `EmbeddingPipe` ('type:transformer|embedding', as
-    BigScience tr11 ran from 2022-02-27); its default 'type:transformer' weighs the layers alone."""
+    """Whether the pipeline split gives the input embedding and the output layer a layer's slot each:
+    Megatron-DeepSpeed's `--pp-partition-method` with a regex matching `EmbeddingPipe`
+    ('type:transformer|embedding', as BigScience tr11 ran from 2022-02-27; its default 'type:transformer'
+    weighs the layers alone), or Megatron-core's `--account-for-embedding-in-pipeline-split` with
+    `--account-for-loss-in-pipeline-split` (L + 2 slots over the stages, one fewer layer on the first and
+    the last: `get_num_layers_to_build`, megatron/core/transformer/transformer_block.py). One of the two
+    alone is not modelled."""
     method = _text(row.get("pp_partition_method")) or inputs.run_params.get("pp_partition_method") or ""
-    return "embed" in method.lower()
+    if "embed" in method.lower():
+        return True
+    return bool(
+        inputs.flag("account_for_embedding_in_pipeline_split")
+        and inputs.flag("account_for_loss_in_pipeline_split")
+    )
 
 
 def async_tp_allreduce(inputs: RunInputs) -> bool:
