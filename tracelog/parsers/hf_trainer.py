@@ -22,9 +22,9 @@ of the step (`eval_loss` as `validation loss`), the closing `train_runtime` dict
 The run's shape comes from the Trainer's `***** Running training *****` block (micro-batch per device,
 total batch, accumulation steps, total steps; data-parallel size is their quotient), the model's
 configuration as `from_pretrained` logs it (`Model config LlamaConfig { "hidden_size": 4096, ... }`), a
-printed `TrainingArguments(...)` (these two blocks: hf_trainer_shape.py), and DeepSpeed's configuration echo (`zero_optimization_stage`,
-precision, batch sizes), `see_memory_usage` lines (memory rows) and wall-clock timer lines (`timers`, placed
-as the DeepSpeed parser places them: deepspeed_config.timer_step_at). A second `Running training` block
+printed `TrainingArguments(...)` (these two blocks: hf_trainer_shape.py), and DeepSpeed's configuration echo
+(`zero_optimization_stage`, precision, batch sizes), `see_memory_usage` lines (memory rows) and wall-clock
+timer lines (`timers`, placed as the DeepSpeed parser places them; these lines: hf_trainer_deepspeed.py). A second `Running training` block
 after steps starts a new run. Warnings and tracebacks are events; anything else is `unparsed`.
 """
 
@@ -35,24 +35,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
-from tracelog.parsers.deepspeed import (
-    CONFIG_LINE_RX,
-    LOG_PREFIX_RX,
-    SCALE_RX,
-    SEE_MEMORY_RX,
-    SKIPPED_RUNNING,
-    STEPS_PER_PRINT,
-)
+from tracelog.parsers.deepspeed import LOG_PREFIX_RX
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
-from tracelog.parsers.deepspeed_config import (
-    INFO_PARAMS,
-    config_columns,
-    memory_row,
-    see_memory_mib,
-    timer_step_at,
-)
-from tracelog.parsers.deepspeed_timers import timer_figures, timer_memory
+from tracelog.parsers.deepspeed_config import config_columns, memory_row
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
+from tracelog.parsers.hf_trainer_deepspeed import deepspeed_line
 from tracelog.parsers.hf_trainer_dict import (
     BAR_RX,
     DICT_RX,
@@ -81,8 +68,6 @@ RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
 RELAUNCH_MARK = "Setting OMP_NUM_THREADS environment variable for each process"
 # LLaMA-Factory's word that the model recomputes its activations (model/model_utils/checkpointing.py)
 GRADIENT_CHECKPOINTING_RX = re.compile(r"\bGradient checkpointing enabled\b")
-WORLD_SIZE_RX = re.compile(r"\bworld_size = (\d+)")
-SAMPLES_RX = re.compile(r"\b\d+/(\d+), SamplesPerSec=([\d.]+)")
 RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
 ROW_KEYS = {"loss": "lm_loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate"}
@@ -223,7 +208,7 @@ class _Parser(RunRows):
             self.stamp = logger_clock(part)
             return self.logged_dict(n, logged, via_logger=logger_prefix_end(part) >= 0)
         if (match := LOG_PREFIX_RX.match(part.strip())) is not None:
-            return self.deepspeed(n, match)
+            return deepspeed_line(self, n, match)
         if self.header(n, part):
             return True
         bare, printer = printer_of(part)  # a launcher's `host: ` or time before any of the above
@@ -500,80 +485,6 @@ class _Parser(RunRows):
         """A line of the model's configuration or printed arguments; a line of neither shape ends the
         block and is read as any other."""
         return block_line(self, n, part) or self.part(n, part)
-
-    def deepspeed(self, n: int, match: re.Match[str]) -> bool:
-        """DeepSpeed's configuration echo (one `name ..... value` per line), memory reports and step lines
-        (`step=N, skipped=K, lr=[...]`: K is DeepSpeed's running count of steps the fp16 loss scaler
-        skipped; what it grew by since the last logged dict is that dict's `skipped`)."""
-        where, msg = match.group(3), match.group(6)
-        if step_line := DS_STEP_RX.search(msg):
-            self.ds_step(n, int(step_line.group(1)), int(step_line.group(2)))
-            return True
-        if "time (ms)" in msg and "|" in msg:
-            self.timers(n, msg)
-            return True
-        if memory := SEE_MEMORY_RX.search(msg):
-            values = see_memory_mib(memory.groups())
-            self.out.add("memory", memory_row(self.run_key, None, self.last_step, n, *values))
-            return True
-        if (scale := SCALE_RX.search(msg)) or "OVERFLOW!" in msg:  # the fp16 loss scaler skipped a step
-            self.run(n)
-            self.out.add("events", {"run_key": self.run_key, "line_no": n, "kind": "overflow", "text": msg})
-            self.overflows = (self.overflows or 0) + 1
-            self.loss_scale = float(scale.group(1)) if scale else self.loss_scale
-            return True
-        if msg.strip() == "DeepSpeedEngine configuration:":
-            return True
-        if world := WORLD_SIZE_RX.search(msg):
-            self.run(n).setdefault("gpus", int(world.group(1)))
-            return True
-        if rate := SAMPLES_RX.search(msg):  # the engine's throughput timer: `0/2000, SamplesPerSec=9.5`
-            self.metric(n, int(rate.group(1)), "samples per second (DeepSpeed)", float(rate.group(2)))
-            return True
-        for rx, name in INFO_PARAMS:
-            if said := rx.search(msg):
-                self.param(n, f"deepspeed.{name}", (said.group(1) or "").strip())
-                return True
-        if where == "config.py" and (pair := CONFIG_LINE_RX.match(msg)):
-            name, value = pair.group(1), pair.group(2)
-            if value.count("{") + value.count("[") > value.count("}") + value.count("]"):
-                return False  # a multi-line value: its lines stay unparsed, as they are kept
-            self.config.setdefault(self.run_key, {})[name] = value
-            self.param(n, f"deepspeed.{name}", value)
-            return True
-        return False
-
-    def timers(self, n: int, msg: str) -> None:
-        """DeepSpeed's `rank=0 time (ms) | forward: 316.00 | ...` line: a `timers` row per figure at its step,
-        its `GB` figures a memory row."""
-        self.run(n)
-        rank, timers, memory = timer_figures(msg)
-        from_start = bool(self.config.get(self.run_key))
-        step = timer_step_at(msg, self.timer_since, self.timer_bar, self.ds_last_step, from_start)
-        for name, value in timers:
-            self.out.add(
-                "timers",
-                {
-                    "run_key": self.run_key,
-                    "rank": rank,
-                    "iteration": step,
-                    "name": name,
-                    "time_ms": value,
-                    "line_no": n,
-                },
-            )
-        if memory:
-            self.out.add("memory", timer_memory(self.run_key, rank, self.last_step, n, memory))
-
-    def ds_step(self, n: int, step: int, total: int) -> None:
-        self.ds_last_step, self.timer_since, self.timer_bar = step, {}, None
-        if self.ds_skipped is None and not self.config.get(self.run_key) and step > STEPS_PER_PRINT:
-            # the first step line of a tail: its count is of steps this log does not hold (see deepspeed.py)
-            self.metric(n, step, SKIPPED_RUNNING, float(total))
-        else:
-            self.skipped_pending += max(total - (self.ds_skipped or 0), 0)
-        self.ds_skipped = total
-        self.run(n)
 
     def finish(self) -> None:
         self._close_run()
