@@ -88,3 +88,16 @@ def bar_step(count: int, global_step: str | None, offset: int | None) -> tuple[i
         return count, 0
     step = round(value)
     return step, count - step
+
+
+def logged_number(raw: str) -> float | None:
+    """A number as the bar or NeMo's printer formats it; a NaN or infinite loss stays one (the bar prints a
+    NaN loss as `nan.0`)."""
+    try:
+        return float(raw)
+    except ValueError:
+        text = raw.strip().lower()
+        for word, value in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf)):
+            if text == word or text.startswith(word + "."):
+                return value
+        return None

@@ -21,7 +21,7 @@ What NeMo prints and where it lands (sources: NVIDIA/NeMo `nemo/lightning/pytorc
 - The configuration dump (`Experiment configuration` followed by the YAML of the recipe or Hydra config):
   every leaf as a `run_params` row named by its dotted path; the leaves the model needs (parallel sizes,
   batch sizes, sequence length, layers, hidden, heads, precision, nodes, devices, max_steps) map onto run
-  columns by their last name, the first one printed winning.
+  columns by their last name, the first one printed winning (nemo_config.py).
 - `Padded vocab_size: 128256, original vocab_size: 128256, dummy tokens: 0.`: the run's vocabulary.
 - Lightning's model summary (`2.0 B     Total params`, or the rich summary's box and `Total params: 6.5
   B`; lightning_summary.py): its totals as `run_params`; the total as the run's parameter count only where
@@ -34,7 +34,6 @@ stripped first. Warnings and tracebacks are events; anything else goes to `unpar
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -50,7 +49,14 @@ from tracelog.parsers.base import (
     strip_prefix,
 )
 from tracelog.parsers.event_words import CRASH_WORDS, kind_of
-from tracelog.parsers.lightning_bar import BAR_RX, RATE_RX, REDRAW_SPLIT_RX, bar_step, is_redraws
+from tracelog.parsers.lightning_bar import (
+    BAR_RX,
+    RATE_RX,
+    REDRAW_SPLIT_RX,
+    bar_step,
+    is_redraws,
+    logged_number,
+)
 from tracelog.parsers.lightning_summary import summary_line, whole_model_params
 from tracelog.parsers.megatron_lines import (
     ITER_MARK,
@@ -59,6 +65,7 @@ from tracelog.parsers.megatron_lines import (
     TIMER_NAME_RX,
     TIMER_RANK_RX,
 )
+from tracelog.parsers.nemo_config import CONFIG_START_RX, config_line
 from tracelog.parsers.prefixes import RAY_PREFIX_RX
 from tracelog.parsers.run_rows import tqdm_seconds
 
@@ -78,7 +85,6 @@ PRINTER_RX = re.compile(r"^\s*Training epoch (\d+), iteration (\d+)/(\d+)\s*(\|.
 PROGRESS_ONLY_RX = re.compile(
     r"^\s*(?:Sanity checking )?(?:Validation|Testing)(?: epoch \d+)?: iteration \d+/\S+"
 )
-CONFIG_START_RX = re.compile(r"Experiment configuration|^\s*(?:Hydra|Recipe) config(?:uration)?:?\s*$")
 # nemo/lightning/base.py `get_vocab_size`: the padded vocabulary the model's embedding really has
 PADDED_VOCAB_RX = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
 # NeMo 2's `Setting up optimizer with config OptimizerConfig(optimizer='adam', ..., fp16=False, bf16=True, ...,
@@ -103,8 +109,6 @@ OPTIMIZER_PARAM_FIELDS = (
     "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders", "fp8_recipe",
 )  # fmt: skip
 OPTIMIZER_FIELD_RX = re.compile(r"\b(fp16|bf16|" + "|".join(OPTIMIZER_PARAM_FIELDS) + r")=('?[\w.]+'?)")
-YAML_RX = re.compile(r"^( *)(?:- )?([\w.\-/]+):(?: (.*))?$")
-YAML_ITEM_RX = re.compile(r"^( *)- (.*)$")
 WARNING_RX = re.compile(
     # `error\b`, not `\w*error\b`: a search only asks whether a word ends in "error", and the `\w*` made
     # it quadratic on a long word (64 KiB of letters: minutes).
@@ -136,28 +140,6 @@ STAMP_RX = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
 # a memory row of the printing rank, in MiB.
 MEMORY_KEYS = {"max_memory_reserved": "max_reserved_mib", "max_memory_allocated": "max_allocated_mib"}
 SKIPPED_KEYS = {"global_step", "v_num"}
-# last YAML name -> run column; NeMo 2 recipes (trainer.strategy.*, model.config.*, data.*) and NeMo 1
-# Hydra configs (model.*, trainer.*) share these leaf names.
-CONFIG_COLUMNS: dict[str, str] = {
-    "tensor_model_parallel_size": "tp",
-    "pipeline_model_parallel_size": "pp",
-    "context_parallel_size": "cp",
-    "virtual_pipeline_model_parallel_size": "vp",
-    "micro_batch_size": "mbs",
-    "global_batch_size": "gbs",
-    "seq_length": "seq_len",
-    "encoder_seq_length": "seq_len",
-    "num_layers": "layers",
-    "hidden_size": "hidden",
-    "num_attention_heads": "heads",
-    "num_query_groups": "query_groups",
-    "ffn_hidden_size": "ffn_hidden",
-    "vocab_size": "vocab",
-    "max_steps": "train_iters",
-    "num_nodes": "nodes",
-    "devices": "gpus_per_node",
-}
-RECOMPUTE_KEYS = ("recompute_granularity", "activations_checkpoint_granularity")
 
 
 def detect(head: str) -> int:
@@ -177,33 +159,6 @@ def detect(head: str) -> int:
         # `number of parameters on (tensor, pipeline)` lines in it speak for Megatron
         score += 12
     return score
-
-
-def _number(raw: str) -> float | None:
-    """A number as the bar or the printer formats it; a NaN or infinite loss stays one (the bar prints a
-    NaN loss as `nan.0`)."""
-    try:
-        return float(raw)
-    except ValueError:
-        text = raw.strip().lower()
-        for word, value in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf)):
-            if text == word or text.startswith(word + "."):
-                return value
-        return None
-
-
-def _precision(value: str) -> str | None:
-    """Lightning's precision names (`bf16-mixed`, `16-mixed`, `32`, `bf16`) as the run's precision."""
-    text = value.strip().strip("'\"").lower()
-    if "bf16" in text:
-        return "bf16"
-    if text.startswith("16"):
-        return "fp16"
-    if text.startswith("32"):
-        return "fp32"
-    if "fp8" in text:
-        return "fp8"
-    return None
 
 
 class _Parser:
@@ -327,7 +282,7 @@ class _Parser:
         return text, rank, level
 
     def handle(self, n: int, body: str, rank: int | None) -> bool:
-        if self.in_config and self.config_line(n, body):
+        if self.in_config and config_line(self, n, body):
             return True
         self.in_config = False
         if match := PRINTER_RX.match(body):
@@ -413,39 +368,6 @@ class _Parser:
             },
         )
 
-    def config_line(self, n: int, body: str) -> bool:
-        self.config_seen = True
-        match = YAML_RX.match(body)
-        if not match:
-            item = YAML_ITEM_RX.match(body)
-            if item and self.path:
-                self.param(n, ".".join(name for _, name in self.path), item.group(2))
-                return True
-            return False
-        indent, name, value = len(match.group(1)), match.group(2), match.group(3)
-        while self.path and self.path[-1][0] >= indent:
-            self.path.pop()
-        if value is None or value.strip() == "":
-            self.path.append((indent, name))
-            return True
-        self.param(n, ".".join([*(p for _, p in self.path), name]), value.strip(), name)
-        return True
-
-    def param(self, n: int, path: str, value: str, leaf: str | None = None) -> None:
-        self.params.append({"name": path, "value": value, "line_no": n})
-        if leaf is None:
-            return
-        column = CONFIG_COLUMNS.get(leaf)
-        if column and column not in self.columns and (number := _number(value)) is not None:
-            self.columns[column] = as_int(number)
-        elif leaf == "precision" and "precision" not in self.columns:
-            self.columns["precision"] = _precision(value)
-        elif leaf == "sequence_parallel" and "sequence_parallel" not in self.columns:
-            self.columns["sequence_parallel"] = value.strip().lower() == "true"
-        elif leaf in RECOMPUTE_KEYS and "recompute" not in self.columns:
-            word = value.strip().strip("'\"").lower()
-            self.columns["recompute"] = word if word in ("selective", "full") else "none"
-
     def printer(self, n: int, match: re.Match[str], rank: int | None) -> None:
         fields = []
         for part in (match.group(4) or "").split("|"):
@@ -508,7 +430,7 @@ class _Parser:
         if bar:  # the bar may round `global_step` (`3.1e+4`) and count more than steps: `bar_step`
             iteration, self.bar_offset = bar_step(step, values.get("global_step"), self.bar_offset)
         else:
-            global_step = _number(values.get("global_step", ""))
+            global_step = logged_number(values.get("global_step", ""))
             iteration = as_int(global_step) if global_step is not None else step
         if bar and iteration == self.iteration:
             return  # the bar redrawn at a step already read (from the printer or an earlier redraw)
@@ -521,7 +443,7 @@ class _Parser:
         memory: dict[str, Any] = {}
         for key, raw in fields:
             column = ITERATION_KEYS.get(key)
-            value = _number(raw)
+            value = logged_number(raw)
             if key in MEMORY_KEYS and value is not None:
                 memory[MEMORY_KEYS[key]] = value / 2**20
             elif column is not None:
