@@ -60,6 +60,10 @@ EVENT_KINDS = (
     ("checkpoint_saved", "successfully saved checkpoint"),
     ("checkpoint_loaded", "successfully loaded checkpoint"),
     ("checkpoint_saving", "saving checkpoint at iteration"),  # a save begun; `successfully saved` ends it
+    # Slurm: `*** STEP 255941.18 ON node CANCELLED AT ... DUE TO TIME LIMIT ***`, also where it is glued
+    # behind Megatron's mark as a paste can show it (NVIDIA-NeMo/Megatron-Bridge#1500:
+    # `[after training is done] datetime: ... [2025-11-24T22:14:50.004] error: *** STEP ... CANCELLED AT`)
+    ("crash", "cancelled at"),
     ("training_started", "[before the start of training step]"),
     ("training_done", "[after training is done]"),
     ("traceback", "traceback (most recent call last)"),
@@ -74,7 +78,6 @@ EVENT_KINDS = (
     ("crash", "failed (exitcode"),
     ("crash", "pure virtual method called"),
     ("crash", "core dumped"),
-    ("crash", "cancelled at"),  # Slurm: `*** STEP 255941.18 ON node CANCELLED AT ... DUE TO TIME LIMIT ***`
     ("crash", "terminate called after throwing"),  # a C++ exception nobody caught: the process aborts
     ("crash", "uncorrectable ecc"),  # the GPU's memory failed (`uncorrectable ECC error encountered`)
     ("crash", "eccuncorrectable"),  # CUDA's name for it (`cudaErrorECCUncorrectable`)

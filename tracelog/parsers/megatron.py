@@ -65,7 +65,8 @@ from tracelog.parsers.megatron_wrap import ends_in_wrap_head, join_wrapped
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "7"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch
+VERSION = "8"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
+# "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)

@@ -3,6 +3,9 @@ straggler steps, and runs that ended in an error. Pure SQL over the store; no mo
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
+
 from tracelog.analysis.rules import Flag
 from tracelog.analysis.rules import run_flag as _flag
 from tracelog.analysis.rules.skipped import nan_and_skipped
@@ -195,6 +198,12 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         ), last_traceback AS (
             SELECT run_id, max(line_no) AS traced FROM events
             WHERE {scope.runs} AND kind = 'traceback' GROUP BY run_id
+        ), done AS (
+            SELECT e.run_id, min(e.line_no) AS done_line, arg_min(e.text, e.line_no) AS done_text
+            FROM events e LEFT JOIN last_step s USING (run_id)
+            WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
+              AND contains(e.text, '{DONE_MARK}') AND e.line_no > coalesce(s.stepped, 0)
+            GROUP BY e.run_id
         ), errors AS (
             SELECT e.run_id, e.text, e.line_no, e.kind, ({FATAL_SQL}) AS fatal, s.stepped,
                    e.kind = 'error' AND b.traced >= coalesce(s.stepped, 0) AND e.line_no > b.traced AS uncaught
@@ -209,15 +218,22 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                arg_min(text, line_no) FILTER (fatal AND line_no < stepped),
                min(line_no) FILTER (fatal AND line_no < stepped), any_value(stepped),
                arg_min(text, line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0)),
-               min(line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0))
-        FROM errors GROUP BY run_id
+               min(line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0)),
+               any_value(d.done_line), any_value(d.done_text)
+        FROM errors LEFT JOIN done d USING (run_id) GROUP BY run_id
         """
     ).fetchall()
     flags = []
     for (
         run_id, text, line, count, fatal_text, fatal_line, uncaught_line,
-        went_text, went_line, stepped, first_text, first_line,
+        went_text, went_line, stepped, first_text, first_line, done_line, done_text,
     ) in rows:  # fmt: skip
+        ended = fatal_line if fatal_line is not None else uncaught_line
+        if ended is not None and done_line is not None and ended >= done_line:
+            flags.append(
+                _finished_then_ended(run_id, text, count, stepped, done_line, done_text, ended, fatal_text)
+            )
+            continue
         # a fatal line with iterations after it: a restart within the job (NeMo's in-job restart,
         # torchrun's --max-restarts) went on training, so the run did not end there
         died = _went_on(went_text, went_line, stepped, last=line)
@@ -226,7 +242,6 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             if fatal_line is not None and fatal_line != line
             else ""
         )
-        ended = fatal_line if fatal_line is not None else uncaught_line
         if fatal_line is None and uncaught_line is not None:
             died = " The log ends in that exception, after its traceback: the process died of it."
         if fatal_line is not None and first_line is not None and first_line < fatal_line:
@@ -248,6 +263,59 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         )
     return flags
+
+
+# Megatron's mark that its training loop returned (`print_datetime('after training is done')`): a job that
+# dies after it lost no step.
+DONE_MARK = "[after training is done]"
+DONE_AT_RX = re.compile(r"\[after training is done\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+CANCELLED_AT_RX = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def _finished_then_ended(
+    run_id: int,
+    text: str,
+    count: int,
+    stepped: int | None,
+    done_line: int,
+    done_text: str,
+    ended: int,
+    ended_text: str | None,
+) -> Flag:
+    """The flag of a job that died after its training loop had returned: the run's steps are all in the
+    log, and what ended the job (Slurm's time limit on a process hung in its teardown, an exception in its
+    cleanup) cost the allocation's idle time, not training. A warning, with that idle time where Slurm's
+    `CANCELLED AT` and Megatron's mark both give their clock."""
+    after = f", after its last iteration (line {stepped})" if stepped is not None else ""
+    what = (
+        f"; the job ended at line {ended}: {_sentence(ended_text)}"
+        if ended_text and ended != done_line
+        else ""
+    )
+    held = ""
+    start, stop = DONE_AT_RX.search(done_text), CANCELLED_AT_RX.search(ended_text or "")
+    if start and stop:
+        seconds = int(
+            (datetime.fromisoformat(stop.group(1)) - datetime.fromisoformat(start.group(1))).total_seconds()
+        )
+        if seconds >= 0:
+            held = (
+                f" Slurm cancelled it {seconds // 60} min {seconds % 60} s after training was done: the allocation "
+                "sat idle that long."
+            )
+    return _flag(
+        "training_health",
+        "warning",
+        run_id,
+        f"{count} error line(s) in the log; the last: {_sentence(text)} Training had finished before it: "
+        f"`{DONE_MARK}` at line {done_line}{after}{what}.{held}",
+        "The run's steps are complete: the job hung or failed on its way out (process-group teardown, CUDA "
+        "graphs, a profiler's shutdown) and was killed there. Megatron-Bridge jobs with CUDA graphs hang so "
+        "(NVIDIA-NeMo/Megatron-Bridge#1500, #3595); a shorter time limit bounds the idle time.",
+        row_ref=f"line {ended}",
+        measured=float(count),
+        expected=0.0,
+    )
 
 
 def _went_on(text: str | None, line: int | None, stepped: int | None, last: int) -> str:
