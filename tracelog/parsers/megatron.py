@@ -61,12 +61,17 @@ from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory
 from tracelog.parsers.megatron_spelling import as_classic, partly_read
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 from tracelog.parsers.megatron_steps import ACTUAL_SEQLEN, deepspeed_step_metrics
-from tracelog.parsers.megatron_wrap import ends_in_wrap_head, join_wrapped
+from tracelog.parsers.megatron_wrap import (
+    FOLDED_ITER_LINE_RX,
+    ends_in_wrap_head,
+    join_folded,
+    join_wrapped,
+)
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "8"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
-# "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event
+VERSION = "9"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
+# "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event; "9": folded lines
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -95,7 +100,7 @@ def detect(head: str) -> int:
 def own_score(head: str) -> int:
     """How sure the head is Megatron's by Megatron's own lines (the DeepSpeed parser defers to these)."""
     score = 0
-    if ITER_LINE_RX.search(head):
+    if ITER_LINE_RX.search(head) or FOLDED_ITER_LINE_RX.search(head):
         score += 10
     if ARGS_START.search(head):
         score += 8
@@ -233,7 +238,7 @@ def _parse_frames(source: LineSource, carry: _Carry, runs: dict[int, RunInfo], f
             held = None
         if ends_in_wrap_head(frame):
             frame, held = frame.head(-1), frame.tail(1)
-        yield from _parse_block(join_wrapped(frame), carry, runs, fast)
+        yield from _parse_block(join_wrapped(join_folded(frame)), carry, runs, fast)
     if held is not None and not resumed:
         yield from _parse_block(held, carry, runs, fast)
         carry.wrap_head = (int(held["line_no"][0]), str(held["line"][0]), carry.run_key)
