@@ -213,6 +213,40 @@ def test_the_configuration_echo_feeds_the_run_columns(bf16: bool, precision: str
     assert params["activation_checkpointing_config"] == '{ "partition_activations": false, "profile": false }'
 
 
+@pytest.mark.parametrize(
+    ("lines", "precision"),
+    [
+        # the echo cut before its precision lines (deepspeedai/DeepSpeed#2899, pasted up to `autotuning_config`):
+        # apex AMP off says nothing of fp16 or bf16
+        (["amp_enabled .................. False", "amp_params ................... False"], None),
+        (
+            [
+                "amp_enabled .................. False",
+                "bfloat16_enabled ............. False",
+                "fp16_enabled ................. True",
+            ],
+            "fp16",
+        ),
+        (
+            [
+                "amp_enabled .................. False",
+                "bfloat16_enabled ............. False",
+                "fp16_enabled ................. False",
+            ],
+            "fp32",
+        ),
+        (["amp_enabled .................. True"], "fp16"),
+    ],
+)
+def test_precision_comes_from_the_echo_s_fp16_and_bf16_lines(lines: list[str], precision: str | None) -> None:
+    text = "\n".join(
+        [f"{TS} [INFO] [config.py:1008:print] DeepSpeedEngine configuration:"]
+        + [f"{TS} [INFO] [config.py:1012:print]   {line}" for line in lines]
+    )
+    (run,) = collect(text + "\n" + STEP + "\n")["runs"]
+    assert run.get("precision") == precision
+
+
 def test_the_users_json_config_fills_what_the_echo_does_not_print() -> None:
     text = """\
 [2024-01-01 10:00:00,001] [INFO] [config.py:999:print] DeepSpeedEngine configuration:

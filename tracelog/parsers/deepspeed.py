@@ -68,7 +68,8 @@ from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "6"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`
+VERSION = "7"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
+# "7": AMP off is no fp32
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)

@@ -350,10 +350,12 @@ def config_columns(config: dict[str, str]) -> dict[str, Any]:
         "dp": integer("world_size"),
     }
     bf16 = enabled("bfloat16_enabled", "bfloat16_config", "json.bf16.enabled", "json.bfloat16.enabled")
-    fp16 = enabled("fp16_enabled", "float16_config", "json.fp16.enabled", "amp_enabled")
+    fp16 = enabled("fp16_enabled", "float16_config", "json.fp16.enabled")
+    # apex AMP on is fp16 mixed precision; off, it says nothing of fp16 or bf16 (an echo cut after its `amp_`
+    # lines, which come first, is no fp32 run)
     if bf16:
         out["precision"] = "bf16"
-    elif fp16:
+    elif fp16 or enabled("amp_enabled"):
         out["precision"] = "fp16"
     elif bf16 is not None or fp16 is not None:
         out["precision"] = "fp32"
