@@ -802,6 +802,55 @@ def test_every_process_printing_rank_0_is_one_gpu_tests_and_a_warning() -> None:
     assert "8 device lines says Rank 0" in warning["text"] and "MPI=1" in warning["text"]
 
 
+# Two all_reduce_perf processes built without MPI=1, each on 2 GPUs of its node (`mpirun -np 2 -H a,b ...
+# -g 2`), printing at once: the header twice, each process's device lines, their rows interleaved, a footer
+# each; the shape of NVIDIA/nccl-tests#182, invented figures.
+TWO_PROCESSES = """\
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   3255 on   gpunode2 device  0 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  1 Group  0 Pid   3255 on   gpunode2 device  1 [0x04] NVIDIA A100-PCIE-40GB
+#  Rank  0 Group  0 Pid   2832 on   gpunode1 device  0 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  1 Group  0 Pid   2832 on   gpunode1 device  1 [0x04] NVIDIA A100-PCIE-40GB
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2     float     sum      -1    41.12    0.00    0.00      0    44.90    0.00    0.00      0
+           8             2     float     sum      -1    47.31    0.00    0.00      0    55.02    0.00    0.00      0
+   134217728      33554432     float     sum      -1    29501    4.55    4.55      0    29612    4.53    4.53      0
+   134217728      33554432     float     sum      -1    27702    4.84    4.84      0    27690    4.85    4.85      0
+   268435456      67108864     float     sum      -1    55102    4.87    4.87      0    55221    4.86    4.86      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.8102
+#
+   268435456      67108864     float     sum      -1    59301    4.53    4.53      0    59411    4.52    4.52      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.7310
+#
+"""
+
+
+def test_processes_without_mpi_printing_at_once_are_one_bench_of_their_own_size() -> None:
+    """Each process ran its own 2-GPU test: one bench of 2 ranks on one node (not 4 ranks, and no failed
+    bench for the header the second process printed), its rows and both footers, and a warning."""
+    out = collect(TWO_PROCESSES)
+    bench = the_bench(out)
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (2, 1, 2)
+    assert (bench["status"], bench["avg_busbw_gbps"], bench["line_end"]) == ("complete", 1.8102, 25)
+    assert len(rows_of(out, "out-of-place")) == 6
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (params["processes"], params["Avg bus bandwidth (each process)"]) == ("2", "1.8102, 1.731")
+    (warning,) = [e for e in out["events"] if e["kind"] == "warning"]
+    assert (
+        "2 processes" in warning["text"] and "2-GPU tests" in warning["text"] and "MPI=1" in warning["text"]
+    )
+
+
 def headerless_rows(sizes: list[int], busbw_at_plateau: float = 847.0) -> list[str]:
     """Data rows as nccl-tests 2.x prints them (`%12li  %12li  %8s  %6s  %6s`, then `  %7s  %6s  %6s  %6g`
     per placement), invented figures of an 8-rank all-reduce rising to a plateau."""

@@ -54,7 +54,8 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "2"  # 2: NCCL's `NCCL_ALGO set by environment to Ring` lines as `env NCCL_ALGO` params
+VERSION = "2"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+# `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -181,10 +182,29 @@ class _Parser:
         if len(set(bench.groups)) > 1:
             self.param("comm_groups", str(len(set(bench.groups))), bench.line_start, bench)
             self.param("world_ranks", str(len(bench.devices)), bench.line_start, bench)
+        if len(bench.footers) > 1:
+            self.param(
+                "Avg bus bandwidth (each process)",
+                ", ".join(f"{v:g}" for v in bench.footers),
+                bench.line_end,
+                bench,
+            )
         if bench.max_error is not None:
             self.param("max_error", f"{bench.max_error[0]:g}", bench.max_error[1], bench)
         if bench.shortened():
             self.param("ranks_source", "the highest rank of a shortened device list", bench.line_start, bench)
+        elif bench.separate_runs():
+            self.param("processes", str(sum(r == 0 for r, _ in bench.numbers)), bench.line_start, bench)
+            self.event(
+                "warning",
+                f"the device list counts from rank 0 again ({len(bench.numbers)} device lines for ranks 0 to "
+                f"{bench.listed_ranks() - 1}): nccl-tests built without MPI=1 and started as "
+                f"{sum(r == 0 for r, _ in bench.numbers)} processes runs as many separate "
+                f"{bench.listed_ranks()}-GPU tests, whose rows interleave here; rebuild with MPI=1 and launch "
+                "with mpirun or srun --mpi",
+                bench.line_start,
+                bench,
+            )
         elif bench.one_gpu_runs():
             self.event(
                 "warning",
@@ -331,11 +351,24 @@ class _Parser:
             self.name_collective(match.group(1), "printed")
             return True
         if NTHREAD_RX.match(body):
+            if (
+                (copy := self.bench) is not None
+                and copy.header == body
+                and not copy.devices
+                and not copy.rows
+            ):
+                copy.copies += 1  # another process's print of the same test (a build without MPI)
+                copy.line_end = n
+                return True
             bench = self.at(n, 2)
+            bench.header = body
             for name, value in HEADER_FIELD_RX.findall(body.lstrip("#")):
                 self.param(name.strip(), value, n, bench)
             return True
         if body.lstrip("#").strip() == "Using devices":
+            if (copy := self.bench) is not None and copy.copies > 1 and copy.phase == 3 and not copy.devices:
+                copy.line_end = n  # the header's copy's own line
+                return True
             self.at(n, 3)
             return True
         if match := DEVICE_RX.match(body):
@@ -415,7 +448,8 @@ class _Parser:
         bench.phase = 6
         if "avg_busbw" in values:
             bench.footer = True
-            bench.avg_busbw = values["avg_busbw"]
+            bench.footers.append(values["avg_busbw"])
+            bench.avg_busbw = bench.footers[0]  # the first process's, where several print one
         else:
             bench.out_of_bounds = values["out_of_bounds"]
         self.event(kind, body, n)
@@ -442,7 +476,10 @@ class _Parser:
             return False
         if "type" in head and not re.match(r"[A-Za-z]", head["type"]):
             return False
-        bench = self.at(n, 5, opens=bench is None or bench.phase >= 6)
+        # a row after a footer is the next test's, unless another process of this one has yet to finish
+        bench = self.at(
+            n, 5, opens=bench is None or (bench.phase >= 6 and len(bench.footers) >= bench.copies)
+        )
         bench.layout = layout
         type_, redop = head.get("type"), head.get("redop")
         redop = None if redop in (None, "none") else redop

@@ -41,6 +41,9 @@ class Bench:
     footer: bool = False
     failed: bool = False
     init_ranks: int | None = None  # NCCL's `comm 0x... rank R nranks N`, where no device list was printed
+    header: str | None = None  # its `# nThread ...` line as printed
+    copies: int = 1  # processes that printed that header (each its own test where built without MPI)
+    footers: list[float] = field(default_factory=list)  # every `Avg bus bandwidth` it printed
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -66,6 +69,9 @@ class Bench:
             nodes = ranks // per_node if ranks % per_node == 0 else None
         elif self.one_gpu_runs():
             ranks, nodes, per_node = 1, 1, 1
+        elif self.separate_runs():
+            ranks = self.listed_ranks()  # each process's own test, on its node
+            nodes, per_node = 1, ranks
         return {
             "bench_key": self.key,
             "tool": self.tool,
@@ -100,10 +106,16 @@ class Bench:
         mpirun) runs as many one-GPU tests, each printing its own rank 0."""
         return len(self.numbers) > 1 and all(r == 0 for r, _ in self.numbers)
 
+    def separate_runs(self) -> bool:
+        """Rank numbers start again at 0 in one device list: processes built without MPI (`mpirun -np 2 ...
+        -g 2`), each running its own test of its own GPUs and printing its own ranks from 0."""
+        ranks = [r for r, _ in self.numbers]
+        return len(set(self.groups)) <= 1 and len(ranks) > len(set(ranks)) and max(ranks) > 0
+
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
         ranks = len(self.communicator()) or self.init_ranks or 0
-        if self.shortened():
+        if self.shortened() or self.separate_runs():
             ranks = self.listed_ranks()
         if self.collective or ranks <= 2 or not self.best or self.one_gpu_runs():
             return
