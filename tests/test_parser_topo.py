@@ -318,3 +318,24 @@ def test_cells_and_names_glued_by_a_paste_that_lost_a_tab_are_split_back() -> No
     params = {p["name"]: p["value"] for p in out["bench_params"]}
     assert (params["GPU1 CPU Affinity"], params["GPU1 NUMA Affinity"]) == ("56-111,168-223", "1")
     assert "unparsed" not in out
+
+
+def test_a_pci_paths_matrix_says_nvlink_is_not_shown() -> None:
+    """`nvidia-smi topo -mp` prints the PCIe path between every pair, NVLinked GPUs included (`NODE` here
+    between GPUs that NVLink joins): the bench says so, so that no one reads the PCIe path as the link.
+    The shape of deepseek-ai/DeepEP#60 (14 NICs, GPU NUMA ID), cut to two GPUs and two NICs, invented."""
+    text = """\
+root@f51fec68bf55:~# nvidia-smi topo -mp
+        GPU0    GPU1    NIC0    NIC1    CPU Affinity    NUMA Affinity   GPU NUMA ID
+GPU0     X      NODE    PIX     NODE    0-47,96-143     0               N/A
+GPU1    NODE     X      NODE    PIX     0-47,96-143     0               N/A
+NIC0    PIX     NODE     X      NODE
+NIC1    NODE    PIX     NODE     X
+"""
+    out = collect(text)
+    assert link_map(out)[("GPU0", "GPU1")] == "NODE"
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["matrix"].startswith("PCIe paths only (topo -mp)")
+    # the plain matrix says nothing of it
+    plain = collect(text.replace("topo -mp", "topo -m"))
+    assert "matrix" not in {p["name"] for p in plain["bench_params"]}

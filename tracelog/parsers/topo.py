@@ -10,7 +10,8 @@ What nvidia-smi prints and where it lands:
   `<device> <column>` (e.g. `GPU4 CPU Affinity` = `24-47`), values as printed, N/A included.
 - `NIC Legend:` lines (`NIC0: mlx5_0`): `bench_params` named after the NIC. The `Legend:` block is the
   tool's own text, understood and skipped.
-- A shell prompt `user@host:~$ nvidia-smi topo -m` or a launcher prefix `host: ` names the host.
+- A shell prompt `user@host:~$ nvidia-smi topo -m` or a launcher prefix `host: ` names the host; a prompt
+  of `topo -mp` (the PCIe path of every pair, NVLink left out) adds the bench param `matrix` saying so.
 - `nvidia-smi topo -p2p r|w|rw|n|a|p` prints a GPU-by-GPU matrix of peer-to-peer support instead (`OK`,
   `NS` not supported, `CNS` chipset, `GNS` GPU, `TNS` topology not supported, `U` unknown; its legend
   is skipped): a bench of its own, its cells `bench_params` named `<GPU> <GPU> p2p <mode>` (e.g. `GPU0
@@ -32,7 +33,7 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "topo"
-VERSION = "2"
+VERSION = "3"  # "3": a `topo -mp` matrix says its links are PCIe paths only
 TOOL = "nvidia-smi-topo"
 
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
@@ -52,6 +53,10 @@ PROMPT_RX = re.compile(
 )
 # a terminal's colour code whose ESC byte was lost in a copy (`[4mGPU0 ... GPU NUMA ID[0m`)
 ANSI_RESIDUE_RX = re.compile(r"\[[0-9;]*m")
+# `nvidia-smi topo -mp`: the PCIe path between every pair of devices, NVLink left out
+PCI_ONLY = (
+    "PCIe paths only (topo -mp): GPUs joined by NVLink show their PCIe path; their NVLinks are not shown"
+)
 LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC|OK|NS|CNS|GNS|TNS|U)\s+=)")
 NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
 
@@ -98,6 +103,7 @@ class _Parser:
         self.next_key = 0
         self.host: str | None = None  # named by the last prompt
         self.p2p: str | None = None  # the mode the last prompt asked for (`topo -p2p rw`), or None
+        self.pci_only = False  # the last prompt asked for the PCIe paths only (`topo -mp`)
         self.text = ""
 
     def finish(self) -> None:
@@ -145,6 +151,7 @@ class _Parser:
         if match := PROMPT_RX.match(body):
             self.host = match.group(1) or prefix_host
             self.p2p = match.group(2)
+            self.pci_only = re.search(r"\s-mp\b", body) is not None
             return True
         host = prefix_host or self.host
         tokens = _unglued(body.split())
@@ -176,6 +183,8 @@ class _Parser:
         self.next_key += 1
         if bench.p2p is not None:
             self.param(bench, "p2p_mode", bench.p2p, n)
+        elif self.pci_only:
+            self.param(bench, "matrix", PCI_ONLY, n)
         return True
 
     def row(self, n: int, bench: _Bench, tokens: list[str], body: str) -> bool:
