@@ -997,6 +997,9 @@ def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: 
 
     assert kind_of(line) == kind
     assert pl.DataFrame({"line": [line]}).select(event_kind().alias("kind"))["kind"][0] == kind
+    # as the parser calls it: the lower-cased line a column of its own, computed once
+    lowered = pl.DataFrame({"line": [line]}).with_columns(pl.col("line").str.to_lowercase().alias("_lowered"))
+    assert lowered.select(event_kind(pl.col("_lowered")).alias("kind"))["kind"][0] == kind
 
 
 def test_the_arguments_dump_behind_rays_worker_prefix_is_read(tmp_path: Path) -> None:

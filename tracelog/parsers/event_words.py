@@ -109,8 +109,12 @@ WARNING_LEVEL_RX = (
 )
 
 
-def event_kind() -> pl.Expr:
-    lowered = pl.col("line").str.to_lowercase()
+def event_kind(lowered: pl.Expr | None = None) -> pl.Expr:
+    """The event kind of each line. `lowered`: the lines lower-cased, a column the frame holds already;
+    polars' eager `select` computes a shared sub-expression again at every use, and the 25 uses of the
+    lowered text cost nine times the rest of the kinds (the Megatron parser's largest kernel once)."""
+    if lowered is None:
+        lowered = pl.col("line").str.to_lowercase()
     expr: Any = pl.when(lowered.str.contains(FRAME_RX)).then(pl.lit("traceback"))
     warned = lowered.str.contains(WARNING_LEVEL_RX)
     for kind, word in EVENT_KINDS:

@@ -536,7 +536,12 @@ def _parse_block(
     if not events.is_empty():
         yield Batch(
             "events",
-            events.select("line_no", "run_key", event_kind().alias("kind"), pl.col("line").alias("text")),
+            events.with_columns(line.str.to_lowercase().alias("_lowered")).select(
+                "line_no",
+                "run_key",
+                event_kind(pl.col("_lowered")).alias("kind"),
+                pl.col("line").alias("text"),
+            ),
         )
     other = plain.filter(~warned).filter(line.str.strip_chars() != "")
     if not other.is_empty():
