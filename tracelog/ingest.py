@@ -53,6 +53,7 @@ from tracelog.store.merge import may_match, merge_run, same_run
 
 PREFETCH_BATCHES = 4  # about two blocks of parsed batches waiting for the store
 INGEST_MEMORY_LIMIT = "96MB"  # DuckDB's share while a file streams in (see Store.memory_limit)
+INSERT_THREADS = 1  # DuckDB's threads while a file's batches are inserted (see `_ingest_stream`)
 Progress = Callable[[int], None]
 
 
@@ -431,8 +432,9 @@ def _ingest_stream(
     start = resume.committed if resume is not None else 0
     try:
         if parsed is not None:
-            for batch in parsed.batches():
-                writer.write(batch)
+            with store.threads(INSERT_THREADS):
+                for batch in parsed.batches():
+                    writer.write(batch)
             if progress is not None:
                 progress(parsed.committed + parsed.pending_bytes)
             committed, pending, lines_total = parsed.committed, parsed.pending_bytes, parsed.lines_total
@@ -441,8 +443,9 @@ def _ingest_stream(
         else:
             # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays
             # here.
-            for batch in prefetched(batches, PREFETCH_BATCHES):
-                writer.write(batch)
+            with store.threads(INSERT_THREADS):
+                for batch in prefetched(batches, PREFETCH_BATCHES):
+                    writer.write(batch)
             committed = start + source.bytes_read - source.pending_bytes
             pending, lines_total = source.pending_bytes, source.lines_total
             fingerprint, digests = digest.result(committed, path if plain else None)

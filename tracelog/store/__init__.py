@@ -433,6 +433,16 @@ class Store:
         finally:
             self.con.execute(f"SET memory_limit = '{previous}'")
 
+    @contextmanager
+    def threads(self, count: int) -> Iterator[None]:
+        """DuckDB's worker threads set for a while (the inserts of a streaming ingest), then put back."""
+        previous = self.scalar("SELECT current_setting('threads')")
+        self.con.execute(f"SET threads = {int(count)}")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET threads = {int(previous)}")
+
     def whole(self, table: str) -> str:
         """The table with every file's rows, for a question about other files' rows while a new file's
         are staged in a temporary table of the same name (`store.staging`): the store's and the stage's."""
