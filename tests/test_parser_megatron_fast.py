@@ -242,3 +242,45 @@ def test_prefetched_stops_its_worker_when_the_caller_stops() -> None:
     stream.close()
     assert len(produced) < 10
     assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "------------------------ arguments ------------------------",
+        "-------------------- end of arguments ---------------------",
+        "using world size: 256, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 8",
+        " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 1750000000",
+        "times across ranks (ms):",
+        "     rank  0: 3176.24",
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 21845.5 | max allocated: 44262.1",
+        " validation loss at iteration 100 | lm loss value: 8.095942E+00 | lm loss PPL: 3.281128E+03 |",
+        "[2024-03-02 10:00:00,123] [INFO] [config.py:1000:print]   train_batch_size ............. 1024",
+        "[2024-03-02 10:00:00,123] [INFO] [logging.py:96:log_dist] [Rank 0] Creating BF16 optimizer",
+        "stage=0 layers=13",
+        "Reduce bucket size 500,000,000",
+        "$ mpirun --np 8 singularity exec pytorch.sif train_gpt3_7b_mpi.sh",
+    ],
+)
+def test_every_line_a_classifying_pattern_reads_passes_the_literal_scan(line: str) -> None:
+    """`SPECIAL_RX` picks the lines the configuration, memory and timer-block patterns then look at: a line
+    it missed would lose its figures, so it must take every line they take, whatever its prefix."""
+    from tracelog.parsers.megatron_lines import (
+        ARGS_END,
+        ARGS_START,
+        SPECIAL_RX,
+        STATEFUL_RX,
+        TIMER_RANK_LITERAL,
+    )
+    from tracelog.parsers.megatron_memory import MEMORY_MARK
+
+    frame = pl.DataFrame({"line": [line]})
+    taken = frame.select(
+        pl.col("line").str.contains(ARGS_START.pattern)
+        | pl.col("line").str.contains(ARGS_END, literal=True)
+        | pl.col("line").str.contains(STATEFUL_RX)
+        | pl.col("line").str.contains(MEMORY_MARK, literal=True)
+        | pl.col("line").str.contains(TIMER_RANK_LITERAL, literal=True)
+    ).item()
+    assert taken
+    assert frame.select(pl.col("line").str.contains(SPECIAL_RX)).item()

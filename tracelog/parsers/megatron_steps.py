@@ -23,7 +23,8 @@ def deepspeed_step_metrics(plain: pl.DataFrame) -> pl.DataFrame:
     0 where DeepSpeed skipped (argonne-lcf's Megatron-DeepSpeed on Polaris: `skipped=4` at step 200, 0 on
     every iteration line); the run's skipped count and the health rules take the larger."""
     line = pl.col("line")
-    found = plain.filter(line.str.contains(DS_LOGGER, literal=True) & line.str.contains(STEP_HEAD))
+    # the literal first: the pattern then runs on DeepSpeed's own lines only
+    found = plain.filter(line.str.contains(DS_LOGGER, literal=True)).filter(line.str.contains(STEP_HEAD))
     parts = line.str.extract_groups(STEP_HEAD)
     return found.select(
         pl.col("run_key").cast(pl.Int32),
