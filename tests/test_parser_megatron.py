@@ -17,6 +17,7 @@ from tracelog.errors import TracelogError
 from tracelog.parsers import deepspeed, megatron, nemo
 from tracelog.parsers.base import head_text
 from tracelog.parsers.deepspeed_config import SKIPPED_RUNNING
+from tracelog.parsers.event_words import EVENT_KINDS, event_kind, event_kinds, kind_of
 
 ARGS = """\
 ------------------------ arguments ------------------------
@@ -993,13 +994,49 @@ def test_a_tails_parameter_counts_give_the_model_parallel_grid(tmp_path: Path) -
     ],
 )
 def test_a_lines_event_kind_by_its_words_and_its_loggers_level(line: str, kind: str) -> None:
-    from tracelog.parsers.event_words import event_kind, kind_of
-
     assert kind_of(line) == kind
     assert pl.DataFrame({"line": [line]}).select(event_kind().alias("kind"))["kind"][0] == kind
-    # as the parser calls it: the lower-cased line a column of its own, computed once
+    # as the parser calls it: the lines lower-cased once, the kinds worked out where a word may say one
     lowered = pl.DataFrame({"line": [line]}).with_columns(pl.col("line").str.to_lowercase().alias("_lowered"))
     assert lowered.select(event_kind(pl.col("_lowered")).alias("kind"))["kind"][0] == kind
+    assert event_kinds(pl.Series([line, "UserWarning: nothing else", line]).str.to_lowercase()).to_list() == [
+        kind,
+        "warning",
+        kind,
+    ]
+
+
+EVENT_PIECES = [
+    *(word for _, word in EVENT_KINDS),
+    "Error",
+    "error_file",
+    "ERROR.",
+    "[E328 00:21:12",
+    "[W522 18:16:36",
+    "WARNING:",
+    " - WARNING - ",
+    "UserWarning:",
+    "frame #0:",
+    "    raise ",
+    "> ",
+    "│",
+    "checkpoint",
+    "NaN",
+    " ",
+    "x",
+    "_",
+    "/",
+    ".",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(EVENT_PIECES), max_size=6).map("".join), min_size=1, max_size=20))
+def test_event_kinds_of_a_column_are_each_lines_event_kind(lines: list[str]) -> None:
+    """Working out the kinds only where a word of another kind than a warning is changes no kind."""
+    lowered = pl.Series(lines).str.to_lowercase()
+    whole = lowered.to_frame("_lowered").select(event_kind(pl.col("_lowered")).alias("kind"))["kind"]
+    assert event_kinds(lowered).to_list() == whole.to_list()
 
 
 def test_the_arguments_dump_behind_rays_worker_prefix_is_read(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from tracelog.parsers.base import (
     LineSource,
     guarded,
 )
-from tracelog.parsers.event_words import WARN_ECHO_RX, WARNING_RX, event_kind
+from tracelog.parsers.event_words import WARN_ECHO_RX, WARNING_RX, event_kinds
 from tracelog.parsers.megatron_bridge import (
     BRIDGE_STEP_MARK,
     bridge_step_metrics,
@@ -536,10 +536,10 @@ def _parse_block(
     if not events.is_empty():
         yield Batch(
             "events",
-            events.with_columns(line.str.to_lowercase().alias("_lowered")).select(
+            events.select(
                 "line_no",
                 "run_key",
-                event_kind(pl.col("_lowered")).alias("kind"),
+                event_kinds(events["line"].str.to_lowercase()),
                 pl.col("line").alias("text"),
             ),
         )
