@@ -284,3 +284,21 @@ def test_every_line_a_classifying_pattern_reads_passes_the_literal_scan(line: st
     ).item()
     assert taken
     assert frame.select(pl.col("line").str.contains(SPECIAL_RX)).item()
+
+
+def test_timer_and_plain_lines_are_copied_out_of_the_blocks_buffers() -> None:
+    """The lines a block's timer and plain passes read are copied into buffers of their own (their string
+    kernels ran several times slower over views into the whole block): the same rows, only their bytes."""
+    lines = [TIMER.format(f="1683.23") if i % 3 == 0 else iteration(i) for i in range(3000)]
+    lines[5] = "UserWarning: ünïcode, and an empty line next"
+    lines[8] = ""
+    block = pl.DataFrame({"line_no": range(1, 3001), "line": lines})
+    timers = block.filter(pl.col("line").str.starts_with("time (ms)") | pl.col("line").str.contains("ü"))
+    compact = megatron._compacted(timers)
+
+    def text_bytes(frame: pl.DataFrame) -> int:
+        views = frame["line"].to_arrow(compat_level=pl.CompatLevel.newest())
+        return sum(buffer.size for buffer in views.buffers()[2:] if buffer is not None)
+
+    assert compact.equals(timers)
+    assert text_bytes(compact) <= timers["line"].str.len_bytes().sum() < text_bytes(timers) / 3
