@@ -4,6 +4,7 @@ error or a checkpoint prints, a logger's level, PyTorch's glog prefix. Shared by
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -109,16 +110,12 @@ WARNING_LEVEL_RX = (
 )
 
 
-def _escaped(word: str) -> str:
-    return "".join("\\" + c if c in "\\.+*?()|[]{}^$" else c for c in word)
-
-
 OTHER_KIND_RX = "|".join(
     [
         f"(?:{FRAME_RX})",
         ERROR_WORD_RX,
         GLOG_ERROR_RX,
-        *(_escaped(word) for kind, word in EVENT_KINDS if kind != "warning" and word != "error"),
+        *(re.escape(word) for kind, word in EVENT_KINDS if kind != "warning" and word != "error"),
     ]
 )
 """Any word that can make a line's kind other than `warning` (lower-cased, as the lines are matched)."""

@@ -7,6 +7,7 @@ of patterns (`megatron_lines.ITER_FIELDS`) and the fast path's layouts serve the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -86,10 +87,15 @@ REWRITES = (
 )
 
 
+ANY_MARK_RX = "|".join(re.escape(mark) for mark, _ in REWRITES)
+
+
 def as_classic(frame: pl.DataFrame) -> pl.DataFrame:
     """The block with each line of another spelling rewritten in the classic one (a literal mark picks
-    them, so a block without one costs a substring scan per mark)."""
+    them, so a block without one costs one scan for all the marks)."""
     line = pl.col("line")
+    if not frame.select(line.str.contains(ANY_MARK_RX).any()).item():
+        return frame
     for mark, rewrite in REWRITES:
         marked = line.str.contains(mark, literal=True)
         if frame.select(marked.any()).item():
