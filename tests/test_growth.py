@@ -38,8 +38,14 @@ RUN_TABLES = (
     "timers",
     "run_params",
     "run_hardware",
+    # what the refresh keeps between refreshes, and its figures: the same as one refresh of the final file
+    # (`iteration_value_sums` is not: which sums it keeps depends on where the refreshes before it cut)
     "loss_spikes",
     "run_progress",
+    "run_steady_cache",
+    "iteration_buckets",
+    "iteration_values",
+    "flat_loss_stretches",
 )
 BENCH_TABLES = ("collectives", "p2p", "links", "bench_params", "bench_devices", "bench_hardware")
 # Places where a parser carries state across lines: a cut just before and a few bytes into each.
@@ -79,6 +85,15 @@ def snapshot(store: Store) -> dict[str, list[tuple]]:
             "LEFT JOIN runs r USING (run_id) LEFT JOIN benches b USING (bench_id)"
         ).fetchall(),
         # the refresh after each ingest: what the user reads of the grown log
+        **{
+            table: con.execute(
+                f"SELECT t.* EXCLUDE (subject_id{', computed_at' if table == 'predictions' else ''}), "
+                f"r.run_key, b.bench_key FROM {table} t "
+                "LEFT JOIN runs r ON t.subject_kind = 'run' AND r.run_id = t.subject_id "
+                "LEFT JOIN benches b ON t.subject_kind <> 'run' AND b.bench_id = t.subject_id"
+            ).fetchall()
+            for table in ("predictions", "comparisons")
+        },
         "flags": con.execute(
             "SELECT f.* EXCLUDE (flag_id, subject_id), r.run_key, b.bench_key FROM flags f "
             "LEFT JOIN runs r ON f.subject_kind = 'run' AND r.run_id = f.subject_id "
@@ -286,8 +301,9 @@ def test_a_grown_megatron_log_resumes_after_its_last_line(store: Store, tmp_path
     store.con.execute("UPDATE runs SET gpu_model = NULL")
     store.con.execute("DELETE FROM run_hardware WHERE source = 'command line'")
     got = snapshot(store)
-    # the GPU set on the run gives it the model's flags, which the direct ingest has no GPU for
-    assert {**got, "flags": []} == {**expected, "flags": []}
+    # the GPU set on the run gives it the model's predictions and flags, which the direct ingest has no GPU for
+    model = {"flags": [], "predictions": [], "comparisons": []}
+    assert {**got, **model} == {**expected, **model}
 
 
 @pytest.mark.parametrize(

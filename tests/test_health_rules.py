@@ -395,7 +395,7 @@ def spikes_and_progress(db: Path) -> tuple[list[tuple], list[tuple]]:
             "SELECT line_no, iteration, lm_loss, running_median, ratio FROM loss_spikes ORDER BY line_no"
         ).fetchall()
         progress = store.con.execute(
-            "SELECT rule, checked_line, context_line, threshold FROM run_progress"
+            "SELECT rule, checked_line, context_line, threshold FROM run_progress WHERE rule = 'loss_spike'"
         ).fetchall()
     return spikes, progress
 
@@ -444,9 +444,9 @@ def test_a_row_rewritten_below_the_checked_line_is_checked_again(tmp_path: Path)
         run_id = int(store.scalar("SELECT run_id FROM runs"))
         progress.rewind(store.con, run_id, 30)
         assert store.con.execute("SELECT line_no FROM loss_spikes").fetchall() == [(21,)]
-        assert store.con.execute("SELECT checked_line, context_line FROM run_progress").fetchall() == [
-            (29, 20)
-        ]
+        assert store.con.execute(
+            "SELECT checked_line, context_line FROM run_progress WHERE rule = 'loss_spike'"
+        ).fetchall() == [(29, 20)]
         store.con.execute("UPDATE iterations SET lm_loss = 7.0 WHERE line_no = 35")
     tracelog.api.refresh(db)
     spikes, after = spikes_and_progress(db)

@@ -26,6 +26,7 @@ from tracelog.errors import TracelogError
 from tracelog.parsers import megatron, nccl_tests, nemo, table
 from tracelog.parsers.base import INT32_COLUMNS, INT64_COLUMNS, MAX_LINE_BYTES
 from tracelog.store import Store
+from tracelog.store.tables import DERIVED_RUN_TABLES
 
 LLAMA = SAMPLES / "megatron_lm_llama3_8b_h100.log"
 NCCL = SAMPLES / "nccl_all_reduce_8xa100.txt"
@@ -152,7 +153,7 @@ def test_int64_columns_match_the_schema(store: Store) -> None:
             "SELECT column_name FROM information_schema.columns c JOIN information_schema.tables t "
             "USING (table_name) WHERE t.table_type = 'BASE TABLE' AND c.data_type = 'BIGINT' AND table_name "
             "NOT IN ('sources', 'schema_version', 'predictions', 'comparisons', 'flags', 'calibrations', "
-            "'loss_spikes', 'run_progress', 'run_steady_cache')"
+            f"{', '.join(repr(t) for t in DERIVED_RUN_TABLES)})"  # what the refresh keeps
         ).fetchall()
     }
     assert bigint == INT64_COLUMNS

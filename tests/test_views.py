@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from tracelog import api
 from tracelog.analysis import inputs as run_inputs
-from tracelog.analysis.refresh import STEADY_SQL, found_marks, keep_steady_state
-from tracelog.analysis.rules import health
+from tracelog.analysis import refresh, run_buckets, run_ranges, run_values
+from tracelog.analysis.refresh import keep_steady_state
+from tracelog.analysis.rules import health, skipped
 from tracelog.analysis.scope import Scope
 from tracelog.report import sections
 from tracelog.store import Store
@@ -102,6 +103,106 @@ WITH steady AS (
 SELECT run_id, count(*), max(elapsed_s), any_value(typical)
 FROM steady WHERE elapsed_s > ? * typical GROUP BY run_id
 """
+
+OLD_NAN_SKIPPED = """
+SELECT run_id,
+       sum(nan_lines) AS nan_total,
+       min(iteration) FILTER (nan_lines > 0) AS first_nan,
+       min(line_no) FILTER (nan_lines > 0) AS first_nan_line,
+       sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
+       sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
+       min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip,
+       CASE WHEN count(iteration) > 1 THEN (max(iteration) - min(iteration)) * count(iteration)
+            / (count(iteration) - 1) END AS covered,
+       min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line,
+       coalesce(max(loss_scale) <= 1, false) AS unscaled,
+       count(*) FILTER ({left_out}) AS left_out,
+       min(iteration) FILTER ({left_out}) AS first_left_out,
+       min(line_no) FILTER ({left_out}) AS first_left_out_line,
+       count(lm_loss) > 0 AS has_loss
+FROM (
+    SELECT m.*, {nan_lines} AS nan_lines
+    FROM iteration_marks m
+    LEFT JOIN (SELECT run_id, coalesce(precision IN ('bf16', 'fp32'), false) AS no_scaler FROM runs) USING (run_id)
+) GROUP BY run_id
+"""
+
+OLD_LOSS_SCALE = """
+WITH scales AS (SELECT run_id, line_no, loss_scale FROM iteration_marks WHERE NOT warmup AND loss_scale > 0),
+collapsed AS (
+    SELECT run_id, max(loss_scale) AS top, min(loss_scale) AS lowest
+    FROM scales GROUP BY run_id HAVING max(loss_scale) > 1 AND min(loss_scale) <= 1
+)
+SELECT c.run_id, c.top, c.lowest, min(s.line_no)
+FROM collapsed c JOIN scales s ON s.run_id = c.run_id AND s.loss_scale = c.lowest GROUP BY ALL
+"""
+
+# Every range a refresh reads, from a run's lines and their marks: the ranges' aggregates, lines per value and
+# medians are held against these
+RANGE_LINES = """
+WITH m AS (SELECT *, min(line_no) OVER (PARTITION BY run_id) AS first_line FROM iteration_marks),
+d AS (
+    SELECT run_id, line_no, ntile(5) OVER (PARTITION BY run_id ORDER BY line_no) AS fifth,
+           count(*) OVER (PARTITION BY run_id) AS n
+    FROM iteration_marks WHERE NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
+),
+bounds AS (
+    SELECT run_id, max(line_no) FILTER (fifth = 1) AS first_end, min(line_no) FILTER (fifth = 5) AS last_begin
+    FROM d WHERE n >= 10 GROUP BY run_id
+)
+SELECT 'all' AS part, * FROM m
+UNION ALL SELECT 'warmup', * FROM m WHERE warmup
+UNION ALL SELECT 'steady', * FROM m WHERE NOT warmup
+UNION ALL SELECT 'later', * FROM m WHERE line_no > first_line
+UNION ALL SELECT 'first_fifth', m.* FROM m JOIN bounds b USING (run_id) WHERE NOT warmup AND line_no <= b.first_end
+UNION ALL SELECT 'last_fifth', m.* FROM m JOIN bounds b USING (run_id) WHERE line_no >= b.last_begin
+"""
+
+
+def check_ranges(store: Store) -> None:
+    """`run_ranges.prepare`'s aggregates, lines per value and medians of every run and range, against the same
+    read from the range's lines."""
+    con = store.con
+    lines = run_buckets.lines_sql(RANGE_LINES)
+    names = [name for name, _, _ in run_buckets.PARTIALS]
+    assert_same_rows(
+        con.execute(
+            f"SELECT * FROM ({run_buckets.partials_sql(lines, keys='run_id, part')}) "
+            f"WHERE part IN {run_ranges.PART_RANGES}"
+        ).fetchall(),
+        con.execute(f"SELECT run_id, part, {', '.join(names)} FROM {run_ranges.PARTS}").fetchall(),
+    )
+    wanted = f"(SELECT DISTINCT run_id, part, series FROM {run_ranges.VALUES})"
+    figures = f"SELECT run_id, part, {run_buckets.FIGURES_SQL} FROM ({lines})"
+    values = " UNION ALL ".join(
+        f"SELECT run_id, part, '{name}' AS series, {value} AS value, count(*) AS lines "
+        f"FROM ({figures}) WHERE {where} GROUP BY ALL"
+        for name, value, where in run_values.SERIES
+    )
+    assert_same_rows(
+        con.execute(f"SELECT v.* FROM ({values}) v JOIN {wanted} USING (run_id, part, series)").fetchall(),
+        con.execute(f"SELECT * FROM {run_ranges.VALUES}").fetchall(),
+    )
+    medians = " UNION ALL ".join(
+        f"SELECT run_id, part, '{name}' AS series, count(*) AS lines, median({value}) AS median "
+        f"FROM ({figures}) WHERE {where} GROUP BY ALL"
+        for name, value, where in run_values.SERIES
+    )
+    assert_same_rows(
+        con.execute(f"SELECT m.* FROM ({medians}) m JOIN {wanted} USING (run_id, part, series)").fetchall(),
+        con.execute(f"SELECT * FROM {run_ranges.MEDIANS}").fetchall(),
+    )
+    # the steady lines' figures are all there
+    for series in run_ranges.STEADY_SERIES:
+        assert_same_rows(
+            con.execute(
+                f"SELECT * FROM ({medians}) WHERE part = 'steady' AND series = '{series}'"
+            ).fetchall(),
+            con.execute(
+                f"SELECT * FROM {run_ranges.MEDIANS} WHERE part = 'steady' AND series = '{series}'"
+            ).fetchall(),
+        )
+
 
 # The report's series and warm-up span as they read `iteration_phase.n` (a window over every column of a
 # run), with its ties made definite: the iterations of one line share its rank in the series, and are taken
@@ -219,28 +320,38 @@ def check_store(store: Store) -> None:
     ]
     assert_same_rows(con.execute(OLD_STRAGGLER, [LOW.straggler]).fetchall(), stragglers)
 
-    # within a refresh the marks come from each run's cut found once (`found_marks`): the same marks line
-    # for line, the same steady-state figures kept from them, the same flags
-    found = found_marks(store, scope)
-    assert found.marks != "iteration_marks"
+    # within a refresh the marks come from each run's cut, found from its buckets (`run_ranges.prepare`):
+    # the same marks line for line, the same steady-state figures and model inputs, the same flags
+    found = run_ranges.prepare(store, Scope.of(None, None))
+    assert found.prepared and found.marks == run_ranges.MARKS
     assert_same_rows(
         con.execute(f"SELECT * FROM {found.marks} ORDER BY run_id, line_no").fetchall(),
         con.execute("SELECT * FROM iteration_marks ORDER BY run_id, line_no").fetchall(),
     )
-    steady = STEADY_SQL.format(marks=found.marks, runs="SELECT run_id FROM runs")
+    check_ranges(store)
     assert_same_rows(
         con.execute(OLD_RUN_STEADY).fetchall(),
-        con.execute(f"SELECT * EXCLUDE (last_line) FROM ({steady}) ORDER BY run_id").fetchall(),
+        con.execute(f"SELECT * EXCLUDE (last_line) FROM ({run_ranges.STEADY_SQL})").fetchall(),
     )
-    for rule in (
-        health.nan_and_skipped,
-        health.loss_scale_collapse,
-        health.sec_per_it_drift,
-        health.straggler_steps,
-    ):
-        by_run = sorted(rule(store, LOW, found), key=repr)  # GROUP BY gives no order of runs
-        assert by_run == sorted(rule(store, LOW, scope), key=repr), rule.__name__
-    assert run_inputs.load_rows(store, marks=found.marks) == run_inputs.load_rows(store)
+    assert_same_rows(
+        con.execute(
+            OLD_NAN_SKIPPED.format(nan_lines=run_buckets.NAN_LINES, left_out=run_buckets.LOSS_LEFT_OUT)
+        ).fetchall(),
+        skipped.lines_rows(store, found),
+    )
+    collapsed = {
+        (f["subject_id"], f["measured"], f["expected"], f["row_ref"])
+        for f in health.loss_scale_collapse(store, LOW, found)
+    }
+    assert collapsed == {
+        (run_id, lowest, top, f"line {line}")
+        for run_id, top, lowest, line in con.execute(OLD_LOSS_SCALE).fetchall()
+    }
+    assert run_inputs.load_rows(store, marks=found.marks, figures=refresh._figures(store, found)) == (
+        run_inputs.load_rows(store)
+    )
+    keep_steady_state(store, found)
+    assert run_inputs.load_rows(store, summary=refresh._kept_summary(found)) == run_inputs.load_rows(store)
     check_report_series(store)
 
 
@@ -254,10 +365,10 @@ def test_sample_logs_keep_their_marks(tmp_path: Path) -> None:
         check_store(store)
 
 
-def test_drift_fifths_found_across_many_buckets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # buckets of 5 line numbers: the lines where a fifth ends are found several buckets in, and the flags
-    # are still those of ntile(5) (check_store holds the drift rule against OLD_DRIFT)
-    monkeypatch.setattr(health, "FIFTH_BUCKET_LINES", 5)
+def test_ranges_found_across_many_buckets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # buckets of 5 line numbers: the warm-up cut and the lines where a fifth ends are found several buckets
+    # in, every range cuts buckets, and the figures and flags are still those read from the lines
+    monkeypatch.setattr(run_buckets, "BUCKET_LINES", 5)
     db = tmp_path / "b.duckdb"
     for log in (
         "megatron_lm_llama3_8b_h100.log",
@@ -316,8 +427,14 @@ run = st.tuples(st.lists(line, min_size=1, max_size=300), st.randoms(use_true_ra
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(runs=st.lists(run, min_size=1, max_size=4))
-def test_generated_runs_keep_their_marks(tmp_path: Path, runs: list) -> None:
+@given(runs=st.lists(run, min_size=1, max_size=4), bucket_lines=st.sampled_from([65536, 3, 16]))
+def test_generated_runs_keep_their_marks(tmp_path: Path, runs: list, bucket_lines: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_buckets, "BUCKET_LINES", bucket_lines)  # small: every range cuts buckets
+        check_generated(tmp_path, runs)
+
+
+def check_generated(tmp_path: Path, runs: list) -> None:
     db = tmp_path / "g.duckdb"
     db.unlink(missing_ok=True)
     rows = []

@@ -13,6 +13,7 @@ the same rows a check from scratch gives: the window is over the same losses, in
 
 from __future__ import annotations
 
+from tracelog.analysis.run_buckets import rows_from
 from tracelog.analysis.scope import Scope
 from tracelog.store import Store
 from tracelog.store.progress import LOSS_SPIKE_WINDOW as WINDOW
@@ -42,15 +43,25 @@ def update(store: Store, threshold: float, scope: Scope) -> None:
             f"DELETE FROM loss_spikes WHERE {runs} AND run_id NOT IN "
             f"(SELECT run_id FROM run_progress WHERE rule = '{RULE}')"
         )
+    # each run's lines from its context line on, by a literal range per run (DuckDB then reads those row
+    # groups only; a range joined from run_progress read the whole run)
+    progress = {
+        int(run): (int(checked), int(context))
+        for run, checked, context in con.execute(
+            f"SELECT run_id, checked_line, context_line FROM run_progress WHERE {runs} AND rule = '{RULE}'"
+        ).fetchall()
+    }
+    starts: dict[int, int | None] = {
+        int(run): progress[run][1] if run in progress else None
+        for (run,) in con.execute(f"SELECT run_id FROM runs WHERE {scope.runs}").fetchall()
+    }
+    checked = " ".join(f"WHEN {run} THEN {line}" for run, (line, _) in progress.items())
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE loss_window AS
-        WITH progress AS (
-            SELECT run_id, checked_line, context_line FROM run_progress WHERE rule = '{RULE}'
-        )
-        SELECT i.run_id, i.line_no, i.iteration, i.lm_loss, coalesce(p.checked_line, -1) AS checked_line
-        FROM iterations i LEFT JOIN progress p USING (run_id)
-        WHERE i.{runs} AND {VALID} AND i.line_no >= coalesce(p.context_line, -1)
+        SELECT run_id, line_no, iteration, lm_loss,
+               {f"CASE run_id {checked} ELSE -1 END" if checked else "-1"} AS checked_line
+        FROM ({rows_from(starts, "run_id, line_no, iteration, lm_loss", VALID)})
         """
     )
     con.execute(

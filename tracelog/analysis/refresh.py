@@ -12,14 +12,13 @@ transaction. One that fails is recorded on the source (`refresh_error`) and left
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
-from tracelog.analysis import calibration, link_fit, loss_spikes, predictions
+from tracelog.analysis import calibration, flat_stretches, link_fit, loss_spikes, predictions, run_ranges
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import (
@@ -138,15 +137,17 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
     constants = calibration.load(store)  # fitted by `tracelog calibrate`; the textbook model if none
     runs: list[RunInputs] = []
     outputs = []
-    if scope.has_runs:
-        scope = found_marks(store, scope)
-        keep_steady_state(store, scope)
     try:
         if scope.has_runs:
-            loaded = run_inputs.load(store, where=scope.runs, marks=scope.marks)
+            scope = run_ranges.prepare(store, scope)
+            keep_steady_state(store, scope)
+            loaded = run_inputs.load(
+                store, scope.runs, scope.marks, _figures(store, scope), _kept_summary(scope)
+            )
             runs = [predictions.infer(run) for run in loaded]
             outputs.append(predictions.predict_runs(store, scope, runs, constants))
             loss_spikes.update(store, thresholds.loss_spike, scope)
+            flat_stretches.update(store, thresholds.flat_loss_lines, scope)
         if scope.has_benches:
             outputs.append(predictions.predict_benches(store, scope, constants))
         for output in outputs:
@@ -161,41 +162,36 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
         if flags:
             store.insert("flags", _frame([{c: f.get(c) for c in FLAG_COLUMNS} for f in flags]))
     finally:
-        if scope.marks == FOUND_MARKS:
-            store.con.execute(f"DROP VIEW IF EXISTS {FOUND_MARKS}")
-            store.con.execute(f"DROP TABLE IF EXISTS {FOUND_CUTS}")
+        if scope.has_runs:
+            run_ranges.drop(store)
     return len(flags)
 
 
-FOUND_CUTS = "refresh_warmup_cuts"
-FOUND_MARKS = "refresh_iteration_marks"
+EFFECTIVE_TFLOPS = "effective tera flops per gpu"
 
 
-def found_marks(store: Store, scope: Scope) -> Scope:
-    """The scope with its warm-up marks read from a view over each run's cut, found once here.
+def _kept_summary(scope: Scope) -> str:
+    """`run_summary` of the runs in scope, whose steady state `keep_steady_state` has just kept."""
+    return run_inputs.KEPT_SUMMARY_SQL.format(where=scope.runs, kept=scope.runs.replace("run_id", "c.run_id"))
 
-    `iteration_marks` finds a run's warm-up cut (its line count, its first clean line, and the line at
-    which its first 5 % of logged lines end: a heap over every line) again for every query, and the
-    model's inputs and the flag rules read it five times per refresh: on a run of 1.76 M lines a rule's
-    query took 0.11-0.33 s through it, 0.04-0.10 s through this view. A run's warm-up lines are a prefix
-    of it by line number (every line up to the 5 % cut and every line before the first clean one), so
-    the last of them, `warmup_end`, says which lines are warm-up: the same marks, line for line."""
-    store.con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE {FOUND_CUTS} AS
-        SELECT run_id, any_value(logged) AS logged, any_value(first_clean_line) AS first_clean_line,
-               max(line_no) FILTER (warmup) AS warmup_end
-        FROM iteration_marks WHERE {scope.runs} GROUP BY run_id
-        """
+
+def _figures(store: Store, scope: Scope) -> str:
+    """The model's measured figures of the runs in scope: from the ranges' medians, but for a run with
+    BigScience's `Effective Tera Flops per GPU` lines, whose TFLOP/s stand beside iterations by number (read
+    from its lines, as `inputs.FIGURES_SQL` reads them)."""
+    beside = [
+        int(r)
+        for (r,) in store.con.execute(
+            f"SELECT DISTINCT run_id FROM iteration_metrics WHERE {scope.runs} AND key = '{EFFECTIVE_TFLOPS}'"
+        ).fetchall()
+    ]
+    if not beside:
+        return run_ranges.FIGURES_SQL
+    ids = ", ".join(map(str, beside))
+    return (
+        f"SELECT * FROM ({run_ranges.FIGURES_SQL}) WHERE run_id NOT IN ({ids}) UNION ALL "
+        f"SELECT * FROM ({run_inputs.FIGURES_SQL.format(marks=scope.marks, where=f'i.run_id IN ({ids})')})"
     )
-    store.con.execute(
-        f"""
-        CREATE OR REPLACE TEMP VIEW {FOUND_MARKS} AS
-        SELECT i.*, c.logged, c.first_clean_line, coalesce(i.line_no <= c.warmup_end, false) AS warmup
-        FROM iterations i JOIN {FOUND_CUTS} c USING (run_id)
-        """
-    )
-    return replace(scope, marks=FOUND_MARKS)
 
 
 def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -233,70 +229,18 @@ STEADY_COLUMNS = (
 
 
 def keep_steady_state(store: Store, scope: Scope) -> None:
-    """The steady-state medians of the runs in scope, computed once here from the scope's warm-up marks
-    and kept (`run_steady_cache`, schema 013) with the count and last line of the rows they describe, so
-    that reading commands take them instead of sorting every logged line again; the model inputs read
-    right after take them too. `STEADY_SQL` is the computed part of the `run_steady` view over
-    `scope.marks`: within a refresh the marks of its found cut (`found_marks`), which spares the view's
-    own search for it (0.9 s against 0.5 s on a run of 1.76 M lines)."""
+    """The steady-state medians of the runs in scope, taken once here from the ranges the refresh made
+    (`run_ranges.STEADY_SQL`) and kept (`run_steady_cache`, schema 013) with the count and last line of
+    the rows they describe, so that reading commands take them instead of sorting every logged line
+    again; the model inputs read right after take them too."""
+    scope = run_ranges.prepare(store, scope)
     runs = f"SELECT run_id FROM runs WHERE {scope.runs}"
     if not scope.new:
         store.con.execute(f"DELETE FROM run_steady_cache WHERE run_id IN ({runs})")
     store.con.execute(
         f"INSERT INTO run_steady_cache ({STEADY_COLUMNS}, last_line) "
-        + STEADY_SQL.format(marks=scope.marks, runs=runs)
+        f"SELECT * FROM ({run_ranges.STEADY_SQL}) WHERE run_id IN ({runs})"
     )
-
-
-STEADY_SQL = """
-WITH present AS (
-    SELECT
-        run_id,
-        min(line_no) AS first_line,
-        count(elapsed_s) FILTER (NOT warmup) > 0 AS elapsed_steady,
-        count(elapsed_s) > arg_min(CASE WHEN elapsed_s IS NULL THEN 0 ELSE 1 END, line_no) AS elapsed_later,
-        count(samples_per_s) FILTER (NOT warmup) > 0 AS samples_steady,
-        count(global_batch_size / elapsed_s) FILTER (NOT warmup) > 0 AS rate_steady,
-        count(global_batch_size / elapsed_s)
-            > arg_min(CASE WHEN global_batch_size / elapsed_s IS NULL THEN 0 ELSE 1 END, line_no) AS rate_later,
-        count(tflops_reported) FILTER (NOT warmup) > 0 AS tflops_steady
-    FROM {marks}
-    WHERE run_id IN ({runs})
-    GROUP BY run_id
-)
-SELECT
-    i.run_id,
-    count(*) AS iterations_logged,
-    max(i.iteration) AS last_iteration,
-    count(*) FILTER (NOT i.warmup) AS steady_lines,
-    coalesce(
-        median(i.elapsed_s) FILTER (NOT i.warmup),
-        median(i.elapsed_s) FILTER (i.line_no > p.first_line AND NOT p.elapsed_steady),
-        median(i.elapsed_s) FILTER (NOT p.elapsed_steady AND NOT p.elapsed_later)
-    ) AS sec_per_it,
-    coalesce(
-        median(i.samples_per_s) FILTER (NOT i.warmup),
-        median(i.global_batch_size / i.elapsed_s) FILTER (NOT i.warmup AND NOT p.samples_steady),
-        median(i.global_batch_size / i.elapsed_s)
-            FILTER (i.line_no > p.first_line AND NOT p.samples_steady AND NOT p.rate_steady),
-        median(i.global_batch_size / i.elapsed_s)
-            FILTER (NOT p.samples_steady AND NOT p.rate_steady AND NOT p.rate_later)
-    ) AS samples_per_s,
-    coalesce(
-        median(i.tflops_reported) FILTER (NOT i.warmup),
-        median(i.tflops_reported) FILTER (NOT p.tflops_steady)
-    ) AS tflops_reported,
-    arg_max(i.lm_loss, i.line_no) FILTER (i.lm_loss IS NOT NULL) AS final_loss,
-    sum(coalesce(i.skipped, 0)) AS skipped_iterations,
-    sum(coalesce(i.nan, 0)) AS nan_iterations,
-    max(i.line_no) AS last_line
-FROM {marks} i
-JOIN present p ON p.run_id = i.run_id
-GROUP BY i.run_id
-"""
-"""Each run's steady-state figures as schema 013's `run_steady` computes them (its `computed` part, the
-same expressions over the same marks), with the last line they describe: `tests/test_views.py` holds
-the kept rows against the view's."""
 
 
 def refresh_landing(store: Store, result: IngestResult) -> None:

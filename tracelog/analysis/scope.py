@@ -17,6 +17,9 @@ class Scope:
     # warm-up cut again for every query, or within a refresh a view over the cut found once for the runs
     # in scope (`refresh.found_marks`).
     marks: str = "iteration_marks"
+    # Within a refresh, each run's buckets are brought up to date and its figures over its warm-up, steady
+    # and other ranges made once, in temporary tables the rules read (`run_ranges.prepare`).
+    prepared: bool = False
 
     @classmethod
     def of(

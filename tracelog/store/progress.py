@@ -16,15 +16,16 @@ VALID_LOSS = "lm_loss IS NOT NULL AND NOT isnan(lm_loss)"
 
 def rewind(con: duckdb.DuckDBPyConnection, run_id: int, line_no: int) -> None:
     """Forget the checks of `run_id` from `line_no` on: its spikes there go, and the next refresh reads
-    from the `LOSS_SPIKE_WINDOW` valid losses before that line."""
+    from the `LOSS_SPIKE_WINDOW` valid losses before that line; the other rules' (`analysis.run_buckets`,
+    `analysis.flat_stretches`) read again from where their own context says, before that line."""
     con.execute("DELETE FROM loss_spikes WHERE run_id = ? AND line_no >= ?", [run_id, line_no])
     con.execute(
         f"""
         UPDATE run_progress SET
             checked_line = least(checked_line, $line - 1),
-            context_line = least(context_line, coalesce((
+            context_line = CASE WHEN rule <> 'loss_spike' THEN context_line ELSE least(context_line, coalesce((
                 SELECT list_min(max(line_no, {LOSS_SPIKE_WINDOW})) FROM iterations
-                WHERE run_id = $run AND line_no < $line AND {VALID_LOSS}), -1))
+                WHERE run_id = $run AND line_no < $line AND {VALID_LOSS}), -1)) END
         WHERE run_id = $run AND checked_line >= $line
         """,
         {"run": run_id, "line": line_no},

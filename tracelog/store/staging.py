@@ -58,6 +58,10 @@ STAGED = (
     "run_steady_cache",
     "loss_spikes",
     "run_progress",
+    "iteration_buckets",
+    "iteration_values",
+    "iteration_value_sums",
+    "flat_loss_stretches",
 )
 
 

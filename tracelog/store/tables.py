@@ -7,9 +7,18 @@ added here once.
 
 from __future__ import annotations
 
-DERIVED_RUN_TABLES = ("loss_spikes", "run_progress", "run_steady_cache")
-"""What a refresh keeps about a run between refreshes (see `analysis.loss_spikes`, and the steady-state
-medians of schema 013): dropped with the run, and when a merge changes its rows."""
+DERIVED_RUN_TABLES = (
+    "loss_spikes",
+    "run_progress",
+    "run_steady_cache",
+    "iteration_buckets",
+    "iteration_values",
+    "iteration_value_sums",
+    "flat_loss_stretches",
+)
+"""What a refresh keeps about a run between refreshes (see `analysis.loss_spikes`, the steady-state
+medians of schema 013, `analysis.run_buckets` and `analysis.flat_stretches`): dropped with the run, and
+when a merge changes its rows."""
 RUN_CHILD_TABLES = (
     "iterations",
     "iteration_metrics",

@@ -4,8 +4,10 @@ straggler steps, and runs that ended in an error. Pure SQL over the store; no mo
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime
 
+from tracelog.analysis import run_ranges
 from tracelog.analysis.rules import Flag
 from tracelog.analysis.rules import run_flag as _flag
 from tracelog.analysis.rules.skipped import nan_and_skipped
@@ -16,22 +18,18 @@ from tracelog.thresholds import Thresholds
 
 
 def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    rows = store.con.execute(
-        f"""
-        WITH scales AS NOT MATERIALIZED (
-            SELECT run_id, line_no, loss_scale FROM {scope.marks}
-            WHERE {scope.runs} AND NOT warmup AND loss_scale > 0
-        ),
-        collapsed AS (
-            SELECT run_id, max(loss_scale) AS top, arg_min(loss_scale, line_no) AS low, min(loss_scale) AS lowest
-            FROM scales GROUP BY run_id HAVING max(loss_scale) > 1 AND min(loss_scale) <= 1
-        )
-        -- the first line at the lowest scale (many lines share it; arg_min would pick any of them)
-        SELECT c.run_id, c.top, c.low, c.lowest, min(s.line_no) AS at_line
-        FROM collapsed c JOIN scales s ON s.run_id = c.run_id AND s.loss_scale = c.lowest
-        GROUP BY ALL
-        """
-    ).fetchall()
+    # over the steady lines with a loss scale above 0: the highest, the lowest and the first line at it
+    # (many lines share it)
+    scope = run_ranges.prepare(store, scope)
+    rows = [
+        (run_id, top, lowest, run_ranges.first_steady_line(store, run_id, "loss_scale", lowest)[0])
+        for run_id, top, lowest in store.con.execute(
+            f"""
+            SELECT run_id, scale_top, scale_low FROM {run_ranges.PARTS}
+            WHERE {scope.runs} AND part = 'steady' AND scale_top > 1 AND scale_low <= 1
+            """
+        ).fetchall()
+    ]
     return [
         _flag(
             "training_health",
@@ -44,7 +42,7 @@ def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]
             measured=float(lowest),
             expected=float(top),
         )
-        for run_id, top, _low, lowest, at_line in rows
+        for run_id, top, lowest, at_line in rows
     ]
 
 
@@ -76,55 +74,14 @@ def loss_spikes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     ]
 
 
-FIFTH_BUCKET_LINES = 4096
-"""Width, in line numbers, of the buckets in which the drift rule finds where a fifth ends."""
-
-
 def sec_per_it_drift(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    # The medians of the first and last of ntile(5) over the steady lines by line number, without a window
-    # over the run: ntile puts the first ceil(n/5) lines in the first fifth and the last floor(n/5) in the
-    # fifth, so the first fifth ends at the k-th smallest steady line number, k = ceil(n/5), and the last
-    # begins at the (n - floor(n/5) + 1)-th (line numbers are unique within a run). Each is found by counting
-    # the steady lines per bucket of FIFTH_BUCKET_LINES line numbers, summing the counts up to the bucket
-    # that holds the k-th, and numbering that bucket's lines alone: two sorts of at most a bucket instead
-    # of a heap of n/5 (0.15 s against 0.42 s on a run of 1.76 M lines). The steady lines are read four
-    # times below; materialized, their warm-up marks are computed once.
+    # The medians of the first and last of ntile(5) over the steady lines the rule reads, by line number:
+    # the ranges `run_ranges` finds for runs with 10 such lines or more.
+    scope = run_ranges.prepare(store, scope)
     rows = store.con.execute(
         f"""
-        WITH steady AS MATERIALIZED (
-            SELECT run_id, line_no, elapsed_s
-            FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0 AND coalesce(skipped, 0) = 0
-        ),
-        sizes AS (SELECT run_id, count(*) AS n FROM steady GROUP BY run_id HAVING count(*) >= 10),
-        wanted AS (
-            SELECT run_id, 1 AS fifth, (n + 4) // 5 AS k FROM sizes
-            UNION ALL
-            SELECT run_id, 5, n - n // 5 + 1 FROM sizes
-        ),
-        buckets AS (
-            SELECT run_id, line_no // {FIFTH_BUCKET_LINES} AS bucket, count(*) AS lines FROM steady GROUP BY ALL
-        ),
-        running AS (
-            SELECT run_id, bucket, lines, sum(lines) OVER (PARTITION BY run_id ORDER BY bucket) AS upto
-            FROM buckets
-        ),
-        located AS (
-            SELECT w.run_id, w.fifth, r.bucket, w.k - (r.upto - r.lines) AS k_in
-            FROM wanted w JOIN running r ON r.run_id = w.run_id AND r.upto >= w.k AND r.upto - r.lines < w.k
-        ),
-        picked AS (
-            SELECT l.run_id, l.fifth, s.line_no, l.k_in,
-                   row_number() OVER (PARTITION BY l.run_id, l.fifth ORDER BY s.line_no) AS r
-            FROM located l JOIN steady s ON s.run_id = l.run_id AND s.line_no // {FIFTH_BUCKET_LINES} = l.bucket
-        ),
-        bounds AS (
-            SELECT run_id, max(line_no) FILTER (fifth = 1) AS first_end,
-                   max(line_no) FILTER (fifth = 5) AS last_begin
-            FROM picked WHERE r = k_in GROUP BY run_id
-        )
-        SELECT run_id, median(s.elapsed_s) FILTER (s.line_no <= b.first_end) AS first,
-               median(s.elapsed_s) FILTER (s.line_no >= b.last_begin) AS last
-        FROM steady s JOIN bounds b USING (run_id) GROUP BY run_id
+        SELECT run_id, {run_ranges.median("first_fifth", "drift")}, {run_ranges.median("last_fifth", "drift")}
+        FROM {run_ranges.MEDIANS} WHERE {scope.runs} AND series = 'drift' GROUP BY run_id
         """
     ).fetchall()
     return [
@@ -146,20 +103,30 @@ def sec_per_it_drift(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 
 
 def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    # the steady median per run as an aggregate joined back (a median window over the run holds it whole)
-    rows = store.con.execute(
-        f"""
-        WITH steady AS NOT MATERIALIZED (
-            SELECT run_id, iteration, line_no, elapsed_s
-            FROM {scope.marks} WHERE {scope.runs} AND NOT warmup AND elapsed_s > 0
-        ),
-        typical AS (SELECT run_id, median(elapsed_s) AS typical FROM steady GROUP BY run_id)
-        SELECT run_id, count(*), arg_max(s.iteration, [s.elapsed_s, -s.line_no]), max(s.elapsed_s),
-               any_value(t.typical), arg_max(s.line_no, [s.elapsed_s, -s.line_no])  -- the first of the slowest
-        FROM steady s JOIN typical t USING (run_id) WHERE s.elapsed_s > ? * t.typical GROUP BY run_id
-        """,
-        [t.straggler],
-    ).fetchall()
+    # the steady lines with a sec/it above 0 counted per value: their median, the lines above the threshold,
+    # and the first of the slowest
+    scope = run_ranges.prepare(store, scope)
+    values = (
+        f"SELECT * FROM {run_ranges.VALUES} "
+        f"WHERE {scope.runs} AND part = 'steady' AND series = 'elapsed' AND value > 0"
+    )
+    rows = [
+        (
+            run_id,
+            count,
+            *run_ranges.first_steady_line(store, run_id, "elapsed_s", worst)[::-1],
+            worst,
+            typical,
+        )
+        for run_id, count, worst, typical in store.con.execute(
+            f"""
+            WITH typical AS (SELECT run_id, median AS typical FROM ({run_ranges.medians_sql(values)}))
+            SELECT run_id, sum(v.lines), max(v.value), any_value(t.typical)
+            FROM ({values}) v JOIN typical t USING (run_id) WHERE v.value > ? * t.typical GROUP BY run_id
+            """,
+            [t.straggler],
+        ).fetchall()
+    ]
     return [
         _flag(
             "training_health",
@@ -174,7 +141,7 @@ def straggler_steps(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             expected=float(typical),
             ratio=float(worst / typical),
         )
-        for run_id, count, it, worst, typical, line in rows
+        for run_id, count, it, line, worst, typical in rows
     ]
 
 
@@ -483,6 +450,14 @@ def no_step_logged(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     and no error: it ends in the run's setup. A job stuck before its
     first step (a collective or the data loader hanging, as GPT-NeoX 20B in EleutherAI/gpt-neox#988), a log
     cut short, or one still being written; its ingest read the setup and would otherwise say nothing."""
+    scope = run_ranges.prepare(store, scope)
+    # a run with logged lines is not one: the others alone are looked for in the tables of a step's figures
+    without = store.con.execute(
+        f"SELECT run_id FROM runs WHERE {scope.runs} AND run_id NOT IN (SELECT run_id FROM {run_ranges.PARTS})"
+    ).fetchall()
+    if not without:
+        return []
+    scope = replace(scope, runs=f"run_id IN ({', '.join(str(int(r)) for (r,) in without)})")
     rows = store.con.execute(
         f"""
         SELECT r.run_id, r.line_start, r.line_end FROM runs r

@@ -8,16 +8,16 @@ steady lines (the first of a run may print 0 before any gradient was reduced).""
 
 from __future__ import annotations
 
+from tracelog.analysis import flat_stretches, run_ranges
 from tracelog.analysis.rules import Flag
 from tracelog.analysis.rules import run_flag as _flag
+from tracelog.analysis.run_buckets import UPDATING
 from tracelog.analysis.scope import Scope
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
 
 RULE = "not_learning"
 
-UPDATING = "coalesce(skipped, 0) = 0 AND coalesce(learning_rate, 1) <> 0"
-"""A line of steps that updated the weights (see the module's docstring)."""
 
 LOSS_FELL = 0.01
 """A steady loss whose second half's median is this share below its first half's fell: a real gradient
@@ -42,13 +42,13 @@ def zero_grad_norm(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]
     `not_learning_lines` of them, while the loss beside it did not fall (`LOSS_FELL`) and the loss scale
     is not Megatron-DeepSpeed's -1 placeholder: a zero gradient updates nothing (a detached loss, frozen
     parameters, labels all masked)."""
-    # A hash count first, over the table itself: a run with fewer lines of a zero grad norm than the
-    # rule needs (every healthy run: none) is left before its warm-up marks and halves are paid for.
+    # The run's count first (`run_buckets`): a run with fewer lines of a zero grad norm than the rule
+    # needs (every healthy run: none) is left before its warm-up marks and halves are paid for.
+    scope = run_ranges.prepare(store, scope)
     candidates = [
         int(run_id)
         for (run_id,) in store.con.execute(
-            f"SELECT run_id FROM iterations WHERE {scope.runs} AND grad_norm = 0 AND {UPDATING} "
-            "GROUP BY run_id HAVING count(*) >= ?",
+            f"SELECT run_id FROM {run_ranges.PARTS} WHERE {scope.runs} AND part = 'all' AND zero_norms >= ?",
             [t.not_learning_lines],
         ).fetchall()
     ]
@@ -104,47 +104,34 @@ def zero_grad_norm(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]
 def flat_loss(store: Store, t: Thresholds, scope: Scope) -> dict[int, Flag]:
     """Runs whose loss prints the same value on at least `flat_loss_lines` consecutive lines of
     different iterations that updated the weights, where the printed precision resolves the loss finely
-    (`FINE_PRECISION`): a model whose weights do not move, or a loss that is not the model's."""
+    (`FINE_PRECISION`): a model whose weights do not move, or a loss that is not the model's. The stretches
+    are kept between refreshes (`analysis.flat_stretches`, brought up to date by the refresh); the longest
+    of a run is named, the first of equals."""
     rows = store.con.execute(
         f"""
-        WITH lines AS (
-            SELECT run_id, line_no, iteration, lm_loss AS v FROM iterations
-            WHERE {scope.runs} AND isfinite(lm_loss) AND lm_loss <> 0 AND {UPDATING}
+        WITH long AS (
+            SELECT run_id, lm_loss AS v, steps, first_line, last_line, first_iteration AS first_it,
+                   last_iteration AS last_it
+            FROM flat_loss_stretches WHERE {scope.runs}
         ),
-        -- one sort of a run's lines: each beside the line before it, and its place among them
-        marked AS (
-            SELECT run_id, line_no, iteration, v, row_number() OVER w AS k, v = lag(v) OVER w AS same,
-                   lag(iteration) OVER w AS prev_it, lag(line_no) OVER w AS prev_line
-            FROM lines WINDOW w AS (PARTITION BY run_id ORDER BY line_no)
-        ),
-        -- a stretch is a line and the lines after it that repeat its value: the repeats (few, in a
-        -- healthy run) numbered among themselves, consecutive places making one stretch
-        repeats AS (
-            SELECT *, k - row_number() OVER (PARTITION BY run_id ORDER BY k) AS island
-            FROM marked WHERE same
-        ),
-        stretches AS (
-            SELECT run_id, any_value(v) AS v,
-                   length(list_distinct(list(iteration) || [arg_min(prev_it, k)])) AS steps,
-                   arg_min(prev_line, k) AS first_line, max(line_no) AS last_line,
-                   least(min(iteration), arg_min(prev_it, k)) AS first_it, max(iteration) AS last_it
-            FROM repeats GROUP BY run_id, island HAVING count(*) >= ? - 1
-        ),
-        long AS (SELECT * FROM stretches WHERE steps >= ?),
         -- the printed precision, paid only in the runs that have a stretch long enough (none, in most)
         precision AS (
             SELECT run_id, max({DECIMALS}) AS decimals
-            FROM (SELECT DISTINCT run_id, v FROM lines WHERE run_id IN (SELECT run_id FROM long))
+            FROM (
+                SELECT DISTINCT run_id, lm_loss AS v FROM iterations
+                WHERE run_id IN (SELECT run_id FROM long) AND {flat_stretches.LINES}
+            )
             GROUP BY run_id
         )
-        SELECT s.run_id, arg_max(s.v, s.steps), max(s.steps), arg_max(s.first_line, s.steps),
-               arg_max(s.last_line, s.steps), arg_max(s.first_it, s.steps), arg_max(s.last_it, s.steps),
+        SELECT s.run_id, arg_max(s.v, [s.steps, -s.first_line]), max(s.steps),
+               arg_max(s.first_line, [s.steps, -s.first_line]), arg_max(s.last_line, [s.steps, -s.first_line]),
+               arg_max(s.first_it, [s.steps, -s.first_line]), arg_max(s.last_it, [s.steps, -s.first_line]),
                any_value(p.decimals)
         FROM long s JOIN precision p USING (run_id)
         WHERE pow(10, -p.decimals) <= ? * abs(s.v)
         GROUP BY s.run_id
         """,
-        [t.flat_loss_lines, t.flat_loss_lines, FINE_PRECISION],
+        [FINE_PRECISION],
     ).fetchall()
     return {
         run_id: _flag(
@@ -172,13 +159,12 @@ def zero_learning_rate(store: Store, t: Thresholds, scope: Scope) -> dict[int, F
     all the same, since it is as often a scheduler that never leaves 0 or a warm-up longer than the run
     (a published LLaMA-Factory SFT log prints `'grad_norm': 0.0, 'learning_rate': 0.0` on every step
     while its loss sits at 12.0-12.1)."""
+    scope = run_ranges.prepare(store, scope)
     rows = store.con.execute(
         f"""
-        SELECT run_id, count(*), min(line_no), max(line_no), min(iteration), max(iteration),
-               count(*) FILTER (grad_norm = 0), count(grad_norm),
-               min(lm_loss) FILTER (isfinite(lm_loss)), max(lm_loss) FILTER (isfinite(lm_loss))
-        FROM iterations WHERE {scope.runs} AND learning_rate IS NOT NULL AND coalesce(skipped, 0) = 0
-        GROUP BY run_id HAVING count(*) >= ? AND bool_and(learning_rate = 0)
+        SELECT run_id, zl_lines, zl_first_line, zl_last_line, zl_first_it, zl_last_it, zl_zero_norms, zl_norms,
+               zl_low, zl_high
+        FROM {run_ranges.PARTS} WHERE {scope.runs} AND part = 'all' AND zl_lines >= ? AND zl_all_zero
         """,
         [t.not_learning_lines],
     ).fetchall()

@@ -4,44 +4,13 @@ a run whose optimizer skipped most of its steps. Pure SQL over the store; `healt
 
 from __future__ import annotations
 
+from tracelog.analysis import run_ranges
 from tracelog.analysis.rules import Flag
 from tracelog.analysis.rules import run_flag as _flag
 from tracelog.analysis.scope import Scope
 from tracelog.parsers.deepspeed_config import SKIPPED_RUNNING
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
-
-NAN_LINES = (
-    "CASE WHEN NOT isfinite(lm_loss) OR (NOT isfinite(grad_norm) AND (skipped = 0 OR (skipped IS NULL AND "
-    "(lm_loss IS NULL OR lm_loss = 0 OR no_scaler)))) THEN greatest(coalesce(nan, 0), 1) ELSE coalesce(nan, 0) END"
-)
-"""NaN iterations a line stands for: the framework's count, and at least one where the loss is not finite, or
-the grad norm is not finite on a step that was not skipped. Megatron-DeepSpeed under bf16 prints `grad
-norm: nan` with no loss and `number of nan iterations: 0` (bigscience-workshop/Megatron-DeepSpeed#396): its
-count checks only the loss it reduced. A non-finite grad norm on a skipped step is the fp16 loss scaler's
-overflow, which the skipped count tells. A log that keeps no skip count (the Hugging Face Trainer) prints
-the scaler's overflow as `'grad_norm': nan` beside a finite loss, so there it is a NaN only where no scaler
-runs (`no_scaler`: the run's precision is bf16 or fp32) or the loss beside it is missing or exactly 0 (a
-model whose weights went NaN: AnswerDotAI/ModernBERT#233). Over the lines of `NAN_LINES_SQL`."""
-
-NAN_LINES_SQL = f"""
-SELECT m.*, {NAN_LINES} AS nan_lines
-FROM (SELECT * FROM {{marks}} WHERE {{runs}}) m
-LEFT JOIN (SELECT run_id, coalesce(precision IN ('bf16', 'fp32'), false) AS no_scaler FROM runs) USING (run_id)
-"""
-"""A run's lines with the NaN iterations each stands for, worked out once for every aggregate of the rule."""
-
-
-LOSS_LEFT_OUT = (
-    "lm_loss IS NULL AND coalesce(skipped, 0) = 0 AND nan_lines = 0 AND learning_rate IS NOT NULL "
-    "AND (loss_scale IS NOT NULL OR grad_norm IS NOT NULL OR skipped IS NOT NULL)"
-)
-"""A line without its loss, on a step not skipped: Megatron prints each loss only when its average is above
-0 (megatron/training/training.py `training_log`: `if avg > 0.0`), so a NaN loss leaves its line without one,
-the only sign of it where the NaN count is not kept (Megatron-DeepSpeed#434). Read as a NaN iteration in a
-Megatron run that prints its loss on other lines, and only from a line that printed what Megatron prints on
-either side of the loss (the learning rate before it; the loss scale, grad norm or skipped count after): a
-line cut short (a log wrapped at a fixed width, a paste) left its loss out by accident."""
 
 
 def _with_losses_left_out(rows: list[tuple], megatron: set[int]) -> tuple[list[tuple], dict[int, int]]:
@@ -70,30 +39,36 @@ NOT_SCALER_HINT = (
 )
 
 
-def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    rows = store.con.execute(
+def lines_rows(store: Store, scope: Scope) -> list[tuple]:
+    """Per run: its NaN lines (`run_buckets.NAN_LINES`, the first and its line), its skipped steps after
+    warm-up and in it (the first after), the iterations its lines stand for, the first skipped line, whether
+    it ran without an fp16 scaler, its lines without their loss (`LOSS_LEFT_OUT`, the first and its line),
+    and whether it printed a loss at all."""
+    scope = run_ranges.prepare(store, scope)
+    parts = run_ranges.PARTS
+    return store.con.execute(
         f"""
-        SELECT run_id,
-               sum(nan_lines) AS nan_total,
-               min(iteration) FILTER (nan_lines > 0) AS first_nan,
-               min(line_no) FILTER (nan_lines > 0) AS first_nan_line,
-               sum(coalesce(skipped, 0)) FILTER (NOT warmup) AS skipped_steady,
-               sum(coalesce(skipped, 0)) FILTER (warmup) AS skipped_warmup,
-               min(iteration) FILTER (NOT warmup AND coalesce(skipped, 0) > 0) AS first_skip,
+        SELECT a.run_id, a.nan_lines AS nan_total, a.first_nan, a.first_nan_line,
+               s.skipped AS skipped_steady, w.skipped AS skipped_warmup, s.first_skip,
                -- the iterations the logged lines stand for: first to last, plus one interval for the first
                -- line's own (the mean interval between lines)
-               CASE WHEN count(iteration) > 1 THEN (max(iteration) - min(iteration)) * count(iteration)
-                    / (count(iteration) - 1) END AS covered,
-               min(line_no) FILTER (coalesce(skipped, 0) > 0) AS first_skip_line,
+               CASE WHEN a.lines > 1 THEN (a.last_iteration - a.first_iteration) * CAST(a.lines AS BIGINT)
+                    / (CAST(a.lines AS BIGINT) - 1) END AS covered,
+               a.first_skip_line,
                -- no fp16 loss scaler: the run printed a scale of 1.0 at most (bf16, fp32)
-               coalesce(max(loss_scale) <= 1, false) AS unscaled,
-               count(*) FILTER ({LOSS_LEFT_OUT}) AS left_out,
-               min(iteration) FILTER ({LOSS_LEFT_OUT}) AS first_left_out,
-               min(line_no) FILTER ({LOSS_LEFT_OUT}) AS first_left_out_line,
-               count(lm_loss) > 0 AS has_loss
-        FROM ({NAN_LINES_SQL.format(marks=scope.marks, runs=scope.runs)}) GROUP BY run_id
+               coalesce(a.top_scale <= 1, false) AS unscaled,
+               a.left_out, a.first_left, a.first_left_line, a.losses > 0 AS has_loss
+        FROM {parts} a
+        LEFT JOIN {parts} s ON s.run_id = a.run_id AND s.part = 'steady'
+        LEFT JOIN {parts} w ON w.run_id = a.run_id AND w.part = 'warmup'
+        WHERE a.part = 'all' AND {scope.runs.replace("run_id", "a.run_id")}
         """
     ).fetchall()
+
+
+def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    scope = run_ranges.prepare(store, scope)
+    rows = lines_rows(store, scope)
     megatron = {
         run_id
         for (run_id,) in store.con.execute(
@@ -197,8 +172,7 @@ def _deepspeed_counts(store: Store, scope: Scope) -> dict[int, tuple[int, int, i
             SELECT run_id, iteration, line_no, value FROM iteration_metrics
             WHERE {scope.runs} AND key = ? AND iteration > 0
         ), steady AS (
-            SELECT run_id, min(line_no) FILTER (NOT warmup) AS first_steady FROM {scope.marks}
-            WHERE {scope.runs} GROUP BY run_id
+            SELECT run_id, first_line AS first_steady FROM {run_ranges.PARTS} WHERE part = 'steady'
         ), counts AS (
             SELECT ds.run_id,
                    coalesce(arg_max(value, line_no) FILTER (first_steady IS NULL OR line_no < first_steady), 0)

@@ -1,0 +1,136 @@
+"""The refresh after a log grew reads the lines it gained and the state it kept (`run_buckets`,
+`run_values`, `flat_stretches`), and gives what one refresh of the final file gives.
+
+The sample logs fit in one bucket of 65,536 line numbers; here buckets are made a few lines wide, so that
+the warm-up cut, the drift rule's fifths and every growth fall inside buckets, many buckets apart."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES
+from tests.test_growth import land, snapshot
+from tests.test_health_rules import write_log
+from tracelog import api
+from tracelog.analysis import run_buckets
+from tracelog.store import Store
+
+GROWN = [
+    "megatron_lm_llama3_8b_h100.log",
+    "megatron_deepspeed_bloom_ugly.log",
+    "deepspeed_ugly_restart.log",  # a resumed parse writes its open steps again (`progress.rewind`)
+    "deepspeed_zero2_gpt2_1b3.log",
+    "hf_trainer_deepspeed_zero3_llama2_7b.log",
+    "nemo2_llama3_8b_pretrain.log",
+    "nanotron_smollm2_1b7_2x8xh100.log",
+]
+
+
+@pytest.fixture
+def narrow_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_buckets, "BUCKET_LINES", 4)
+
+
+def grow(log: Path, data: bytes, db: Path, cuts: list[int]) -> dict[str, list[tuple]]:
+    """The database of `data` ingested while it grew through `cuts`, then whole."""
+    with Store(db) as store:
+        for cut in cuts:
+            log.write_bytes(data[:cut])
+            land(store, log)
+        log.write_bytes(data)
+        land(store, log)
+        return snapshot(store)
+
+
+def direct(log: Path, data: bytes, db: Path) -> dict[str, list[tuple]]:
+    log.write_bytes(data)
+    with Store(db) as store:
+        land(store, log)
+        return snapshot(store)
+
+
+@pytest.mark.parametrize("sample", GROWN)
+@pytest.mark.usefixtures("narrow_buckets")
+def test_growth_across_many_buckets_gives_the_direct_ingest(sample: str, tmp_path: Path) -> None:
+    data = (SAMPLES / sample).read_bytes()
+    log = tmp_path / sample
+    boundaries = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
+    head = data.index(b"\n", len(data) // 3) + 1  # enough for the parser to know its format
+    cuts = [head] + [b for b in boundaries[::5] if b > head]
+    expected = direct(log, data, tmp_path / "direct.duckdb")
+    assert len(expected["iteration_buckets"]) >= 3  # the run spans buckets
+    assert grow(log, data, tmp_path / "grown.duckdb", cuts) == expected
+
+
+def health_rows(n: int, seed: int) -> list[dict]:
+    """A run with something for every rule that reads its buckets: skipped steps in warm-up and after, a
+    loss-scale collapse, NaN iterations, straggler steps, sec/it drifting up, a flat stretch of loss, values
+    repeated across buckets (medians over many equal values) and some not."""
+    rnd = random.Random(seed)
+    rows = []
+    for i in range(n):
+        ms = rnd.choice([1000.0, 1000.0, 1010.0, 990.5]) * (1.0 + 0.3 * (i > 0.8 * n))
+        row: dict = {"ms": 4000.0 if rnd.random() < 0.03 else ms, "loss": 3.0 - i * 1e-3}
+        flat = 0.4 * n < i < 0.4 * n + 40
+        if rnd.random() < 0.05 and not flat:
+            row["skipped"] = 1
+        if i < 0.5 * n:
+            row["scale"] = 65536.0
+        if rnd.random() < 0.02 and not flat:
+            row.update(nan=1, loss=math.nan)
+        if flat:
+            row["loss"] = 2.5
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.usefixtures("narrow_buckets")
+def test_a_long_run_grown_in_steps_keeps_the_flags_and_figures_of_one_ingest(
+    seed: int, tmp_path: Path
+) -> None:
+    full = write_log(tmp_path / "full.log", health_rows(400, seed))
+    data = full.read_bytes()
+    boundaries = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
+    rnd = random.Random(seed)
+    cuts = sorted(rnd.sample(boundaries[20:-1], 6))
+    expected = direct(tmp_path / "run.log", data, tmp_path / "direct.duckdb")
+    said = " ".join(str(value) for flag in expected["flags"] for value in flag)
+    for words in ("skipped iteration(s) after warm-up", "loss scale collapsed", "NaN iteration(s)",
+                  "logged interval(s) at least", "sec/it drifted up", "consecutive lines"):  # fmt: skip
+        assert words in said
+    assert grow(tmp_path / "run.log", data, tmp_path / "grown.duckdb", cuts) == expected
+
+
+@pytest.mark.usefixtures("narrow_buckets")
+def test_the_refresh_after_growth_reads_the_new_lines_not_the_old_buckets(tmp_path: Path) -> None:
+    rows = [{"ms": 1000.0 + i % 7} for i in range(60)]
+    full = write_log(tmp_path / "full.log", rows)
+    lines = full.read_bytes().splitlines(keepends=True)
+    log = tmp_path / "run.log"
+    log.write_bytes(b"".join(lines[:30]))
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    with Store(db) as store:  # a mark on a bucket well before the last line: a refresh that summed it again
+        store.con.execute("UPDATE iteration_buckets SET zl_high = -1 WHERE bucket = 1")  # would lose it
+    log.write_bytes(b"".join(lines))
+    (result,) = api.ingest(db, [str(log)])
+    assert result.status == "appended"
+    with Store(db) as store:
+        assert store.con.execute("SELECT zl_high FROM iteration_buckets WHERE bucket = 1").fetchall() == [
+            (-1,)
+        ]
+        assert store.scalar("SELECT max(last_line) FROM iteration_buckets") == 60
+        # rows removed behind the refresh's back (SQL of a user's): the count before the kept line differs,
+        # and the run is summed again from its first line
+        store.con.execute("DELETE FROM iterations WHERE line_no = 3")
+    api.refresh(db)
+    with Store(db) as store:
+        assert store.con.execute("SELECT zl_high FROM iteration_buckets WHERE bucket = 1").fetchall() == [
+            (3.0,)
+        ]
+        assert store.scalar("SELECT sum(lines) FROM iteration_buckets") == 59
