@@ -553,7 +553,9 @@ def _compacted(lines: pl.DataFrame) -> pl.DataFrame:
     the whole block's buffers, and polars' string kernels run several times slower over them (a literal
     scan of the timer lines: 90 ns a line, 12 ns once copied); the copy, about 30 ns a line, pays for itself
     at the second kernel. Not for the iteration lines: three times longer, they gain less than it costs."""
-    return lines.with_columns(pl.from_arrow(lines["line"].to_arrow()).alias("line"))
+    copied = pl.from_arrow(lines["line"].to_arrow())
+    assert isinstance(copied, pl.Series)  # an Arrow array comes back as a Series
+    return lines.with_columns(copied.alias("line"))
 
 
 def _iteration_rows(
