@@ -165,19 +165,27 @@ def bucket_counts_sql(rows: str) -> str:
 
 
 def rows_from(starts: dict[int, int | None], columns: str = "*", where: str = "TRUE") -> str:
-    """SQL of the iteration rows of the runs in `starts` from their start line on (None: all of them), one
-    branch per start: a literal range per run lets DuckDB skip the row groups before it (a filter joined
-    from a table, or an OR of ranges, reads the whole run)."""
+    """SQL of the iteration rows of the runs in `starts` from their start line on (None: all of them). A
+    start past the first bucket is a branch of its own with a literal range, which lets DuckDB skip the
+    row groups before it (a range joined from a table, or an OR of ranges, reads the whole run); nearer
+    starts (a short run, a refresh of every run) are one join."""
     whole = sorted(run for run, start in starts.items() if start is None)
-    branches = [f"run_id IN ({', '.join(map(str, whole))})"] if whole else []
-    branches += [
-        f"run_id = {int(run)} AND line_no >= {int(start)}"
-        for run, start in sorted(starts.items())
-        if start is not None
+    near = {run: start for run, start in starts.items() if start is not None and start < BUCKET_LINES}
+    far = {run: start for run, start in starts.items() if start is not None and start >= BUCKET_LINES}
+    sources = [f"(SELECT * FROM iterations WHERE run_id IN ({', '.join(map(str, whole))}))"] if whole else []
+    if near:
+        pairs = ", ".join(f"({int(run)}, {int(start)})" for run, start in sorted(near.items()))
+        sources.append(
+            f"(SELECT i.* FROM iterations i JOIN (VALUES {pairs}) s(run, start) "
+            "ON i.run_id = s.run AND i.line_no >= s.start)"
+        )
+    sources += [
+        f"(SELECT * FROM iterations WHERE run_id = {int(run)} AND line_no >= {int(start)})"
+        for run, start in sorted(far.items())
     ]
-    if not branches:
+    if not sources:
         return f"SELECT {columns} FROM iterations WHERE FALSE"
-    return " UNION ALL ".join(f"SELECT {columns} FROM iterations WHERE {b} AND ({where})" for b in branches)
+    return " UNION ALL ".join(f"SELECT {columns} FROM {source} WHERE {where}" for source in sources)
 
 
 def update(store: Store, scope: Scope) -> None:
