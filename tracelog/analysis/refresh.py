@@ -42,10 +42,10 @@ if TYPE_CHECKING:
     from tracelog.ingest import IngestResult
 
 REFRESH_MEMORY_LIMIT = "192MB"
-"""DuckDB's cap while a refresh runs. Since migration 004 the views and most rules are per-run aggregates
-(their medians' values are held outside the cap); what the cap still bounds is the loss-spike rule's
-rolling-median window, the one window over a whole run left (about 130 MB at 1.8 M iterations; at 3.5 M,
-past the cap, the refresh completes all the same). The refresh ends an ingest, on top of what the parse
+"""DuckDB's cap while a refresh runs. The rules and the medians read per-bucket sums (schema 017); what
+the cap still bounds is the loss-spike and flat-loss rules' windows over a run's lines, whole on its first
+refresh (the loss spikes' about 130 MB at 1.8 M iterations; at 3.5 M, past the cap, the refresh completes
+all the same). The refresh ends an ingest, on top of what the parse
 left allocated: with 384 MB the whole ingest of a generated 1 GB log peaked at 601-639 MB and of a 2 GB log
 (3.5 M iterations) at 720 MB; with 192 MB at 580-598 and 600-632 MB, in the same time (9.3 s; 17.9-18.5 s
 against 18.1 s)."""
