@@ -359,6 +359,7 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
         FROM benches WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
         """
     ).fetchall()
+    offers = link_fit.nccl_offers(store, scope.benches)
     for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric, nics in benches:
         try:
             op = normalize_op(collective or "")
@@ -369,7 +370,7 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
             continue
         subject = {"subject_kind": "collective", "subject_id": int(bench_id)}
         if ranks > 1:
-            offer = link_fit.nccl_offer(store, int(bench_id))
+            offer = offers.get(int(bench_id), NcclOffer())
             predicted, compared = _bench_curve(
                 op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, nics, constants, offer
             )
