@@ -140,6 +140,18 @@ PUBLISHED_FIGURES: tuple[dict[str, Any], ...] = (
         "offer": {"version": (2, 19)},
         "measured": 320.0,
     },
+    {
+        "source": (
+            "coreweave/nccl-tests#43: a GB200 NVL72 rack, 72 ranks on 18 hosts of 4 GPUs in one NVLink domain, "
+            "busbw 846.82 GB/s in place at 8 GiB (839.16 out of place at 4 GiB)"
+        ),
+        "gpu": "gb200",
+        "nodes": 18,
+        "per_node": 4,
+        "fabric": None,
+        "offer": {},
+        "measured": 846.82,
+    },
 )
 
 BENCHES_SQL = """

@@ -189,7 +189,7 @@ def test_new_gpu_figures_are_quoted_by_their_sources(gpu_id: str) -> None:
     g = hardware.gpu(gpu_id)
     for precision, value in g.peak_tflops.items():
         assert _quoted(value, g.source_of(precision)), (gpu_id, precision, value)
-    for figure in ("memory_gb", "memory_bandwidth_gbps", "sm_count"):
+    for figure in ("memory_gb", "memory_bandwidth_gbps", "sm_count", "nvlink_domain"):
         value = getattr(g, figure)
         if value is not None:
             assert _quoted(value, g.source_of(figure)), (gpu_id, figure, value)
@@ -199,7 +199,7 @@ def test_every_source_key_names_a_figure_of_its_entry() -> None:
     # A misspelt key in [gpu.*.sources] would silently fall back to the entry's source.
     figures = {
         "memory_gb", "memory_bytes", "memory_type", "memory_bandwidth_gbps", "sm_count", "compute_capability", "nvlink_gen",
-        "nvlink_links", "pcie_gen", "intra_node_link", "bridge_link", "network_link", "match", "peak_tflops",
+        "nvlink_links", "pcie_gen", "intra_node_link", "bridge_link", "network_link", "match", "peak_tflops", "nvlink_domain",
     }  # fmt: skip
     for g in hardware.gpus():
         assert g.source.strip(), g.id

@@ -8,6 +8,7 @@ tracelog never guesses a GPU from a partial name.
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -85,6 +86,7 @@ class Gpu:
     intra_node_link: str | None = None
     bridge_link: str | None = None
     network_link: str | None = None
+    nvlink_domain: int | None = None  # GPUs one NVLink domain joins across hosts (72: an NVL72 rack)
 
     @property
     def memory_gib(self) -> float:
@@ -133,6 +135,7 @@ def _gpu_from(gpu_id: str, raw: dict[str, Any]) -> Gpu:
         intra_node_link=raw.get("intra_node_link"),
         bridge_link=raw.get("bridge_link"),
         network_link=raw.get("network_link"),
+        nvlink_domain=raw.get("nvlink_domain"),
     )
 
 
@@ -216,6 +219,37 @@ def node_fabric(fabric: Link, nics_per_node: int | None) -> Link:
         bidirectional_gbps=fabric.bidirectional_gbps * nics_per_node,
         source=f"{fabric.source}; {nics_per_node} per node",
         links=nics_per_node,
+        latency_us=fabric.latency_us,
+    )
+
+
+def domain_hosts(gpu: Gpu | None, gpus_per_host: int | None) -> int:
+    """How many hosts of `gpus_per_host` GPUs one NVLink domain joins: 18 compute trays of 4 GB200 in an
+    NVL72 rack (the catalog's `nvlink_domain`), 1 where the host is the domain (an HGX board).
+
+    Inside the domain NCCL treats the GPUs of several hosts as one node (multi-node NVLink): rings, trees
+    and NVLink SHARP run over NVLink there, and only a collective wider than the domain takes the NICs."""
+    domain = gpu.nvlink_domain if gpu is not None else None
+    if not domain or not gpus_per_host or gpus_per_host >= domain or domain % gpus_per_host:
+        return 1
+    return domain // gpus_per_host
+
+
+def domain_fabric(fabric: Link, hosts: int) -> Link:
+    """The network of an NVLink domain of `hosts` hosts: their NICs together (a `port` entry is one NIC
+    per host, a `node` entry its own count per host)."""
+    if hosts <= 1:
+        return fabric
+    nics = (fabric.links or 1) if fabric.scope == "node" else 1
+    return Link(
+        id=f"{re.sub(r'-x[0-9]+$', '', fabric.id)}-x{nics * hosts}",
+        name=f"{nics * hosts} NICs of an NVLink domain of {hosts} hosts ({fabric.name})",
+        kind=fabric.kind,
+        scope="node",
+        unidirectional_gbps=fabric.unidirectional_gbps * hosts,
+        bidirectional_gbps=fabric.bidirectional_gbps * hosts,
+        source=f"{fabric.source}; {hosts} hosts per NVLink domain",
+        links=nics * hosts,
         latency_us=fabric.latency_us,
     )
 

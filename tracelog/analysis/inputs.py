@@ -279,10 +279,20 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
     inputs.gpu, reason = resolve_gpu(_text(row.get("gpu_model")))
     if reason:
         inputs.missing.append(reason)
+    hosts = hardware.domain_hosts(inputs.gpu, gpn) if inputs.gpus and inputs.gpus > gpn else 1
+    if hosts > 1 and inputs.gpu is not None:
+        # the model's node is the NVLink domain (an NVL72 rack), whose hosts' NICs serve it together
+        gpn = inputs.gpus_per_node = gpn * hosts
+        inputs.assumptions.append(
+            f"hosts of {gpn // hosts} {inputs.gpu.id} taken as parts of NVLink domains of {gpn} GPUs "
+            f"({inputs.gpu.source_of('nvlink_domain')})"
+        )
     fabric_id = _text(row.get("fabric"))
     if fabric_id:
         try:
             inputs.fabric = hardware.fabric_of(fabric_id, _int(row.get("nics_per_node")))
+            if inputs.fabric is not None:
+                inputs.fabric = hardware.domain_fabric(inputs.fabric, hosts)
         except TracelogError as exc:
             inputs.missing.append(str(exc))
     elif inputs.gpu is not None and inputs.gpus and inputs.gpus > gpn:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracelog.errors import TracelogError
-from tracelog.hardware import Gpu, Link, gpu_intra_node_link, link
+from tracelog.hardware import Gpu, Link, domain_hosts, gpu_intra_node_link, link
 from tracelog.model.nccl_tuning import (  # noqa: F401  (re-exported: the model's public constants)
     BASE_LATENCY_US,
     DEFAULT_ALPHA_US_BY_CLASS,
@@ -523,6 +523,20 @@ def bench_placement(
         nodes = -(-ranks // gpus_per_node) if gpus_per_node else 1
     nodes = min(nodes, ranks)
     per_node = -(-ranks // nodes)
+    hosts = domain_hosts(gpu, per_node) if nodes > 1 else 1
+    if hosts > 1 and gpu is not None:
+        # NCCL's node is then the NVLink domain (multi-node NVLink): its hosts' NICs serve it together
+        assumptions.append(
+            f"{nodes} hosts of {per_node} {gpu.id} taken as {-(-nodes // hosts)} NVLink domain(s) of up to "
+            f"{gpu.nvlink_domain} GPUs ({gpu.source_of('nvlink_domain')})"
+        )
+        nodes = -(-nodes // hosts)
+        if nodes > 1:
+            raise TracelogError(
+                f"{ranks} ranks span {nodes} NVLink domains of {gpu.nvlink_domain} {gpu.id}: how NCCL "
+                "crosses between domains (which of their NICs its trees use) is not modelled"
+            )
+        per_node = ranks
     intra = None
     if per_node > 1:
         if gpu is None:
