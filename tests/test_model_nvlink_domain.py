@@ -101,3 +101,20 @@ def test_a_rack_bench_is_held_to_the_domain(store: Store, tmp_path: Path) -> Non
     )
     assert "NVLink domain" in detail
     assert store.scalar("SELECT count(*) FROM flags WHERE rule = 'low_bandwidth'") == 0
+
+
+def test_the_planner_takes_a_rack_as_its_node() -> None:
+    llama70b = dict(
+        gpus=144, gpu="gb200", layers=80, hidden=8192, heads=64, seq_len=8192, vocab=128256, gbs=144,
+        ffn_hidden=28672, query_groups=8, swiglu=True, recompute="none", sequence_parallel=True,
+        distributed_optimizer=True, fabric="ib-ndr", top=None,
+    )  # fmt: skip
+    frame = api.plan(None, api.PlanRequest(**llama70b, gpus_per_node=4, nics_per_node=4))
+    assert any("NVLink domains of 72 GPUs" in note for note in frame.attrs["notes"])
+    assert any("ib-ndr-x72" in note for note in frame.attrs["notes"])  # the 18 trays' NICs together
+    # TP 8 over two trays of the rack: on NVLink, as fast as the same layout planned with the rack as a node
+    rack = api.plan(None, api.PlanRequest(**llama70b, gpus_per_node=72, nics_per_node=72))
+    key = ["tp", "pp", "dp", "mbs"]
+    both = frame.merge(rack, on=key, suffixes=("", "_rack"))
+    assert len(both) > 0 and (both["tp"] == 8).any()
+    assert (both["pred_sec_per_it"] - both["pred_sec_per_it_rack"]).abs().max() < 1e-9

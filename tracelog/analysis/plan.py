@@ -17,7 +17,16 @@ from tracelog.analysis import calibration
 from tracelog.analysis.inputs import backend_is_flash
 from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
-from tracelog.hardware import Gpu, Link, link, node_fabric, normalize_precision, peak_tflops
+from tracelog.hardware import (
+    Gpu,
+    Link,
+    domain_fabric,
+    domain_hosts,
+    link,
+    node_fabric,
+    normalize_precision,
+    peak_tflops,
+)
 from tracelog.hardware import gpu as catalog_gpu
 from tracelog.model import (
     ModelConfig,
@@ -182,6 +191,8 @@ def plan_layouts(
 
     _check_shape(cfg, gpus, gpus_per_node, gbs)
     g = gpu if isinstance(gpu, Gpu) else catalog_gpu(gpu)
+    hosts = domain_hosts(g, gpus_per_node) if gpus > gpus_per_node else 1
+    host_gpus, gpus_per_node = gpus_per_node, gpus_per_node * hosts  # an NVL72 rack is the model's node
     precision = normalize_precision(precision)
     peak = peak_tflops(g, precision)
     if not 0 < usable_fraction <= 1:
@@ -189,6 +200,8 @@ def plan_layouts(
     checks = [c if isinstance(c, Constraint) else Constraint(c) for c in constraints]
     spans_nodes = gpus > gpus_per_node
     net = resolve_fabric(g, fabric, spans_nodes, nics_per_node)
+    if net is not None and hosts > 1:
+        net = Fabric(domain_fabric(net.link, hosts), net.assumed)
     usable_bytes = g.memory_bytes * usable_fraction
     model_flops = flops_megatron_lm(cfg, gbs)
 
@@ -290,6 +303,11 @@ def plan_layouts(
         + (f" (x the calibrated compute scale {compute_scale:.3g})" if compute_scale != 1.0 else "")
         + (f", interleaved schedule with {vp} chunks per stage where allowed" if vp and vp > 1 else "")
     )
+    if hosts > 1:
+        notes.append(
+            f"hosts of {host_gpus} {g.id} taken as NVLink domains of {gpus_per_node} GPUs "
+            f"({g.source_of('nvlink_domain').split(':')[0]})"
+        )
     if spans_nodes and net is not None:
         notes.append(net.note(g))
     if include_rejected:
