@@ -58,6 +58,7 @@ from tracelog.parsers.megatron_lines import (
     timers_by_regex,
 )
 from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory_rows
+from tracelog.parsers.megatron_runs import count_at_or_before, iteration_order, run_starts
 from tracelog.parsers.megatron_spelling import as_classic, partly_read
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 from tracelog.parsers.megatron_steps import ACTUAL_SEQLEN, deepspeed_step_metrics
@@ -156,6 +157,7 @@ class _Carry:
     last_iteration: dict[int, int] = field(default_factory=dict)
     # The last iteration line seen (number, line number, text), for restarts and duplicates across blocks.
     previous: tuple[int | None, int, str] | None = None
+    pass_ended: bool = False  # a line after it ended the pass over its iteration (`megatron_runs`)
     restarted: list[int] = field(default_factory=list)  # runs that restart the one before them
     # The file's last line when it is an iteration line cut after a field's name (line number, text, run
     # key): the file's growth may start with its other half (`megatron_wrap`).
@@ -172,6 +174,7 @@ class _Carry:
             "timer_block": self.timer_block,
             "last_iteration": sorted([k, v] for k, v in self.last_iteration.items()),
             "previous": list(self.previous) if self.previous is not None else None,
+            "pass_ended": self.pass_ended,
             "restarted": self.restarted,
             "wrap_head": list(self.wrap_head) if self.wrap_head is not None else None,
         }
@@ -186,6 +189,7 @@ class _Carry:
             timer_block=bool(state["timer_block"]),
             last_iteration={int(k): int(v) for k, v in state["last_iteration"]},
             previous=(previous[0], int(previous[1]), str(previous[2])) if previous is not None else None,
+            pass_ended=bool(state.get("pass_ended", False)),  # absent from states before it
             restarted=[int(k) for k in state["restarted"]],
             wrap_head=(int(wrap_head[0]), str(wrap_head[1]), int(wrap_head[2])) if wrap_head else None,
         )
@@ -249,89 +253,6 @@ def _extend_run(runs: dict[int, RunInfo], key: int, low: int, high: int) -> None
     run.line_end = max(run.line_end or 0, high)
 
 
-def _run_starts(markers: list[int], iteration_lines: list[int], carry: _Carry) -> list[int]:
-    """Which configuration echoes begin a new run: those with iterations logged since the last start.
-
-    Megatron prints `using world size` and then the arguments block at every (re)start; only the first
-    echo after some training begins a run, so both lines of one start land in the same run.
-    """
-    starts = []
-    position = 0
-    for marker in markers:
-        while position < len(iteration_lines) and iteration_lines[position] < marker:
-            carry.iterations_since_start = True
-            position += 1
-        if carry.iterations_since_start:
-            starts.append(marker)
-            carry.iterations_since_start = False
-    if position < len(iteration_lines):
-        carry.iterations_since_start = True
-    return starts
-
-
-def _iteration_order(
-    candidates: pl.DataFrame,
-    fitted: pl.DataFrame | None,
-    slow_iters: pl.DataFrame,
-    markers: list[int],
-    carry: _Carry,
-) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
-    """Iteration lines that repeat the one before them word for word (line -> the line they copy), and
-    lines where the iteration counter goes back with no arguments block since the line before
-    (line -> (its iteration, the one before)).
-
-    Megatron restarting from a checkpoint prints iterations from the checkpoint's number again; a log that
-    does so without re-printing its arguments (output appended by a wrapper script, a resumed job) would
-    otherwise put two passes over the same iterations into one run and shift its medians. A line printed
-    twice (a duplicated line, `tee` of the same stream) is dropped so that it counts once. Ranks print the
-    same iteration in turn, never a lower one after a higher, so a drop is a restart.
-    """
-    parts = []
-    if fitted is not None and not fitted.is_empty():
-        parts.append(fitted.select("line_no", "iteration"))
-    if not slow_iters.is_empty():
-        number = pl.col("line").str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)
-        parts.append(slow_iters.select("line_no", number.alias("iteration")))
-    if not parts:
-        return {}, {}
-    if len(parts) == 1 and fitted is not None and fitted.height == candidates.height:
-        # The common block: every candidate line fitted a layout, both frames in line order.
-        seq = candidates.select("line_no", "line").with_columns(fitted["iteration"])
-    else:
-        seq = (
-            pl.concat(parts)
-            .join(candidates.select("line_no", "line"), on="line_no", how="left")
-            .sort("line_no")
-        )
-    before_it, before_no, before_line = carry.previous or (None, 0, None)
-    seq = seq.with_columns(
-        pl.col("iteration").shift(1, fill_value=before_it).forward_fill().alias("_prev_it"),
-        pl.col("line_no").shift(1, fill_value=before_no).alias("_prev_no"),
-        pl.col("line").shift(1, fill_value=before_line).alias("_prev_line"),
-    )
-    last = seq.row(-1, named=True)
-    last_it = seq["iteration"].drop_nulls()
-    carry.previous = (last_it[-1] if len(last_it) else before_it, last["line_no"], last["line"])
-    repeat = (pl.col("line") == pl.col("_prev_line")).fill_null(False)
-    back = (~repeat & (pl.col("iteration") < pl.col("_prev_it"))).fill_null(False)
-    flagged = seq.filter(repeat | back)
-    if flagged.is_empty():
-        return {}, {}
-    repeats: dict[int, int] = {}
-    restarts: dict[int, tuple[int, int]] = {}
-    for row in flagged.iter_rows(named=True):
-        if row["line"] == row["_prev_line"]:
-            repeats[row["line_no"]] = row["_prev_no"]
-        elif not any(row["_prev_no"] < m <= row["line_no"] for m in markers):
-            restarts[row["line_no"]] = (row["iteration"], row["_prev_it"])
-    return repeats, restarts
-
-
-def _count_at_or_before(points: list[int], line_no: pl.Series, side: Any = "right") -> pl.Series:
-    """For each line, how many of the sorted `points` are at or before it (`side="left"`: before it)."""
-    return pl.Series(points, dtype=pl.Int64).search_sorted(line_no, side=side).cast(pl.Int32)
-
-
 def _among(line_nos: list[int]) -> pl.Expr:
     return (
         pl.col("line_no").is_in(pl.Series(line_nos, dtype=pl.Int64).implode()) if line_nos else pl.lit(False)
@@ -376,7 +297,7 @@ def _parse_block(
     not_iters = unfitted.filter(~is_iter)
 
     markers = special.filter(pl.col("start") | pl.col("world"))["line_no"].to_list()
-    repeats, restarts = _iteration_order(candidates, fitted, slow_iters, markers, carry)
+    repeats, restarts = iteration_order(frame, candidates, fitted, slow_iters, markers, carry)
     if repeats:
         dropped = pl.Series(list(repeats), dtype=pl.Int64).implode()
         fitted = fitted.filter(~pl.col("line_no").is_in(dropped)) if fitted is not None else None
@@ -397,30 +318,19 @@ def _parse_block(
         iteration_lines = sorted(
             [*(fitted["line_no"].to_list() if fitted is not None else []), *slow_iters["line_no"].to_list()]
         )
-        starts = _run_starts(markers, iteration_lines, carry)
+        starts = run_starts(markers, iteration_lines, carry)
     else:
         starts = []
         if has_iterations:
             carry.iterations_since_start = True
     if restarts:
         starts = sorted({*starts, *restarts})
-        yield Batch(
-            "events",
-            [
-                {
-                    "line_no": n,
-                    "kind": "restart",
-                    "text": f"iteration {now} after {then} without a new arguments block: a new run starts "
-                    "here (a restart from a checkpoint), with the previous run's configuration",
-                }
-                for n, (now, then) in restarts.items()
-            ],
-        )
+        yield Batch("events", [{"line_no": n, "kind": "restart", "text": t} for n, t in restarts.items()])
     base_key = carry.run_key
     run_key = (
         pl.lit(base_key, dtype=pl.Int32)
         if not starts
-        else pl.col("line_no").map_batches(lambda s: _count_at_or_before(starts, s) + base_key, pl.Int32)
+        else pl.col("line_no").map_batches(lambda s: count_at_or_before(starts, s) + base_key, pl.Int32)
     ).alias("run_key")
 
     arg_starts = special.filter(pl.col("start"))["line_no"].to_list()
@@ -460,7 +370,7 @@ def _parse_block(
         in_args = (
             pl.col("line_no").map_batches(
                 lambda s: (
-                    inside + _count_at_or_before(arg_starts, s) - _count_at_or_before(arg_ends, s, "left")
+                    inside + count_at_or_before(arg_starts, s) - count_at_or_before(arg_ends, s, "left")
                 ),
                 pl.Int32,
             )
