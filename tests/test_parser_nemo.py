@@ -292,6 +292,24 @@ def test_peak_memory_in_bytes_on_the_printer_line_is_a_memory_row() -> None:
     assert [r["elapsed_s"] for r in out["iterations"]] == [27.01, 27.01]
 
 
+def test_the_older_names_of_the_memory_figures_are_memory_rows() -> None:
+    """Before NVIDIA/NeMo#13982 (June 2025) MegatronStrategy logged `peak_memory_usage` (max_memory_reserved)
+    and `memory_allocated` (memory_allocated, the current figure), in bytes, as a DGX Cloud recipe's README
+    shows them. Invented values in that shape."""
+    text = "".join(
+        f"Training epoch 0, iteration {k}/49 | lr: 7.496e-06 | global_batch_size: 128 | global_step: {k} | "
+        f"peak_memory_usage: {peak} | memory_allocated: 44271689728 | reduced_train_loss: 11.9{k % 10} | "
+        "train_step_timing in s: 12.41 | consumed_samples: 6272\n"
+        for k, peak in ((47, 70766297088), (48, 70833405952))
+    )
+    out = collect(text)
+    assert [
+        (m["iteration"], m["max_reserved_mib"], m["allocated_mib"], m.get("max_allocated_mib"))
+        for m in out["memory"]
+    ] == [(47, 67488.0, 44271689728 / 2**20, None), (48, 67552.0, 44271689728 / 2**20, None)]
+    assert not [m for m in out.get("iteration_metrics", []) if "memory" in m["key"]]
+
+
 def test_an_error_written_onto_the_bar_is_an_event_and_the_bars_rate_its_step_time() -> None:
     """Another stream's line glued behind the bar (no newline between: a watchdog's error, as pytorch#118369
     quotes one) is kept as an event of that line; without `train_step_timing`, tqdm's rate is the step

@@ -137,8 +137,15 @@ INT_COLUMNS = {"global_batch_size", "consumed_samples"}
 STAMP_RX = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
 # Peak memory in bytes as NeMo 2's performance recipes print it on the printer's line (torch.cuda's
 # `max_memory_reserved()`, `max_memory_allocated()`: `max_memory_reserved: 57466159104`, NVIDIA/NeMo#14850):
-# a memory row of the printing rank, in MiB.
-MEMORY_KEYS = {"max_memory_reserved": "max_reserved_mib", "max_memory_allocated": "max_allocated_mib"}
+# a memory row of the printing rank, in MiB. Before NVIDIA/NeMo#13982 (June 2025) the same logging
+# (MegatronStrategy with `NEMO_LOG_MEMORY_USAGE=1`) named them otherwise: `peak_memory_usage` was
+# torch.cuda.max_memory_reserved() and `memory_allocated` torch.cuda.memory_allocated(), the current figure.
+MEMORY_KEYS = {
+    "max_memory_reserved": "max_reserved_mib",
+    "max_memory_allocated": "max_allocated_mib",
+    "peak_memory_usage": "max_reserved_mib",
+    "memory_allocated": "allocated_mib",
+}
 SKIPPED_KEYS = {"global_step", "v_num"}
 
 
