@@ -309,6 +309,39 @@ def test_megatron_bridges_step_time_line_belongs_to_the_iteration_after_it(fast:
 
 
 @pytest.mark.parametrize("fast", [True, False])
+def test_a_step_time_line_glued_in_front_of_its_iteration_line_is_read_with_it(fast: bool) -> None:
+    """Pasted without its newline, Bridge's step line sits in front of the iteration line it belongs to
+    (Megatron-Bridge#1500 shows one, `GPU utilization: 0.0MODEL_TFLOP/s/GPU`); invented figures in that
+    shape. Both are read; a 0.0 TFLOP/s stays a metric and is not the iteration's TFLOP/s."""
+    iteration = (
+        "[2025-11-24 21:40:12] iteration       {i}/      50 | consumed samples:         {c} | elapsed time per "
+        "iteration (ms): {ms} | learning rate: 3.000000E-05 | global batch size:   192 | lm loss: 3.118804E-02 |"
+        " loss scale: 1.0 | grad norm: 0.061 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    text = (
+        "Step Time : 5.31s GPU utilization: 212.4MODEL_TFLOP/s/GPU "
+        + iteration.format(i=40, c=7680, ms="5307.9")
+        + "Step Time : 5.24s GPU utilization: 0.0MODEL_TFLOP/s/GPU "
+        + iteration.format(i=50, c=9600, ms="5238.2")
+        + "[after training is done] datetime: 2025-11-24 21:41:05\n"
+    )
+    out = collect(text, fast)
+    assert sorted((m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"]) == [
+        (40, "GPU utilization (TFLOP/s/GPU)", 212.4),
+        (40, "step time (s)", 5.31),
+        (50, "GPU utilization (TFLOP/s/GPU)", 0.0),
+        (50, "step time (s)", 5.24),
+    ]
+    assert [
+        (r["iteration"], r["elapsed_s"], r["tflops_reported"], r["grad_norm"]) for r in out["iterations"]
+    ] == [
+        (40, 5.3079, 212.4, 0.061),
+        (50, 5.2382, None, 0.061),
+    ]
+    assert "unparsed" not in out
+
+
+@pytest.mark.parametrize("fast", [True, False])
 def test_a_parameter_count_glued_to_an_iteration_line_is_a_run_parameter(fast: bool) -> None:
     """Megatron-Bridge may print `Number of parameters in transformer layers in billions:  6.98` right
     after an iteration line's last `|` with no newline (invented figures in that shape)."""

@@ -385,7 +385,14 @@ def _parse_block(
     plain = _compacted(rest.filter(~pl.col("_state") & ~pl.col("_timer") & ~pl.col("_memory")))
 
     iteration_rows = _iteration_rows(fitted, slow_iters, run_key)
-    bridge = plain.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True))
+    bridge = plain.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True)).select(
+        "line_no", "line", "run_key"
+    )
+    if iteration_rows is not None:  # a step line glued in front of its iteration line (no newline between)
+        glued = candidates.filter(line.str.contains(BRIDGE_STEP_MARK, literal=True))
+        if not glued.is_empty():
+            glued = glued.select("line_no", "line", run_key)
+            bridge = pl.concat([bridge, glued]).sort("line_no")
     bridge_metrics = bridge_step_metrics(bridge, iteration_rows) if not bridge.is_empty() else None
     if iteration_rows is not None and bridge_metrics is not None:
         iteration_rows = bridge_tflops(iteration_rows, bridge_metrics)

@@ -14,7 +14,8 @@ BRIDGE_STEP_RX = r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)(MODEL_)?TFLOP
 """Megatron-Bridge's line before each logged iteration (NeMo 25.x on): `Step Time : 4.72s GPU utilization:
 554.3MODEL_TFLOP/s/GPU`, the interval's seconds per step and model TFLOP/s per GPU. `training_log`
 (megatron/bridge/training/utils/train_utils.py) prints it and then builds that iteration's line, so it
-belongs to the iteration line after it; one whose iteration line is in the next block stays unparsed."""
+belongs to the iteration line after it (or the one glued behind it on the same line, as a paste without its
+newline has it); one whose iteration line is in the next block stays unparsed."""
 BRIDGE_TFLOPS_KEY = "GPU utilization (TFLOP/s/GPU)"
 
 
@@ -56,11 +57,12 @@ def bridge_step_metrics(lines: pl.DataFrame, iteration_rows: pl.DataFrame | None
 
 def bridge_tflops(iteration_rows: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     """The step line's TFLOP/s as the iteration's own where its line printed none (`--log-throughput`
-    off): both are Megatron's model FLOPs over the same interval."""
+    off): both are Megatron's model FLOPs over the same interval. A 0.0 is no figure (Megatron-Bridge#1500's
+    Nemotron-H run prints `GPU utilization: 0.0MODEL_TFLOP/s/GPU` at 5.2 s a step): it stays a metric only."""
     if metrics.is_empty():
         return iteration_rows
     tflops = (
-        metrics.filter(pl.col("key") == BRIDGE_TFLOPS_KEY)
+        metrics.filter((pl.col("key") == BRIDGE_TFLOPS_KEY) & (pl.col("value") > 0))
         .select(
             pl.col("run_key").cast(iteration_rows.schema["run_key"]),
             "iteration",
