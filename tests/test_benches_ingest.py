@@ -508,3 +508,42 @@ def test_a_second_command_after_a_cut_bench_and_an_error_over_the_tolerance(
     assert rows == [(1, "in-place", 3.23), (1, "out-of-place", 3.22), (2, "out-of-place", 5.82)]
     (flag,) = sql(db_path, "SELECT subject_id, severity, measured FROM flags WHERE rule = 'nccl_data_error'")
     assert flag == (1, "critical", 300.0)
+
+
+# Invented, in the shape of coreweave/nccl-tests#43's GB200 NVL72 run: a driver that does not know the board
+# yet lists every rank as `NVIDIA Graphics Device`; two nodes of four GPUs here.
+PLACEHOLDER_NAMED = (
+    "# nThread 1 nGpus 1 minBytes 536870912 maxBytes 2147483648 step: 2(factor) warmup iters: 5 iters: 20\n"
+    "#\n"
+    "# Using devices\n"
+    + "".join(
+        f"#  Rank {r:2d} Group  0 Pid  {20100 + r} on gb-node-{r // 4:02d} device  {r % 4} [0x01] "
+        "NVIDIA Graphics Device\n"
+        for r in range(8)
+    )
+    + "#\n"
+    "#                                                              out-of-place                       in-place\n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+    "   536870912     134217728     float     sum      -1   4109.2  130.65  228.64      0   4097.5  131.02  229.29      0\n"
+    "  1073741824     268435456     float     sum      -1   7911.0  135.73  237.53      0   7904.3  135.84  237.72      0\n"
+    "  2147483648     536870912     float     sum      -1    15580  137.83  241.21      0    15566  137.96  241.43      0\n"
+    "# Out of bounds values : 0 OK\n"
+    "# Avg bus bandwidth    : 235.97\n"
+)
+
+
+def test_a_gpu_the_driver_could_not_name_is_kept_as_printed_and_said_so(tmp_path: Path) -> None:
+    log = tmp_path / "nvl72.txt"
+    log.write_text(PLACEHOLDER_NAMED)
+    db = tmp_path / "t.duckdb"
+    ingest(db, log)
+    assert sql(db, "SELECT ranks, nodes, gpus_per_node, gpu_name, gpu_model FROM benches") == [
+        (8, 2, 4, "NVIDIA Graphics Device", None)
+    ]
+    ((detail,),) = sql(db, "SELECT detail FROM predictions WHERE metric = 'inputs'")
+    assert (
+        "the log names the GPU 'NVIDIA Graphics Device', which is no catalog GPU's name: the name the NVIDIA "
+        "driver gives a GPU its name table does not know yet" in detail
+    )
+    assert "give --gpu" in detail

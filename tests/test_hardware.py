@@ -404,3 +404,13 @@ def test_a_port_fabric_across_a_node_s_nics() -> None:
     assert hardware.node_fabric(hdr, 4) is hdr
     assert hardware.fabric_of(None, 4) is None
     assert hardware.fabric_of("roce-200g", 8).unidirectional_gbps == pytest.approx(200)
+
+
+@pytest.mark.parametrize(
+    ("printed", "placeholder"), [("NVIDIA Graphics Device", True), ("NVIDIA Z900-SXM9-512GB", False)]
+)
+def test_a_printed_name_no_catalog_gpu_has_is_explained(printed: str, placeholder: bool) -> None:
+    assert hardware.match_gpu(printed) is None
+    note = hardware.unknown_gpu_note(printed)
+    assert note.startswith(f"the log names the GPU {printed!r}, which is no catalog GPU's name")
+    assert ("name table does not know yet" in note) is placeholder

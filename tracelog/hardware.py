@@ -268,6 +268,23 @@ def match_gpu(name_as_printed: str | None) -> Gpu | None:
     return _catalog().gpus[gpu_id] if gpu_id else None
 
 
+PLACEHOLDER_GPU_NAMES = frozenset({"nvidia graphics device"})
+"""What the NVIDIA driver calls a board its name table does not carry yet (a part newer than the driver, a
+pre-release one): coreweave/nccl-tests#43's GB200 NVL72 ranks print `NVIDIA Graphics Device`. It says only
+that the GPU is NVIDIA's: no catalog GPU is read from it."""
+
+
+def unknown_gpu_note(name_as_printed: str) -> str:
+    """Why a printed GPU name decided no catalog GPU, for the notes of what could not be predicted."""
+    note = f"the log names the GPU {name_as_printed!r}, which is no catalog GPU's name"
+    if _fold(name_as_printed) in PLACEHOLDER_GPU_NAMES:
+        note += (
+            ": the name the NVIDIA driver gives a GPU its name table does not know yet (a part newer than "
+            "the driver), so the log does not say which GPU it was"
+        )
+    return note
+
+
 def resolve_gpu_id(id_or_name: str) -> str:
     """The catalog id for what a user typed: an id (`a100-sxm4-80gb`) or a name as tools print it
     (`NVIDIA A100-SXM4-80GB`); TracelogError with close matches otherwise."""

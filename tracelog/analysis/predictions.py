@@ -412,7 +412,10 @@ def _bench_curve(
         plateau, best = plateau_busbw(op, place, efficiency)
         curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
     except TracelogError as exc:
-        return [_row("inputs", None, "", None, {"missing": [f"no busbw prediction: {exc}"]})], []
+        missing = [f"no busbw prediction: {exc}"]
+        if gpu is None and isinstance(gpu_name, str) and gpu_name:
+            missing.append(hardware.unknown_gpu_note(gpu_name))
+        return [_row("inputs", None, "", None, {"missing": missing})], []
     if best.name in ("nvls", "nvlstree") and offer.version is None:
         assumed = [
             *assumed,
