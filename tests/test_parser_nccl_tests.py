@@ -1032,3 +1032,34 @@ def test_a_command_behind_a_prompt_or_over_several_lines_is_the_benchs_command()
     ]
     assert [b["collective"] for b in out["benches"]] == ["all_gather", "all_reduce", "all_reduce"]
     assert "unparsed" not in out
+
+
+def test_blank_redop_of_the_2x_layout_shifts_no_column() -> None:
+    """nccl-tests 2.x (to 2022) gave all_gather and alltoall "" as the op name, which `%6s` printed as
+    blanks under the `redop` heading (invented sample in the shape of an 8-node alltoall pasted in
+    nccl-tests#78): the row is one field short, and its time is no redop."""
+    text = "\n".join(
+        [
+            "#                                                       out-of-place                       in-place          ",
+            "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+            "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)  ",
+            "    67108864        262144     float           130112    0.52    0.51  0e+00   129876    0.52    0.51  0e+00",
+            "   134217728        524288     float           260310    0.52    0.51  0e+00   259902    0.52    0.51  2e+00",
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 0.51 ",
+            "",
+        ]
+    )
+    out = collect(text)
+    assert "unparsed" not in out
+    bench = the_bench(out)
+    assert bench["redop"] is None
+    rows = [(r["placement"], r["size_bytes"], r["time_us"], r["busbw_gbps"]) for r in out["collectives"]]
+    assert rows == [
+        ("out-of-place", 67108864, 130112.0, 0.51),
+        ("in-place", 67108864, 129876.0, 0.51),
+        ("out-of-place", 134217728, 260310.0, 0.51),
+        ("in-place", 134217728, 259902.0, 0.51),
+    ]
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert float(params["max_error"]) == 2.0

@@ -105,7 +105,14 @@ class Layout:
         if self.timestamp and len(tokens) >= 2 and STAMP_RX.match(tokens[-1]):
             stamp = printed_time(tokens[-2], tokens[-1])
             tokens = tokens[:-2]
-        p, g = len(self.prefix), len(self.group)
+        prefix = self.prefix
+        if "redop" in prefix and len(tokens) == len(prefix) - 1 + 2 * len(self.group):
+            # Before `none` (2.x, to 2022), all_gather, alltoall and hypercube passed "" as the op name,
+            # which `%6s` prints as blanks: the row has no redop field, and a number sits where it would.
+            at = prefix.index("redop")
+            if NUMBER_RX.match(tokens[at]):
+                prefix = prefix[:at] + prefix[at + 1 :]
+        p, g = len(prefix), len(self.group)
         if len(tokens) == p + 2 * g:
             placements = list(PLACEMENTS)
         elif len(tokens) == p + g:  # the header's only group is the first; else the in-place half alone
@@ -116,7 +123,7 @@ class Layout:
             placements, tokens = ["out-of-place"], tokens[: p + g]
         else:
             return None
-        head = dict(zip(self.prefix, tokens[:p], strict=True))
+        head = dict(zip(prefix, tokens[:p], strict=True))
         groups = []
         for k, placement in enumerate(placements):
             part = tokens[p + k * g : p + (k + 1) * g]
