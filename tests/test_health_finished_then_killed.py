@@ -73,3 +73,48 @@ def test_a_traceback_at_teardown_after_training_is_done_is_a_warning(tmp_path: P
     assert (flag["severity"], flag["row_ref"]) == ("warning", "line 8")
     assert "Training had finished before it: `[after training is done]` at line 4" in flag["message"]
     assert "after training was done" not in flag["message"]  # no time on the exception's line
+
+
+def titan_line(step: int, second: int) -> str:
+    """A torchtitan metrics line as a fork prints it, the steps out of the total (invented figures)."""
+    return (
+        f"[rank0]:2025-04-01 00:25:{second:02d},084 - root - INFO - step: {step}/644 = {step / 6.44:.4f}%  "
+        f"loss:  6.{step % 10}116  memory: 70.04GiB(75.20%)  tps: 52,142  mfu: 3.09%"
+    )
+
+
+def test_torchtitan_aborting_after_training_completed_is_a_warning(tmp_path: Path) -> None:
+    """Invented, in the shape of AICrossSim/NewComputeBench's pretraining notes: torchtitan logged its
+    last step, saved, said `Training completed`, then a rank aborted destroying the process group and
+    torchrun reported the failure. The steps are complete: no crash that ended training."""
+    tail = [
+        "[rank0]:2025-04-01 00:25:54,090 - root - INFO - Saving a full checkpoint at last step, step 644.",
+        "[rank0]:2025-04-01 00:26:01,706 - root - INFO - Training completed",
+        "[rank0]:terminate called without an active exception",
+        "[rank0]:Fatal Python error: Aborted",
+        "E0401 00:26:08.212000 3016633 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -6) local_rank: 1 (pid: 3016739) of binary: /usr/bin/python3.11",
+    ]
+    log = tmp_path / "run.log"
+    log.write_text("\n".join([titan_line(620, 27), titan_line(640, 47), *tail]) + "\n")
+    db = tmp_path / "t.duckdb"
+    (result,) = api.ingest(db, [str(log)])
+    assert result.format == "torchtitan"
+    steps = api.sql(db, "SELECT iteration, lm_loss FROM iterations ORDER BY line_no")
+    assert [tuple(r) for r in steps.itertuples(index=False)] == [(620, 6.0116), (640, 6.0116)]
+    (flag,) = [f for f in api.flags(db).to_dict("records") if f["rule"] == "training_health"]
+    assert (flag["severity"], flag["row_ref"]) == ("warning", "line 7")
+    assert "Training had finished before it: `Training completed` at line 4" in flag["message"]
+
+
+def test_torchtitan_dying_before_training_completed_stays_critical(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    crash = (
+        "E0401 00:26:08.212000 3016633 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -6) local_rank: 1 (pid: 3016739) of binary: /usr/bin/python3.11"
+    )
+    log.write_text("\n".join([titan_line(620, 27), titan_line(640, 47), crash]) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    (flag,) = [f for f in api.flags(db).to_dict("records") if f["rule"] == "training_health"]
+    assert flag["severity"] == "critical"

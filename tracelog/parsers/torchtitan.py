@@ -46,14 +46,16 @@ from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "torchtitan"
-VERSION = "2"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run
+VERSION = "2"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
+# `step: 640/644 = 99.3789%`, and `Training completed` as the `training_done` event
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
 STAMP_RX = re.compile(r"(?:\[titan\] |^\s*\[)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,(\d{3,6}))?")
 """torchtitan's logger (`[titan] 2026-05-18 16:04:46,338 - root - INFO - ...`), or the `ezpz` logger some
 forks run it under (`[2025-09-11 14:09:46,954794][I][components/metrics:437:log] step: 1 ...`)."""
-STEP_RX = re.compile(r"(?<![\w])(?<!validate )step:\s*(\d+)\s+loss:\s*" + NUM)
+# A fork prints how far the steps went: `step: 640/644 = 99.3789%  loss: ...` (AICrossSim/NewComputeBench).
+STEP_RX = re.compile(r"(?<![\w])(?<!validate )step:\s*(\d+)(?:\s*/\s*\d+\s*=\s*[\d.]+%)?\s+loss:\s*" + NUM)
 VALIDATE_RX = re.compile(r"validate step:\s*(\d+)\s+loss:\s*" + NUM)
 # torchtitan's `memory: 171.75GiB(96.29%)` is the peak over the device's capacity (`device_capacity_gib`):
 # the capacity, where nothing names the GPU, for the memory rules; read where the share is large enough for
@@ -104,14 +106,17 @@ START_LINES = (
     JOB_RX, MESH_RX, OLD_MESH_RX, SIZE_RX, INITIALIZED_RX, INITIALIZED_2025_RX, STARTS_RX, VERSION_RX,
     BUILDING_RX, FLOAT8_RX,
 )  # fmt: skip
+# The trainer's last word once its loop returned (torchtitan/trainer.py `logger.info("Training completed")`):
+# what fails after it (process-group teardown aborting, SIGABRT) lost no step.
+DONE_RX = re.compile(r"(?:^|INFO - |\]:)\s*Training completed\s*$")
 METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
 
 
 def detect(head: str) -> int:
-    """Two metrics lines of torchtitan's shape (a step, a loss and its throughput), or its `[titan]`
-    logger with a metrics line."""
+    """Two metrics lines of torchtitan's shape (a step, a loss and its throughput), or one with its `[titan]`
+    logger or its memory as torchtitan prints it (`memory: 87.04GiB(93.48%)`)."""
     steps = [line for line in head.split("\n") if STEP_RX.search(line) and ("tps:" in line or "wps:" in line)]
-    if len(steps) >= 2 or (steps and "[titan]" in head):
+    if len(steps) >= 2 or (steps and ("[titan]" in head or MEMORY_SHARE_RX.search(steps[0]))):
         return 40
     return 0
 
@@ -148,6 +153,10 @@ class _Parser(RunRows):
             self.out.add(
                 "iteration_metrics",
                 {**metric, "value": printed_number(match.group(2)), "text": match.group(2), "line_no": n},
+            )
+        elif DONE_RX.search(body):
+            self.out.add(
+                "events", {"run_key": self.run_key, "line_no": n, "kind": "training_done", "text": text}
             )
         elif not self.config(n, body) and body.strip():
             if EVENT_WORDS_RX.search(body):

@@ -169,7 +169,8 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             SELECT e.run_id, min(e.line_no) AS done_line, arg_min(e.text, e.line_no) AS done_text
             FROM events e LEFT JOIN last_step s USING (run_id)
             WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
-              AND contains(e.text, '{DONE_MARK}') AND e.line_no > coalesce(s.stepped, 0)
+              AND (e.kind = 'training_done' OR contains(e.text, '{DONE_MARK}'))
+              AND e.line_no > coalesce(s.stepped, 0)
             GROUP BY e.run_id
         ), errors AS (
             SELECT e.run_id, e.text, e.line_no, e.kind, ({FATAL_SQL}) AS fatal, s.stepped,
@@ -233,8 +234,10 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
 
 
 # Megatron's mark that its training loop returned (`print_datetime('after training is done')`): a job that
-# dies after it lost no step.
+# dies after it lost no step. Any parser's `training_done` event is such a mark (torchtitan's `Training
+# completed`); Megatron's is also found where a glued Slurm line made its event a crash.
 DONE_MARK = "[after training is done]"
+DONE_MARKS = (DONE_MARK, "Training completed")
 DONE_AT_RX = re.compile(r"\[after training is done\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 CANCELLED_AT_RX = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 
@@ -259,6 +262,7 @@ def _finished_then_ended(
         if ended_text and ended != done_line
         else ""
     )
+    mark = next((m for m in DONE_MARKS if m in done_text), done_text.strip()[:80])
     held = ""
     start, stop = DONE_AT_RX.search(done_text), CANCELLED_AT_RX.search(ended_text or "")
     if start and stop:
@@ -275,10 +279,11 @@ def _finished_then_ended(
         "warning",
         run_id,
         f"{count} error line(s) in the log; the last: {_sentence(text)} Training had finished before it: "
-        f"`{DONE_MARK}` at line {done_line}{after}{what}.{held}",
+        f"`{mark}` at line {done_line}{after}{what}.{held}",
         "The run's steps are complete: the job hung or failed on its way out (process-group teardown, CUDA "
         "graphs, a profiler's shutdown) and was killed there. Megatron-Bridge jobs with CUDA graphs hang so "
-        "(NVIDIA-NeMo/Megatron-Bridge#1500, #3595); a shorter time limit bounds the idle time.",
+        "(NVIDIA-NeMo/Megatron-Bridge#1500, #3595), and torchtitan runs can abort (SIGABRT) destroying their "
+        "process group; a shorter time limit bounds the idle time. Check that the last checkpoint was saved.",
         row_ref=f"line {ended}",
         measured=float(count),
         expected=0.0,
