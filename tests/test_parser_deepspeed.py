@@ -793,3 +793,39 @@ def test_a_scripts_step_lines_place_the_bare_timers_and_give_their_time() -> Non
     assert params["launch_command"].startswith("deepspeed --num_gpus=2 zf_benchmark.py")
     assert (params["summary.update_interval"], params["summary.avg_update_step"]) == ("2", "171.38ms")
     assert "unparsed" not in out
+
+
+@pytest.mark.parametrize(
+    ("lines", "stage", "precision"),
+    [
+        # since 0.8.1 the engine prints the model's dtype; stage 3's first line still says "fp16"
+        (
+            [
+                "Creating fp16 ZeRO stage 3 optimizer, MiCS is enabled False, Hierarchical params gather False",
+                "Creating torch.float32 ZeRO stage 3 optimizer",
+            ],
+            3,
+            "fp32",
+        ),
+        (["Creating torch.bfloat16 ZeRO stage 2 optimizer"], 2, "bf16"),
+        # before 0.8.1, "fp16" whatever the precision: the stage alone
+        (["Creating fp16 ZeRO stage 1 optimizer"], 1, None),
+    ],
+)
+def test_the_engine_s_zero_optimizer_line_gives_the_stage_and_its_dtype(
+    lines: list[str], stage: int, precision: str | None
+) -> None:
+    """Invented lines in the shape of a ZeRO-3 start with CPU offload (Liuziyu77/Visual-RFT#7), whose log was
+    cut before the configuration echo."""
+    text = "\n".join(f"{TS} [INFO] [logging.py:128:log_dist] [Rank 0] {line}" for line in lines)
+    (run,) = collect(text + "\n" + STEP + "\n")["runs"]
+    assert (run.get("zero_stage"), run.get("precision")) == (stage, precision)
+
+
+def test_the_configuration_echo_and_the_optimizer_line_agree() -> None:
+    text = (
+        f"{TS} [INFO] [logging.py:96:log_dist] [Rank 0] Creating torch.bfloat16 ZeRO stage 3 optimizer\n"
+        + echo(mbs=2, tbs=128, bf16=True)
+    )
+    (run,) = collect(text + STEP + "\n")["runs"]
+    assert (run["zero_stage"], run["precision"]) == (3, "bf16")

@@ -62,14 +62,15 @@ from tracelog.parsers.deepspeed_config import (
     pipe_engine_line,
     see_memory_mib,
     summary_line,
+    zero_optimizer,
 )
 from tracelog.parsers.deepspeed_profiler import profiler_line
 from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "7"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
-# "7": AMP off is no fp32
+VERSION = "8"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
+# "7": AMP off is no fp32; "8": the ZeRO stage (and the dtype since 0.8.1) of `Creating ... ZeRO stage N optimizer`
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -365,6 +366,8 @@ class _Parser:
         for rx, name in INFO_PARAMS:
             if match := rx.search(msg):
                 self.run(line_no).param(name, (match.group(1) or "").strip(), line_no, once=True)
+                if name == "optimizer_wrapper":
+                    zero_optimizer(self.run(line_no).columns, msg)
                 return True
         if ("_PARAMS=" in msg or "micro_batches=" in msg) and pipe_engine_line(
             self.run(line_no), line_no, msg

@@ -38,6 +38,25 @@ INFO_PARAMS = (
 )
 
 
+# The engine names the optimizer it wraps the model's in (runtime/engine.py `_configure_zero_optimizer`):
+# `Creating torch.bfloat16 ZeRO stage 3 optimizer`, its dtype that of the model's parameters since DeepSpeed
+# 0.8.1 (#2743, 2023); before, and still on stage 3's first line (`Creating fp16 ZeRO stage 3 optimizer,
+# MiCS is enabled ...`), "fp16" whatever the precision: only the stage is read from those.
+ZERO_OPTIMIZER_RX = re.compile(
+    r"Creating (?:(torch\.(?:float16|bfloat16|float32)) |\S+ )?ZeRO stage (\d) optimizer"
+)
+MODEL_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+
+
+def zero_optimizer(columns: dict[str, Any], msg: str) -> None:
+    """The ZeRO stage, and the precision where the dtype is printed, of an engine's `Creating ... ZeRO
+    stage N optimizer` line, as run columns (the configuration echo, printed after it, says the same)."""
+    if match := ZERO_OPTIMIZER_RX.search(msg):
+        columns.setdefault("zero_stage", int(match.group(2)))
+        if match.group(1):
+            columns.setdefault("precision", MODEL_DTYPES[match.group(1)])
+
+
 def timer_step_at(
     msg: str, since_step: dict[str, int], bar_step: int | None, last_step: int | None, from_start: bool
 ) -> int | None:
