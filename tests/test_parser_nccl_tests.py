@@ -1063,3 +1063,37 @@ def test_blank_redop_of_the_2x_layout_shifts_no_column() -> None:
     ]
     params = {p["name"]: p["value"] for p in out["bench_params"]}
     assert float(params["max_error"]) == 2.0
+
+
+def test_a_row_cut_after_its_out_of_place_busbw_keeps_what_it_printed() -> None:
+    """Invented sample in the shape of an alltoall pasted in NVIDIA/nccl#2169 (nccl-tests 2.17, 4 ranks):
+    the paste, or a killed process's last flush, ends the row after its out-of-place busbw. The figures
+    printed are a row; the bench is partial, not a test that printed no row."""
+    text = "\n".join(
+        [
+            "# nThread 1 nGpus 1 minBytes 524288000 maxBytes 549453824 step: 1048576(bytes) warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0",
+            "#",
+            "# Using devices",
+            *(
+                f"#  Rank  {r} Group  0 Pid  41{r:02d} on    node7 device  {r} [0000:4e:00] NVIDIA H100 80GB HBM3"
+                for r in range(4)
+            ),
+            "#",
+            "#                                                              out-of-place                       in-place          ",
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         ",
+            "   524288000      32768000     float    none      -1  3310.52  158.37  118.78",
+            "",
+        ]
+    )
+    out = collect(text)
+    assert "unparsed" not in out
+    (row,) = out["collectives"]
+    assert (row["placement"], row["time_us"], row["algbw_gbps"], row["busbw_gbps"], row["wrong"]) == (
+        "out-of-place",
+        3310.52,
+        158.37,
+        118.78,
+        None,
+    )
+    assert the_bench(out)["status"] == "partial"

@@ -54,8 +54,9 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "3"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
-# `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank redop
+VERSION = "4"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+# `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
+# redop; 4: a last row cut after its out-of-place busbw
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")

@@ -121,13 +121,17 @@ class Layout:
             p + g < len(tokens) < p + 2 * g
         ):  # a row cut inside its in-place half: the out-of-place one stands
             placements, tokens = ["out-of-place"], tokens[: p + g]
+        elif self.group[:3] == ["time", "algbw", "busbw"] and p + 3 <= len(tokens) < p + g:
+            # cut inside its out-of-place half, after its busbw (a paste cut there, a killed process's last
+            # flush): the figures printed stand, the ones after them are not known
+            placements = ["out-of-place"]
         else:
             return None
         head = dict(zip(prefix, tokens[:p], strict=True))
         groups = []
         for k, placement in enumerate(placements):
             part = tokens[p + k * g : p + (k + 1) * g]
-            groups.append((placement, dict(zip(self.group, part, strict=True))))
+            groups.append((placement, dict(zip(self.group, part, strict=len(part) == g))))
         return head, groups, stamp
 
 
