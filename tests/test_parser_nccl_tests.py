@@ -1097,3 +1097,41 @@ def test_a_row_cut_after_its_out_of_place_busbw_keeps_what_it_printed() -> None:
         None,
     )
     assert the_bench(out)["status"] == "partial"
+
+
+@pytest.mark.parametrize(
+    ("command", "ranks", "nodes", "per_node"),
+    [
+        (
+            "mpirun -n 256 -npernode 16 -hostfile /job/hostfile --mca btl ^openib -x NCCL_DEBUG=WARN "
+            "./build/all_reduce_perf -b 32M -e 64M -f 2 -g 1 -c 0",
+            256,
+            16,
+            16,
+        ),
+        # the test's own `-n` is its iterations: not processes
+        ("srun -N 4 --ntasks-per-node=2 ./build/all_reduce_perf -b 32M -e 64M -f 2 -g 4 -n 50", 32, 4, 8),
+        ("mpirun -np 8 ./build/all_reduce_perf -b 32M -e 64M -f 2 -g 1", 8, None, None),
+    ],
+)
+def test_a_bench_with_no_device_line_takes_its_ranks_from_the_launch(
+    command: str, ranks: int, nodes: int | None, per_node: int | None
+) -> None:
+    """Invented sample in the shape of the 256-GPU all-reduce of nccl-tests#78 (NCCL 2.8, `-c 0`): the
+    command and NCCL's version line, then the table, no `Using devices` list."""
+    text = "\n".join(
+        [
+            command,
+            "",
+            "NCCL version 2.8.4+cuda10.1",
+            "#",
+            "#                                                     out-of-place                       in-place",
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+            "#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+            "    33554432       8388608   float     sum   1501.3   22.35   44.52    N/A   1497.9   22.40   44.62    N/A",
+            "    67108864      16777216   float     sum   2711.6   24.75   49.30    N/A   2730.4   24.58   48.96    N/A",
+            "",
+        ]
+    )
+    bench = the_bench(collect(text))
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (ranks, nodes, per_node)

@@ -54,9 +54,9 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "4"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "5"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
-# redop; 4: a last row cut after its out-of-place busbw
+# redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -147,7 +147,7 @@ class _Parser:
             self.param(name, value, at)
             if name == "command":
                 self.name_collective(value, "command")
-                bench.commanded = True
+                bench.commanded, bench.command = True, value
         return bench
 
     def named_tool(self, tool: str) -> None:
@@ -180,6 +180,8 @@ class _Parser:
         if not bench.devices and self.init_ranks:  # a tail cut before the device list (a pasted log)
             bench.init_ranks = self.init_ranks
             self.param("ranks_source", "NCCL INFO comm ... nranks", bench.line_start, bench)
+        elif not bench.devices and bench.launch():
+            self.param("ranks_source", "the launch command (processes x -g x -t)", bench.line_start, bench)
         if len(set(bench.groups)) > 1:
             self.param("comm_groups", str(len(set(bench.groups))), bench.line_start, bench)
             self.param("world_ranks", str(len(bench.devices)), bench.line_start, bench)
@@ -331,7 +333,7 @@ class _Parser:
             else:
                 self.param("command", body, n)
                 self.name_collective(body, "command")
-                self.bench.commanded = True
+                self.bench.commanded, self.bench.command = True, body
             return True
         return False
 

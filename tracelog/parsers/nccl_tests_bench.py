@@ -3,13 +3,55 @@ nodes and GPUs per node from the device lines, its status, and the collective na
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracelog.parsers.megatron_state import MPI_LAUNCH_RX, MPI_PER_NODE_RX, MPI_RANKS_RX
 from tracelog.parsers.nccl_tests_layout import Layout
 
 TOOL = "nccl-tests"
+# The test binary in a launch command (`mpirun -n 256 -npernode 16 ./build/all_reduce_perf -b 8 -g 1`): the
+# launcher's options before it, the test's after it (whose `-n` is its iterations, not processes).
+PERF_BINARY_RX = re.compile(r"[\w./-]*_perf(?:_mpi)?\b")
+SRUN_RX = re.compile(r"(?:^|[\s$>+;&/])srun\s")
+SRUN_TASKS_RX = re.compile(r"\s(?:-n|--ntasks)(?:\s+|=)(\d+)(?![\w.])")
+SRUN_NODES_RX = re.compile(r"\s(?:-N|--nodes)(?:\s+|=)(\d+)(?![\w.])")
+SRUN_PER_NODE_RX = re.compile(r"\s--ntasks-per-node(?:\s+|=)(\d+)(?![\w.])")
+# each process's GPUs and threads (src/common.cu: `-g, --ngpus`, `-t, --nthreads`): ranks per process
+PER_PROCESS_RX = re.compile(r"\s(?:-g|--ngpus|-t|--nthreads)(?:\s+|=)(\d+)(?![\w.])")
+
+
+def launched(command: str) -> tuple[int, int | None] | None:
+    """The ranks, and ranks per node, an MPI or Slurm launch of a test starts: its processes (`mpirun -n`,
+    `srun -n` or `-N` x `--ntasks-per-node`) times each one's GPUs and threads; None where the command
+    launches no test through either or does not say how many processes."""
+    binary = PERF_BINARY_RX.search(command)
+    if binary is None:
+        return None
+    launcher, test = f" {command[: binary.start()]}", f" {command[binary.end() :]}"
+    per_process = 1
+    for match in PER_PROCESS_RX.finditer(test):
+        per_process *= int(match.group(1))
+    procs = per_node = None
+    if MPI_LAUNCH_RX.search(launcher) and (ranks := MPI_RANKS_RX.findall(launcher)):
+        procs = int(ranks[-1])
+        if found := MPI_PER_NODE_RX.search(launcher):
+            per_node = int(found.group(1) or found.group(2))
+    elif SRUN_RX.search(launcher):
+        tasks, nodes = SRUN_TASKS_RX.search(launcher), SRUN_NODES_RX.search(launcher)
+        if found := SRUN_PER_NODE_RX.search(launcher):
+            per_node = int(found.group(1))
+        if tasks:
+            procs = int(tasks.group(1))
+        elif nodes and per_node:
+            procs = int(nodes.group(1)) * per_node
+    if not procs:
+        return None
+    return procs * per_process, per_node * per_process if per_node else None
+
+
 # nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor; only all_reduce has 2(n-1)/n.
 ALL_REDUCE_FACTOR_TOLERANCE = 0.01
 
@@ -44,6 +86,7 @@ class Bench:
     header: str | None = None  # its `# nThread ...` line as printed
     copies: int = 1  # processes that printed that header (each its own test where built without MPI)
     footers: list[float] = field(default_factory=list)  # every `Avg bus bandwidth` it printed
+    command: str | None = None  # its shell command, where one was read
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -72,6 +115,9 @@ class Bench:
         elif self.separate_runs():
             ranks = self.listed_ranks()  # each process's own test, on its node
             nodes, per_node = 1, ranks
+        elif not ranks and (launch := self.launch()):  # no device line: what the command started
+            ranks, per_node = launch
+            nodes = ranks // per_node if per_node and ranks % per_node == 0 else None
         return {
             "bench_key": self.key,
             "tool": self.tool,
@@ -90,6 +136,10 @@ class Bench:
             "line_start": self.line_start,
             "line_end": self.line_end,
         }
+
+    def launch(self) -> tuple[int, int | None] | None:
+        """The ranks and ranks per node its MPI or Slurm command started (`launched`)."""
+        return launched(self.command) if self.command else None
 
     def shortened(self) -> bool:
         """A device list someone cut (`...` between its lines) or whose rank numbers run past its lines."""
@@ -114,7 +164,7 @@ class Bench:
 
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
-        ranks = len(self.communicator()) or self.init_ranks or 0
+        ranks = len(self.communicator()) or self.init_ranks or (self.launch() or (0, None))[0]
         if self.shortened() or self.separate_runs():
             ranks = self.listed_ranks()
         if self.collective or ranks <= 2 or not self.best or self.one_gpu_runs():
