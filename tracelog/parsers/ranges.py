@@ -67,6 +67,7 @@ INT64_COLUMNS = frozenset(
         "line_no",
         "line_start",
         "line_end",
+        "iters",
     ]
 )
 # Floats whose NaN or inf is what the log said (a diverged loss, an overflowed gradient norm): kept.
@@ -79,4 +80,6 @@ KEYS = frozenset({"iteration", "size_bytes", "src", "dst", "line_no", "run_key",
 # No link moves a petabyte per second: 1e6 GB/s is over 500x NVLink 5's 1.8 TB/s per GPU (NVIDIA
 # Blackwell datasheet), the fastest link in hardware.toml. Bandwidths above it are misprints.
 MAX_BANDWIDTH_GBPS = 1e6
-BANDWIDTH = frozenset({"algbw_gbps", "busbw_gbps", "avg_busbw_gbps", "value@p2p"})
+BANDWIDTH = frozenset(
+    {"algbw_gbps", "busbw_gbps", "avg_busbw_gbps", "value@p2p", "bw_peak_gbps", "bw_avg_gbps"}
+)

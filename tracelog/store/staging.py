@@ -47,6 +47,7 @@ STAGED = (
     "run_hardware",
     "collectives",
     "collective_iterations",
+    "perftest",
     "p2p",
     "links",
     "bench_devices",

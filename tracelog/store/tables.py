@@ -32,6 +32,7 @@ RUN_CHILD_TABLES = (
 BENCH_CHILD_TABLES = (
     "collectives",
     "collective_iterations",
+    "perftest",
     "p2p",
     "links",
     "bench_params",
