@@ -30,6 +30,10 @@ class Thresholds:
     # one, reads as the duplex confusion (nccl-tests busbw and p2p unidirectional are one direction).
     duplex_band_low: float = 0.30
     duplex_band_high: float = 0.50
+    # perftest: a NIC's large-message bandwidth under this share of the plateau its line rate allows at the
+    # MTU it ran (model/nic.py: 99.4 % of NDR at MTU 4096; healthy ConnectX-7 runs reach 98-99 % of that,
+    # Azure's acceptance floor for an NDR port, 375 Gb/s, is 94 %).
+    nic_bandwidth: float = 0.90
     # A message size is latency-bound when its busbw is below this share of the bench's plateau.
     latency_bound: float = 0.50
     # A message size of 1 MiB or more whose busbw is below this share of the best a smaller size reached:
@@ -98,6 +102,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "low_bandwidth": SHARE,
     "duplex_band_low": SHARE,
     "duplex_band_high": SHARE,
+    "nic_bandwidth": SHARE,
     "latency_bound": SHARE,
     "bandwidth_collapse": SHARE,
     "p2p_outlier": SHARE,

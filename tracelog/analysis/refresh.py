@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from tracelog.analysis import calibration, flat_stretches, link_fit, loss_spikes, predictions, run_ranges
+from tracelog.analysis import calibration, flat_stretches, link_fit, loss_spikes, nic, predictions, run_ranges
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import (
@@ -31,6 +31,7 @@ from tracelog.analysis.rules import (
     network,
     peer_access,
 )
+from tracelog.analysis.rules import nic as nic_rules
 from tracelog.analysis.scope import Scope
 from tracelog.errors import Deferred, TracelogError
 from tracelog.store import Store, lake
@@ -78,6 +79,7 @@ def rule_families(runs: list[RunInputs], scope: Scope) -> list[Family]:
         (False, network.benches),
         (False, peer_access.unsupported),
         (False, ceiling.evaluate),
+        (False, nic_rules.nic_bandwidth),
     ]
     return [family for of_runs, family in families if (scope.has_runs if of_runs else scope.has_benches)]
 
@@ -150,6 +152,7 @@ def _refresh_in(store: Store, scope: Scope, thresholds: Thresholds, sources: lis
             flat_stretches.update(store, thresholds.flat_loss_lines, scope)
         if scope.has_benches:
             outputs.append(predictions.predict_benches(store, scope, constants))
+            outputs.append(nic.predict(store, scope))
         for output in outputs:
             for table, rows in output.items():
                 if rows:

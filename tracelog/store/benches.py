@@ -109,17 +109,24 @@ SELECT metric, value AS model, formula AS how, detail
 FROM predictions
 WHERE subject_id = ? AND (subject_kind = 'p2p'
       OR (subject_kind = 'collective' AND metric IN ('inputs', 'alpha_us', 'plateau_busbw_gbps')))
+UNION ALL BY NAME
+SELECT p.metric, c.measured, p.value AS model, c.ratio, p.formula AS how, p.detail
+FROM predictions p
+LEFT JOIN comparisons c ON c.subject_kind = p.subject_kind AND c.subject_id = p.subject_id AND c.metric = p.metric
+WHERE p.subject_kind = 'bench' AND p.subject_id = ? AND p.metric IN ('nic_plateau_gbps', 'nic_line_rate_gbps')
 """
 """What the model says of a bench beside what it measured: the peak busbw against the plateau NCCL's
 cost model gives (the algorithm, the bounding link and what the log said NCCL could use, in `detail`),
-what had to be assumed or was missing, the α and plateau fitted to its own rows, the p2p link figures."""
+what had to be assumed or was missing, the α and plateau fitted to its own rows, the p2p link figures; a
+perftest bench's large-message bandwidth against the plateau its NIC's line rate allows (analysis/nic.py)."""
 
 
 def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
     """One bench in full, by id (`3` or `bench:3`): `summary` (its listing row, redop, hosts, lines),
     `hardware`, `model` (`MODEL_SQL`), `params`, `devices`, its rows, `events` and `flags`.
 
-    Its rows as its tool prints them: `collectives` (nccl-tests, all_reduce_bench) out-of-place first,
+    Its rows as its tool prints them: `perftest` (a NIC's test, GB/s), `collectives` (nccl-tests,
+    all_reduce_bench) out-of-place first,
     then by type, op, root and size; one frame per p2p matrix, keyed by the matrix name (e.g.
     `bandwidth_uni_p2p_on`), src GPU down and dst GPU across; the topology as `links`, device by device
     with the link kinds `nvidia-smi topo -m` printed. The long forms are in the `p2p` and `links` tables.
@@ -131,7 +138,7 @@ def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
         "hardware": store.query(
             HARDWARE_SQL.format(table="bench_hardware", id_col="bench_id", id=int(bench_id))
         ),
-        "model": store.query(MODEL_SQL, [bench_id, bench_id]),
+        "model": store.query(MODEL_SQL, [bench_id, bench_id, bench_id]),
         "params": store.query(
             "SELECT name, value, line_no FROM bench_params WHERE bench_id = ? ORDER BY line_no, name", one
         ),
@@ -146,6 +153,7 @@ def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
             "ORDER BY placement = 'in-place', type, redop, root, size_bytes, line_no",
             one,
         ),
+        "perftest": _perftest_rows(store, bench_id),
         **_p2p_matrices(store, bench_id),
         **_topology(store, bench_id),
         "events": store.query(
@@ -159,6 +167,18 @@ def show_bench(store: Store, ref: str | int) -> dict[str, pd.DataFrame]:
             one,
         ),
     }
+
+
+def _perftest_rows(store: Store, bench_id: int) -> pd.DataFrame:
+    """perftest's table as printed (GB/s, 1e9 bytes/s), without the columns its kind of test has not
+    (a bandwidth run has no latencies)."""
+    frame = store.query(
+        "SELECT report, size_bytes, iters, bw_peak_gbps, bw_avg_gbps, msg_rate_mpps, t_min_us, t_max_us, "
+        "t_typical_us, t_avg_us, t_stdev_us, t_p99_us, t_p999_us, tps, line_no FROM perftest WHERE bench_id = ? "
+        "ORDER BY report NULLS FIRST, line_no",
+        [bench_id],
+    )
+    return frame.dropna(axis=1, how="all")
 
 
 def _p2p_matrices(store: Store, bench_id: int) -> dict[str, pd.DataFrame]:

@@ -33,14 +33,16 @@ WITH inc AS (
     SELECT bench_id, list(matrix ORDER BY first_line) AS printed,
            list(matrix ORDER BY first_line) FILTER (rows < ranks) AS short
     FROM matrices GROUP BY bench_id
+), perf AS (
+    SELECT bench_id, count(*) AS perf_rows FROM perftest WHERE bench_id IN (SELECT bench_id FROM inc) GROUP BY bench_id
 ), topo AS (
     SELECT bench_id, count(DISTINCT b) AS devices,
            list(DISTINCT b) FILTER (b NOT IN (SELECT a FROM links r WHERE r.bench_id = l.bench_id)) AS no_row
     FROM links l WHERE bench_id IN (SELECT bench_id FROM inc) GROUP BY bench_id
 )
 SELECT i.bench_id, i.tool, i.status, i.line_end, i.ranks, coalesce(s.rows, 0) AS rows, s.sizes, s.last_size,
-       p.max_bytes, p.trials, m.printed, m.short, t.devices, t.no_row
-FROM inc i LEFT JOIN sweep s USING (bench_id) LEFT JOIN params p USING (bench_id)
+       p.max_bytes, p.trials, m.printed, m.short, t.devices, t.no_row, coalesce(f.perf_rows, 0) AS perf_rows
+FROM inc i LEFT JOIN sweep s USING (bench_id) LEFT JOIN params p USING (bench_id) LEFT JOIN perf f USING (bench_id)
 LEFT JOIN printed m USING (bench_id) LEFT JOIN topo t USING (bench_id)
 ORDER BY i.bench_id
 """
@@ -133,7 +135,27 @@ def _rocm_rows_gap(d: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _perftest_gap(d: dict[str, Any]) -> tuple[str, str]:
+    """perftest: a run that printed no result (it never connected, or died), or a table cut short."""
+    if not d["perf_rows"]:
+        what = (
+            "it printed no result: it stopped before its test ran (its events say why: `Couldn't connect to` "
+            "is a server not listening on that port or host)."
+            if d["status"] == "failed"
+            else "the output stops before its result table."
+        )
+        return what, (
+            "Start the server side first (same -d, -p and options, no host name), check that the client reaches "
+            "it (the TCP port, -p, and a firewall), and rerun."
+        )
+    return (
+        f"its result table stops after {d['perf_rows']} row(s): the sizes after them were not measured.",
+        "Look at its events (Completion with error, a killed process) and rerun it.",
+    )
+
+
 INCOMPLETE_DETAIL = {
+    "perftest": _perftest_gap,
     "nccl-tests": _sweep_gap,
     "rccl-tests": _sweep_gap,
     "all_reduce_bench": _trials_gap,
