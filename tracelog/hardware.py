@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -210,16 +210,21 @@ def node_fabric(fabric: Link, nics_per_node: int | None) -> Link:
     which NICs NCCL listed, not that the catalog's node is wrong."""
     if fabric.scope != "port" or not nics_per_node or nics_per_node <= 1:
         return fabric
-    return Link(
-        id=f"{fabric.id}-x{nics_per_node}",
-        name=f"{nics_per_node} x {fabric.name}",
-        kind=fabric.kind,
+    return _times(fabric, nics_per_node, f"{fabric.id}-x{nics_per_node}", f"{nics_per_node} x {fabric.name}",
+                  f"{nics_per_node} per node", nics_per_node)  # fmt: skip
+
+
+def _times(fabric: Link, factor: int, link_id: str, name: str, why: str, links: int) -> Link:
+    """`fabric` `factor` times over, as one node-wide entry of `links` NICs."""
+    return replace(
+        fabric,
+        id=link_id,
+        name=name,
         scope="node",
-        unidirectional_gbps=fabric.unidirectional_gbps * nics_per_node,
-        bidirectional_gbps=fabric.bidirectional_gbps * nics_per_node,
-        source=f"{fabric.source}; {nics_per_node} per node",
-        links=nics_per_node,
-        latency_us=fabric.latency_us,
+        unidirectional_gbps=fabric.unidirectional_gbps * factor,
+        bidirectional_gbps=fabric.bidirectional_gbps * factor,
+        source=f"{fabric.source}; {why}",
+        links=links,
     )
 
 
@@ -240,18 +245,10 @@ def domain_fabric(fabric: Link, hosts: int) -> Link:
     per host, a `node` entry its own count per host)."""
     if hosts <= 1:
         return fabric
-    nics = (fabric.links or 1) if fabric.scope == "node" else 1
-    return Link(
-        id=f"{re.sub(r'-x[0-9]+$', '', fabric.id)}-x{nics * hosts}",
-        name=f"{nics * hosts} NICs of an NVLink domain of {hosts} hosts ({fabric.name})",
-        kind=fabric.kind,
-        scope="node",
-        unidirectional_gbps=fabric.unidirectional_gbps * hosts,
-        bidirectional_gbps=fabric.bidirectional_gbps * hosts,
-        source=f"{fabric.source}; {hosts} hosts per NVLink domain",
-        links=nics * hosts,
-        latency_us=fabric.latency_us,
-    )
+    nics = ((fabric.links or 1) if fabric.scope == "node" else 1) * hosts
+    link_id = f"{re.sub(r'-x[0-9]+$', '', fabric.id)}-x{nics}"
+    name = f"{nics} NICs of an NVLink domain of {hosts} hosts ({fabric.name})"
+    return _times(fabric, hosts, link_id, name, f"{hosts} hosts per NVLink domain", nics)
 
 
 def fabric_of(fabric_id: str | None, nics_per_node: int | None) -> Link | None:
