@@ -284,3 +284,35 @@ def test_the_main_command_then_a_report_shows_predictions(browser, tmp_path_fact
         assert coloured.count() >= 5 and len(set(runs)) >= 5
     finally:
         page.close()
+
+
+def test_a_nic_acceptance_sweep_is_drawn_against_what_each_port_allows(browser, tmp_path_factory):
+    """The perftest sample (8 NDR NICs of one node, mlx5_5 slow, one run both ways): its section draws
+    every run's bandwidth with the dashed plateau its port allows, and its table gives each run's share."""
+    folder = tmp_path_factory.mktemp("perftest")
+    db = folder / "p.duckdb"
+    from tracelog import api
+
+    api.ingest(db, [str(ROOT / "sample_logs" / "perftest_ib_write_bw_ndr_8nics.txt")])
+    written = report.write_report(db, folder / "report.html")
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(written.path.as_uri())
+        page.wait_for_selector("#chart-perftest-bandwidth svg")
+        chart = page.locator("#chart-perftest-bandwidth")
+        assert (
+            chart.locator("g.mark-symbol path, g.mark-line path").count() >= 10
+        )  # 23 sizes of mlx5_0, 9 runs
+        assert chart.locator("g.mark-rule line").count() >= 2  # one direction's plateau, and twice it
+        rows = page.eval_on_selector_all(
+            "#perftest table tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))"
+        )
+        slow = next(r for r in rows if r[2] == "mlx5_5")
+        assert slow[6] == "26.91" and slow[7] == "49.68" and slow[8].startswith("0.54")
+        both = next(r for r in rows if r[4] == "2")
+        assert float(both[7]) == pytest.approx(2 * 49.68, abs=0.02)  # held against both directions
+        assert errors == []
+    finally:
+        page.close()

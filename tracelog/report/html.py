@@ -104,6 +104,20 @@ BENCH_COLUMNS = [
     ("line_start", "source line"),
 ]
 
+PERFTEST_COLUMNS = [
+    ("bench_id", "bench"),
+    ("test", "test"),
+    ("device", "NIC"),
+    ("hosts", "host"),
+    ("directions", "directions"),
+    ("status", "status"),
+    ("best_avg_gbps", "best average (GB/s)"),
+    ("plateau_gbps", "the port allows (GB/s)"),
+    ("ratio", "share"),
+]
+TABLE_COLUMNS = {"perftest": PERFTEST_COLUMNS}
+"""A bench table's columns by its block's `columns` option (nccl-tests and p2p benches by default)."""
+
 
 @functools.cache
 def javascript_bundle() -> str:
@@ -228,7 +242,8 @@ def _block(block: Block, specs: Specs) -> str:
     frame = block.table if block.table is not None else pd.DataFrame()
     if "run_id" in frame.columns:
         return _facts(frame.iloc[0].to_dict(), RUN_COLUMNS)
-    return _table(frame, BENCH_COLUMNS, row_anchor=block.options.get("row_anchor"), sortable=True)
+    columns = TABLE_COLUMNS.get(block.options.get("columns", ""), BENCH_COLUMNS)
+    return _table(frame, columns, row_anchor=block.options.get("row_anchor"), sortable=True)
 
 
 def _header(report: Report) -> str:

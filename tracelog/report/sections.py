@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracelog import hardware
 from tracelog.errors import TracelogError
-from tracelog.report import charts, overlays, overview
+from tracelog.report import charts, nic_charts, overlays, overview
 from tracelog.store import Store
 from tracelog.store.flags import flags_sql
 from tracelog.store.runs import resolve_run, tagged_run_ids
@@ -153,6 +153,7 @@ def build(
         *_collective_sections(store, scope, thresholds),
         *details,
         *_p2p_sections(store, scope, thresholds),
+        *_nic_sections(store, scope),
         *_topology_sections(store, scope),
     ]
     compare = None
@@ -458,6 +459,52 @@ def _p2p_sections(store: Store, scope: Selection, t: Thresholds) -> list[Section
             section.blocks.append(Block(f"p2p-{bench.bench_id}-{matrix}", chart))
         sections.append(section)
     return sections
+
+
+def _nic_sections(store: Store, scope: Selection) -> list[Section]:
+    """perftest's runs: one chart of every run's bandwidth over size with what its port allows, and the
+    runs' table (a bandwidth run's result rows only: the per-side tables of --report-both repeat them)."""
+    runs = store.query(
+        f"""
+        WITH param AS (
+            SELECT bench_id, max(value) FILTER (name = 'test') AS test,
+                   max(value) FILTER (name = 'Device') AS device,
+                   max(value) FILTER (name = 'bidirectional') AS bidirectional
+            FROM bench_params WHERE {scope.sql("bench")} GROUP BY bench_id
+        )
+        SELECT b.bench_id, '#' || b.bench_id || coalesce(' ' || p.device, '') || coalesce(' ' || p.test, '')
+                   || CASE WHEN p.bidirectional = 'yes' THEN ' (both ways)' ELSE '' END AS run,
+               p.test, p.device, array_to_string(b.hosts, ', ') AS hosts,
+               CASE WHEN p.bidirectional = 'yes' THEN 2 ELSE 1 END AS directions,
+               b.status, max(t.bw_avg_gbps) AS best_avg_gbps, c.predicted AS plateau_gbps, c.ratio
+        FROM benches b JOIN param p USING (bench_id)
+        LEFT JOIN perftest t ON t.bench_id = b.bench_id AND t.report IS NULL AND t.bw_avg_gbps > 0
+        LEFT JOIN comparisons c ON c.subject_kind = 'bench' AND c.subject_id = b.bench_id
+             AND c.metric = 'nic_plateau_gbps'
+        WHERE b.tool = 'perftest' AND {scope.sql("bench", "b.bench_id")}
+        GROUP BY ALL ORDER BY b.bench_id
+        """
+    )
+    if runs.empty:
+        return []
+    rows = store.query(
+        f"""
+        SELECT t.bench_id, t.size_bytes, t.bw_avg_gbps, t.bw_peak_gbps, t.msg_rate_mpps, t.line_no AS line
+        FROM perftest t JOIN benches b USING (bench_id)
+        WHERE b.tool = 'perftest' AND {scope.sql("bench", "t.bench_id")} AND t.report IS NULL
+          AND t.bw_avg_gbps > 0 ORDER BY t.bench_id, t.size_bytes
+        """
+    )
+    section = Section("perftest", "perftest: NIC bandwidth")
+    if not rows.empty:
+        names = runs.set_index("bench_id")["run"]
+        drawn = rows.assign(run=rows["bench_id"].map(names)).drop(columns=["bench_id"])
+        plateaus = runs.dropna(subset=["plateau_gbps"])[["run", "plateau_gbps"]]
+        section.blocks.append(Block("perftest-bandwidth", nic_charts.nic_bandwidth(drawn, plateaus)))
+    section.blocks.append(
+        Block("perftest-runs", table=runs, options={"row_anchor": "bench_id", "columns": "perftest"})
+    )
+    return [section]
 
 
 def _topology_sections(store: Store, scope: Selection) -> list[Section]:
