@@ -162,7 +162,7 @@ def test_catalog_frames() -> None:
 
 NEW_GPUS = (
     "a100-pcie-40gb", "a800-sxm4-80gb", "h800-sxm5-80gb", "h20", "gh200-144gb", "b300-sxm6-288gb",
-    "mi325x", "mi355x", "gaudi3", "l4", "a10",
+    "mi325x", "mi355x", "gaudi3", "l4", "a10", "rtx-4090",
 )  # fmt: skip
 
 
@@ -243,6 +243,7 @@ def test_every_link_figure_is_quoted_by_its_source() -> None:
         ("NVIDIA A40", "a40"),
         ("Tesla T4", "t4"),
         ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),  # nccl-tests#280's device lines, nvbandwidth#15's header
     ],
 )
 def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
