@@ -144,9 +144,16 @@ def test_ranks_nodes_and_gpus_per_node_come_from_the_device_lines() -> None:
     assert (last["rank"], last["device"], last["host"]) == (15, 7, "gpu-node-a02")
 
 
+ROWS_3 = [  # ROWS_8's algbw as a 3-rank all_reduce's: busbw = algbw x 4/3
+    "     1048576        262144     float     sum      -1    31.07   33.75   45.00      0    31.35   33.45   44.60      0",
+    "     2097152        524288     float     sum      -1    40.25   52.10   69.47      0    39.65   52.89   70.52      0",
+    "     4194304       1048576     float     sum      -1    55.02   76.23  101.64      0    55.92   75.01  100.01      0",
+]
+
+
 def test_uneven_hosts_leave_gpus_per_node_unknown() -> None:
     lines = devices(3, per_host=2)
-    out = collect(modern(first=[]).replace("\n".join(devices(8)), "\n".join(lines)))
+    out = collect(modern(ROWS_3, first=[]).replace("\n".join(devices(8)), "\n".join(lines)))
     bench = the_bench(out)
     assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (3, 2, None)
 
@@ -1118,7 +1125,12 @@ def test_a_bench_with_no_device_line_takes_its_ranks_from_the_launch(
     command: str, ranks: int, nodes: int | None, per_node: int | None
 ) -> None:
     """Invented sample in the shape of the 256-GPU all-reduce of nccl-tests#78 (NCCL 2.8, `-c 0`): the
-    command and NCCL's version line, then the table, no `Using devices` list."""
+    command and NCCL's version line, then the table, no `Using devices` list; busbw is the launch's
+    all-reduce factor 2(n-1)/n of algbw, as nccl-tests prints it."""
+
+    def bus(algbw: float) -> str:
+        return f"{algbw * 2 * (ranks - 1) / ranks:.2f}"
+
     text = "\n".join(
         [
             command,
@@ -1128,8 +1140,10 @@ def test_a_bench_with_no_device_line_takes_its_ranks_from_the_launch(
             "#                                                     out-of-place                       in-place",
             "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
             "#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
-            "    33554432       8388608   float     sum   1501.3   22.35   44.52    N/A   1497.9   22.40   44.62    N/A",
-            "    67108864      16777216   float     sum   2711.6   24.75   49.30    N/A   2730.4   24.58   48.96    N/A",
+            f"    33554432       8388608   float     sum   1501.3   22.35   {bus(22.35)}    N/A   1497.9   22.40   "
+            f"{bus(22.40)}    N/A",
+            f"    67108864      16777216   float     sum   2711.6   24.75   {bus(24.75)}    N/A   2730.4   24.58   "
+            f"{bus(24.58)}    N/A",
             "",
         ]
     )

@@ -442,6 +442,18 @@ def gpu_for(gpu_model: str | None, gpu_name: str | None) -> Gpu | None:
     return match_gpu(gpu_name) if gpu_name else None
 
 
+LARGEST_HOST_GPUS = 16
+"""The most GPUs one host joins over its own links: DGX-2 / HGX-2 (16 V100) and HGX A100 16-GPU boards,
+NVSwitch-joined; 8-GPU boards are the rule since. A bench of more ranks spans hosts, whatever its count per
+node (an NVLink domain of several hosts, GB200 NVL72, is the model's `domain_hosts`)."""
+
+
+def beyond_one_host(ranks: int) -> bool:
+    """Whether `ranks` GPUs cannot all sit in one host (`LARGEST_HOST_GPUS`): a bench whose device lines
+    were cut, its GPUs per node unknown, still crosses the network."""
+    return ranks > LARGEST_HOST_GPUS
+
+
 def bench_link(
     gpu_model: str | None,
     gpu_name: str | None,
@@ -450,10 +462,12 @@ def bench_link(
     gpus_per_node: int | None,
 ) -> Link | None:
     """The intra-node link of a single-node benchmark (NVLink or PCIe of its GPU); None across nodes,
-    where the fabric is the user's to name."""
+    where the fabric is the user's to name, and for more ranks than one host holds (`beyond_one_host`)."""
     if nodes is not None and nodes > 1:
         return None
     if nodes is None and ranks and gpus_per_node and ranks > gpus_per_node:
+        return None
+    if nodes is None and not gpus_per_node and ranks and beyond_one_host(ranks):
         return None
     found = gpu_for(gpu_model, gpu_name)
     return gpu_intra_node_link(found) if found is not None else None

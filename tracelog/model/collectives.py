@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracelog.errors import TracelogError
-from tracelog.hardware import Gpu, Link, domain_hosts, gpu_intra_node_link, link
+from tracelog.hardware import Gpu, Link, beyond_one_host, domain_hosts, gpu_intra_node_link, link
 from tracelog.model.nccl_tuning import (  # noqa: F401  (re-exported: the model's public constants)
     BASE_LATENCY_US,
     DEFAULT_ALPHA_US_BY_CLASS,
@@ -507,6 +507,11 @@ def plateau_busbw(
     return best.algbw_gbps * BUSBW_FACTOR[name](place.ranks), best
 
 
+ASSUMED_GPUS_PER_NODE = 8
+"""GPUs per node of a bench too wide for one host whose device lines do not say how many (an HGX board; the
+runs' own default, analysis.inputs)."""
+
+
 def bench_placement(
     gpu: Gpu | None,
     ranks: int,
@@ -519,6 +524,12 @@ def bench_placement(
     from ranks ÷ GPUs per node when not given; across nodes without a named fabric, the GPU generation's
     reference system fabric (the catalog's `network_link`, e.g. 8 × HDR for DGX A100)."""
     assumptions: list[str] = []
+    if not nodes and not gpus_per_node and beyond_one_host(ranks):
+        gpus_per_node = ASSUMED_GPUS_PER_NODE
+        assumptions.append(
+            f"{ranks} ranks are more than one host holds, its GPUs per node unknown: "
+            f"{ASSUMED_GPUS_PER_NODE} per node assumed"
+        )
     if not nodes:
         nodes = -(-ranks // gpus_per_node) if gpus_per_node else 1
     nodes = min(nodes, ranks)

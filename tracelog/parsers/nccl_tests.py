@@ -27,7 +27,9 @@ A bench is `complete` when its footer was printed, `data_error` when a row had `
 out of bounds, `partial` when its table stopped before the footer, `failed` when it stopped on an error or
 printed no row. The collective is the one named by `Collective test starting:` or by a `*_perf` command
 line; failing both, an all-reduce is recognised by its busbw/algbw factor 2(n-1)/n (nccl-tests
-doc/PERFORMANCE.md), which no other collective has for n > 2, and `collective_source` says which.
+doc/PERFORMANCE.md), which no other collective has for n > 2, and `collective_source` says which. Where
+that factor proves more ranks than the device lines show (a paste keeping one of 1024), the bench takes the
+fewest it allows (`nccl_tests_factor`), nodes and GPUs per node unknown, and `ranks_source` says so.
 
 MPI launchers prefix lines (`[1,0]<stdout>:`, `host: `, `0: `, timestamps); a line is read as printed
 first and then without its prefix. NCCL's `NCCL_ALGO` / `NCCL_PROTO` / `NCCL_NVLS_ENABLE set by environment to
@@ -44,6 +46,7 @@ from typing import Any
 
 from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, guarded, strip_prefix
 from tracelog.parsers.nccl_tests_bench import TOOL, Bench
+from tracelog.parsers.nccl_tests_factor import row_range
 from tracelog.parsers.nccl_tests_layout import (
     NUMBER_RX,
     PER_ITER_COLUMNS,
@@ -54,9 +57,10 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "5"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "6"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
+# 6: ranks from the busbw factor where the device lines show fewer
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -179,6 +183,9 @@ class _Parser:
         self.last = bench
         if not bench.devices and self.init_ranks:  # a tail cut before the device list (a pasted log)
             bench.init_ranks = self.init_ranks
+        if found := bench.factor_override(bench.placement()[0]):
+            self.param("ranks_source", found.source(), bench.line_start, bench)
+        elif bench.init_ranks:
             self.param("ranks_source", "NCCL INFO comm ... nranks", bench.line_start, bench)
         elif not bench.devices and bench.launch():
             self.param("ranks_source", "the launch command (processes x -g x -t)", bench.line_start, bench)
@@ -194,7 +201,7 @@ class _Parser:
             )
         if bench.max_error is not None:
             self.param("max_error", f"{bench.max_error[0]:g}", bench.max_error[1], bench)
-        if bench.shortened():
+        if bench.shortened() and not found:
             self.param("ranks_source", "the highest rank of a shortened device list", bench.line_start, bench)
         elif bench.separate_runs():
             self.param("processes", str(sum(r == 0 for r, _ in bench.numbers)), bench.line_start, bench)
@@ -511,6 +518,8 @@ class _Parser:
                 bench.max_error = (error, n)
             if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
                 bench.best = (algbw, busbw)
+            if algbw and busbw and (factor := row_range(g["algbw"], g["busbw"])):
+                bench.factors.append((algbw, *factor))
             row = {
                 "bench_key": bench.key,
                 "size_bytes": size,

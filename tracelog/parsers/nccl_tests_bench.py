@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracelog.parsers.megatron_state import MPI_LAUNCH_RX, MPI_PER_NODE_RX, MPI_RANKS_RX
+from tracelog.parsers.nccl_tests_factor import FactorRanks, factor_ranks
 from tracelog.parsers.nccl_tests_layout import Layout
 
 TOOL = "nccl-tests"
@@ -87,6 +88,7 @@ class Bench:
     copies: int = 1  # processes that printed that header (each its own test where built without MPI)
     footers: list[float] = field(default_factory=list)  # every `Avg bus bandwidth` it printed
     command: str | None = None  # its shell command, where one was read
+    factors: list[tuple[float, float, float]] = field(default_factory=list)  # (algbw, factor range) per row
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -96,10 +98,35 @@ class Bench:
         return [d for d, g in zip(self.devices, self.groups, strict=True) if g == self.groups[0]]
 
     def record(self) -> dict[str, Any]:
+        ranks, nodes, per_node = self.placement()
+        if found := self.factor_override(ranks):
+            # more ranks than the device lines show: they are a part of the list, which says nothing of
+            # how many nodes there are or how many GPUs each has
+            ranks, nodes, per_node = found.low, None, None
+        return {
+            "bench_key": self.key,
+            "tool": self.tool,
+            "collective": self.collective,
+            "ranks": ranks,
+            "nodes": nodes,
+            "gpus_per_node": per_node,
+            "gpu_name": ", ".join(dict.fromkeys(n for _, n in self.devices if n)) or None,
+            "dtype": ",".join(self.types) or None,
+            "redop": ",".join(self.redops) or None,
+            "hosts": list(dict.fromkeys(h for h, _ in self.devices)),
+            "status": self.status(),
+            "avg_busbw_gbps": self.avg_busbw,
+            "wrong_total": self.wrong_total,
+            "out_of_bounds": self.out_of_bounds,
+            "line_start": self.line_start,
+            "line_end": self.line_end,
+        }
+
+    def placement(self) -> tuple[int | None, int | None, int | None]:
+        """Its ranks, nodes and GPUs per node as its device lines, NCCL's init or its launch say them."""
         devices = self.communicator()
         hosts = list(dict.fromkeys(h for h, _ in devices))
         per_host = Counter(h for h, _ in devices)
-        names = list(dict.fromkeys(n for _, n in self.devices if n))
         ranks = len(devices) or self.init_ranks
         nodes, per_node = (
             len(hosts) or None,
@@ -118,24 +145,7 @@ class Bench:
         elif not ranks and (launch := self.launch()):  # no device line: what the command started
             ranks, per_node = launch
             nodes = ranks // per_node if per_node and ranks % per_node == 0 else None
-        return {
-            "bench_key": self.key,
-            "tool": self.tool,
-            "collective": self.collective,
-            "ranks": ranks,
-            "nodes": nodes,
-            "gpus_per_node": per_node,
-            "gpu_name": ", ".join(names) or None,
-            "dtype": ",".join(self.types) or None,
-            "redop": ",".join(self.redops) or None,
-            "hosts": list(dict.fromkeys(h for h, _ in self.devices)),
-            "status": self.status(),
-            "avg_busbw_gbps": self.avg_busbw,
-            "wrong_total": self.wrong_total,
-            "out_of_bounds": self.out_of_bounds,
-            "line_start": self.line_start,
-            "line_end": self.line_end,
-        }
+        return ranks, nodes, per_node
 
     def launch(self) -> tuple[int, int | None] | None:
         """The ranks and ranks per node its MPI or Slurm command started (`launched`)."""
@@ -162,12 +172,30 @@ class Bench:
         ranks = [r for r, _ in self.numbers]
         return len(set(self.groups)) <= 1 and len(ranks) > len(set(ranks)) and max(ranks) > 0
 
+    def factor(self) -> FactorRanks | None:
+        """The ranks the rows' busbw/algbw proves (`nccl_tests_factor`), for the collective named, if any."""
+        named = self.collective if self.collective_source != "busbw factor" else None
+        return factor_ranks(named, self.factors) if not self.one_gpu_runs() else None
+
+    def factor_override(self, ranks: int | None) -> FactorRanks | None:
+        """The factor's ranks where they are more than the device lines, NCCL's init or the launch say: a
+        paste that kept a part of the device list (nccl-tests#322 kept rank 0 of 1024)."""
+        found = self.factor()
+        return found if found is not None and ranks and found.low > ranks else None
+
     def infer_collective(self) -> None:
-        """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2): name it when unnamed."""
+        """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2), the one above 1: name it
+        when unnamed."""
         ranks = len(self.communicator()) or self.init_ranks or (self.launch() or (0, None))[0]
         if self.shortened() or self.separate_runs():
             ranks = self.listed_ranks()
-        if self.collective or ranks <= 2 or not self.best or self.one_gpu_runs():
+        if self.collective or not self.best or self.one_gpu_runs():
+            return
+        if (found := self.factor_override(ranks)) is not None:
+            if found.all_reduce:
+                self.collective, self.collective_source = "all_reduce", "busbw factor"
+            return
+        if ranks <= 2:
             return
         algbw, busbw = self.best
         if abs(busbw / algbw - 2 * (ranks - 1) / ranks) <= ALL_REDUCE_FACTOR_TOLERANCE * busbw / algbw:

@@ -1,0 +1,93 @@
+"""The rank count a nccl-tests table's own figures prove: busbw = algbw x a factor that depends only on the
+collective and the rank count n (nccl-tests doc/PERFORMANCE.md, src/*.cu `*GetBw`): 2(n-1)/n for all_reduce,
+(n-1)/n for all_gather, reduce_scatter, alltoall, gather and scatter, 1 for broadcast, reduce and sendrecv.
+
+Both figures are printed rounded (`%7.2f`): each row only says the factor lies between
+(busbw - h) / (algbw + h) and (busbw + h) / (algbw - h), h half a unit of the last printed digit. Every row
+of one bench has the same factor, so the ranges of its best-conditioned rows (the half with the largest
+algbw, whose figures carry the most digits) are intersected, and n is every count whose factor falls in
+what is left. Near the factor's limit (1.998 for an all_reduce) that is a range of counts, not one: the
+bench then holds the lowest, and says so."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+RING_FAMILY = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter")
+"""The collectives whose factor is (n-1)/n: n follows from the factor whichever of them a bench ran."""
+SCALE = {"all_reduce": 2, **dict.fromkeys(RING_FAMILY, 1)}
+
+
+def row_range(algbw_text: str, busbw_text: str) -> tuple[float, float] | None:
+    """The busbw/algbw factors one printed row allows; None where a figure is not a plain positive decimal."""
+    try:
+        algbw, busbw = float(algbw_text), float(busbw_text)
+    except ValueError:
+        return None
+    if "e" in (algbw_text + busbw_text).lower() or not (math.isfinite(algbw) and math.isfinite(busbw)):
+        return None
+    half_a, half_b = _half_unit(algbw_text), _half_unit(busbw_text)
+    if algbw - half_a <= 0 or busbw <= 0:
+        return None
+    return (busbw - half_b) / (algbw + half_a), (busbw + half_b) / (algbw - half_a)
+
+
+def _half_unit(text: str) -> float:
+    decimals = len(text.split(".", 1)[1]) if "." in text else 0
+    return 0.5 * 10.0**-decimals
+
+
+@dataclass(frozen=True)
+class FactorRanks:
+    """What the factor says: whether it is an all_reduce's (else the (n-1)/n family's), the lowest and highest
+    rank count it allows (None: no upper bound), the factor's range, and how many of the printed (algbw, busbw)
+    pairs gave it, of how many."""
+
+    all_reduce: bool
+    low: int
+    high: int | None
+    factor_low: float
+    factor_high: float
+    used: int
+    pairs: int
+
+    def source(self) -> str:
+        """The `ranks_source` of a bench whose ranks come from its factor."""
+        formula = "2(n-1)/n" if self.all_reduce else "(n-1)/n"
+        span = (
+            f"busbw/algbw {self.factor_low:.5f} to {self.factor_high:.5f} by the {self.used} of its {self.pairs} "
+            f"printed pairs with the largest algbw, {formula}"
+        )
+        if self.high == self.low:
+            return f"the busbw factor ({span}: {self.low} ranks)"
+        upper = f"to {self.high}" if self.high is not None else "or more"
+        return f"at least {self.low} from the busbw factor ({span}: {self.low} {upper} ranks)"
+
+
+def factor_ranks(collective: str | None, ranges: list[tuple[float, float, float]]) -> FactorRanks | None:
+    """The ranks the rows' factor allows. `ranges`: (algbw, lowest, highest factor) per row. A named collective
+    without a rank-dependent factor (broadcast, reduce, sendrecv) says nothing; an unnamed one is an all_reduce
+    when the factor is above 1 (no other collective's is) and of the (n-1)/n family when it is below 1."""
+    if not ranges or (collective is not None and collective not in SCALE):
+        return None
+    best = sorted(ranges, key=lambda r: -r[0])[: max(1, -(-len(ranges) // 2))]
+    low, high = max(r[1] for r in best), min(r[2] for r in best)
+    if low > high:
+        return None  # the rows disagree: a paste mixing benches, an edited figure
+    if collective is None:
+        if low > 1:
+            collective = "all_reduce"
+        elif high < 1 and low > 0:
+            collective = RING_FAMILY[0]
+        else:
+            return None
+    scale = SCALE[collective]
+    if low <= 0 or low >= scale:
+        return None
+    # scale(n-1)/n >= low  <=>  n >= scale/(scale-low); <= high  <=>  n <= scale/(scale-high)
+    n_low = math.ceil(scale / (scale - low) - 1e-9)
+    n_high = math.floor(scale / (scale - high) + 1e-9) if high < scale else None
+    if n_low < 2 or (n_high is not None and n_high < n_low):
+        return None
+    return FactorRanks(collective == "all_reduce", n_low, n_high, low, high, len(best), len(ranges))
