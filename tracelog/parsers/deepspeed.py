@@ -53,6 +53,7 @@ from tracelog.parsers.deepspeed_config import (
     SKIPPED_RUNNING,
     STEP_HEAD,
     RunState,
+    echo_body_line,
     flatten,
     int_or_none,
     iteration_row,
@@ -69,8 +70,9 @@ from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "8"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
+VERSION = "9"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
 # "7": AMP off is no fp32; "8": the ZeRO stage (and the dtype since 0.8.1) of `Creating ... ZeRO stage N optimizer`
+# "9": the echo's body without its header line; an editor's line numbers
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -78,7 +80,11 @@ FINISH_TABLES = ("run_params",)
 FLUSH_ROWS = 5000
 OPEN_STEPS = 4  # iterations kept open for lines of lagging ranks before they are written
 
-RANK_PREFIX_RX = re.compile(r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):\s|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-))")
+# a launcher's rank label (`[rank3]:`, `3: `), a pdsh host, or an editor's line number pasted before the
+# logger's timestamp (vim's `:set number`: `114 [2023-09-12 00:26:13,144] [INFO] ...`), which says no rank
+RANK_PREFIX_RX = re.compile(
+    r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):\s|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-)|\d{1,9}[ \t]+(?=\[\d{4}-\d\d-\d\d))"
+)
 LOG_PREFIX_RX = re.compile(
     r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.]\d+)?\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
 )
@@ -300,7 +306,7 @@ class _Parser:
             ts = prefixed.group(1)
             level = prefixed.group(2).upper()
             message = prefixed.group(6)
-            func = prefixed.group(5)
+            func = f"{prefixed.group(3)}:{prefixed.group(5)}"
         else:
             message, func = line, ""
         if dist := DIST_RANK_RX.match(message):
@@ -337,9 +343,17 @@ class _Parser:
             self.config_streams.add(source)
             return True
         if source in self.config_streams:
-            if (func.startswith("print") or not func) and self._config_line(line_no, msg, source):
+            if (func.rpartition(":")[2].startswith("print") or not func) and self._config_line(
+                line_no, msg, source
+            ):
                 return True
             self.config_streams.discard(source)
+        elif func.endswith("config.py:print") and echo_body_line(msg):
+            # the echo's body where a cut took its `DeepSpeedEngine configuration:` line: DeepSpeed's own
+            # printer and its padding say what the line is
+            self._restart(line_no)
+            self.config_streams.add(source)
+            return self._config_line(line_no, msg, source)
         if match := SEE_MEMORY_RX.search(msg):
             run = self.run(line_no)
             values = see_memory_mib(match.groups())

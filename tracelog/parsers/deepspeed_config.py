@@ -343,6 +343,21 @@ def float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+# DeepSpeedConfig.print (runtime/config.py): `logger.info("  {} {} {}".format(arg, dots, value))`, dots
+# "." * (29 - len(arg)): name and dots fill 29 columns, a longer name is followed by two spaces
+ECHO_BODY_RX = re.compile(r"^  ([a-z][a-z0-9_]*) (\.*) \S")
+ECHO_NAME_COLUMNS = 29
+
+
+def echo_body_line(msg: str) -> bool:
+    """A line of DeepSpeed's configuration echo by its padding alone (`ECHO_BODY_RX`)."""
+    match = ECHO_BODY_RX.match(msg)
+    if match is None:
+        return False
+    name, dots = match.group(1), match.group(2)
+    return len(name) + len(dots) == ECHO_NAME_COLUMNS if dots else len(name) >= ECHO_NAME_COLUMNS
+
+
 def config_columns(config: dict[str, str]) -> dict[str, Any]:
     """Run columns from the configuration echo (or the user's JSON config where the echo lacks them)."""
 
