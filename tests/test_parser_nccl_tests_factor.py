@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import tracelog.api as api
 from tests.test_benches_ingest import ingest, sql
 from tests.test_parser_nccl_tests import collect, the_bench
 
@@ -56,3 +57,43 @@ def test_a_bench_wider_than_one_host_is_held_to_the_network_not_to_nvlink(
     assert "509 ranks are more than one host holds, its GPUs per node unknown: 8 per node assumed" in assumed
     rules = [r for (r,) in sql(db_path, "SELECT rule FROM flags ORDER BY rule")]
     assert "duplex_confusion" not in rules  # 337 GB/s is no longer 75 % of NVLink 4's 450 GB/s, "healthy"
+
+
+# Invented: the tail of an 8-rank table in nccl-tests' old per-test layout (no redop or root column, the
+# `error` column), busbw = algbw x 7/8 and count = size / (4 B x 8), as NVIDIA/nccl#644's paste printed it.
+OLD_LAYOUT_TAIL = """\
+     4194304        131072     float    601.3    6.98    6.10  0e+00    598.8    7.00    6.13  0e+00
+     8388608        262144     float   1188.4    7.06    6.18  0e+00   1191.0    7.04    6.16  0e+00
+    16777216        524288     float   2402.7    6.98    6.11  0e+00   2391.2    7.02    6.14  0e+00
+    33554432       1048576     float   4770.1    7.03    6.16  0e+00   4788.9    7.01    6.13  0e+00
+    67108864       2097152     float   9551.6    7.03    6.15  0e+00   9540.2    7.03    6.16  0e+00
+   134217728       4194304     float  19090.0    7.03    6.15  0e+00  19102.0    7.03    6.15  0e+00
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 6.14203
+#
+"""
+
+
+def test_a_table_alone_takes_its_ranks_from_the_factor_and_names_the_collectives_its_columns_allow() -> None:
+    out = collect(OLD_LAYOUT_TAIL)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (bench["ranks"], bench["nodes"], bench["collective"]) == (8, None, None)
+    assert params["ranks_source"].startswith("the busbw factor (busbw/algbw ")
+    assert params["ranks_source"].endswith("(n-1)/n: 8 ranks)")
+    # no redop column: not reduce_scatter or alltoall, which print one in every layout
+    assert params["collective_candidates"] == "all_gather, gather, scatter"
+
+
+def test_collectives_the_model_costs_alike_are_held_to_its_plateau(db_path: Path, tmp_path: Path) -> None:
+    log = tmp_path / "old_layout_tail.log"
+    log.write_text(OLD_LAYOUT_TAIL)
+    result = api.ingest(str(db_path), [str(log)], gpu="a100-sxm4-80gb")
+    assert not [r for r in result if isinstance(r, api.IngestFailure)]
+    (assumed,) = sql(db_path, "SELECT detail FROM predictions WHERE metric = 'inputs'")[0]
+    assert (
+        "one of all_gather, gather, scatter, which the model costs alike: predicted as all_gather" in assumed
+    )
+    (flag,) = sql(db_path, "SELECT severity, message FROM flags WHERE rule = 'low_bandwidth'")
+    assert flag[0] == "warning"
+    assert flag[1].startswith("all_gather or gather or scatter busbw peaks at 6.2 GB/s")

@@ -39,6 +39,7 @@ from tracelog.hardware import bench_link
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
     bench_placement,
+    costed_as,
     fit_alpha_beta,
     normalize_op,
     plateau_busbw,
@@ -355,16 +356,24 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
     comparisons: list[Row] = []
     benches = store.con.execute(
         f"""
-        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric, nics_per_node
-        FROM benches WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
+        SELECT bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpus_per_node, fabric, nics_per_node,
+               (SELECT any_value(p.value) FROM bench_params p
+                WHERE p.bench_id = b.bench_id AND p.name = 'collective_candidates') AS candidates
+        FROM benches b WHERE {scope.benches} AND bench_id IN (SELECT bench_id FROM collectives)
         """
     ).fetchall()
     offers = link_fit.nccl_offers(store, scope.benches)
-    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric, nics in benches:
+    for bench_id, collective, gpu_model, gpu_name, nodes, ranks, gpn, fabric, nics, candidates in benches:
+        alike: list[str] = []
         try:
             op = normalize_op(collective or "")
         except TracelogError:
-            continue
+            # unnamed, but of collectives the model costs alike (the busbw factor and the row's columns)
+            standing = costed_as(candidates.split(", ")) if not collective and candidates else None
+            if standing is None:
+                continue
+            op = standing
+            alike = [f"the collective is one of {candidates}, which the model costs alike: predicted as {op}"]
         rows = link_fit.measured_times(store, int(bench_id))
         if not rows or not ranks:
             continue
@@ -372,7 +381,7 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
         if ranks > 1:
             offer = offers.get(int(bench_id), NcclOffer())
             predicted, compared = _bench_curve(
-                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, nics, constants, offer
+                op, rows, ranks, nodes, gpn, gpu_model, gpu_name, fabric, nics, constants, offer, alike
             )
             predictions += [{**subject, **row} for row in predicted]
             comparisons += [{**subject, **row} for row in compared]
@@ -401,6 +410,7 @@ def _bench_curve(
     nics_per_node: int | None,
     constants: Constants,
     offer: NcclOffer,
+    alike: list[str],
 ) -> tuple[list[Row], list[Row]]:
     """One bench's predicted rows (busbw per size, its plateau, the inputs assumed or missing) and its
     measured peak against the plateau."""
@@ -408,6 +418,7 @@ def _bench_curve(
     try:
         fabric = hardware.fabric_of(fabric_id, nics_per_node)
         place, assumed = bench_placement(gpu, ranks, nodes, gpus_per_node, fabric, offer.allowed(op))
+        assumed = [*alike, *assumed]
         alpha, efficiency = link_fit.link_classes(place, constants)
         plateau, best = plateau_busbw(op, place, efficiency)
         curve = [predict_nccl(op, size, place, alpha, efficiency) for size, _time, _busbw in rows]
@@ -415,7 +426,9 @@ def _bench_curve(
         missing = [f"no busbw prediction: {exc}"]
         if gpu is None and isinstance(gpu_name, str) and gpu_name:
             missing.append(hardware.unknown_gpu_note(gpu_name))
-        return [_row("inputs", None, "", None, {"missing": missing})], []
+        return [
+            _row("inputs", None, "", None, {"missing": missing, **({"assumptions": alike} if alike else {})})
+        ], []
     if best.name in ("nvls", "nvlstree") and offer.version is None:
         assumed = [
             *assumed,

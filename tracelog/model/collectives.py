@@ -96,6 +96,20 @@ def normalize_op(op: str) -> str:
     raise TracelogError(f"unknown collective {op!r}; nccl-tests has {', '.join(BUSBW_FACTOR)}")
 
 
+COSTED_ALIKE = frozenset({"all_gather", "reduce_scatter", "gather", "scatter"})
+"""Collectives this model costs alike on any placement: busbw factor (n-1)/n, n-1 ring steps, the ring's
+bound and no tree or NVLS (`algorithms` and `ring_busbw_bound` single out all_reduce, alltoall and sendrecv
+only). A bench known to be one of them is predicted whichever it is."""
+
+
+def costed_as(ops: Sequence[str]) -> str | None:
+    """The one collective that stands for all of `ops` in this model, or None where their costs differ."""
+    names = sorted({normalize_op(op) for op in ops})
+    if len(names) == 1 or (names and set(names) <= COSTED_ALIKE):
+        return names[0]
+    return None
+
+
 def busbw(op: str, algbw_gbps: float, n_ranks: int) -> float:
     """busbw = algbw × factor(op, n) (nccl-tests doc/PERFORMANCE.md)."""
     if n_ranks < 1:

@@ -29,7 +29,9 @@ printed no row. The collective is the one named by `Collective test starting:` o
 line; failing both, an all-reduce is recognised by its busbw/algbw factor 2(n-1)/n (nccl-tests
 doc/PERFORMANCE.md), which no other collective has for n > 2, and `collective_source` says which. Where
 that factor proves more ranks than the device lines show (a paste keeping one of 1024), the bench takes the
-fewest it allows (`nccl_tests_factor`), nodes and GPUs per node unknown, and `ranks_source` says so.
+fewest it allows (`nccl_tests_factor`), nodes and GPUs per node unknown, and `ranks_source` says so; so
+does a table printed alone. An unnamed (n-1)/n factor keeps the collective NULL and lists in
+`collective_candidates` those its columns allow (no redop column: not reduce_scatter or alltoall).
 
 MPI launchers prefix lines (`[1,0]<stdout>:`, `host: `, `0: `, timestamps); a line is read as printed
 first and then without its prefix. NCCL's `NCCL_ALGO` / `NCCL_PROTO` / `NCCL_NVLS_ENABLE set by environment to
@@ -57,10 +59,11 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "6"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "7"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
-# 6: ranks from the busbw factor where the device lines show fewer
+# 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
+# any, and the collectives an unnamed (n-1)/n factor and the row's columns allow
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -227,6 +230,8 @@ class _Parser:
         bench.infer_collective()
         if bench.collective_source:
             self.param("collective_source", bench.collective_source, bench.line_start, bench)
+        elif len(names := bench.candidates()) > 1:
+            self.param("collective_candidates", ", ".join(names), bench.line_start, bench)
         if not bench.footer:
             what = f"after {bench.rows} row(s)" + (
                 f", last size {bench.last_size} bytes" if bench.last_size is not None else ""
@@ -497,6 +502,8 @@ class _Parser:
             bench.types[type_] = None
         if redop:
             bench.redops[redop] = None
+        if root is not None:
+            bench.roots.add(root)
         for (placement, g), (_, time_us, algbw, busbw) in zip(groups, values, strict=True):
             wrong = None
             if "wrong" in g and g["wrong"].upper() != "N/A":

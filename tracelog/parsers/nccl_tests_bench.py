@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracelog.parsers.megatron_state import MPI_LAUNCH_RX, MPI_PER_NODE_RX, MPI_RANKS_RX
-from tracelog.parsers.nccl_tests_factor import FactorRanks, factor_ranks
+from tracelog.parsers.nccl_tests_factor import RING_FAMILY, FactorRanks, factor_ranks
 from tracelog.parsers.nccl_tests_layout import Layout
 
 TOOL = "nccl-tests"
@@ -89,6 +89,7 @@ class Bench:
     footers: list[float] = field(default_factory=list)  # every `Avg bus bandwidth` it printed
     command: str | None = None  # its shell command, where one was read
     factors: list[tuple[float, float, float]] = field(default_factory=list)  # (algbw, factor range) per row
+    roots: set[int] = field(default_factory=set)  # the root column's values, -1 included
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -179,9 +180,30 @@ class Bench:
 
     def factor_override(self, ranks: int | None) -> FactorRanks | None:
         """The factor's ranks where they are more than the device lines, NCCL's init or the launch say: a
-        paste that kept a part of the device list (nccl-tests#322 kept rank 0 of 1024)."""
+        paste that kept a part of the device list (nccl-tests#322 kept rank 0 of 1024), or none of it and no
+        launch either (NVIDIA/nccl#644's table alone)."""
         found = self.factor()
-        return found if found is not None and ranks and found.low > ranks else None
+        return found if found is not None and (not ranks or found.low > ranks) else None
+
+    def candidates(self) -> list[str]:
+        """The collectives an unnamed bench of the (n-1)/n factor can be, by the columns its rows print
+        (nccl-tests src/*.cu `print_line_header`, `TimeTest`): reduce_scatter and alltoall print a redop in
+        every layout, reduce_scatter a real one; gather and scatter a root, not -1."""
+        found = self.factor()
+        if self.collective or found is None or found.all_reduce:
+            return []
+        names = list(RING_FAMILY)
+        prefix = self.layout.prefix if self.layout is not None else []
+        if "redop" not in prefix:
+            names = [n for n in names if n not in ("reduce_scatter", "alltoall")]
+        elif self.redops:
+            names = [n for n in names if n == "reduce_scatter"]
+        else:
+            names.remove("reduce_scatter")
+        if "root" in prefix:
+            rooted = any(r >= 0 for r in self.roots)
+            names = [n for n in names if (n in ("gather", "scatter")) == rooted]
+        return names
 
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2), the one above 1: name it

@@ -31,6 +31,11 @@ LINK_HINT_AMD = (
 )
 
 
+NAMED = """coalesce(b.collective, (SELECT any_value(replace(p.value, ', ', ' or ')) FROM bench_params p
+    WHERE p.bench_id = b.bench_id AND p.name = 'collective_candidates'), 'the')"""
+"""A bench's collective as a message names it: its own, else the ones its busbw factor and columns allow."""
+
+
 def latency_bound(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
@@ -129,7 +134,7 @@ def against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     rows = store.con.execute(
         f"""
         WITH peaks AS (
-            SELECT b.bench_id, b.collective, b.gpu_name, b.gpu_model, b.nodes, b.ranks, b.gpus_per_node,
+            SELECT b.bench_id, {NAMED} AS collective, b.gpu_name, b.gpu_model, b.nodes, b.ranks, b.gpus_per_node,
                    max(c.busbw_gbps) AS peak, arg_max(c.size_bytes, c.busbw_gbps) AS at_size,
                    arg_max(c.line_no, c.busbw_gbps) AS at_line
             FROM benches b JOIN collectives c USING (bench_id)
@@ -354,7 +359,7 @@ def across_nodes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             WHERE subject_kind = 'collective' AND metric = 'model_plateau_busbw_gbps' AND value > 0
               AND json_extract(detail, '$.nodes')::INTEGER > 1
         )
-        SELECT b.bench_id, b.collective, m.plateau, m.link, m.fabric, m.assumed, max(c.busbw_gbps) AS peak,
+        SELECT b.bench_id, {NAMED} AS collective, m.plateau, m.link, m.fabric, m.assumed, max(c.busbw_gbps) AS peak,
                arg_max(c.size_bytes, c.busbw_gbps) AS at_size, arg_max(c.line_no, c.busbw_gbps) AS at_line
         FROM benches b JOIN model m USING (bench_id) JOIN collectives c USING (bench_id)
         WHERE {scope.benches.replace("bench_id", "b.bench_id")} AND c.busbw_gbps IS NOT NULL
