@@ -330,7 +330,8 @@ def test_a_bench_that_never_printed_its_ranks_or_nodes_is_drawn(tmp_path):
     path.write_text(TRIMMED_BENCH)
     db = tmp_path / "t.duckdb"
     api.ingest(db, [str(path)])
-    assert api.sql(db, "SELECT nodes, ranks FROM benches").isna().all(axis=None)
+    # no device line, launch or node count: the nodes stay unknown (the ranks now come from the busbw factor)
+    assert api.sql(db, "SELECT nodes FROM benches").isna().all(axis=None)
     result = report.write_report(db, tmp_path / "r.html")
     page = result.path.read_text(encoding="utf-8")
     assert result.charts >= 1 and "646.91" in page
