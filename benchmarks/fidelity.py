@@ -53,6 +53,9 @@ DATA = HERE / "published_runs.toml"
 HELDOUT = HERE / "heldout_runs.toml"
 """Published runs gathered after the model was built and never used to set its constants: scored apart
 (kind `held-out`), the test of how the model does on runs it never saw."""
+MOE = HERE / "moe_runs.toml"
+"""Published mixture-of-experts runs (expert parallelism): scored apart (kind `moe`), on their own line, out
+of the other medians, the worst rows and the ranking count."""
 DEFAULT_CORPUS = HERE.parents[1] / "shared" / "corpus" / "table"
 DEFAULT_MEGATRON = DEFAULT_CORPUS.parent / "megatron"
 MEGATRON_GPU = "v100-sxm2-32gb"
@@ -210,16 +213,18 @@ def load_chronicles(corpus: Path, data: Mapping[str, Any]) -> tuple[pd.DataFrame
 
 
 def load_rows(
-    corpus: Path | None = DEFAULT_CORPUS, data_path: Path = DATA, heldout_path: Path | None = HELDOUT
+    corpus: Path | None = DEFAULT_CORPUS,
+    data_path: Path = DATA,
+    heldout_path: Path | None = HELDOUT,
+    moe_path: Path | None = MOE,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Every scored row (chronicles first, then the papers', then the held-out runs), and notes on what
-    was left out."""
+    """Every scored row (chronicles first, then the papers', the held-out runs, the MoE runs), and notes on
+    what was left out."""
     data = load_data(data_path)
     published = load_published(data)
-    if heldout_path is not None and heldout_path.exists():
-        published = pd.concat(
-            [published, load_published(load_data(heldout_path), "held-out")], ignore_index=True
-        )
+    for path, kind in ((heldout_path, "held-out"), (moe_path, "moe")):
+        if path is not None and path.exists():
+            published = pd.concat([published, load_published(load_data(path), kind)], ignore_index=True)
     if corpus is None:
         return published, ["chronicles not read (no corpus given)"]
     chronicles, notes = load_chronicles(Path(corpus), data)
@@ -292,16 +297,23 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
         median = float(part["abs_error"].median()) if len(part) else math.nan
         return {"n": len(part), "median_abs_error": median, "target": target, "met": bool(median <= target)}
 
-    worst = timed.sort_values("abs_error", ascending=False).head(10)
-    over = timed[timed["abs_error"] > TARGETS["time_worst"]]
-    groups = []
-    for name, part in timed.groupby("group", sort=True):
-        if len(part) < 3:
-            continue
-        rho = spearman(part["predicted_s"].astype(float), part["sec_per_it"].astype(float))
-        groups.append(
-            {"group": name, "n": len(part), "rho": rho, "met": bool(rho >= TARGETS["spearman_min"])}
-        )
+    dense = timed[timed["kind"] != "moe"]  # the MoE rows are scored on their own line (`MOE`)
+    worst = dense.sort_values("abs_error", ascending=False).head(10)
+    over = dense[dense["abs_error"] > TARGETS["time_worst"]]
+
+    def rank_groups(part_rows: pd.DataFrame) -> list[dict[str, Any]]:
+        groups = []
+        for name, part in part_rows.groupby("group", sort=True):
+            if len(part) < 3:
+                continue
+            rho = spearman(part["predicted_s"].astype(float), part["sec_per_it"].astype(float))
+            groups.append(
+                {"group": name, "n": len(part), "rho": rho, "met": bool(rho >= TARGETS["spearman_min"])}
+            )
+        return groups
+
+    groups = rank_groups(dense)
+    moe = timed[timed["kind"] == "moe"]
 
     mem = df[df["memory_mib"].notna() & df["predicted_mib"].notna()]
     ratio = mem["memory_mib"].astype(float) / mem["predicted_mib"].astype(float)
@@ -319,14 +331,19 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
             "chronicles": time_part("chronicles", TARGETS["time_median_chronicles"]),
             "published": time_part("published", TARGETS["time_median_published"]),
             "held-out": time_part("held-out", TARGETS["time_median_published"]),
+            "moe": time_part("moe", TARGETS["time_median_published"]),
             "worse_than_target": {
                 "n": len(over),
                 "target": TARGETS["time_worst"],
                 "met": len(over) == 0,
-                "max_abs_error": float(timed["abs_error"].max()) if len(timed) else math.nan,
+                "max_abs_error": float(dense["abs_error"].max()) if len(dense) else math.nan,
             },
         },
         "worst": [_row_out(r) for r in worst.to_dict("records")],
+        "moe": {
+            "rows": [_row_out(r) for r in moe.sort_values("id").to_dict("records")],
+            "groups": rank_groups(moe),
+        },
         "rank": {
             "groups": groups,
             "met": sum(g["met"] for g in groups),
@@ -361,6 +378,7 @@ def _row_out(rec: Mapping[str, Any]) -> dict[str, Any]:
         "tp",
         "pp",
         "dp",
+        "ep",
         "mbs",
         "gbs",
         "sec_per_it",
@@ -428,6 +446,8 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
         f"   target <= {_pct(t['published']['target'])}  {_ok(t['published']['met'])}",
         f"  held-out    {_pct(t['held-out']['median_abs_error']):>7} over {t['held-out']['n']:>3} rows"
         f"   target <= {_pct(t['held-out']['target'])}  {_ok(t['held-out']['met'])}",
+        f"  moe         {_pct(t['moe']['median_abs_error']):>7} over {t['moe']['n']:>3} rows"
+        f"   (scored apart, out of the lines above and below)",
         f"  rows worse than {_pct(t['worse_than_target']['target'])}: {t['worse_than_target']['n']}"
         f" (worst {_pct(t['worse_than_target']['max_abs_error'])})   target 0  {_ok(t['worse_than_target']['met'])}",
         "",
@@ -438,6 +458,17 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
             f"  {w['id']:<34} {w['group']:<24} measured {w['sec_per_it']:8.2f} s  predicted "
             f"{w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%"
         )
+    moe = result["moe"]
+    if moe["rows"]:
+        lines += ["", "moe rows:"]
+        for w in moe["rows"]:
+            lines.append(
+                f"  {w['id']:<42} EP{int(w.get('ep') or 1):<3} measured {w['sec_per_it']:8.2f} s  predicted "
+                f"{w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%"
+            )
+        for g in moe["groups"]:
+            rho = "n/a" if math.isnan(g["rho"]) else f"{g['rho']:+.2f}"
+            lines.append(f"  rank {g['group']:<30} n={g['n']:<3} rho {rho}")
     r = result["rank"]
     lines += [
         "",
@@ -623,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data", type=Path, default=DATA, help="the published runs (TOML)")
     parser.add_argument("--heldout", type=Path, default=HELDOUT, help="the held-out published runs (TOML)")
+    parser.add_argument("--moe", type=Path, default=MOE, help="the published MoE runs (TOML)")
     parser.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="folder of published Megatron logs (*.out)"
     )
@@ -632,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows, notes = load_rows(args.corpus, args.data, args.heldout)
+    rows, notes = load_rows(args.corpus, args.data, args.heldout, args.moe)
     result = score(rows)
     result["repeats"] = repeats(rows)
     result["notes"] = notes

@@ -271,3 +271,22 @@ def test_calibration_on_the_published_rows_is_scored_on_the_held_out_ones():
     assert split["uncalibrated"] == pytest.approx(scored["time"]["held-out"]["median_abs_error"])
     assert split["scales"]["h100-sxm5-80gb/fp8"] < 1  # the published FP8 rows ran slower than the model
     assert split["calibrated"] != split["uncalibrated"]
+
+
+MOE = fidelity.load_data(fidelity.MOE)["run"]
+
+
+def test_moe_runs_are_new_sourced_and_scored_apart():
+    ids = [r["id"] for r in MOE]
+    assert len(ids) == len(set(ids)) and not set(ids) & {r["id"] for r in RUNS + HELDOUT}
+    assert 6 <= len(MOE) <= 12
+    for run in MOE:
+        assert run["num_experts"] and run["moe_topk"] and run["ep"], run["id"]
+        assert run["tp"] * run["pp"] * run["dp"] * run.get("cp", 1) == run["gpus"], run["id"]
+        assert "'" in run["source"], run["id"]  # the published table row, quoted
+    rows, _ = fidelity.load_rows(None)
+    moe = rows[rows["kind"] == "moe"].set_index("id")
+    assert len(moe) == len(MOE)
+    # '| DGX-H100 | 256 | FP8 | 8192 | 1 | 4096 | 0 | 2 | 8 | 1 | 4 | 32 | 1633 | 242 |':
+    # 8192 x 4096 tokens / (1633 tokens/s x 256 GPUs) = 80.26 s
+    assert moe.loc["mbridge-26.02-qwen3-235b-a22b-h100-fp8", "sec_per_it"] == pytest.approx(80.263, rel=1e-4)
