@@ -76,7 +76,8 @@ MODEL_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "gbs", "mbs", "tp", "pp", "dp", "vp",
     "sequence_parallel", "recompute", "zero_stage", "precision", "gpus", "nodes", "gpus_per_node",
     "framework", "gpu_model", "fabric", "pp_partition_method", "ffn_hidden", "query_groups", "swiglu", "cp",
-    "dropout", "nics_per_node",
+    "dropout", "nics_per_node", "kv_channels", "num_experts", "moe_topk", "moe_ffn_hidden", "moe_shared_ffn_hidden",
+    "ep", "etp",
 )  # fmt: skip
 # What a row may say of the framework's overlaps and fusions, as the run's own arguments would
 # (Megatron-LM's names): switches, and settings passed as written.
@@ -84,12 +85,12 @@ RUN_FLAGS = (
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32",
     "async_tensor_model_parallel_allreduce", "cross_entropy_loss_fusion", "use_precision_aware_optimizer",
     "model.megatron_amp_O2", "model.fp8_params", "account_for_embedding_in_pipeline_split",
-    "account_for_loss_in_pipeline_split",
+    "account_for_loss_in_pipeline_split", "overlap_moe_expert_parallel_comm",
 )  # fmt: skip
 # (NeMo 1's configuration keys as its experiment configuration prints them: `model.optim.name`, ...)
 RUN_SETTINGS = (
     "cross_entropy_fusion_impl", "nccl_version", "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype",
-    "model.optim.name", "model.optim.dtype",
+    "model.optim.name", "model.optim.dtype", "moe_token_dispatcher_type",
 )  # fmt: skip
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from tracelog import hardware
+from tracelog.analysis.moe_inputs import MOE_PARAMS, moe_layout, moe_shape
 from tracelog.analysis.optimizer_state import OPTIMIZER_PARAMS, adam_state_bytes, shards_optimizer_state
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link
@@ -103,7 +104,7 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'account_for_loss_in_pipeline_split', {optimizer_params})
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
-""".replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS))
+""".replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS + MOE_PARAMS))
 
 
 @dataclass
@@ -333,6 +334,7 @@ def _model_config(row: dict[str, Any], inputs: RunInputs) -> ModelConfig | None:
         learned_positions=position in (None, "learned_absolute"),
         bias=bias if bias is not None else True,
         dropout=_dropout(row, inputs),
+        **moe_shape(row, inputs.run_params),
     )
 
 
@@ -417,6 +419,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             embedding_slots=embedding_slots(row, inputs),
             async_tp_allreduce=async_tp_allreduce(inputs),
             cross_entropy=cross_entropy(inputs),
+            **moe_layout(row, inputs.run_params),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
     except TracelogError as exc:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 PREDICT_CONFIG_KEYS = (
     "layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "query_groups", "swiglu", "params",
     "gbs", "mbs", "tp", "pp", "dp", "cp", "vp", "sequence_parallel", "recompute", "zero_stage", "precision",
-    "gpus", "nodes", "gpus_per_node", "framework", "pp_partition_method", "dropout",
+    "gpus", "nodes", "gpus_per_node", "framework", "pp_partition_method", "dropout", "kv_channels",
+    "num_experts", "moe_topk", "moe_ffn_hidden", "moe_shared_ffn_hidden", "ep", "etp",
 )  # fmt: skip
 
 

@@ -53,7 +53,7 @@ class ModelConfig:
     @property
     def token_ffn(self) -> int:
         """The FFN width a token passes through: dense layers' f; for MoE the routed top-k experts plus
-        the shared expert, as if one GEMM (token dispatch and grouped GEMMs are not modelled)."""
+        the shared expert (the FLOPs; `model.moe` times them as grouped GEMMs after the dispatch)."""
         if self.num_experts and self.moe_layers == self.layers:
             return (self.moe_ffn_hidden or self.ffn) * self.moe_topk + (self.moe_shared_ffn_hidden or 0)
         return self.ffn
@@ -75,6 +75,29 @@ class ModelConfig:
     @property
     def dense_layers(self) -> int:
         return self.layers - self.moe_layers
+
+    @property
+    def all_moe(self) -> bool:
+        """Every layer's MLP is a mixture of experts (Mixtral, Qwen3-MoE): what `model.moe` times; a model
+        mixing dense and MoE layers (DeepSeek-V3's first three) is timed with `token_ffn` as before."""
+        return bool(self.num_experts) and self.moe_layers == self.layers
+
+
+def expert_params_per_layer(cfg: ModelConfig) -> int:
+    """Parameters of one MoE layer's routed experts: `num_experts` MLPs of width `moe_ffn_hidden` (two
+    input matrices with SwiGLU, biases when the model has them), what expert parallelism shards
+    (Megatron-core `GroupedMLP`/`TEGroupedMLP`, megatron/core/transformer/moe/experts.py). The router and
+    the shared expert are dense parameters, split over TP like the attention."""
+    if not cfg.num_experts:
+        return 0
+    width, bias = cfg.moe_ffn_hidden or cfg.ffn, 1 if cfg.bias else 0
+    up = 2 * width if cfg.swiglu else width
+    return cfg.num_experts * (cfg.hidden * up + bias * up + width * cfg.hidden + bias * cfg.hidden)
+
+
+def expert_params(cfg: ModelConfig) -> int:
+    """Routed-expert parameters of the whole model (`expert_params_per_layer` × MoE layers)."""
+    return cfg.moe_layers * expert_params_per_layer(cfg)
 
 
 EMBEDDING_SLOTS = 2
@@ -129,7 +152,12 @@ class TrainConfig:
     `async_tensor_model_parallel_allreduce`, on by default since 2021-09; Transformer Engine's linear
     layers always). `cross_entropy`: how the vocabulary-parallel loss runs (`CROSS_ENTROPY_BYTES` in
     `model.gemm`): `unfused` (Megatron's `vocab_parallel_cross_entropy`), `fused`
-    (`--cross-entropy-loss-fusion`) or `te` (`--cross-entropy-fusion-impl te`)."""
+    (`--cross-entropy-loss-fusion`) or `te` (`--cross-entropy-fusion-impl te`).
+    MoE (Megatron-core's names): `ep` experts' parallel size (`--expert-model-parallel-size`), `etp` their
+    tensor-parallel size (`--expert-tensor-parallel-size`, None: TP, as `initialize_model_parallel`
+    defaults it), `moe_dispatcher` the token dispatcher (`--moe-token-dispatcher-type`: alltoall,
+    allgather, flex), `moe_a2a_overlap` the expert-parallel all-to-all overlapped with another
+    micro-batch's compute (`--overlap-moe-expert-parallel-comm`)."""
 
     gbs: int
     mbs: int
@@ -155,6 +183,10 @@ class TrainConfig:
     embedding_slots: bool = False
     async_tp_allreduce: bool = False
     cross_entropy: str = "unfused"
+    ep: int = 1
+    etp: int | None = None
+    moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE_MODES:
@@ -167,13 +199,30 @@ class TrainConfig:
             )
         if self.zero_stage not in (0, 1, 2, 3):
             raise TracelogError(f"ZeRO stage must be 0 to 3, not {self.zero_stage}")
-        for name in ("gbs", "mbs", "tp", "pp", "dp", "cp"):
+        for name in ("gbs", "mbs", "tp", "pp", "dp", "cp", "ep"):
             if getattr(self, name) < 1:
                 raise TracelogError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if (self.tp * self.dp * self.cp) % (self.expert_tp * self.ep):
+            # megatron/core/parallel_state.py: world size divisible by ETP x EP x PP
+            raise TracelogError(
+                f"EP {self.ep} x expert TP {self.expert_tp} does not divide TP x DP x CP = "
+                f"{self.tp * self.dp * self.cp}"
+            )
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size, the ranks an expert's replicas span and its gradients are reduced
+        and its optimizer state sharded over: world / (ETP · EP · PP) (megatron/core/parallel_state.py,
+        `expert_data_parallel_size`; the expert grid has no CP, which folds into it)."""
+        return self.tp * self.dp * self.cp // (self.expert_tp * self.ep)
 
     @property
     def microbatches(self) -> int:

@@ -7,12 +7,26 @@ Two totals answer two questions: `reserved` is what PyTorch's caching allocator 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, normalize_precision
-from tracelog.model.flops import ModelConfig, Recompute, TrainConfig, params_from_config, stage_split
+from tracelog.model.flops import (
+    ModelConfig,
+    Recompute,
+    TrainConfig,
+    expert_params_per_layer,
+    params_from_config,
+    stage_split,
+)
+from tracelog.model.nccl_memory import (  # noqa: F401  (re-exported: what a GPU holds)
+    LAZY_CONNECT_NCCL,
+    MEGATRON_FRAMEWORKS,
+    NCCL_COMMUNICATOR_BYTES,
+    communicator_sizes,
+    nccl_bytes,
+    nccl_connects_eagerly,
+)
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
@@ -187,25 +201,6 @@ pretrain_performance.H100), while its Gemma 4 26B SFT card, 7 GiB below the limi
 (1.109) and its Nemotron 3 Super 120B card, 10 GiB below, 58.079 / 70.336 (1.211). All three ran with
 `expandable_segments:True`; a floor for the default allocator is not published, so the same is taken."""
 
-LAZY_CONNECT_NCCL = (2, 22)
-"""The first NCCL release that allocates a communicator's buffers at the first collective of each
-algorithm instead of when the communicator starts: 2.22.3 (June 2024; its release notes: "Add lazy
-connection establishment for collective operations ... Move buffer allocation and connection
-establishment to the first collective operation using that algorithm ... reduce memory usage";
-`NCCL_RUNTIME_CONNECT`, default 1). TensorRT-LLM's NCCL plugins set it back to 0 for "static connection
-initialization for accurate KV cache size estimation"."""
-
-NCCL_COMMUNICATOR_BYTES = {"pair": 544 * MIB, "group": 688 * MIB}
-"""Device memory one NCCL communicator holds once it has run a collective: 544 MiB for a group of two
-ranks, 688 for more, measured on four NVLink A100s through PyTorch, one 4 MB all-reduce per process group
-(NVIDIA/nccl#964, 2023, an NCCL that connected every ring and tree at the communicator's start). It is
-each channel's FIFO per protocol (`NCCL_BUFFSIZE`, 4 MiB for Simple) for each peer of its rings and trees,
-so it grows with the channel count and not with the ranks beyond two nodes (NVIDIA/nccl#986). NCCL
-allocates it outside PyTorch's caching allocator: `nvidia-smi` shows it, Megatron's `max reserved` does not
-(facebookresearch/fairscale#678), and a run can go out of memory with its reserve well under the device's
-memory."""
-
-MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed", "nemo")
 
 DEEPSPEED_BUCKET_ELEMENTS = 5e8
 """DeepSpeed `zero_optimization.reduce_bucket_size` and `allgather_bucket_size` defaults, in elements
@@ -247,42 +242,6 @@ def deepspeed_pipe_buffers(train: TrainConfig, stage: str) -> int:
         return 0
     stage_id = {"middle": 1, "last": train.pp - 1}.get(stage, 0)
     return max(2, min(train.pp - stage_id + 1, train.microbatches))
-
-
-def communicator_sizes(train: TrainConfig, stage: str = "first") -> list[int]:
-    """The ranks of each NCCL communicator a process of `stage` runs collectives on. Megatron's
-    `initialize_model_parallel` (Megatron-LM `parallel_state`, used by Megatron-DeepSpeed and NeMo)
-    makes a group per parallel dimension even where it spans the world: tensor, data (with context),
-    context, pipeline (sends between stages), the model-parallel group its gradient norm is reduced over
-    (t·p ranks) and, on the first and last stages, the embedding group that ties their word embeddings;
-    the world's own group runs the start-up barriers. Other frameworks (DeepSpeed alone, FSDP, the
-    Trainer) use the world's group, and a group of their own only for a dimension narrower than the
-    world. Groups of one rank do no communication."""
-    world = train.gpus
-    dims = [train.tp, train.dp * train.cp, train.cp, train.pp]
-    if train.framework in MEGATRON_FRAMEWORKS:
-        groups = [world, *dims, train.tp * train.pp]
-        if train.pp > 1 and stage in ("first", "last"):
-            groups.append(2)
-    else:
-        groups = [world, *(n for n in dims if n < world)]
-    return [n for n in groups if n > 1]
-
-
-def nccl_connects_eagerly(version: str | None) -> bool:
-    """Whether an NCCL release (`2.10.3+cuda11.3`, `2.18.1`) allocates every communicator's buffers when it
-    starts (`LAZY_CONNECT_NCCL`). Unknown or unreadable: False, the behaviour of every release since 2024."""
-    match = re.match(r"\s*(\d+)\.(\d+)", version or "")
-    if match is None:
-        return False
-    return (int(match[1]), int(match[2])) < LAZY_CONNECT_NCCL
-
-
-def nccl_bytes(train: TrainConfig, stage: str = "first") -> float:
-    """NCCL's buffers on one GPU: `NCCL_COMMUNICATOR_BYTES` for each communicator of
-    `communicator_sizes`."""
-    table = NCCL_COMMUNICATOR_BYTES
-    return float(sum(table["pair"] if n == 2 else table["group"] for n in communicator_sizes(train, stage)))
 
 
 def cuda_context_bytes(gpu: Gpu | None) -> float:
@@ -376,9 +335,22 @@ def stage_layer_count(cfg: ModelConfig, train: TrainConfig, stage: str = "fulles
 
 def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = "fullest") -> float:
     """Transformer layers of a pipeline stage (the fullest by default: ⌈L/p⌉, `stage_split`) split over
-    TP. Norms and biases replicated across TP are counted as split, a sub-0.1% simplification."""
-    per_layer = params_from_config(cfg, include_embeddings=False) / cfg.layers
-    return per_layer * stage_layer_count(cfg, train, stage) / train.tp
+    TP. Norms and biases replicated across TP are counted as split, a sub-0.1% simplification. Routed
+    experts are split over EP × expert TP instead (`expert_params_per_gpu`)."""
+    experts = expert_params_per_layer(cfg) * cfg.moe_layers
+    per_layer = (params_from_config(cfg, include_embeddings=False) - experts) / cfg.layers
+    return per_layer * stage_layer_count(cfg, train, stage) / train.tp + expert_params_per_gpu(
+        cfg, train, stage
+    )
+
+
+def expert_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = "fullest") -> float:
+    """The routed experts a GPU holds: a stage's share of the MoE layers, each layer's experts split over
+    the expert-parallel group (E/EP experts per GPU) and each expert over expert TP (Megatron-core
+    `MoELayer`: `num_local_experts = num_moe_experts // expert_model_parallel_size`; TEGroupedMLP splits
+    its FC1/FC2 over `expt_tp`)."""
+    experts = expert_params_per_layer(cfg) * cfg.moe_layers / cfg.layers
+    return experts * stage_layer_count(cfg, train, stage) / (train.ep * train.expert_tp)
 
 
 def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recompute) -> float:
@@ -397,7 +369,18 @@ def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recomput
         gated=cfg.swiglu,
         dropout=cfg.dropout,
         fp8_inputs=normalize_precision(train.precision) in LOW_PRECISION_GEMMS,
-    )
+    ) + moe_dispatch_activation_bytes(cfg, train)
+
+
+def moe_dispatch_activation_bytes(cfg: ModelConfig, train: TrainConfig) -> float:
+    """Beyond a dense layer of the routed width: the experts' FC1 keeps k copies of each token (permuted by
+    the token dispatcher), the dense MLP input one: (k − 1)·T·h more, FP8 under an FP8 recipe, with
+    T = b·s/(cp·t) tokens per GPU (Megatron requires sequence parallelism with MoE and TP)."""
+    if not cfg.all_moe or cfg.moe_topk <= 1:
+        return 0.0
+    tokens = train.mbs * (cfg.seq_len // train.cp) / train.tp
+    low = normalize_precision(train.precision) in LOW_PRECISION_GEMMS
+    return (cfg.moe_topk - 1) * tokens * cfg.hidden * (1 if low else storage_bytes(train.precision))
 
 
 def layers_in_flight(cfg: ModelConfig, train: TrainConfig, stage: str = "first") -> float:
@@ -511,11 +494,15 @@ def stage_memory(
     options = options or MemoryOptions()
     per_param = state_bytes(train)
     layer_params = transformer_params_per_gpu(cfg, train, stage)
+    expert_params = expert_params_per_gpu(cfg, train, stage)
     embedding_params = embedding_params_per_gpu(cfg, train, stage)
     embedding = embedding_params * per_param.total
     weights = layer_params * per_param.weights
     grads = layer_params * per_param.grads
-    optimizer = layer_params * per_param.optimizer
+    # routed experts shard their optimizer state over the expert-data-parallel group, not DP x CP
+    # (megatron/core/optimizer: a separate distributed optimizer over `expt_dp`)
+    expert_state = state_bytes(replace(train, dp=train.expert_dp, cp=1, ep=1, etp=None, tp=1))
+    optimizer = (layer_params - expert_params) * per_param.optimizer + expert_params * expert_state.optimizer
     activations = activations_per_gpu(cfg, train, options, stage)
     buffers = buffer_bytes(cfg, train, layer_params + embedding_params, options)
     # the step's copies take the room the freed activations leave: the peak is the larger of the two

@@ -21,11 +21,16 @@ from tracelog.model.gemm import (
     KERNEL_OVERHEAD_S,
     Op,
     cross_entropy_seconds,
-    layer_forward_ops,
     logits_forward_op,
     optimizer_step_seconds,
 )
-from tracelog.model.memory import embedding_params_per_gpu, storage_bytes, transformer_params_per_gpu
+from tracelog.model.memory import (
+    embedding_params_per_gpu,
+    expert_params_per_gpu,
+    storage_bytes,
+    transformer_params_per_gpu,
+)
+from tracelog.model.moe import expert_parallel_seconds, moe_layer_ops
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.52
 """The flat share of the dense peak used when `compute_efficiency` is given instead of the per-operation
@@ -57,6 +62,7 @@ class TimeBreakdown:
     microbatches: int
     p2p_s: float = 0.0
     optimizer_s: float = 0.0
+    ep_comm_s: float = 0.0
 
 
 def bubble_fraction(pp: int, microbatches: int, chunks: int = 1) -> float:
@@ -111,6 +117,9 @@ def tp_comm_seconds(
         "all_reduce", cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency, net
     )
     per_layer = 6 if train.recompute == "full" else 4
+    if cfg.all_moe and train.expert_tp == 1:
+        # experts outside TP: the MLP's two collectives become the token dispatcher's (`model.moe`)
+        per_layer //= 2
     layers_per_stage = stage_layers(cfg.layers, train.pp, train.embedding_slots)
     return per_layer * layers_per_stage * train.microbatches * one
 
@@ -203,12 +212,16 @@ def dp_traffic(
     (params/(tp·pp) plus its embedding): an all-reduce of the grads without sharding; a reduce-scatter of
     the grads plus an all-gather of the weights with ZeRO-1/2 or Megatron's distributed optimizer; with
     ZeRO-3 a second all-gather of the weights for the backward pass (ZeRO paper §7: 1.5× plain DP).
-    Buckets: Megatron's max(40M, 1M·DP) parameters, DeepSpeed's 5e8 elements."""
+    Buckets: Megatron's max(40M, 1M·DP) parameters, DeepSpeed's 5e8 elements. Routed experts reduce over
+    their expert-data-parallel group instead (`TrainConfig.expert_dp`), nothing where it is one rank."""
     d = train.dp * train.cp
     if d == 1:
         return DataParallelTraffic(0.0, 0.0, 0.0, 0.0)
     g = _resolve_gpu(gpu)
+    experts = expert_params_per_gpu(cfg, train)
     params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
+    if experts and train.expert_dp < d:
+        params -= experts * (1 - (train.expert_dp - 1) / (d - 1))  # the expert grads' smaller group
     weight_bytes = storage_bytes(train.precision)
     fp32_buffer = train.distributed_optimizer and train.fp32_grad_buffer
     grad_bytes = 4 if train.fp32_grads or fp32_buffer else weight_bytes
@@ -287,7 +300,7 @@ def stage_compute(
     if compute_scale <= 0:
         raise TracelogError(f"compute scale must be positive, got {compute_scale}")
     g = _resolve_gpu(gpu)
-    ops = tuple(layer_forward_ops(cfg, train, g, compute_scale))
+    ops = tuple(moe_layer_ops(cfg, train, g, compute_scale))
     layer_fwd = sum(op.time_s for op in ops)
     layers = stage_layers(cfg.layers, train.pp, train.embedding_slots)
     logits = logits_forward_op(cfg, train, g, compute_scale).time_s + KERNEL_OVERHEAD_S
@@ -305,7 +318,8 @@ def stage_compute(
         recompute = 0.0
     params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
     sharded = train.zero_stage >= 1 or train.distributed_optimizer
-    local = params / (train.dp * train.cp) if sharded else params
+    experts = expert_params_per_gpu(cfg, train)
+    local = (params - experts) / (train.dp * train.cp) + experts / train.expert_dp if sharded else params
     return StageCompute(forward, backward, recompute, optimizer_step_seconds(local, g), ops)
 
 
@@ -422,8 +436,16 @@ def predict_iteration(
     else:
         tp_s = tp_total
     p2p_total = p2p_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
+    ep_s = expert_parallel_seconds(
+        cfg, train, g, _resolve_link(fabric), gpus_per_node, alpha_us, link_efficiency, net
+    )
+    if train.moe_a2a_overlap:
+        # `--overlap-moe-expert-parallel-comm`: one micro-batch's dispatch and combine run under another
+        # micro-batch's forward or backward (Megatron-core's combined 1F1B schedule, `combined_1f1b.py`):
+        # exposed only past the stage's compute
+        ep_s = max(0.0, ep_s - per_mb * m)
     fraction = bubble_fraction(train.pp, m, train.chunks)
-    bubble_s = fraction * (per_mb * m + tp_s + p2p_total)
+    bubble_s = fraction * (per_mb * m + tp_s + p2p_total + ep_s)
     # Megatron-LM's interleaved schedule sends a chunk's activations while the next chunk computes
     # (`--overlap-p2p-communication`, on unless `--no-overlap-p2p-communication`; arguments.py: it acts on
     # the interleaved schedule only, and not in warm-up and flush, whose sends the bubble term holds)
@@ -436,9 +458,9 @@ def predict_iteration(
     if overlap_dp or train.overlap_param_gather:
         gather_s = max(dp.last_gather_s, dp.gather_s - forward)
     dp_s = reduce_s + gather_s
-    total = compute_s + tp_s + p2p_s + bubble_s + dp_s
+    total = compute_s + tp_s + p2p_s + bubble_s + dp_s + ep_s
     return TimeBreakdown(
-        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp.total_s, flops, m, p2p_s, optimizer_s
+        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp.total_s, flops, m, p2p_s, optimizer_s, ep_s
     )
 
 
