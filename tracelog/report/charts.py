@@ -438,13 +438,18 @@ def busbw(
     return Figure(_draw_busbw, title, frames, {"ticks": ticks})
 
 
-def _draw_busbw(fig: Figure) -> alt.TopLevelMixin:
-    x = alt.X(
+def size_axis(ticks: tuple[int, ...]) -> alt.X:
+    """Message size on a log-2 axis, ticks at powers of two labelled in B, KiB, MiB, GiB."""
+    return alt.X(
         "size_bytes:Q",
         title="message size (bytes, log)",
         scale=alt.Scale(type="log", base=2),
-        axis=alt.Axis(values=list(fig.shape["ticks"]), labelExpr=BYTES_LABEL),
+        axis=alt.Axis(values=list(ticks), labelExpr=BYTES_LABEL),
     )
+
+
+def _draw_busbw(fig: Figure) -> alt.TopLevelMixin:
+    x = size_axis(fig.shape["ticks"])
     y = alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s, 1e9 B/s)")
     layers: list[Any] = []
     if "latency" in fig.frames:

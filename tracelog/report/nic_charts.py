@@ -10,7 +10,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from tracelog.report.charts import BYTES_LABEL, WIDTH, Figure, _size_ticks, _tip
+from tracelog.report.charts import WIDTH, Figure, _size_ticks, _tip, size_axis
 
 
 def nic_bandwidth(rows: pd.DataFrame, plateaus: pd.DataFrame) -> Figure:
@@ -26,12 +26,7 @@ def nic_bandwidth(rows: pd.DataFrame, plateaus: pd.DataFrame) -> Figure:
 
 
 def _draw(fig: Figure) -> alt.TopLevelMixin:
-    x = alt.X(
-        "size_bytes:Q",
-        title="message size (bytes, log)",
-        scale=alt.Scale(type="log", base=2),
-        axis=alt.Axis(values=list(fig.shape["ticks"]), labelExpr=BYTES_LABEL),
-    )
+    x = size_axis(fig.shape["ticks"])
     y = alt.Y("bw_avg_gbps:Q", title="average bandwidth (GB/s, 1e9 B/s)")
     colour = alt.Color("run:N", title="run", sort=None, legend=alt.Legend(labelLimit=260))
     tips = [_tip("run", kind="N"), _tip("size_bytes", "size (bytes)", ",d")]
