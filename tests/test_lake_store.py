@@ -256,3 +256,22 @@ def test_a_reading_command_makes_no_store_where_there_is_none(file_lake: str) ->
     ingest = CliRunner().invoke(cli, ["--db", file_lake, "ingest", NCCL])
     assert ingest.exit_code == 0 and os.path.exists(catalog)
     assert CliRunner().invoke(cli, ["--db", file_lake, "benches"]).exit_code == 0
+
+
+def test_a_file_after_one_that_spilled_still_lands(file_lake: str) -> None:
+    """A file large enough to pass the ingest's memory cap spills its staged rows to disk; DuckDB then
+    refuses to move that connection's temporary directory, and the refusal, inside the next file's
+    transaction, aborted it: the second file of one `tracelog ingest` failed as "a bug in tracelog"."""
+    with Store(file_lake) as store:
+        api.ingest(store, [LLAMA])
+        # what a 25 MB log leaves behind: the connection's temporary directory in use
+        store.con.execute("SET memory_limit = '32MB'")
+        store.con.execute(
+            "CREATE TEMP TABLE spilled AS SELECT range AS a, md5(range::VARCHAR) AS b FROM range(2000000)"
+        )
+        assert store.scalar("SELECT count(*) FROM duckdb_temporary_files()") > 0
+        store.con.execute("DROP TABLE spilled")
+        store.con.execute("RESET memory_limit")
+        api.ingest(store, [NCCL])
+        assert store.scalar("SELECT count(*) FROM benches") == 1
+        assert store.scalar("SELECT count(*) FROM collectives") > 0

@@ -190,6 +190,7 @@ class Store:
         self._counters = False  # ids from the PostgreSQL catalog's sequences (`lake.take`)
         self._seen_versions: set[int] = set()  # schema versions the last migration found applied
         self.staged = False  # a new file's rows are in temporary tables (`store.staging`)
+        self.spill_directory: str | None = None  # where this connection's staged tables spill (set once)
         self.owed_refresh_checked = False  # set once `queries.connect` has redone any refresh owed
         self.data_path: str | None = None
         unclean = False  # a file left with its write-ahead log (`store.recovery`); never a DuckLake store

@@ -21,7 +21,7 @@ an earlier file (an event file and its text log, `store.merge`) reads and change
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -92,8 +92,12 @@ def staged(store: Store, spill: str) -> Iterator[None]:
     tables with the rest). `spill` is the folder DuckDB writes them out to past its memory limit, so that
     a large file stays within it."""
     con = store.con
-    with suppress(duckdb.Error):  # once a connection has spilled, its folder stays
+    if store.spill_directory is None:
+        # once per connection: DuckDB refuses to move a temporary directory it has spilled to (even to the
+        # same folder), and the refusal, inside this transaction, aborts it; the next file of one
+        # `tracelog ingest` after a file large enough to spill then failed (lake_bench's 25 MB logs)
         con.execute(f"SET temp_directory = '{spill.replace(chr(39), chr(39) * 2)}'")
+        store.spill_directory = spill
     made = table_ddl(con)
     for ddl in made.values():
         con.execute(ddl)
