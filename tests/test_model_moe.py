@@ -212,3 +212,38 @@ def test_moe_rows_are_scored_within_the_median_reached():
     for run_id, error in errors.items():
         if "235b" in run_id:
             assert abs(error) <= 0.17, run_id
+
+
+def test_predict_takes_a_moe_configuration_on_the_command_line(tmp_path: Path) -> None:
+    """`tracelog predict --num-experts ... --ep ...`: the same figures as the library given the same keys,
+    the expert-parallel exchange among them, and an EP of 1 exchanging nothing."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracelog.cli import cli
+
+    shape = [
+        "--gpu", "h100-sxm5-80gb", "--layers", "48", "--hidden", "2048", "--heads", "32", "--query-groups", "4",
+        "--seq", "4096", "--vocab", "151936", "--swiglu", "--num-experts", "128", "--moe-topk", "8",
+        "--moe-ffn-hidden", "768", "--gbs", "512", "--mbs", "1", "--tp", "1", "--pp", "1", "--dp", "16",
+        "--gpus-per-node", "8", "--precision", "bf16", "--recompute", "none", "--distributed-optimizer",
+    ]  # fmt: skip
+
+    def figures(*extra: str) -> dict[str, float]:
+        out = CliRunner().invoke(
+            cli, ["--db", str(tmp_path / "none.duckdb"), "predict", *shape, *extra, "--format", "json"]
+        )
+        assert out.exit_code == 0, out.output
+        return {row["metric"]: row["value"] for row in json.loads(out.output) if row.get("value") is not None}
+
+    eight, one = figures("--ep", "8"), figures("--ep", "1")
+    assert eight["ep_comm_s"] > 0 and "ep_comm_s" not in one
+    library = api.predict(
+        None, gpu="h100-sxm5-80gb", layers=48, hidden=2048, heads=32, query_groups=4, seq_len=4096,
+        vocab=151936, swiglu=True, num_experts=128, moe_topk=8, moe_ffn_hidden=768, gbs=512, mbs=1, tp=1,
+        pp=1, dp=16, gpus_per_node=8, precision="bf16", recompute="none", distributed_optimizer=True, ep=8,
+    )  # fmt: skip
+    by_metric = dict(zip(library["metric"], library["value"], strict=False))
+    assert eight["sec_per_it"] == pytest.approx(by_metric["sec_per_it"])
+    assert eight["ep_comm_s"] == pytest.approx(by_metric["ep_comm_s"])

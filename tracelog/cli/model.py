@@ -55,6 +55,18 @@ from tracelog.store.benches import is_bench_ref
 @click.option("--dp", type=click.IntRange(min=1))
 @click.option("--cp", type=click.IntRange(min=1))
 @click.option("--vp", type=click.IntRange(min=1), help="Interleaved chunks per pipeline stage.")
+@click.option("--num-experts", type=click.IntRange(min=1), help="MoE: routed experts per MoE layer.")
+@click.option("--moe-topk", type=click.IntRange(min=1), help="MoE: experts each token is routed to.")
+@click.option("--moe-ffn-hidden", type=click.IntRange(min=1), help="MoE: one expert's MLP width.")
+@click.option(
+    "--moe-shared-ffn-hidden", type=click.IntRange(min=1), help="MoE: the shared expert's MLP width."
+)
+@click.option("--ep", type=click.IntRange(min=1), help="MoE: expert-parallel size.")
+@click.option(
+    "--etp",
+    type=click.IntRange(min=1),
+    help="MoE: expert tensor-parallel size.  [default: --tp, as Megatron]",
+)
 @click.option("--sequence-parallel", is_flag=True, default=None)
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
 @click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage.")
@@ -103,6 +115,9 @@ def predict(
         tracelog predict --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 --seq 2048 \\
             --vocab 250880 --gbs 2048 --mbs 2 --tp 4 --pp 12 --dp 8 --recompute full --zero 1 \\
             --framework megatron-deepspeed --format json
+        tracelog predict --gpu h100-sxm5-80gb --layers 48 --hidden 2048 --heads 32 --query-groups 4 \
+            --seq 4096 --vocab 151936 --swiglu --num-experts 128 --moe-topk 8 --moe-ffn-hidden 768 \
+            --gbs 512 --mbs 1 --tp 1 --pp 1 --dp 16 --ep 8 --gpus-per-node 8 --precision bf16
     """
     values = {k: v for k, v in config.items() if v is not None}
     with user_errors():
