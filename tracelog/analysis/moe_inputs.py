@@ -57,17 +57,25 @@ def _positive_int(value: Any) -> int | None:
     return number if number > 0 else None
 
 
-def moe_shape(row: Mapping[str, Any], params: Mapping[str, str]) -> dict[str, int]:
-    """`ModelConfig` fields of the MoE shape and the head dimension: the row's value, else the run's
-    parameter. A `moe_layer_freq` given as a pattern (`[0]*3+[1]*58`) is not read: every layer is then
-    taken as MoE. Nothing for a dense run."""
+def _counts(
+    row: Mapping[str, Any], params: Mapping[str, str], table: dict[str, tuple[str, ...]]
+) -> dict[str, int]:
+    """Each column of `table` with a positive count: the row's own value, else the run's parameter."""
     out: dict[str, int] = {}
-    for column, names in SHAPE_PARAMS.items():
+    for column, names in table.items():
         value = _positive_int(row.get(column))
         if value is None:
             value = _positive_int(_param(params, names))
         if value is not None:
             out[column] = value
+    return out
+
+
+def moe_shape(row: Mapping[str, Any], params: Mapping[str, str]) -> dict[str, int]:
+    """`ModelConfig` fields of the MoE shape and the head dimension: the row's value, else the run's
+    parameter. A `moe_layer_freq` given as a pattern (`[0]*3+[1]*58`) is not read: every layer is then
+    taken as MoE. Nothing for a dense run."""
+    out = _counts(row, params, SHAPE_PARAMS)
     if "num_experts" not in out or out["num_experts"] < 2:
         return {k: v for k, v in out.items() if k == "kv_channels"}
     return out
@@ -78,13 +86,7 @@ def moe_layout(row: Mapping[str, Any], params: Mapping[str, str]) -> dict[str, A
     `--expert-model-parallel-size` / `--expert-tensor-parallel-size`; expert TP unset is TP, Megatron's
     default), the token dispatcher (`--moe-token-dispatcher-type`, alltoall by default) and whether the
     dispatch all-to-all overlaps another micro-batch's compute (`--overlap-moe-expert-parallel-comm`)."""
-    out: dict[str, Any] = {}
-    for column, names in LAYOUT_PARAMS.items():
-        value = _positive_int(row.get(column))
-        if value is None:
-            value = _positive_int(_param(params, names))
-        if value is not None:
-            out[column] = value
+    out: dict[str, Any] = dict(_counts(row, params, LAYOUT_PARAMS))
     dispatcher = (_param(params, DISPATCHER_PARAMS) or "alltoall").lower()
     out["moe_dispatcher"] = dispatcher if dispatcher in DISPATCHERS else "alltoall"
     overlap = _param(params, OVERLAP_PARAMS)
