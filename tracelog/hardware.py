@@ -240,6 +240,14 @@ def domain_hosts(gpu: Gpu | None, gpus_per_host: int | None) -> int:
     return domain // gpus_per_host
 
 
+def domain_note(gpu: Gpu, gpus_per_host: int) -> str:
+    """What a run or a plan assumes where `domain_hosts` joins hosts into one NVLink domain."""
+    return (
+        f"hosts of {gpus_per_host} {gpu.id} taken as parts of NVLink domains of {gpu.nvlink_domain} GPUs "
+        f"({gpu.source_of('nvlink_domain')})"
+    )
+
+
 def domain_fabric(fabric: Link, hosts: int) -> Link:
     """The network of an NVLink domain of `hosts` hosts: their NICs together (a `port` entry is one NIC
     per host, a `node` entry its own count per host)."""

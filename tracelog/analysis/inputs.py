@@ -283,11 +283,8 @@ def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
     hosts = hardware.domain_hosts(inputs.gpu, gpn) if inputs.gpus and inputs.gpus > gpn else 1
     if hosts > 1 and inputs.gpu is not None:
         # the model's node is the NVLink domain (an NVL72 rack), whose hosts' NICs serve it together
+        inputs.assumptions.append(hardware.domain_note(inputs.gpu, gpn))
         gpn = inputs.gpus_per_node = gpn * hosts
-        inputs.assumptions.append(
-            f"hosts of {gpn // hosts} {inputs.gpu.id} taken as parts of NVLink domains of {gpn} GPUs "
-            f"({inputs.gpu.source_of('nvlink_domain')})"
-        )
     fabric_id = _text(row.get("fabric"))
     if fabric_id:
         try:

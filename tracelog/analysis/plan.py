@@ -22,6 +22,7 @@ from tracelog.hardware import (
     Link,
     domain_fabric,
     domain_hosts,
+    domain_note,
     link,
     node_fabric,
     normalize_precision,
@@ -304,10 +305,7 @@ def plan_layouts(
         + (f", interleaved schedule with {vp} chunks per stage where allowed" if vp and vp > 1 else "")
     )
     if hosts > 1:
-        notes.append(
-            f"hosts of {host_gpus} {g.id} taken as NVLink domains of {gpus_per_node} GPUs "
-            f"({g.source_of('nvlink_domain').split(':')[0]})"
-        )
+        notes.append(domain_note(g, host_gpus))
     if spans_nodes and net is not None:
         notes.append(net.note(g))
     if include_rejected:
