@@ -115,6 +115,22 @@ def test_experts_run_as_grouped_gemms_of_their_share_of_the_tokens():
     assert ops["permutation"].bytes == (7 * 8 + 1) * 4096 * 2048 * 2
 
 
+def test_each_local_expert_is_a_kernel_of_its_own():
+    # Transformer Engine's grouped GEMM launches one cuBLAS GEMM per expert (multi_stream_cublas_gemm),
+    # so 16 local experts pay 16 kernels' fixed cost, not one; the FLOPs stay those of the batched shape
+    from tracelog.model.gemm import HBM_SHARE, KERNEL_OVERHEAD_S
+
+    for ep, local in ((8, 16), (32, 4)):
+        train = layout(ep=ep, dp=32, gbs=1024)
+        up = {op.name: op for op in moe_layer_ops(QWEN3_30B, train, H100)}["expert_up"]
+        assert up.batch == local
+        peak = hardware.peak_tflops(H100, "bf16") * 1e12
+        roofline = max(
+            up.flops / (peak * up.efficiency), up.bytes / (H100.memory_bandwidth_gbps * 1e9 * HBM_SHARE)
+        )
+        assert up.time_s - roofline == pytest.approx(local * KERNEL_OVERHEAD_S)
+
+
 def test_few_tokens_per_expert_lose_gemm_efficiency():
     # EP 8 x 128 experts at MBS 1 gives 2048 rows an expert; 128 experts of 1 rank each cannot fill a GEMM
     many = {op.name: op for op in moe_layer_ops(QWEN3_30B, layout(), H100)}
@@ -198,7 +214,7 @@ def test_a_megatron_logs_moe_arguments_reach_the_model(tmp_path: Path):
 
 def test_moe_rows_are_scored_within_the_median_reached():
     """The published MoE rows (benchmarks/moe_runs.toml) at the median |error| the model reaches with
-    expert parallelism, 25.6 % (64.5 % before): the bound is that figure, not a tighter one. The Qwen3-235B
+    expert parallelism and a kernel per expert, 19.6 % (64.5 % before): the bound is that figure. The Qwen3-235B
     rows, whose time the dispatch across nodes sets, within 17 %."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fidelity
@@ -207,7 +223,7 @@ def test_moe_rows_are_scored_within_the_median_reached():
     moe = rows[rows["kind"] == "moe"]
     result = fidelity.score(moe)
     assert result["time"]["moe"]["n"] == 9
-    assert result["time"]["moe"]["median_abs_error"] <= 0.26
+    assert result["time"]["moe"]["median_abs_error"] <= 0.20
     errors = {r["id"]: r["error"] for r in result["moe"]["rows"]}
     for run_id, error in errors.items():
         if "235b" in run_id:

@@ -236,16 +236,18 @@ def gemm_efficiency(
 
 def _gemm(
     name: str, m: int, n: int, k: int, gpu: Gpu, peak_flops: float, act_bytes: int, compute_scale: float,
-    batch: int = 1, precision: str = "bf16",
+    batch: int = 1, precision: str = "bf16", kernels: int = 1,
 ) -> Op:  # fmt: skip
     """A GEMM's time: the larger of its FLOPs at its efficiency and its HBM traffic (read A and B, write C)
-    at HBM_SHARE of the bandwidth (the roofline of FORMULAS.md), plus one kernel's fixed cost."""
+    at HBM_SHARE of the bandwidth (the roofline of FORMULAS.md), plus the fixed cost of each of its
+    `kernels` (one for a strided-batched call; one per GEMM where a "grouped" call loops over them)."""
     flops = 2.0 * m * n * k * batch
     eff = gemm_efficiency(m, n, k, gpu, batch, compute_scale, precision)
     moved = (m * k + k * n + m * n) * batch * act_bytes
     flop_s = flops / (peak_flops * eff)
     memory_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * HBM_SHARE)
-    return Op(name, "gemm", flops, moved, max(flop_s, memory_s) + KERNEL_OVERHEAD_S, eff, (m, n, k), batch)
+    time_s = max(flop_s, memory_s) + kernels * KERNEL_OVERHEAD_S
+    return Op(name, "gemm", flops, moved, time_s, eff, (m, n, k), batch)
 
 
 def _memory(name: str, moved: float, gpu: Gpu, kernels: int = 1) -> Op:

@@ -86,7 +86,10 @@ def moe_layer_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale:
     up = 2 * f if cfg.swiglu else f
 
     def linear(name: str, r: int, n: int, inner: int, batch: int = 1) -> Op:
-        return _gemm(name, r, n, inner, gpu, linear_peak, act, scale, batch, precision=linear_precision)
+        return _gemm(
+            name, r, n, inner, gpu, linear_peak, act, scale, batch, precision=linear_precision,
+            kernels=batch,
+        )  # fmt: skip
 
     moe = [
         _gemm("router", max(1, round(tokens)), experts, h, gpu, peak, act, scale, precision=precision),
