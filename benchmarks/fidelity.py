@@ -56,6 +56,11 @@ HELDOUT = HERE / "heldout_runs.toml"
 MOE = HERE / "moe_runs.toml"
 """Published mixture-of-experts runs (expert parallelism): scored apart (kind `moe`), on their own line, out
 of the other medians, the worst rows and the ranking count."""
+TORCHTITAN = HERE / "torchtitan_runs.toml"
+"""Published runs of a second framework, torchtitan (FSDP2, per-operation activation checkpointing,
+torch.compile): scored apart (kind `torchtitan`) like the MoE rows, memory included."""
+APART = ("moe", "torchtitan")
+"""Kinds scored on lines of their own, out of the other medians, the worst rows, the ranking and memory."""
 DEFAULT_CORPUS = HERE.parents[1] / "shared" / "corpus" / "table"
 DEFAULT_MEGATRON = DEFAULT_CORPUS.parent / "megatron"
 MEGATRON_GPU = "v100-sxm2-32gb"
@@ -218,12 +223,13 @@ def load_rows(
     data_path: Path = DATA,
     heldout_path: Path | None = HELDOUT,
     moe_path: Path | None = MOE,
+    torchtitan_path: Path | None = TORCHTITAN,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Every scored row (chronicles first, then the papers', the held-out runs, the MoE runs), and notes on
-    what was left out."""
+    """Every scored row (chronicles first, then the papers', the held-out runs, the MoE and torchtitan
+    runs), and notes on what was left out."""
     data = load_data(data_path)
     published = load_published(data)
-    for path, kind in ((heldout_path, "held-out"), (moe_path, "moe")):
+    for path, kind in ((heldout_path, "held-out"), (moe_path, "moe"), (torchtitan_path, "torchtitan")):
         if path is not None and path.exists():
             published = pd.concat([published, load_published(load_data(path), kind)], ignore_index=True)
     if corpus is None:
@@ -283,12 +289,16 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
     """Predict every row and score the time, ranking and memory against the targets (`TARGETS`)."""
     preds = [predict(r) for r in rows.to_dict("records")]
     df = rows.copy()
-    for column in ("memory_mib", "oom", "kind", "group"):
+    for column in ("memory_mib", "oom", "kind", "group", "capacity_mib"):
         if column not in df:
             df[column] = None
     df["predicted_s"] = [p.get("sec_per_it") for p in preds]
     df["predicted_mib"] = [p.get("gpu_memory_mib") for p in preds]
-    df["capacity_mib"] = [p.get("capacity_mib") for p in preds]
+    # a row's own capacity (its GPU is not the catalog's part) wins over the catalog's
+    df["capacity_mib"] = [
+        p.get("capacity_mib") if _missing(own) else own
+        for own, p in zip(df["capacity_mib"], preds, strict=True)
+    ]
     df["error"] = df["predicted_s"].astype(float) / df["sec_per_it"].astype(float) - 1
     timed = df[df["error"].notna()].copy()
     timed["abs_error"] = timed["error"].abs()
@@ -298,7 +308,7 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
         median = float(part["abs_error"].median()) if len(part) else math.nan
         return {"n": len(part), "median_abs_error": median, "target": target, "met": bool(median <= target)}
 
-    dense = timed[timed["kind"] != "moe"]  # the MoE rows are scored on their own line (`MOE`)
+    dense = timed[~timed["kind"].isin(APART)]  # the MoE and torchtitan rows have lines of their own
     worst = dense.sort_values("abs_error", ascending=False).head(10)
     over = dense[dense["abs_error"] > TARGETS["time_worst"]]
 
@@ -314,9 +324,21 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
         return groups
 
     groups = rank_groups(dense)
-    moe = timed[timed["kind"] == "moe"]
 
-    mem = df[df["memory_mib"].notna() & df["predicted_mib"].notna()]
+    def apart(kind: str) -> dict[str, Any]:
+        part = timed[timed["kind"] == kind]
+        out: dict[str, Any] = {
+            "rows": [_row_out(r) for r in part.sort_values("id").to_dict("records")],
+            "groups": rank_groups(part),
+        }
+        mem = part[part["memory_mib"].notna() & part["predicted_mib"].notna()]
+        if len(mem):
+            ratio = mem["memory_mib"].astype(float) / mem["predicted_mib"].astype(float)
+            out["memory"] = {"n": len(mem), "median_measured_over_predicted": float(ratio.median())}
+        return out
+
+    own = df[~df["kind"].isin(APART)]
+    mem = own[own["memory_mib"].notna() & own["predicted_mib"].notna()]
     ratio = mem["memory_mib"].astype(float) / mem["predicted_mib"].astype(float)
     median_ratio = float(ratio.median()) if len(ratio) else math.nan
     within = int(((ratio - 1).abs() <= TARGETS["memory_within"]).sum())
@@ -333,6 +355,7 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
             "published": time_part("published", TARGETS["time_median_published"]),
             "held-out": time_part("held-out", TARGETS["time_median_published"]),
             "moe": time_part("moe", TARGETS["time_median_published"]),
+            "torchtitan": time_part("torchtitan", TARGETS["time_median_published"]),
             "worse_than_target": {
                 "n": len(over),
                 "target": TARGETS["time_worst"],
@@ -341,10 +364,8 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
             },
         },
         "worst": [_row_out(r) for r in worst.to_dict("records")],
-        "moe": {
-            "rows": [_row_out(r) for r in moe.sort_values("id").to_dict("records")],
-            "groups": rank_groups(moe),
-        },
+        "moe": apart("moe"),
+        "torchtitan": apart("torchtitan"),
         "rank": {
             "groups": groups,
             "met": sum(g["met"] for g in groups),
@@ -380,11 +401,14 @@ def _row_out(rec: Mapping[str, Any]) -> dict[str, Any]:
         "pp",
         "dp",
         "ep",
+        "cp",
         "mbs",
         "gbs",
         "sec_per_it",
         "predicted_s",
         "error",
+        "memory_mib",
+        "predicted_mib",
     )
     out = {k: (None if _missing(rec.get(k)) else rec.get(k)) for k in keys}
     out["source"] = rec.get("source")
@@ -434,6 +458,30 @@ def _ok(met: bool) -> str:
     return "met" if met else "NOT met"
 
 
+def _render_apart(kind: str, column: str, part: Mapping[str, Any]) -> list[str]:
+    """The rows of a kind scored apart, with the parallel degree that sets them apart, and their ranking."""
+    if not part["rows"]:
+        return []
+    lines = ["", f"{kind} rows:"]
+    for w in part["rows"]:
+        mem = ""
+        if w.get("memory_mib") and w.get("predicted_mib"):
+            mem = f"  memory {w['memory_mib'] / 1024:5.1f} / {w['predicted_mib'] / 1024:5.1f} GiB"
+        lines.append(
+            f"  {w['id']:<42} {column.upper()}{int(w.get(column) or 1):<3} measured {w['sec_per_it']:8.2f} s  "
+            f"predicted {w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%{mem}"
+        )
+    for g in part["groups"]:
+        rho = "n/a" if math.isnan(g["rho"]) else f"{g['rho']:+.2f}"
+        lines.append(f"  rank {g['group']:<30} n={g['n']:<3} rho {rho}")
+    if "memory" in part:
+        m = part["memory"]
+        lines.append(
+            f"  memory: measured/predicted median {m['median_measured_over_predicted']:.2f} over {m['n']} rows"
+        )
+    return lines
+
+
 def render(result: Mapping[str, Any], notes: list[str]) -> str:
     t = result["time"]
     lines = [f"{result['rows']} rows, {result['timed']} with a measured sec/it", ""]
@@ -449,6 +497,8 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
         f"   target <= {_pct(t['held-out']['target'])}  {_ok(t['held-out']['met'])}",
         f"  moe         {_pct(t['moe']['median_abs_error']):>7} over {t['moe']['n']:>3} rows"
         f"   (scored apart, out of the lines above and below)",
+        f"  torchtitan  {_pct(t['torchtitan']['median_abs_error']):>7} over {t['torchtitan']['n']:>3} rows"
+        f"   (scored apart, as the MoE rows)",
         f"  rows worse than {_pct(t['worse_than_target']['target'])}: {t['worse_than_target']['n']}"
         f" (worst {_pct(t['worse_than_target']['max_abs_error'])})   target 0  {_ok(t['worse_than_target']['met'])}",
         "",
@@ -459,17 +509,8 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
             f"  {w['id']:<34} {w['group']:<24} measured {w['sec_per_it']:8.2f} s  predicted "
             f"{w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%"
         )
-    moe = result["moe"]
-    if moe["rows"]:
-        lines += ["", "moe rows:"]
-        for w in moe["rows"]:
-            lines.append(
-                f"  {w['id']:<42} EP{int(w.get('ep') or 1):<3} measured {w['sec_per_it']:8.2f} s  predicted "
-                f"{w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%"
-            )
-        for g in moe["groups"]:
-            rho = "n/a" if math.isnan(g["rho"]) else f"{g['rho']:+.2f}"
-            lines.append(f"  rank {g['group']:<30} n={g['n']:<3} rho {rho}")
+    for kind, column in (("moe", "ep"), ("torchtitan", "cp")):
+        lines += _render_apart(kind, column, result[kind])
     r = result["rank"]
     lines += [
         "",
@@ -657,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout", type=Path, default=HELDOUT, help="the held-out published runs (TOML)")
     parser.add_argument("--moe", type=Path, default=MOE, help="the published MoE runs (TOML)")
     parser.add_argument(
+        "--torchtitan", type=Path, default=TORCHTITAN, help="the published torchtitan runs (TOML)"
+    )
+    parser.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="folder of published Megatron logs (*.out)"
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -665,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows, notes = load_rows(args.corpus, args.data, args.heldout, args.moe)
+    rows, notes = load_rows(args.corpus, args.data, args.heldout, args.moe, args.torchtitan)
     result = score(rows)
     result["repeats"] = repeats(rows)
     result["notes"] = notes

@@ -18,7 +18,7 @@ from tracelog.analysis.moe_inputs import MOE_PARAMS, moe_layout, moe_shape
 from tracelog.analysis.optimizer_state import OPTIMIZER_PARAMS, adam_state_bytes, shards_optimizer_state
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link
-from tracelog.model.flops import ModelConfig, Recompute, TrainConfig
+from tracelog.model.flops import RECOMPUTE_MODES, ModelConfig, Recompute, TrainConfig
 from tracelog.store import Store
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -230,7 +230,7 @@ def reference_fabric(gpu: Gpu | None) -> Link | None:
 def build(row: dict[str, Any], run_params: dict[str, str]) -> RunInputs:
     """Typed model inputs from one `runs` row (joined with its steady-state medians)."""
     recompute = _text(row.get("recompute")) or "none"
-    if recompute not in ("none", "selective", "full"):
+    if recompute not in RECOMPUTE_MODES:
         recompute = "none"
     precision = _text(row.get("precision"))
     inputs = RunInputs(

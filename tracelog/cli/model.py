@@ -68,7 +68,11 @@ from tracelog.store.benches import is_bench_ref
     help="MoE: expert tensor-parallel size.  [default: --tp, as Megatron]",
 )
 @click.option("--sequence-parallel", is_flag=True, default=None)
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option(
+    "--recompute",
+    type=click.Choice(["none", "selective", "full", "op"]),
+    help="selective: Megatron's (the attention core); op: torchtitan's per-operation policy.",
+)
 @click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage.")
 @click.option("--distributed-optimizer", is_flag=True, default=None, help="Megatron's distributed optimizer.")
 @click.option("--precision", help="bf16, fp16, fp8 or fp32.")

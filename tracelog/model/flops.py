@@ -11,8 +11,10 @@ from typing import Literal
 
 from tracelog.errors import TracelogError
 
-Recompute = Literal["none", "selective", "full"]
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+Recompute = Literal["none", "selective", "full", "op"]
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full", "op")
+"""`selective` is Megatron-LM's (the attention core), `op` torchtitan's per-operation policy
+(`model.checkpointing`)."""
 CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("unfused", "fused", "te")
 
 
@@ -316,10 +318,20 @@ def flops_megatron_lm(cfg: ModelConfig, gbs: int, causal_halved: bool = True) ->
     return 3 * forward_flops(cfg, gbs * cfg.seq_len, causal_halved)
 
 
+def op_recompute_flops_per_token(cfg: ModelConfig) -> float:
+    """FLOPs per token and layer torchtitan's per-operation policy recomputes in 16-bit training (every
+    second matrix product: wk, h × kv; wo, q × h; w3, h × f of a gated MLP; `model.checkpointing`), two
+    FLOPs per multiply-add."""
+    q, kv = cfg.heads * cfg.head_dim, cfg.groups * cfg.head_dim
+    gated = cfg.token_ffn if cfg.swiglu else 0
+    return 2.0 * cfg.hidden * (kv + q + gated)
+
+
 def hardware_flops(cfg: ModelConfig, gbs: int, recompute: Recompute) -> float:
     """FLOPs the GPUs actually execute: model FLOPs (Megatron-LM form) plus the recomputed forward:
     every transformer layer again for `full`, only the attention core (QKᵀ, softmax·V) for `selective`
-    (Korthikanti et al. 2022 §5, §6.3: hardware vs model FLOPs)."""
+    (Korthikanti et al. 2022 §5, §6.3: hardware vs model FLOPs), every second matrix product for `op`
+    (torchtitan's policy in 16-bit training, `model.checkpointing`)."""
     tokens = gbs * cfg.seq_len
     model = flops_megatron_lm(cfg, gbs)
     projections, core = _attention_forward_per_token(cfg)
@@ -327,6 +339,8 @@ def hardware_flops(cfg: ModelConfig, gbs: int, recompute: Recompute) -> float:
         return model + tokens * (cfg.layers * (projections + core) + _mlp_forward_per_token(cfg))
     if recompute == "selective":
         return model + tokens * cfg.layers * core
+    if recompute == "op":
+        return model + tokens * cfg.layers * op_recompute_flops_per_token(cfg)
     return model
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, normalize_precision
+from tracelog.model.checkpointing import op_saved_bytes_per_layer
 from tracelog.model.flops import (
     ModelConfig,
     Recompute,
@@ -410,20 +411,23 @@ def activations_per_gpu(
     cfg: ModelConfig, train: TrainConfig, options: MemoryOptions | None = None, stage: str = "first"
 ) -> float:
     """Activations of a pipeline stage: its layers' activations for the micro-batches it holds in flight
-    (`layers_in_flight`). With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
+    (`layers_in_flight`). Under torchtitan's per-operation policy what it saves (`model.checkpointing`),
+    and one layer's full activations on top, rebuilt. With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
     none on the GPU with `checkpoint_in_cpu`) and one layer's full activations are rebuilt on top. The
     last stage (or the only one) also holds the fp32 logits of one micro-batch, 4·s·b·V/t bytes, which
     the vocabulary-parallel cross entropy computes in fp32 (Megatron `vocab_parallel_cross_entropy`)."""
     options = options or MemoryOptions()
     p = train.pp
     stored = _layer_activations(cfg, train, train.recompute)
+    if train.recompute == "op":
+        stored = op_saved_bytes_per_layer(cfg, train) + moe_dispatch_activation_bytes(cfg, train)
     if train.recompute == "full":
         if options.checkpoint_in_cpu:
             stored = 0.0
         elif options.partition_activations and not train.sequence_parallel:
             stored /= train.tp
     total = stored * layers_in_flight(cfg, train, stage)
-    if train.recompute == "full":
+    if train.recompute in ("full", "op"):
         total += _layer_activations(cfg, train, "none")
     if stage == "last" or p == 1:
         total += 4 * (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, link, peak_tflops
 from tracelog.hardware import gpu as catalog_gpu
+from tracelog.model.checkpointing import op_recompute_seconds
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
     DEFAULT_LINK_EFFICIENCY,
@@ -296,7 +297,8 @@ def stage_compute(
     share of the balance, so there the logits count 1/p per stage; then the cross-entropy loss over the
     logits (`cross_entropy_seconds`, memory-bound, its own forward and backward passes); backward = 2 ×
     forward for the layers and the output layer (two GEMMs per forward GEMM); full recomputation repeats the layers'
-    forward, selective the attention core; the optimizer step over the parameters this GPU updates."""
+    forward, selective the attention core, `op` what torchtitan's policy recomputes (`model.checkpointing`);
+    the optimizer step over the parameters this GPU updates."""
     if compute_scale <= 0:
         raise TracelogError(f"compute scale must be positive, got {compute_scale}")
     g = _resolve_gpu(gpu)
@@ -314,6 +316,8 @@ def stage_compute(
         recompute = layers * layer_fwd
     elif train.recompute == "selective":
         recompute = layers * sum(op.time_s for op in ops if op.name in SELECTIVE_OPS)
+    elif train.recompute == "op":
+        recompute = layers * op_recompute_seconds(ops, cfg, train)
     else:
         recompute = 0.0
     params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)

@@ -1,0 +1,118 @@
+"""torchtitan's per-operation activation checkpointing (`recompute = "op"`, `tracelog.model.checkpointing`):
+what it recomputes and what it keeps, each against a hand computation, and the published torchtitan rows
+scored on a line of their own."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracelog import hardware
+from tracelog.analysis.what_if import what_if
+from tracelog.model.checkpointing import (
+    op_recompute_seconds,
+    op_saved_bytes_per_layer,
+    recomputed_linear_shares,
+)
+from tracelog.model.flops import ModelConfig, TrainConfig, flops_megatron_lm, hardware_flops
+from tracelog.model.gemm import layer_forward_ops
+from tracelog.model.memory import activations_per_gpu
+from tracelog.model.timing import stage_compute
+
+H100 = hardware.gpu("h100-sxm5-80gb")
+# Llama 3.1 8B as torchtitan builds it (models/llama/__init__.py llama3_configs "8B")
+LLAMA3_8B = ModelConfig(
+    layers=32, hidden=4096, heads=32, query_groups=8, seq_len=8192, vocab=128256, ffn_hidden=14336,
+    swiglu=True, bias=False, tied_embeddings=False, learned_positions=False, dropout=False,
+)  # fmt: skip
+
+
+def fsdp(**kw) -> TrainConfig:
+    base = dict(gbs=16, mbs=2, dp=8, zero_stage=3, flash_attention=True, framework="torchtitan")
+    return TrainConfig(**(base | kw))
+
+
+def test_every_second_matrix_product_is_recomputed_in_16_bit():
+    # products in call order wq wk wv wo w1 w3 w2: the even ones, wk, wo and w3, are recomputed; of the
+    # fused QKV GEMM that is K's 1024 columns of 4096 + 2 x 1024
+    shares = recomputed_linear_shares(LLAMA3_8B, fsdp(precision="bf16"))
+    assert shares == {"qkv": 1024 / 6144, "proj": 1.0, "mlp_up": 0.5, "mlp_down": 0.0}
+    # torchao's float8 linears multiply with _scaled_mm, which the policy does not save: all recomputed
+    assert set(recomputed_linear_shares(LLAMA3_8B, fsdp(precision="fp8")).values()) == {1.0}
+
+
+def test_recompute_time_is_those_shares_plus_the_elementwise_work():
+    train = fsdp(precision="bf16", recompute="op")
+    ops = {op.name: op for op in layer_forward_ops(LLAMA3_8B, train, H100)}
+    expected = (
+        ops["qkv"].time_s / 6
+        + ops["proj"].time_s
+        + ops["mlp_up"].time_s / 2
+        + ops["layernorms"].time_s
+        + ops["bias_dropout_residual"].time_s
+        + ops["activation"].time_s
+    )
+    assert op_recompute_seconds(list(ops.values()), LLAMA3_8B, train) == pytest.approx(expected)
+    assert "attention" in ops  # saved, not recomputed: the sum above leaves it out
+    stage = {
+        mode: stage_compute(LLAMA3_8B, fsdp(recompute=mode), H100).recompute_s
+        for mode in ("none", "op", "full")
+    }
+    assert stage["none"] == 0 < stage["op"] < stage["full"]
+    assert stage["op"] == pytest.approx(32 * expected)
+
+
+def test_hardware_flops_count_the_recomputed_products():
+    # per token and layer 2 x h x (kv + q + f) = 2 x 4096 x (1024 + 4096 + 14336)
+    tokens = 16 * 8192
+    extra = hardware_flops(LLAMA3_8B, 16, "op") - flops_megatron_lm(LLAMA3_8B, 16)
+    assert extra == pytest.approx(tokens * 32 * 2 * 4096 * (1024 + 4096 + 14336))
+
+
+def test_what_the_policy_keeps():
+    # 16-bit: block input h, attention output q, saved products wq q, wv kv, w1 f, w2 h; 2 bytes each
+    tokens = 2 * 8192
+    bf16 = op_saved_bytes_per_layer(LLAMA3_8B, fsdp(precision="bf16"))
+    assert bf16 == 2 * tokens * (4096 + 4096 + 4096 + 1024 + 14336 + 4096)
+    # float8: the block input and the attention output only
+    assert op_saved_bytes_per_layer(LLAMA3_8B, fsdp(precision="fp8")) == 2 * tokens * (4096 + 4096)
+    # TP 2 with sequence parallelism splits every term
+    tp2 = op_saved_bytes_per_layer(LLAMA3_8B, fsdp(precision="bf16", tp=2, dp=4, sequence_parallel=True))
+    assert tp2 == pytest.approx(bf16 / 2)
+    # the stage holds that for its 32 layers, and one layer rebuilt whole on top: between full and none
+    act = {m: activations_per_gpu(LLAMA3_8B, fsdp(recompute=m)) for m in ("none", "op", "full")}
+    assert act["full"] < act["op"] < act["none"]
+
+
+def test_a_run_given_op_is_predicted_with_it():
+    config = dict(
+        layers=32, hidden=4096, heads=32, query_groups=8, ffn_hidden=14336, swiglu=True, seq_len=8192,
+        vocab=128256, gbs=16, mbs=2, dp=8, gpus=8, zero_stage=3, precision="bf16", framework="torchtitan",
+        gpu_model="h100-sxm5-80gb",
+    )  # fmt: skip
+
+    def sec(recompute: str) -> float:
+        table = what_if(None, None, config | {"recompute": recompute}, attention_backend="flash")
+        return float(table.loc[table["metric"] == "sec_per_it", "value"].iloc[0])
+
+    assert sec("none") < sec("op") < sec("full")
+
+
+def test_torchtitan_rows_are_scored_on_a_line_of_their_own():
+    """benchmarks/torchtitan_runs.toml: 28 published torchtitan rows, out of the other medians. The model
+    is too fast on every one (median 36 %: the bound is that figure) but orders each group's rows as
+    measured (rho >= 0.8 in all six groups of three or more)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fidelity
+
+    rows, _ = fidelity.load_rows(None, heldout_path=None, moe_path=None)
+    result = fidelity.score(rows)
+    titan = result["time"]["torchtitan"]
+    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.37
+    assert result["time"]["published"]["n"] == 24  # the published line is unchanged by them
+    assert all(r["error"] < 0 for r in result["torchtitan"]["rows"])
+    groups = result["torchtitan"]["groups"]
+    assert len(groups) == 6 and all(g["rho"] >= 0.79 for g in groups)
+    assert not result["ran"]["predicted_over_capacity"]
