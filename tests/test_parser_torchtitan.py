@@ -65,8 +65,11 @@ def test_the_sample_lands_as_two_runs_with_one_row_per_step(tmp_path: Path) -> N
     ]
     # the hardware scan reads the GPU from the `CUDA capacity` line; the watchdog kills run 1
     assert set(api.sql(db, "SELECT gpu_model FROM runs")["gpu_model"]) == {"h100-sxm5-80gb"}
+    # the checkpointer's save at step 40 (begun, then on disk), and the relaunch loading it
     kinds = api.sql(db, "SELECT run_id, kind FROM events ORDER BY line_no").values.tolist()
-    assert kinds == [[1, "warning"], [1, "timeout"]]
+    assert kinds == [
+        [1, "warning"], [1, "checkpoint_saving"], [1, "checkpoint_saved"], [1, "timeout"], [2, "checkpoint_loaded"]
+    ]  # fmt: skip
 
 
 def test_older_lines_colours_and_the_2024_start_lines() -> None:

@@ -168,6 +168,13 @@ class RunInputs:
         return self.run_params.get(f"json.zero_optimization.{name}")
 
 
+def fsdp2(inputs: RunInputs, zero_stage: int | None) -> bool:
+    """torchtitan's FSDP2 sharding (ZeRO-3 here) overlaps by design: each block's all-gather is issued ahead
+    of its compute and the gradients' reduce-scatter runs on its own stream during the backward pass
+    (PyTorch `fully_shard`: implicit forward and backward prefetching)."""
+    return inputs.framework == "torchtitan" and zero_stage == 3
+
+
 def fp16_grad_buffer(inputs: RunInputs) -> bool:
     """Megatron keeps its data-parallel gradient buffer in the training dtype, 2 bytes a parameter (the
     optimizer makes fp32 main grads at its step), where its arguments say so: in fp16 unless
@@ -408,8 +415,9 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
                 inputs.flag("overlap_grad_reduce")
                 or inputs.flag("overlap_comm")
                 or (inputs.zero_option("overlap_comm") or "").lower() == "true"
+                or fsdp2(inputs, zero_stage)
             ),
-            overlap_param_gather=bool(inputs.flag("overlap_param_gather")),
+            overlap_param_gather=bool(inputs.flag("overlap_param_gather") or fsdp2(inputs, zero_stage)),
             tp_comm_overlap=bool(inputs.flag("tp_comm_overlap")),
             overlap_p2p_comm=inputs.flag("overlap_p2p_comm") is not False,
             framework=inputs.framework or "megatron",

@@ -24,6 +24,13 @@ total steps 1000 (warmup 200)`) and `Peak FLOPS used for computing MFU: 9.890e+1
 NVIDIA H100 80GB HBM3 with 79.11GiB memory` line names the GPU for the hardware scan, as unparsed lines
 do. Warnings and tracebacks are events; anything else is `unparsed`.
 
+What the model needs and the log says only by name (`model_inputs`): the shape of a flavour it built
+without printing its arguments (`Building llama3 8B`, `Model llama3 8B size: ...`; `torchtitan_flavors`),
+FSDP as ZeRO-3 (`Applied FSDP to the model`, or a mesh with dp_shard > 1), and activation checkpointing
+(`Applied selective activation checkpointing to the model`, `Applied FullAC ...`: recompute `op` or
+`full`); `Compiling each TransformerBlock with torch.compile` is kept as a parameter. The checkpointer's
+saves are events (`Finished saving the checkpoint ...`: `checkpoint_saved`).
+
 A launch starts the next run once steps were read, whatever its step numbers: its command
 (`./run_train.sh ...`, `./run_llama_train.sh` before 2025, the `+ torchrun --nproc_per_node=8 ...` their
 `set -x` echoes, `python -m torchtitan.train`), torchrun's banner (`Setting OMP_NUM_THREADS environment
@@ -40,10 +47,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
+from tracelog.parsers.torchtitan_flavors import flavor_shape
 
 FORMAT = "torchtitan"
 VERSION = "2"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
@@ -65,6 +74,10 @@ FIELD_RX = re.compile(r"\b(grad_norm|memory|tps|wps|tflops|mfu):\s*" + NUM[:-1] 
 MESH_RX = re.compile(r"Building device mesh with parallelism: (.*)")
 OLD_MESH_RX = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
 SIZE_RX = re.compile(r"\bsize: ([\d,]+) total parameters")
+PER_RANK_RX = re.compile(r"(?<![\d,])([\d,]+) tokens per DP rank, .*gradient accumulation steps (\d+)")
+"""2025's `Trainer is initialized with 8192 tokens per DP rank, 65536 tokens per train step, gradient
+accumulation steps 1, maximum context length 8192, ...`: a micro-batch is tokens per rank / (context x
+accumulation)."""
 INITIALIZED_RX = re.compile(
     # the count only from a run's first digit: a line of digits would otherwise backtrack quadratically
     r"(?<![\d,])([\d,]+) tokens per train step, .*maximum context length (\d+), total steps (\d+)"
@@ -108,6 +121,27 @@ START_LINES = (
 )  # fmt: skip
 # The trainer's last word once its loop returned (torchtitan/trainer.py `logger.info("Training completed")`):
 # what fails after it (process-group teardown aborting, SIGABRT) lost no step.
+MODEL_SIZE_RX = re.compile(r"\bModel ([\w.-]+ [\w.-]+) size: ")
+AC_RX = re.compile(r"\bApplied (\w+) activation checkpointing to the model")
+"""`selective` or `full` until 2025 (parallelize_llama.py `apply_ac`), the class's name since
+(`SelectiveAC`, `FullAC`, `MemoryBudgetAC`: distributed/activation_checkpoint.py)."""
+SHARDING_RX = re.compile(r"\bApplied (FSDP|HSDP|DDP) to the model")
+COMPILE_RX = re.compile(r"\bCompiling each TransformerBlock with torch\.compile")
+LAYER_SAC_RX = re.compile(r"selective[_-]ac[_-]option[= ]+['\"]?\d")
+CHECKPOINT_RX = re.compile(
+    r"\b(?:Finished (saving|staging|loading) the checkpoint|(Saving) (?:the|a full) checkpoint)\b"
+)
+"""The checkpointer's words (components/checkpoint.py, checkpointer/dcp.py): `Finished saving the checkpoint
+(or staging if async is enabled)in 21.38 seconds.` (2024-25; `Finished {phase} the checkpoint in ...` since),
+`Saving the checkpoint (or staging if async is enabled).`, `Saving a full checkpoint at last step, step N.`,
+and `Finished loading the checkpoint in ...` (the `Loading the checkpoint ...` before it stays unparsed).
+Staged only (an async save still writing) is a save begun, not one on disk."""
+CHECKPOINT_KINDS = {
+    "saving": "checkpoint_saved",
+    "staging": "checkpoint_saving",
+    "loading": "checkpoint_loaded",
+    "Saving": "checkpoint_saving",
+}
 DONE_RX = re.compile(r"(?:^|INFO - |\]:)\s*Training completed\s*$")
 METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
 
@@ -132,6 +166,7 @@ class _Parser(RunRows):
         self.last_stamp: datetime | None = None
         self.memory_step: int | None = None
         self.memory_seen: set[int | None] = set()  # the ranks whose memory of `memory_step` was read
+        self.dp_shard: dict[int, int] = {}  # id(run) -> the FSDP degree its device mesh gave
 
     def new_run(self) -> None:
         if self.last_step is not None:
@@ -153,6 +188,12 @@ class _Parser(RunRows):
             self.out.add(
                 "iteration_metrics",
                 {**metric, "value": printed_number(match.group(2)), "text": match.group(2), "line_no": n},
+            )
+        elif match := CHECKPOINT_RX.search(body):
+            word = next(g for g in match.groups() if g)
+            self.out.add(
+                "events",
+                {"run_key": self.run_key, "line_no": n, "kind": CHECKPOINT_KINDS[word], "text": text},
             )
         elif DONE_RX.search(body):
             self.out.add(
@@ -252,6 +293,14 @@ class _Parser(RunRows):
             self.param(n, "device_mesh", f"{match.group(1)} {match.group(2)}")
         elif match := SIZE_RX.search(body):
             self.run(n)["params"] = int(match.group(1).replace(",", ""))
+            if named := MODEL_SIZE_RX.search(body):
+                self.param(n, "model", named.group(1))
+        elif match := AC_RX.search(body):
+            self.param(n, "activation_checkpointing", match.group(1))
+        elif match := SHARDING_RX.search(body):
+            self.param(n, "data_parallel", match.group(1))
+        elif COMPILE_RX.search(body):
+            self.param(n, "torch_compile", True)
         elif match := INITIALIZED_2025_RX.search(body):
             local, global_, accumulation, seq, steps = (int(g) for g in match.groups())
             self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
@@ -266,6 +315,10 @@ class _Parser(RunRows):
             run.update(seq_len=context, train_iters=steps)
             if tokens % context == 0:
                 run["gbs"] = tokens // context
+            if (per_rank := PER_RANK_RX.search(body)) and context:
+                rank_tokens, accumulation = int(per_rank.group(1).replace(",", "")), int(per_rank.group(2))
+                if accumulation and rank_tokens % (context * accumulation) == 0:
+                    run["mbs"] = rank_tokens // (context * accumulation)
         elif match := STARTS_RX.search(body):
             if match.group(2) is not None:
                 local, global_, seq, steps = (int(g) for g in match.groups()[1:])
@@ -323,13 +376,38 @@ class _Parser(RunRows):
         for name, column in (("tp", "tp"), ("pp", "pp"), ("cp", "cp")):
             if name in degrees:
                 run[column] = degrees[name]
+        self.dp_shard[id(run)] = degrees.get("dp_shard", 1)
         dp = degrees.get("dp_replicate", 1) * degrees.get("dp_shard", 1) * degrees.get("dp", 1)
         run["dp"] = dp
         run["gpus"] = dp * degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
 
     def finish(self) -> None:
         for run in self.runs.values():
+            self.model_inputs(run)
             self.out.add("runs", run)
+
+    def model_inputs(self, run: dict[str, Any]) -> None:
+        """What the model needs that the log says only by name: the shape of a flavour the trainer did not
+        print the arguments of (`torchtitan_flavors`), FSDP as ZeRO-3 (torchtitan shards with FSDP2
+        whenever `dp_shard` > 1: `apply_fsdp` in parallelize_llama.py; `Applied DDP` replicates), and
+        activation checkpointing: `full`, or torchtitan's per-operation selective policy (`op`, the
+        option of its shipped Llama configurations) unless the command asked for every N-th layer."""
+        params = {p["name"]: p["value"] for p in run["run_params"]}
+        if "layers" not in run and (shape := flavor_shape(params.get("model", ""))):
+            for key, value in shape.items():
+                run.setdefault(key, value)
+        sharding = params.get("data_parallel")
+        if sharding in ("FSDP", "HSDP") or (sharding is None and self.dp_shard.get(id(run), 1) > 1):
+            run.setdefault("zero_stage", 3)
+        elif sharding == "DDP":
+            run.setdefault("zero_stage", 0)
+        mode = (params.get("activation_checkpointing") or "").lower()
+        if mode in ("full", "fullac"):
+            run.setdefault("recompute", "full")
+        elif mode == "selectiveac" or (
+            mode == "selective" and not LAYER_SAC_RX.search(params.get("launch_command", ""))
+        ):
+            run.setdefault("recompute", "op")
 
 
 @guarded

@@ -321,7 +321,13 @@ def _last_checkpoint(store: Store, run_id: int, before_line: int) -> str:
     if saved is None or saved[1] is None:
         return " No checkpoint saved before it in this log."
     iteration, line = saved
-    return f" The last checkpoint saved before it: iteration {iteration or '?'} (line {line})."
+    if iteration is None:  # a line that does not name its step (torchtitan's): the last step logged before it
+        (iteration,) = store.con.execute(
+            f"SELECT max(iteration) FROM iterations WHERE run_id = {int(run_id)} AND line_no < {int(line)}"
+        ).fetchone()
+    if iteration is None:
+        return f" A checkpoint was saved before it (line {line})."
+    return f" The last checkpoint saved before it: iteration {iteration} (line {line})."
 
 
 def nan_found_by_a_check(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:

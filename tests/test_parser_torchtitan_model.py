@@ -1,0 +1,138 @@
+"""What torchtitan's log says only by name, read for the model: the shape of a flavour, FSDP as ZeRO-3, the
+activation checkpointing mode, torch.compile, and the checkpointer's saves. The samples are invented, in the
+shape of torchtitan's own lines (train.py, parallelize_llama.py, components/checkpoint.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rows_by_table
+from tracelog import api
+from tracelog.parsers import torchtitan
+from tracelog.parsers.torchtitan_flavors import flavor_shape
+
+# invented: a 70B run on 256 GPUs (FSDP 32 x TP 8), the 2025 start lines, no model arguments printed
+SEVENTY_B = """\
++ torchrun --nproc_per_node=8 -m torchtitan.train --job.config_file ./train_configs/llama3_70b.toml
+[rank0]:[titan] 2025-06-12 10:00:01,100 - root - INFO - Starting job: Llama 3 70B training
+[rank0]:[titan] 2025-06-12 10:00:02,200 - root - INFO - Building device mesh with parallelism: pp=1, dp_replicate=1, dp_shard=32, cp=1, tp=8
+[rank0]:[titan] 2025-06-12 10:00:09,300 - root - INFO - Building llama3 70B
+[rank0]:[titan] 2025-06-12 10:00:10,100 - root - INFO - CUDA capacity: NVIDIA H100 80GB HBM3 with 79.11GiB memory
+[rank0]:[titan] 2025-06-12 10:00:10,200 - root - INFO - Model llama3 70B size: 70,553,706,496 total parameters
+[rank0]:[titan] 2025-06-12 10:00:10,300 - root - INFO - Applied Tensor Parallelism to the model
+[rank0]:[titan] 2025-06-12 10:00:10,400 - root - INFO - Applied selective activation checkpointing to the model
+[rank0]:[titan] 2025-06-12 10:00:10,500 - root - INFO - Compiling each TransformerBlock with torch.compile
+[rank0]:[titan] 2025-06-12 10:00:10,600 - root - INFO - Applied FSDP to the model
+[rank0]:[titan] 2025-06-12 10:00:11,000 - root - INFO - Trainer is initialized with 16,384 tokens per DP rank, 524,288 tokens per train step, gradient accumulation steps 1, maximum context length 8192, total steps 1000 (warmup 200)
+[rank0]:[titan] 2025-06-12 10:00:40,000 - root - INFO - step:  1  loss: 12.2500  grad_norm: 20.1000  memory: 60.10GiB(75.97%)  tps: 180  tflops: 85.2  mfu: 8.61%
+[rank0]:[titan] 2025-06-12 10:01:11,000 - root - INFO - step: 10  loss:  9.9000  grad_norm:  4.0000  memory: 70.20GiB(88.74%)  tps: 600  tflops: 284.0  mfu: 28.72%
+[rank0]:[titan] 2025-06-12 10:01:45,400 - root - INFO - step: 20  loss:  8.2000  grad_norm:  2.1000  memory: 70.20GiB(88.74%)  tps: 610  tflops: 288.7  mfu: 29.19%
+[rank0]:[titan] 2025-06-12 10:01:45,900 - root - INFO - Saving the checkpoint (or staging if async is enabled).
+[rank0]:[titan] 2025-06-12 10:02:21,300 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 35.40 seconds.
+[rank0]:[titan] 2025-06-12 10:02:55,700 - root - INFO - step: 30  loss:  7.5000  grad_norm:  1.4000  memory: 70.20GiB(88.74%)  tps: 605  tflops: 286.3  mfu: 28.95%
+[rank12]:[rank12]:[E612 10:13:00.500112651 ProcessGroupNCCL.cpp:632] [Rank 12] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, OpType=_REDUCE_SCATTER_BASE) ran for 600084 milliseconds before timing out.
+"""
+
+# invented: an 8B run with DDP, full checkpointing (the 2026 class name) and one with layer-frequency SAC
+EIGHT_B_DDP_FULL = """\
+[rank0]:[titan] 2026-02-01 08:00:01,000 - root - INFO - Building device mesh with parallelism: pp=1, dp_replicate=8, dp_shard=1, cp=1, tp=1
+[rank0]:[titan] 2026-02-01 08:00:05,000 - root - INFO - Building llama3 8B
+[rank0]:[titan] 2026-02-01 08:00:06,000 - root - INFO - Applied FullAC activation checkpointing to the model
+[rank0]:[titan] 2026-02-01 08:00:06,100 - root - INFO - Applied DDP to the model
+[rank0]:[titan] 2026-02-01 08:00:07,000 - root - INFO - Trainer is initialized with local batch size 2, global batch size 16, gradient accumulation steps 1, sequence length 8192, total steps 100 (warmup 10)
+[rank0]:[titan] 2026-02-01 08:00:20,000 - root - INFO - step:  1  loss: 12.2500  grad_norm: 15.0  memory: 50.00GiB(63.20%)  tps: 3,000  tflops: 180.0  mfu: 18.20%
+[rank0]:[titan] 2026-02-01 08:00:50,000 - root - INFO - step: 10  loss:  9.8000  grad_norm:  4.0  memory: 55.00GiB(69.52%)  tps: 4,900  tflops: 294.0  mfu: 29.73%
+"""
+LAYER_SAC = """\
++ torchrun --nproc_per_node=8 -m torchtitan.train --job.config_file llama3_8b.toml --activation_checkpoint.selective_ac_option 2
+[rank0]:[titan] 2025-03-01 08:00:01,000 - root - INFO - Building device mesh with parallelism: pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1
+[rank0]:[titan] 2025-03-01 08:00:05,000 - root - INFO - Building llama3 8B
+[rank0]:[titan] 2025-03-01 08:00:06,000 - root - INFO - Applied selective activation checkpointing to the model
+[rank0]:[titan] 2025-03-01 08:00:20,000 - root - INFO - step:  1  loss: 12.2500  grad_norm: 15.0  memory: 50.00GiB(63.20%)  tps: 3,000  tflops: 180.0  mfu: 18.20%
+[rank0]:[titan] 2025-03-01 08:00:50,000 - root - INFO - step: 10  loss:  9.8000  grad_norm:  4.0  memory: 55.00GiB(69.52%)  tps: 4,900  tflops: 294.0  mfu: 29.73%
+"""
+
+
+def test_flavours_give_the_shapes_of_torchtitans_llama3_configs() -> None:
+    # FeedForward's width: int(2 * 4 * dim / 3) * multiplier, rounded up to multiple_of
+    for name, dim, multiplier, multiple in (("llama3 8B", 4096, 1.3, 1024), ("llama3 70B", 8192, 1.3, 4096),
+                                            ("Llama3  405b", 16384, 1.2, 4096)):  # fmt: skip
+        shape = flavor_shape(name)
+        assert shape is not None
+        ffn = int(multiplier * int(2 * 4 * dim / 3))
+        assert shape["ffn_hidden"] == multiple * -(-ffn // multiple)
+        assert shape["hidden"] == dim and shape["vocab"] == 128256 and shape["swiglu"]
+    assert flavor_shape("llama3 debugmodel") is None and flavor_shape("") is None
+
+
+def test_a_seventy_b_run_gets_its_shape_fsdp_and_per_op_checkpointing(tmp_path: Path) -> None:
+    (run,) = rows_by_table(torchtitan.parse, SEVENTY_B)["runs"]
+    assert (run["layers"], run["hidden"], run["heads"], run["query_groups"], run["ffn_hidden"]) == (
+        80, 8192, 64, 8, 28672
+    )  # fmt: skip
+    assert (run["zero_stage"], run["recompute"], run["mbs"], run["gbs"], run["dp"], run["tp"]) == (
+        3, "op", 2, 64, 32, 8
+    )  # fmt: skip
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["torch_compile"] == "True" and params["data_parallel"] == "FSDP"
+
+    log = tmp_path / "titan70b.log"
+    log.write_text(SEVENTY_B)
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    predicted = api.sql(
+        db, "SELECT value FROM predictions WHERE subject_kind = 'run' AND metric = 'sec_per_it'"
+    )
+    assert len(predicted) == 1 and predicted["value"].iloc[0] > 0
+    kinds = api.sql(db, "SELECT kind FROM events ORDER BY line_no")["kind"].tolist()
+    assert kinds == ["checkpoint_saving", "checkpoint_saved", "timeout"]
+    # the watchdog's timeout: the save names no step, so the flag names the last step logged before it
+    message = api.sql(db, "SELECT message FROM flags WHERE severity = 'critical'")["message"].iloc[0]
+    assert message.endswith("The last checkpoint saved before it: iteration 20 (line 16).")
+
+
+def test_ddp_full_checkpointing_and_layer_frequency_sac() -> None:
+    (run,) = rows_by_table(torchtitan.parse, EIGHT_B_DDP_FULL)["runs"]
+    assert (run["layers"], run["zero_stage"], run["recompute"], run["dp"]) == (32, 0, "full", 8)
+    # every second layer checkpointed whole is not the per-operation policy: no mode is assumed
+    (run,) = rows_by_table(torchtitan.parse, LAYER_SAC)["runs"]
+    assert run["zero_stage"] == 3 and "recompute" not in run
+
+
+@pytest.mark.parametrize("recompute", ["op", "full"])
+def test_the_run_and_the_configuration_alone_predict_alike(tmp_path: Path, recompute: str) -> None:
+    text = SEVENTY_B if recompute == "op" else SEVENTY_B.replace("selective activation", "full activation")
+    log = tmp_path / "t.log"
+    log.write_text(text)
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    stored = api.sql(
+        db, "SELECT value FROM predictions WHERE subject_kind = 'run' AND metric = 'sec_per_it'"
+    )["value"].iloc[0]
+    config = dict(
+        layers=80, hidden=8192, heads=64, query_groups=8, ffn_hidden=28672, swiglu=True, seq_len=8192,
+        vocab=128256, gbs=64, mbs=2, dp=32, tp=8, gpus=256, zero_stage=3, recompute=recompute,
+        framework="torchtitan", gpu_model="h100-sxm5-80gb",
+    )  # fmt: skip
+    table = api.what_if(None, None, config, attention_backend="flash")
+    alone = float(table.loc[table["metric"] == "sec_per_it", "value"].iloc[0])
+    assert stored == pytest.approx(alone, rel=1e-9)
+
+
+def test_fsdp2_overlaps_its_gathers_and_reductions() -> None:
+    from tracelog.analysis import inputs as run_inputs
+    from tracelog.analysis.predictions import infer
+
+    row = {
+        "run_id": 1, "framework": "torchtitan", "layers": 32, "hidden": 4096, "heads": 32, "query_groups": 8,
+        "ffn_hidden": 14336, "swiglu": True, "seq_len": 8192, "vocab": 128256, "gbs": 16, "mbs": 2, "dp": 8,
+        "gpus": 8, "zero_stage": 3, "precision": "bf16", "gpu_model": "h100-sxm5-80gb",
+    }  # fmt: skip
+    train = infer(run_inputs.build(row, {})).train
+    assert train is not None and train.overlap_grad_reduce and train.overlap_param_gather
+    # DDP (ZeRO 0) in torchtitan, or ZeRO-3 in another framework, says nothing of overlap by itself
+    assert not infer(run_inputs.build(row | {"zero_stage": 0}, {})).train.overlap_param_gather
+    other = infer(run_inputs.build(row | {"framework": "deepspeed"}, {})).train
+    assert not other.overlap_param_gather
