@@ -1119,6 +1119,15 @@ def test_a_row_cut_after_its_out_of_place_busbw_keeps_what_it_printed() -> None:
         # the test's own `-n` is its iterations: not processes
         ("srun -N 4 --ntasks-per-node=2 ./build/all_reduce_perf -b 32M -e 64M -f 2 -g 4 -n 50", 32, 4, 8),
         ("mpirun -np 8 ./build/all_reduce_perf -b 32M -e 64M -f 2 -g 1", 8, None, None),
+        # MPICH's launcher as Debian installs it (ROCm/rccl#929: `mpirun.mpich -np 16 -env ...`), and Intel MPI's
+        (
+            "mpirun.mpich -np 16 -env LD_LIBRARY_PATH=/opt/rocm/hip/lib ./build/all_reduce_perf -b 8 -e 160K -f 2 "
+            "-g 1 -n 250",
+            16,
+            None,
+            None,
+        ),
+        ("mpiexec.hydra -n 16 -ppn 8 ./build/all_reduce_perf -b 32M -e 64M -f 2 -g 1", 16, 2, 8),
     ],
 )
 def test_a_bench_with_no_device_line_takes_its_ranks_from_the_launch(
@@ -1147,5 +1156,8 @@ def test_a_bench_with_no_device_line_takes_its_ranks_from_the_launch(
             "",
         ]
     )
-    bench = the_bench(collect(text))
+    out = collect(text)
+    bench = the_bench(out)
     assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (ranks, nodes, per_node)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["ranks_source"] == "the launch command (processes x -g x -t)"

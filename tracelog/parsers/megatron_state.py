@@ -58,8 +58,9 @@ def ensure_run(runs: dict[int, RunInfo], key: int, line_no: int) -> RunInfo:
 # An MPI launch as a shell echoes it (`$ mpirun --np 8 singularity exec ... train_gpt3_7b_mpi.sh`): a rank
 # per process, so `-np` is the world where each process is a trainer's rank (Megatron's MPI scripts read
 # OMPI_COMM_WORLD_RANK); where a per-node launcher runs under it (torchrun, DeepSpeed's), `-np` counts
-# those, and the line stays for the hardware scan (`--nproc_per_node`)
-MPI_LAUNCH_RX = re.compile(r"(?:^|[\s$>+;&/])(?:mpirun|mpiexec|orterun)\s")
+# those, and the line stays for the hardware scan (`--nproc_per_node`); a distribution's name for one MPI's
+# launcher included (`mpirun.mpich`, `mpirun.openmpi`, Intel MPI's `mpiexec.hydra`)
+MPI_LAUNCH_RX = re.compile(r"(?:^|[\s$>+;&/])(?:mpirun|mpiexec|orterun)(?:\.\w+)?\s")
 MPI_RANKS_RX = re.compile(r"\s(?:--?np|-n)(?:\s+|=)(\d+)(?![\w.])")
 MPI_PER_NODE_RX = re.compile(r"\s(?:--?npernode|-ppn|-perhost)(?:\s+|=)(\d+)(?![\w.])|\bppr:(\d+):node\b")
 PER_NODE_LAUNCHER_RX = re.compile(

@@ -59,11 +59,12 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "7"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "8"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
 # any, and the collectives an unnamed (n-1)/n factor and the row's columns allow
+# 8: an MPI launcher under its distribution's name (`mpirun.mpich -np 16`) gives the ranks
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
