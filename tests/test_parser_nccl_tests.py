@@ -1161,3 +1161,48 @@ def test_a_bench_with_no_device_line_takes_its_ranks_from_the_launch(
     assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (ranks, nodes, per_node)
     params = {p["name"]: p["value"] for p in out["bench_params"]}
     assert params["ranks_source"] == "the launch command (processes x -g x -t)"
+
+
+@pytest.mark.parametrize(
+    ("pids", "nodes", "per_node"), [((4349,) * 4, 1, 4), ((4349, 4350, 4351, 4352), None, None)]
+)
+def test_a_device_line_without_a_host_name_still_counts_its_rank(
+    pids: tuple[int, ...], nodes: int | None, per_node: int | None
+) -> None:
+    """nccl-tests prints the host blank where the machine's name was empty (NVIDIA/nccl#841: `Pid   4349 on
+    device  0 [0x01] NVIDIA A100 80GB PCIe`; invented sample of its shape): every line is a rank, on one
+    node where one process ran every GPU, on nodes nobody can count where several processes did."""
+    devices = [
+        f"#  Rank  {i} Group  0 Pid   {pid} on        device  {i} [0x{16 * i + 1:02x}] NVIDIA A100 80GB PCIe"
+        for i, pid in enumerate(pids)
+    ]
+    text = "\n".join(
+        [
+            "# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+            "validation: 1 graph: 0",
+            "#",
+            "# Using devices",
+            *devices,
+            "#",
+            "#                                                              out-of-place                       in-place",
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+            "#wrong",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+            "   134217728      33554432     float     sum      -1   9870.1   13.60   20.40      0   9861.2   13.61   20.42      0",
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 20.41",
+            "",
+        ]
+    )
+    out = collect(text)
+    assert "unparsed" not in out
+    bench = the_bench(out)
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"], bench["hosts"]) == (
+        4,
+        nodes,
+        per_node,
+        [],
+    )
+    assert [(d["rank"], d["host"], d["gpu_name"]) for d in out["bench_devices"]] == [
+        (i, None, "NVIDIA A100 80GB PCIe") for i in range(4)
+    ]

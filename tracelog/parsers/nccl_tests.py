@@ -59,12 +59,13 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "8"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "9"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
 # any, and the collectives an unnamed (n-1)/n factor and the row's columns allow
 # 8: an MPI launcher under its distribution's name (`mpirun.mpich -np 16`) gives the ranks
+# 9: a device line whose host is blank
 
 VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
 STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -74,8 +75,8 @@ NTHREAD_RX = re.compile(r"^#\s*nThreads?:?\s+\d+")  # rccl-tests of 2023 wrote `
 # letters quadratic (minutes); nccl-tests' field names are a few letters (`nThread`, `minBytes`).
 HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,40}?):?\s+(\d[^\s]*)")
 DEVICE_RX = re.compile(
-    r"^#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
-)
+    r"^#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(?:(\S+)\s+)?device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)  # the host blank where the machine's name was (`Pid   4349 on        device  0`, NVIDIA/nccl#841)
 OOB_RX = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 AVG_RX = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
 MEMORY_RX = re.compile(r"^#\s*GPU memory usage\s*:\s*(.*?)\s*$")
@@ -438,7 +439,8 @@ class _Parser:
     def device(self, n: int, match: re.Match[str]) -> None:
         bench = self.at(n, 3, opens=self.bench is not None and self.bench.phase > 3)
         rank, group, pid, host, device, bus, name = match.groups()
-        bench.devices.append((host, name))
+        bench.devices.append((host or "", name))
+        bench.pids.append(int(pid))
         bench.groups.append(int(group) if group is not None else None)
         bench.numbers.append((int(rank), int(device)))
         self.out.add(

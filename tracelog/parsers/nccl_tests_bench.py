@@ -67,7 +67,8 @@ class Bench:
     collective: str | None = None
     collective_source: str | None = None
     layout: Layout | None = None
-    devices: list[tuple[str, str]] = field(default_factory=list)  # (host, gpu name)
+    devices: list[tuple[str, str]] = field(default_factory=list)  # (host, "" where none printed; gpu name)
+    pids: list[int] = field(default_factory=list)  # the process of each device line
     groups: list[int | None] = field(default_factory=list)  # NCCL_TESTS_SPLIT's `Group` per device line
     numbers: list[tuple[int, int]] = field(default_factory=list)  # (rank, device index) per device line
     elided: bool = False  # a `...` line in the device list: someone shortened it
@@ -114,7 +115,7 @@ class Bench:
             "gpu_name": ", ".join(dict.fromkeys(n for _, n in self.devices if n)) or None,
             "dtype": ",".join(self.types) or None,
             "redop": ",".join(self.redops) or None,
-            "hosts": list(dict.fromkeys(h for h, _ in self.devices)),
+            "hosts": list(dict.fromkeys(h for h, _ in self.devices if h)),
             "status": self.status(),
             "avg_busbw_gbps": self.avg_busbw,
             "wrong_total": self.wrong_total,
@@ -133,6 +134,8 @@ class Bench:
             len(hosts) or None,
             per_host[hosts[0]] if hosts and len(set(per_host.values())) == 1 else None,
         )
+        if "" in hosts:  # no host name printed: one node where one process ran every GPU, else unknown
+            nodes, per_node = (1, ranks) if len(set(self.pids)) == 1 else (None, None)
         if self.shortened():
             # the highest rank printed says the size; the highest device index how many GPUs a node has
             ranks = self.listed_ranks()
