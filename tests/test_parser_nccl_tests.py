@@ -1206,3 +1206,47 @@ def test_a_device_line_without_a_host_name_still_counts_its_rank(
     assert [(d["rank"], d["host"], d["gpu_name"]) for d in out["bench_devices"]] == [
         (i, None, "NVIDIA A100 80GB PCIe") for i in range(4)
     ]
+
+
+def test_a_copy_that_lost_its_hash_marks_keeps_its_header_devices_and_footer() -> None:
+    """GitHub renders the `#` lines of an output pasted outside a code block as headings, and a copy of the
+    page has them without their `#` (NVIDIA/nccl-tests#249, NVIDIA/nccl#583); invented sample of that shape,
+    2 ranks on one g5 node. The words are nccl-tests' own: read as the header, devices and footer."""
+    text = "\n".join(
+        [
+            " nThread 1 nGpus 1 minBytes 8 maxBytes 16777216 step: 2(factor) warmup iters: 5 iters: 5 agg iters: 1 "
+            "validation: 1 graph: 0",
+            " Blocking Enabled: wait for completion and barrier after each collective ",
+            "",
+            " Using devices",
+            "  Rank  0 Group  0 Pid    127 on g5-worker-0 device  0 [0x00] NVIDIA A10G",
+            "  Rank  1 Group  0 Pid    128 on g5-worker-0 device  1 [0x00] NVIDIA A10G",
+            "",
+            "                                                              out-of-place                       in-place ",
+            "       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+            "#wrong",
+            "        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s) ",
+            "     8388608       2097152     float     sum      -1    795.1   10.55   10.55      0    794.0   10.56   10.56      0",
+            "    16777216       4194304     float     sum      -1   1562.4   10.74   10.74      0   1561.9   10.74   10.74      0",
+            " Out of bounds values : 0 OK",
+            " Avg bus bandwidth    : 10.6489 ",
+            "",
+        ]
+    )
+    out = collect(text)
+    assert "unparsed" not in out
+    bench = the_bench(out)
+    assert (bench["ranks"], bench["nodes"], bench["gpu_name"], bench["status"], bench["avg_busbw_gbps"]) == (
+        2,
+        1,
+        "NVIDIA A10G",
+        "complete",
+        10.6489,
+    )
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (params["nGpus"], params["maxBytes"], params["Blocking Enabled"]) == (
+        "1",
+        "16777216",
+        "wait for completion and barrier after each collective",
+    )
+    assert len(out["collectives"]) == 4

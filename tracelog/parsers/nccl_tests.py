@@ -59,29 +59,32 @@ from tracelog.parsers.nccl_tests_layout import (
 )
 
 FORMAT = "nccl_tests"
-VERSION = "9"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "10"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
 # any, and the collectives an unnamed (n-1)/n factor and the row's columns allow
 # 8: an MPI launcher under its distribution's name (`mpirun.mpich -np 16`) gives the ranks
 # 9: a device line whose host is blank
+# 10: the header and footer lines copied without their `#`
 
-VERSION_RX = re.compile(r"^#\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
-STARTING_RX = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-CONCLUDED_RX = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
-NTHREAD_RX = re.compile(r"^#\s*nThreads?:?\s+\d+")  # rccl-tests of 2023 wrote `nThreads:`
+# Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
+# are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
+VERSION_RX = re.compile(r"^#?\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-tests prints its own name
+STARTING_RX = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
+CONCLUDED_RX = re.compile(r"^#?\s*Collective test concluded:\s*(\S+)")
+NTHREAD_RX = re.compile(r"^#?\s*nThreads?:?\s+\d+")  # rccl-tests of 2023 wrote `nThreads:`
 # Names bounded in length: `findall` tries every start, and an unbounded name made a 64 KiB word of
 # letters quadratic (minutes); nccl-tests' field names are a few letters (`nThread`, `minBytes`).
 HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,40}?):?\s+(\d[^\s]*)")
 DEVICE_RX = re.compile(
-    r"^#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(?:(\S+)\s+)?device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(?:(\S+)\s+)?device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )  # the host blank where the machine's name was (`Pid   4349 on        device  0`, NVIDIA/nccl#841)
-OOB_RX = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
-AVG_RX = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
+OOB_RX = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+AVG_RX = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
 MEMORY_RX = re.compile(r"^#\s*GPU memory usage\s*:\s*(.*?)\s*$")
 NOTE_RX = re.compile(
-    r"^#\s*(Blocking Enabled|Parallel Init Enabled|Per-Iteration Report|Writing JSON output to|Writing results to file"
+    r"^#?\s*(Blocking Enabled|Parallel Init Enabled|Per-Iteration Report|Writing JSON output to|Writing results to file"
     r"|GPU memory usage|skipping json output)\s*:?\s*(.*?)\s*$"
 )
 REDUCED_RX = re.compile(r"^#\s*Reducing maxBytes to (\d+)")
@@ -106,7 +109,13 @@ XID_RX = re.compile(r"NVRM: Xid\b")
 COMM_RX = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
 SHELL_PROMPT_RX = re.compile(r"^(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]|\$)\s+(?=\S)")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
-UNITS_RX = re.compile(r"^#\s*\(B\)")
+UNITS_RX = re.compile(r"^#?\s*\(B\)")
+HASHLESS_RX = re.compile(
+    r"^(?:nThreads?:?\s+\d|Rank\s+\d+\s.*\bPid\s+\d|Using devices$|Out of bounds values\s*:|Avg bus bandwidth\s*:"
+    r"|Collective test (?:starting|concluded):|[nr]ccl-tests version\s|Blocking Enabled|\(B\)\s"
+    r"|out-of-place\s+in-place$|size\s+count\s.*\balgbw\b)"
+)
+"""The header and footer lines of a copy that lost their `#` (GitHub shows them as headings)."""
 
 DETECT_WORDS = ("nThread", "Rank", "algbw", "nccl-tests", "Collective test", "Out of bounds", "Avg bus")
 
@@ -305,7 +314,7 @@ class _Parser:
 
     def handle(self, n: int, text: str) -> bool:
         body = text.strip()
-        if body.startswith("#"):
+        if body.startswith("#") or HASHLESS_RX.match(body):
             return self.comment(n, body)
         tokens = body.split()
         if len(tokens) >= 4 and tokens[0].isdigit() and tokens[1].isdigit():
