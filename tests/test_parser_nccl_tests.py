@@ -1250,3 +1250,40 @@ def test_a_copy_that_lost_its_hash_marks_keeps_its_header_devices_and_footer() -
         "wait for completion and barrier after each collective",
     )
     assert len(out["collectives"]) == 4
+
+
+def test_mpich_rank_tags_inside_a_row_are_taken_off() -> None:
+    """`mpiexec -l` (MPICH, Intel MPI) tags each piece a rank writes with `[0] `, and nccl-tests writes a row
+    in pieces, so the tag lands inside it too (NVIDIA/nccl#1453; invented sample of that shape, 16 ranks)."""
+    rows = [
+        (4194304, 1048576, 622.6, 6.74, 12.64, 625.8, 6.70, 12.56),
+        (8388608, 2097152, 992.6, 8.45, 15.84, 986.0, 8.51, 15.96),
+        (16777216, 4194304, 1334.9, 12.57, 23.57, 1336.5, 12.55, 23.53),
+        (33554432, 8388608, 2180.1, 15.39, 28.86, 2285.2, 14.68, 27.53),
+    ]
+    text = "\n".join(
+        [
+            "[0] #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+            "   busbw #wrong",
+            *(
+                f"[0] {s:12d}  {c:12d}     float     sum      -1[0] {t:9.1f} {a:7.2f} {b:7.2f}      0[0] {t2:9.1f} "
+                f"{a2:7.2f} {b2:7.2f}      0"
+                for s, c, t, a, b, t2, a2, b2 in rows
+            ),
+            "[0] # Out of bounds values : 0 OK",
+            "[0] # Avg bus bandwidth    : 20.0612 ",
+            "",
+        ]
+    )
+    out = collect(text)
+    assert "unparsed" not in out
+    bench = the_bench(out)
+    assert (bench["collective"], bench["ranks"], bench["status"], bench["avg_busbw_gbps"]) == (
+        "all_reduce",
+        16,
+        "complete",
+        20.0612,
+    )
+    assert [(r["size_bytes"], r["time_us"], r["busbw_gbps"]) for r in rows_of(out, "in-place")] == [
+        (s, t2, b2) for s, _, _, _, _, t2, _, b2 in rows
+    ]

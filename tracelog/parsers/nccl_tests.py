@@ -57,9 +57,10 @@ from tracelog.parsers.nccl_tests_layout import (
     memory_report,
     table_rows,
 )
+from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "10"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "11"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -67,6 +68,7 @@ VERSION = "10"  # 2: processes built without MPI printing one test each make one
 # 8: an MPI launcher under its distribution's name (`mpirun.mpich -np 16`) gives the ranks
 # 9: a device line whose host is blank
 # 10: the header and footer lines copied without their `#`
+# 11: MPICH's `[0] ` rank tags, inside a row too
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -124,7 +126,7 @@ def detect(head: str) -> int:
     """By its header lines; failing them, by its footer or a run of data rows (a tail pasted without them)."""
     score = 0
     for line in head.split("\n") if any(word in head for word in DETECT_WORDS) else ():
-        body = strip_prefix(line.strip())[0].strip()
+        body = strip_prefix(without_rank_tags(line).strip())[0].strip()
         if NTHREAD_RX.match(body) or STARTING_RX.match(body) or VERSION_RX.match(body):
             return 50
         if DEVICE_RX.match(body) or (body.startswith("#") and "algbw" in body and "busbw" in body):
@@ -272,6 +274,7 @@ class _Parser:
 
     # -- lines ----------------------------------------------------------------------------------------
     def line(self, line_no: int, text: str) -> None:
+        text = without_rank_tags(text)
         if not text.strip():
             return
         if self.continued or (text.rstrip().endswith("\\") and not text.lstrip().startswith("#")):

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from tracelog.parsers.prefixes import strip_prefix
+from tracelog.parsers.prefixes import strip_prefix, without_rank_tags
 
 NUMBER_RX = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 MEMORY_PART_RX = re.compile(r"([A-Za-z][\w-]{0,40})\s+([-\d.]+)\s*(B|KB|MB|GB)\b")
@@ -169,7 +169,7 @@ def table_rows(lines: Iterable[str]) -> int:
     shape: tuple[object, ...] | None = None
     last = -1
     for line in lines:
-        body = strip_prefix(line.strip())[0]
+        body = strip_prefix(without_rank_tags(line).strip())[0]
         if not body.strip() or "NCCL INFO" in body or "NCCL WARN" in body:
             continue
         found = row_shape(body)

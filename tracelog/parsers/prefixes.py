@@ -41,6 +41,18 @@ def strip_prefix(line: str, limit: int = 3) -> tuple[str, str | None]:
     return line, host
 
 
+RANK_TAG_RX = re.compile(r"^\s*(\[\d+\])(?=\s)")
+
+
+def without_rank_tags(line: str) -> str:
+    """The line without the rank tag MPICH's and Intel MPI's `mpiexec -l` (`-prepend-rank`) put in front of
+    each piece a rank writes, `[0] `: in front of the line and, where the program wrote a line in pieces
+    (nccl-tests prints a row's columns one `printf` at a time), inside it too (`...  sum      -1[0]
+    1626.5 ...`, NVIDIA/nccl#1453). Only the tag that leads the line is taken off, wherever it stands."""
+    match = RANK_TAG_RX.match(line)
+    return line.replace(match.group(1), " ") if match else line
+
+
 # An editor's line-number column pasted along with the text (vim's `:set number`: `  3      0   2.61`;
 # `cat -n`: `     3\t...`): the number, then one blank or tab, or nothing on an empty line.
 GUTTER_RX = re.compile(r"^\s{0,12}(\d{1,9})(?:[ \t]|$)")
