@@ -339,3 +339,28 @@ NIC1    NODE    PIX     NODE     X
     # the plain matrix says nothing of it
     plain = collect(text.replace("topo -mp", "topo -m"))
     assert "matrix" not in {p["name"] for p in plain["bench_params"]}
+
+
+def test_blank_affinity_cells_of_a_copy_with_blanks_for_tabs_stay_blank() -> None:
+    """A GPU without CPU or NUMA affinity (a VM, vllm-project/vllm#19607) leaves those cells empty, and a copy
+    whose tabs became blanks keeps only the tab stops: `N/A` is the GPU NUMA ID, not the CPU affinity
+    (invented sample of that shape, the tabs expanded to multiples of 8; GPU2 has its affinity printed)."""
+    rows = [
+        ["", "GPU0", "GPU1", "GPU2", "NIC0", "NIC1", "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"],
+        ["GPU0", " X ", "NV12", "NV12", "SYS", "PXB", "", "", "", "N/A"],
+        ["GPU1", "NV12", " X ", "NV12", "SYS", "PXB", "", "", "", "N/A"],
+        ["GPU2", "NV12", "NV12", " X ", "SYS", "PXB", "0-7", "0", "", "N/A"],
+        ["NIC0", "SYS", "SYS", "SYS", " X ", "SYS"],
+        ["NIC1", "PXB", "PXB", "PXB", "SYS", " X "],
+    ]
+    text = "\n".join("\t".join(r).expandtabs(8) for r in rows) + "\n"
+    out = collect(text)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params == {
+        "GPU0 GPU NUMA ID": "N/A",
+        "GPU1 GPU NUMA ID": "N/A",
+        "GPU2 CPU Affinity": "0-7",
+        "GPU2 NUMA Affinity": "0",
+        "GPU2 GPU NUMA ID": "N/A",
+    }
+    assert len(out["links"]) == 5 * 5

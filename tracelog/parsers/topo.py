@@ -205,6 +205,8 @@ class _Parser:
             return False
         if "\t" in body:
             extra = _affinity_cells(body, len(bench.devices), len(bench.labels)) or extra
+        elif len(extra) < len(bench.labels):
+            extra = _spaced_affinity_cells(body, len(bench.devices), len(bench.labels)) or extra
         if len(extra) > len(bench.labels):
             return False
         for other, cell in zip(bench.devices, cells, strict=True):
@@ -264,6 +266,25 @@ def _affinity_cells(body: str, devices: int, labels: int) -> list[str] | None:
         return None
     after = cells[1 + devices :]
     kept = after[:2] + [c for c in after[2:] if c]  # CPU and NUMA affinity by place, then what is printed
+    return kept[:labels] if len([c for c in after if c]) <= labels else None
+
+
+def _spaced_affinity_cells(body: str, devices: int, labels: int) -> list[str] | None:
+    """The affinity cells of a row whose tabs a copy turned into blanks (to the next multiple of 8, as a
+    terminal shows them), by the tab stops between its values: a GPU without CPU or NUMA affinity leaves
+    those cells empty (`PXB     PXB                             N/A`, vllm-project/vllm#19607), and the
+    values left would shift into them. None where the words do not match the row's tokens."""
+    words = list(re.finditer(r"\S+", body))
+    if len(words) < 1 + devices:
+        return None
+    after: list[str] = []
+    stop = (words[devices].end() // 8 + 1) * 8  # the tab after the last device cell
+    for word in words[1 + devices :]:
+        if word.start() < stop or (word.start() - stop) % 8:
+            return None  # not on a tab stop: blanks of some other making
+        after += [""] * ((word.start() - stop) // 8) + [word.group()]
+        stop = (word.end() // 8 + 1) * 8
+    kept = after[:2] + [c for c in after[2:] if c]  # as `_affinity_cells` reads a tab-separated row
     return kept[:labels] if len([c for c in after if c]) <= labels else None
 
 
