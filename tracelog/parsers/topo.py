@@ -33,7 +33,8 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "topo"
-VERSION = "3"  # "3": a `topo -mp` matrix says its links are PCIe paths only
+VERSION = "4"  # "3": a `topo -mp` matrix says its links are PCIe paths only; "4": blank affinity cells of a
+# copy with blanks for tabs
 TOOL = "nvidia-smi-topo"
 
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
