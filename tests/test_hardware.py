@@ -244,6 +244,8 @@ def test_every_link_figure_is_quoted_by_its_source() -> None:
         ("Tesla T4", "t4"),
         ("NVIDIA GeForce RTX 5090", "rtx-5090"),
         ("NVIDIA GeForce RTX 4090", "rtx-4090"),  # nccl-tests#280's device lines, nvbandwidth#15's header
+        ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),  # nvbandwidth#13's device lines
+        ("Intel(R) Data Center GPU Max 1550", "max-1550"),  # as torch.xpu names it on Aurora
     ],
 )
 def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
@@ -279,6 +281,8 @@ def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
         ("a40", 149.7),
         # NVIDIA RTX Blackwell whitepaper, Appendix A (RTX 5090): FP16/BF16 with FP32 accumulate 209.5 dense.
         ("rtx-5090", 209.5),
+        # Intel Max 1550: 1024 XMX engines x 512 FLOP/clock x 1.6 GHz (ark: 1024 XMX, 1.6 GHz peak, no sparsity)
+        ("max-1550", 838.9),
     ],
 )
 def test_new_gpus_dense_bf16_is_the_datasheet_figure(gpu_id: str, bf16: float) -> None:
@@ -415,3 +419,12 @@ def test_a_printed_name_no_catalog_gpu_has_is_explained(printed: str, placeholde
     note = hardware.unknown_gpu_note(printed)
     assert note.startswith(f"the log names the GPU {printed!r}, which is no catalog GPU's name")
     assert ("name table does not know yet" in note) is placeholder
+
+
+def test_turing_geforce_has_no_bf16_and_its_fp16_is_the_fp32_accumulate_rate() -> None:
+    """RTX 2080 Ti: 544 tensor cores x 128 FLOP/clock x 1.545 GHz = 107.6 TFLOPS with FP16 accumulate, half
+    with the FP32 accumulate training uses (Turing whitepaper figures as reviews quote them); no BF16 path."""
+    assert hardware.peak_tflops("rtx-2080-ti", "fp16") == pytest.approx(53.8)
+    assert hardware.gpu_intra_node_link("rtx-2080-ti").id == "pcie3-x16"
+    with pytest.raises(TracelogError):
+        hardware.peak_tflops("rtx-2080-ti", "bf16")
