@@ -49,7 +49,6 @@ from tracelog.parsers.deepspeed_config import (
     INFO_PARAMS,
     LAUNCH_COMMAND_RX,
     NUM,
-    SEE_MEMORY_RX,
     SKIPPED_RUNNING,
     STEP_HEAD,
     RunState,
@@ -58,10 +57,10 @@ from tracelog.parsers.deepspeed_config import (
     int_or_none,
     iteration_row,
     launch_command,
+    memory_mib,
     memory_row,
     number,
     pipe_engine_line,
-    see_memory_mib,
     summary_line,
     zero_optimizer,
 )
@@ -354,10 +353,10 @@ class _Parser:
             self._restart(line_no)
             self.config_streams.add(source)
             return self._config_line(line_no, msg, source)
-        if match := SEE_MEMORY_RX.search(msg):
+        if (memory := memory_mib(msg)) is not None:
             run = self.run(line_no)
-            values = see_memory_mib(match.groups())
-            self.emit("memory", memory_row(run.key, rank, run.last_step, line_no, *values))
+            step = run.last_step if memory[0] is None else memory[0]
+            self.emit("memory", memory_row(run.key, rank, step, line_no, *memory[1:]))
             return True
         if (match := SCALE_RX.search(msg)) or "Grad overflow on iteration" in msg or "OVERFLOW!" in msg:
             # a step the fp16 loss scaler skipped: kept as an event (a log without step lines counts none)

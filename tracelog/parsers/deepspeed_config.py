@@ -14,6 +14,7 @@ from typing import Any
 
 from tracelog.parsers import megatron_lines
 from tracelog.parsers.base import as_int
+from tracelog.parsers.megatron_memory import MEMORY_FIELDS, MEMORY_MARK
 
 # The metric DeepSpeed's running count of skipped steps (`step=2000, skipped=1995`) is kept under: of a
 # tail's first step line in DeepSpeed's and the Trainer's logs, of every step line in Megatron-DeepSpeed's.
@@ -273,6 +274,22 @@ def see_memory_mib(printed: tuple[str, ...]) -> tuple[float, float, float, float
     return allocated, peak, reserved, max(peak_reserved, reserved)
 
 
+def memory_mib(msg: str) -> tuple[int | None, float | None, float | None, float | None, float | None] | None:
+    """A memory line DeepSpeed's parser reads: `see_memory_usage`'s, or Megatron's own report, which
+    Megatron-DeepSpeed prints under the pipeline engine (`(after 1 iterations) memory (MB) | allocated: ...`,
+    its `[Rank N]` already taken): the iteration it names (None for DeepSpeed's) and the four figures in MiB."""
+    if match := SEE_MEMORY_RX.search(msg):
+        return (None, *see_memory_mib(match.groups()))
+    if MEMORY_MARK not in msg:
+        return None
+    after = MEGATRON_AFTER_RX.search(msg)
+    figures = [re.search(MEMORY_FIELDS[column], msg) for column in MEMORY_FIELDS]
+    return (
+        int(after.group(1)) if after else None,
+        *(number(found.group(1)) if found else None for found in figures),
+    )
+
+
 def memory_row(
     run_key: int,
     rank: int | None,
@@ -300,6 +317,7 @@ SEE_MEMORY_RX = re.compile(
     r"MA " + NUM + r" GB\s+Max_MA " + NUM + r" GB\s+CA " + NUM + r" GB\s+Max_CA " + NUM + r" GB"
 )
 """`see_memory_usage` (runtime/utils.py): `MA 3.71 GB  Max_MA 3.71 GB  CA 3.72 GB  Max_CA 4 GB`."""
+MEGATRON_AFTER_RX = re.compile(r"after\s+(\d+)\s+iterations")
 
 # The pipeline engine's start lines (runtime/pipe/engine.py `PipelineEngine.__init__`): `CONFIG: micro_batches=6
 # micro_batch_size=1` (a step's micro-batches: its gradient accumulation), and from the first data-parallel rank

@@ -13,12 +13,17 @@ from tracelog.parsers.base import Emitter
 from tracelog.parsers.deepspeed import (
     CONFIG_LINE_RX,
     SCALE_RX,
-    SEE_MEMORY_RX,
     SKIPPED_RUNNING,
     STEPS_PER_PRINT,
 )
 from tracelog.parsers.deepspeed import STEP_RX as DS_STEP_RX
-from tracelog.parsers.deepspeed_config import INFO_PARAMS, memory_row, see_memory_mib, timer_step_at
+from tracelog.parsers.deepspeed_config import (
+    INFO_PARAMS,
+    SEE_MEMORY_RX,
+    memory_row,
+    see_memory_mib,
+    timer_step_at,
+)
 from tracelog.parsers.deepspeed_timers import timer_figures, timer_memory
 
 WORLD_SIZE_RX = re.compile(r"\bworld_size = (\d+)")

@@ -88,6 +88,10 @@ SETUP_MARKS = (
 )
 
 
+RANK_MEMORY_RX = re.compile(r"\[Rank\s*\d+\]\s*\(after\s+\d+\s+iterations\)\s*memory \((?:MB|GB)\) \|")
+"""A rank's memory report (`report_memory`): `[Rank 16] (after 10 iterations) memory (MB) | allocated: ...`."""
+
+
 def detect(head: str) -> int:
     score = own_score(head)
     if not score and (
@@ -95,6 +99,8 @@ def detect(head: str) -> int:
         or ("Traceback (most recent call last)" in head and MEGATRON_FRAME_RX.search(head) is not None)
     ):
         return 1  # a job's stderr, or the tail of its log: what killed it (the lowest claim of any parser)
+    if not score and len(RANK_MEMORY_RX.findall(head)) >= 2:
+        return 1  # ranks' memory reports pasted on their own (one per pipeline stage, to compare them)
     return score
 
 
