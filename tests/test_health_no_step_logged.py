@@ -60,3 +60,22 @@ def test_a_step_its_timers_or_an_error_after_the_setup_are_other_rules_word(
     flags = flags_of(tmp_path, STUCK + tail)
     assert "no_step_logged" not in {f["rule"] for f in flags}
     assert {f["rule"] for f in flags} == ({rule} if rule else set())
+
+
+# Invented, in the shapes of deepspeedai/DeepSpeed#5779 (a paste of the loss scaler's lines alone) and of a
+# Megatron-DeepSpeed log whose step lines were cut away but whose memory report after step 1 stayed.
+OVERFLOWS = (
+    "gpu250: [2024-07-17 19:44:06,945] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+    "Skipping step. Attempted loss scale: 65536, reducing to 32768\n"
+    "gpu250: [2024-07-17 19:44:07,064] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+    "Skipping step. Attempted loss scale: 32768, reducing to 16384\n"
+)
+MEMORY_AFTER_A_STEP = (
+    "gpu250: [Rank 0] (after 1 iterations) memory (MB) | allocated: 882.5 | max allocated: 13808.2 | "
+    "reserved: 14718.0 | max reserved: 14718.0\n"
+)
+
+
+@pytest.mark.parametrize("tail", [OVERFLOWS, MEMORY_AFTER_A_STEP], ids=["overflows", "memory-after-step"])
+def test_steps_that_left_no_line_of_their_own_are_not_a_stuck_setup(tmp_path: Path, tail: str) -> None:
+    assert "no_step_logged" not in {f["rule"] for f in flags_of(tmp_path, STUCK + tail)}

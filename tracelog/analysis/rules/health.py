@@ -457,8 +457,9 @@ EXPLAINED_KINDS = "('error', 'oom', 'crash', 'nccl_warn', 'timeout', 'traceback'
 
 
 def no_step_logged(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    """A training log whose run has no step, no figure measured in one (a timer, the flops profiler's step)
-    and no error: it ends in the run's setup. A job stuck before its
+    """A training log whose run has no step, no figure measured in one (a timer, the flops profiler's step,
+    a memory report after an iteration, an overflow the loss scaler skipped) and no error: it ends in the
+    run's setup. A job stuck before its
     first step (a collective or the data loader hanging, as GPT-NeoX 20B in EleutherAI/gpt-neox#988), a log
     cut short, or one still being written; its ingest read the setup and would otherwise say nothing."""
     scope = run_ranges.prepare(store, scope)
@@ -478,6 +479,9 @@ def no_step_logged(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
           AND NOT EXISTS (SELECT 1 FROM iteration_metrics m WHERE m.run_id = r.run_id)
           AND NOT EXISTS (SELECT 1 FROM timers m WHERE m.run_id = r.run_id)
           AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind IN {EXPLAINED_KINDS})
+          -- steps that ran without a line of their own: a memory report after them, the fp16 scaler skipping
+          AND NOT EXISTS (SELECT 1 FROM memory m WHERE m.run_id = r.run_id AND m.iteration >= 1)
+          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind = 'overflow')
         ORDER BY r.run_id
         """
     ).fetchall()
