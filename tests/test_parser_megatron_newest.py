@@ -9,7 +9,9 @@ import pytest
 
 from tests.conftest import SAMPLES, source_of
 from tests.test_parser_megatron_fast import canonical
+from tracelog import hardware
 from tracelog.parsers import megatron
+from tracelog.parsers.megatron_bridge import NO_GPU_REACHES_TFLOPS
 
 SAMPLE = SAMPLES / "megatron_lm_moe_energy_timers.log"
 
@@ -339,6 +341,27 @@ def test_a_step_time_line_glued_in_front_of_its_iteration_line_is_read_with_it(f
         (50, 5.2382, None, 0.061),
     ]
     assert "unparsed" not in out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_step_line_tflops_above_every_gpus_peak_is_not_the_iterations(fast: bool) -> None:
+    """A NeMo 25.09 Megatron-Bridge run (Llama 3.2 1B shape, 8 GPUs) printed `GPU utilization:
+    59892.5TFLOP/s/GPU`, its FLOPs counted at the model's seq_length of 131072 where the data's sequences
+    were 1024: above every GPU's dense peak in the catalog, it stays a metric; invented figures in that shape."""
+    text = (
+        "Step Time : 4.65s GPU utilization: 59892.5TFLOP/s/GPU\n"
+        " [2025-10-06 03:27:07] iteration       10/      10 | consumed samples:         5120 | elapsed time per "
+        "iteration (ms): 4647.8 | learning rate: 1.500000E-06 | global batch size:   512 | lm loss: 9.763827E+00 |"
+        " loss scale: 1.0 | grad norm: 33.055 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    out = collect(text, fast)
+    assert (10, "GPU utilization (TFLOP/s/GPU)", 59892.5) in {
+        (m["iteration"], m["key"], m["value"]) for m in out["iteration_metrics"]
+    }
+    assert [(r["iteration"], r["elapsed_s"], r["tflops_reported"]) for r in out["iterations"]] == [
+        (10, 4.6478, None)
+    ]
+    assert max(p for gpu in hardware.gpus() for p in gpu.peak_tflops.values()) < NO_GPU_REACHES_TFLOPS
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -17,6 +17,10 @@ BRIDGE_STEP_RX = r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)(MODEL_)?TFLOP
 belongs to the iteration line after it (or the one glued behind it on the same line, as a paste without its
 newline has it); one whose iteration line is in the next block stays unparsed."""
 BRIDGE_TFLOPS_KEY = "GPU utilization (TFLOP/s/GPU)"
+NO_GPU_REACHES_TFLOPS = 20000.0
+"""Above every dense peak per GPU in the hardware catalog, in any precision (the highest, GB300's FP4, is
+15,000 TFLOP/s; `tests/test_parser_megatron_newest.py` holds the catalog under it). Parsers stay pure of
+the catalog, so the bound is a figure."""
 
 
 def bridge_step_metrics(lines: pl.DataFrame, iteration_rows: pl.DataFrame | None) -> pl.DataFrame:
@@ -58,11 +62,17 @@ def bridge_step_metrics(lines: pl.DataFrame, iteration_rows: pl.DataFrame | None
 def bridge_tflops(iteration_rows: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     """The step line's TFLOP/s as the iteration's own where its line printed none (`--log-throughput`
     off): both are Megatron's model FLOPs over the same interval. A 0.0 is no figure (Megatron-Bridge#1500's
-    Nemotron-H run prints `GPU utilization: 0.0MODEL_TFLOP/s/GPU` at 5.2 s a step): it stays a metric only."""
+    Nemotron-H run prints `GPU utilization: 0.0MODEL_TFLOP/s/GPU` at 5.2 s a step): it stays a metric only.
+    So does one above `NO_GPU_REACHES_TFLOPS`: no measurement (a NeMo 25.09 Llama 3.2 1B run printed 59892.5 at 4.65 s a step, its FLOPs counted at the
+    model's `seq_length` of 131072 where the dataset's sequences were 1024)."""
     if metrics.is_empty():
         return iteration_rows
     tflops = (
-        metrics.filter((pl.col("key") == BRIDGE_TFLOPS_KEY) & (pl.col("value") > 0))
+        metrics.filter(
+            (pl.col("key") == BRIDGE_TFLOPS_KEY)
+            & (pl.col("value") > 0)
+            & (pl.col("value") <= NO_GPU_REACHES_TFLOPS)
+        )
         .select(
             pl.col("run_key").cast(iteration_rows.schema["run_key"]),
             "iteration",
