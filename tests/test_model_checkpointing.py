@@ -102,7 +102,7 @@ def test_a_run_given_op_is_predicted_with_it():
 
 def test_torchtitan_rows_are_scored_on_a_line_of_their_own():
     """benchmarks/torchtitan_runs.toml: 28 published torchtitan rows, out of the other medians. The model
-    is too fast on every one (median 36 %: the bound is that figure) but orders each group's rows as
+    is too fast on every one (median 30.4 %: the bound is that figure) but orders each group's rows as
     measured (rho >= 0.8 in all six groups of three or more)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fidelity
@@ -110,9 +110,39 @@ def test_torchtitan_rows_are_scored_on_a_line_of_their_own():
     rows, _ = fidelity.load_rows(None, heldout_path=None, moe_path=None)
     result = fidelity.score(rows)
     titan = result["time"]["torchtitan"]
-    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.37
+    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.31
     assert result["time"]["published"]["n"] == 24  # the published line is unchanged by them
     assert all(r["error"] < 0 for r in result["torchtitan"]["rows"])
     groups = result["torchtitan"]["groups"]
     assert len(groups) == 6 and all(g["rho"] >= 0.79 for g in groups)
     assert not result["ran"]["predicted_over_capacity"]
+
+
+def test_an_eager_block_moves_what_torchtitans_unfused_operators_move():
+    # per token: 2 RMSNorms x (36 - 4) x h, rotary (2+4 + 4+4 + 4+2) x (q + kv), SwiGLU (10 - 6) x f
+    from tracelog.model.eager import eager_elementwise_bytes
+
+    train = fsdp(compiled=False)
+    per_token = 2 * 32 * 4096 + 20 * (4096 + 1024) + 4 * 14336
+    assert eager_elementwise_bytes(LLAMA3_8B, train) == pytest.approx(2 * 8192 * per_token)
+    eager = {op.name: op for op in layer_forward_ops(LLAMA3_8B, train, H100)}
+    compiled = {op.name: op for op in layer_forward_ops(LLAMA3_8B, fsdp(), H100)}
+    assert "eager_elementwise" in eager and "eager_elementwise" not in compiled
+    # torchtitan's Table 1 measures 5,762 tokens/s eager against 6,667 compiled (1.16x); the model's ratio
+    # comes from these bytes alone
+    slow = stage_compute(LLAMA3_8B, fsdp(compiled=False, recompute="op"), H100)
+    fast = stage_compute(LLAMA3_8B, fsdp(recompute="op"), H100)
+    ratio = (slow.microbatch_s + slow.optimizer_s) / (fast.microbatch_s + fast.optimizer_s)
+    assert 1.10 < ratio < 1.25
+
+
+def test_sdpa_trainers_run_flashattention_2_on_hopper():
+    from tracelog.model.gemm import FLASH_SHARE, flash_share
+
+    assert flash_share(H100, "torchtitan") == pytest.approx(329.483 / 989.4)
+    assert flash_share(H100, "megatron") == FLASH_SHARE["hopper"]
+    a100 = hardware.gpu("a100-sxm4-80gb")
+    assert flash_share(a100, "torchtitan") == flash_share(a100, "megatron")  # FlashAttention-2 either way
+    titan = {op.name: op for op in layer_forward_ops(LLAMA3_8B, fsdp(), H100)}["attention"]
+    megatron = {op.name: op for op in layer_forward_ops(LLAMA3_8B, fsdp(framework="megatron"), H100)}
+    assert titan.time_s > megatron["attention"].time_s

@@ -136,3 +136,19 @@ def test_fsdp2_overlaps_its_gathers_and_reductions() -> None:
     assert not infer(run_inputs.build(row | {"zero_stage": 0}, {})).train.overlap_param_gather
     other = infer(run_inputs.build(row | {"framework": "deepspeed"}, {})).train
     assert not other.overlap_param_gather
+
+
+def test_a_run_without_torch_compile_runs_its_elementwise_work_eagerly() -> None:
+    from tracelog.analysis import inputs as run_inputs
+    from tracelog.analysis.predictions import infer
+
+    row = {
+        "run_id": 1, "framework": "torchtitan", "layers": 32, "hidden": 4096, "heads": 32, "query_groups": 8,
+        "ffn_hidden": 14336, "swiglu": True, "seq_len": 8192, "vocab": 128256, "gbs": 16, "mbs": 2, "dp": 8,
+        "gpus": 8, "zero_stage": 3, "precision": "bf16", "gpu_model": "h100-sxm5-80gb",
+    }  # fmt: skip
+    eager = infer(run_inputs.build(row, {})).train
+    compiled = infer(run_inputs.build(row, {"torch_compile": "True"})).train
+    megatron = infer(run_inputs.build(row | {"framework": "megatron", "zero_stage": 0}, {})).train
+    assert eager is not None and compiled is not None and megatron is not None
+    assert (eager.compiled, compiled.compiled, megatron.compiled) == (False, True, True)

@@ -19,6 +19,7 @@ from tracelog.analysis.optimizer_state import OPTIMIZER_PARAMS, adam_state_bytes
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link
 from tracelog.model.flops import RECOMPUTE_MODES, ModelConfig, Recompute, TrainConfig
+from tracelog.model.gemm import SDPA_FRAMEWORKS
 from tracelog.store import Store
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -424,6 +425,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             embedding_slots=embedding_slots(row, inputs),
             async_tp_allreduce=async_tp_allreduce(inputs),
             cross_entropy=cross_entropy(inputs),
+            compiled=inputs.framework != "torchtitan" or bool(inputs.flag("torch_compile")),
             **moe_layout(row, inputs.run_params),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)
@@ -479,14 +481,6 @@ def cross_entropy(inputs: RunInputs) -> str:
         return "unfused"
     impl = (inputs.run_params.get("cross_entropy_fusion_impl") or "native").strip().lower()
     return "te" if impl == "te" else "fused"
-
-
-SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel")
-"""Trainers whose attention never materialises the s x s scores: torchtitan's models call PyTorch's
-`scaled_dot_product_attention` (a flash or memory-efficient kernel) or FlexAttention; nanotron's Llama
-calls `flash_attn_varlen_func` (nanotron/models/llama.py, `CoreAttention`); the Hugging Face models load
-with `attn_implementation="sdpa"` wherever a model supports it (transformers since 4.36), NeMo Automodel's
-too (or Transformer Engine's fused attention, its `model.backend.attn: te`)."""
 
 
 def flash_attention(inputs: RunInputs) -> bool:

@@ -39,7 +39,7 @@ class TimedOp(Protocol):
 LOW_PRECISION_LINEARS = ("fp8", "fp4")
 """Precisions whose linear layers multiply with `_scaled_mm` (torchao float8), which the policy recomputes."""
 
-MEMORY_OPS = ("layernorms", "bias_dropout_residual", "activation", "fp8_casts")
+MEMORY_OPS = ("layernorms", "bias_dropout_residual", "activation", "fp8_casts", "eager_elementwise")
 
 
 def recomputed_linear_shares(cfg: ModelConfig, train: TrainConfig) -> dict[str, float]:

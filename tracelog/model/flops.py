@@ -154,7 +154,9 @@ class TrainConfig:
     `async_tensor_model_parallel_allreduce`, on by default since 2021-09; Transformer Engine's linear
     layers always). `cross_entropy`: how the vocabulary-parallel loss runs (`CROSS_ENTROPY_BYTES` in
     `model.gemm`): `unfused` (Megatron's `vocab_parallel_cross_entropy`), `fused`
-    (`--cross-entropy-loss-fusion`) or `te` (`--cross-entropy-fusion-impl te`).
+    (`--cross-entropy-loss-fusion`) or `te` (`--cross-entropy-fusion-impl te`). `compiled`: the
+    element-wise work runs in fused kernels (a framework's own, or torch.compile's); False for a PyTorch
+    trainer run eagerly (`model.eager`).
     MoE (Megatron-core's names): `ep` experts' parallel size (`--expert-model-parallel-size`), `etp` their
     tensor-parallel size (`--expert-tensor-parallel-size`, None: TP, as `initialize_model_parallel`
     defaults it), `moe_dispatcher` the token dispatcher (`--moe-token-dispatcher-type`: alltoall,
@@ -185,6 +187,7 @@ class TrainConfig:
     embedding_slots: bool = False
     async_tp_allreduce: bool = False
     cross_entropy: str = "unfused"
+    compiled: bool = True
     ep: int = 1
     etp: int | None = None
     moe_dispatcher: str = "alltoall"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
+from tracelog.model.eager import EAGER_KERNELS, eager_elementwise_bytes
 from tracelog.model.flops import ModelConfig, TrainConfig
 from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes, storage_precision
 from tracelog.model.quantization import gemm_quantization
@@ -88,6 +89,24 @@ on the SFUs' exponentials, whose count did not grow from H100 to B200 while the 
 went from 1 to 2.25 PFLOP/s, and the backward pass on shared-memory traffic (Zadouri, Hoehnerbach, Shah,
 Liu, Thakkar and Dao 2026, "FlashAttention-4", arXiv 2603.05451, and the authors' Together AI blog post).
 Other architectures use `DEFAULT_FLASH_SHARE`."""
+
+SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel")
+"""Trainers whose attention never materialises the s x s scores: torchtitan's models call PyTorch's
+`scaled_dot_product_attention` (a flash or memory-efficient kernel) or FlexAttention; nanotron's Llama
+calls `flash_attn_varlen_func` (nanotron/models/llama.py, `CoreAttention`); the Hugging Face models load
+with `attn_implementation="sdpa"` wherever a model supports it (transformers since 4.36), NeMo Automodel's
+too (or Transformer Engine's fused attention, its `model.backend.attn: te`). Their attention runs the
+FlashAttention-2 kernels, not Transformer Engine's cuDNN ones (`SDPA_FLASH_SHARE`)."""
+
+SDPA_FLASH_SHARE: dict[str, float] = {"hopper": 329.483 / 989.4}
+"""Attention's share of the dense BF16 peak where the trainer calls PyTorch's SDPA (`SDPA_FRAMEWORKS`): on
+Hopper its flash backend is FlashAttention-2, which runs at a third of the peak; PyTorch made the faster
+cuDNN backend opt-in again after 2.5 (pytorch/pytorch#138649, #138522) and prefers it by default on sm90
+only with a bundled cuDNN above 9.15 (2.10 and later, `check_prefer_cudnn_attention`). Measured:
+Tritonbench's flash_attention operator on an H100 with a December 2024 nightly, batch 1, 24 heads, 4608
+tokens, head dimension 128: SDPA 329.483 TFLOP/s against cuDNN's 631.338 (pytorch/pytorch#142132), over
+the H100 SXM's 989.4 dense BF16 peak. A forward-pass figure, taken for forward and backward alike (the
+backward runs slower, so this is optimistic). Ampere keeps FLASH_SHARE, which is FlashAttention-2's own."""
 
 FLASH_SHARE_BY_COMPUTE_CAPABILITY: dict[str, float] = {
     "10.3": SDPA_BENCH_FLOPS / ((1.158 + 4.256) * 1e-3) / 2500e12 * TRAINING_SHARE,
@@ -173,9 +192,12 @@ class Op:
     batch: int = 1
 
 
-def flash_share(gpu: Gpu) -> float:
-    """Fused attention's sustained share of the dense BF16 peak on `gpu`: its compute capability's entry
+def flash_share(gpu: Gpu, framework: str = "megatron") -> float:
+    """Fused attention's sustained share of the dense BF16 peak on `gpu`: for a trainer that calls PyTorch's
+    SDPA its architecture's SDPA_FLASH_SHARE where one is known; else its compute capability's entry
     (FLASH_SHARE_BY_COMPUTE_CAPABILITY), else its architecture's (FLASH_SHARE), else the default."""
+    if framework in SDPA_FRAMEWORKS and gpu.architecture in SDPA_FLASH_SHARE:
+        return SDPA_FLASH_SHARE[gpu.architecture]
     by_cc = FLASH_SHARE_BY_COMPUTE_CAPABILITY.get(gpu.compute_capability or "")
     return by_cc if by_cc is not None else FLASH_SHARE.get(gpu.architecture, DEFAULT_FLASH_SHARE)
 
@@ -289,7 +311,7 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     if train.flash_attention:
         flops = 4.0 * batch * s * s_kv * d / 2  # QKᵀ and AV, causal: half the tiles
         no_tc = no_tensor_core_factor(gpu, precision)
-        share = flash_share(gpu) * alignment_factor(d, no_tensor_core=no_tc)
+        share = flash_share(gpu, train.framework) * alignment_factor(d, no_tensor_core=no_tc)
         eff = min(1.0, share * scale)
         moved = 4 * batch * s * d * act  # Q, K, V read, O written; the scores stay on chip
         ops.append(
@@ -317,6 +339,10 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
         _memory("bias_dropout_residual", 2 * rows * (3 * act + 1), gpu, kernels=2),
         _memory("activation", activation, gpu),
     ]
+    if not train.compiled:
+        ops.append(
+            _memory("eager_elementwise", eager_elementwise_bytes(cfg, train), gpu, kernels=EAGER_KERNELS)
+        )
     return ops
 
 

@@ -283,11 +283,11 @@ def memory_mib(msg: str) -> tuple[int | None, float | None, float | None, float 
     if MEMORY_MARK not in msg:
         return None
     after = MEGATRON_AFTER_RX.search(msg)
-    figures = [re.search(MEMORY_FIELDS[column], msg) for column in MEMORY_FIELDS]
-    return (
-        int(after.group(1)) if after else None,
-        *(number(found.group(1)) if found else None for found in figures),
+    allocated, peak, reserved, peak_reserved = (
+        number(found.group(1)) if (found := re.search(MEMORY_FIELDS[column], msg)) else None
+        for column in MEMORY_FIELDS
     )
+    return int(after.group(1)) if after else None, allocated, peak, reserved, peak_reserved
 
 
 def memory_row(

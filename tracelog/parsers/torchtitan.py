@@ -129,12 +129,13 @@ SHARDING_RX = re.compile(r"\bApplied (FSDP|HSDP|DDP) to the model")
 COMPILE_RX = re.compile(r"\bCompiling each TransformerBlock with torch\.compile")
 LAYER_SAC_RX = re.compile(r"selective[_-]ac[_-]option[= ]+['\"]?\d")
 CHECKPOINT_RX = re.compile(
-    r"\b(?:Finished (saving|staging|loading) the checkpoint|(Saving) (?:the|a full) checkpoint)\b"
+    r"\b(?:Finished (saving|staging|loading) the checkpoint|(Saving) the checkpoint)\b"
 )
 """The checkpointer's words (components/checkpoint.py, checkpointer/dcp.py): `Finished saving the checkpoint
 (or staging if async is enabled)in 21.38 seconds.` (2024-25; `Finished {phase} the checkpoint in ...` since),
-`Saving the checkpoint (or staging if async is enabled).`, `Saving a full checkpoint at last step, step N.`,
-and `Finished loading the checkpoint in ...` (the `Loading the checkpoint ...` before it stays unparsed).
+`Saving the checkpoint (or staging if async is enabled).` and `Finished loading the checkpoint in ...` (the
+`Loading the checkpoint ...` before it stays unparsed, as does `Saving a full checkpoint at last step, step
+N.`, a save that finishes before the next line and prints no end of its own).
 Staged only (an async save still writing) is a save begun, not one on disk."""
 CHECKPOINT_KINDS = {
     "saving": "checkpoint_saved",

@@ -322,9 +322,10 @@ def _last_checkpoint(store: Store, run_id: int, before_line: int) -> str:
         return " No checkpoint saved before it in this log."
     iteration, line = saved
     if iteration is None:  # a line that does not name its step (torchtitan's): the last step logged before it
-        (iteration,) = store.con.execute(
+        last = store.con.execute(
             f"SELECT max(iteration) FROM iterations WHERE run_id = {int(run_id)} AND line_no < {int(line)}"
         ).fetchone()
+        iteration = last[0] if last else None
     if iteration is None:
         return f" A checkpoint was saved before it (line {line})."
     return f" The last checkpoint saved before it: iteration {iteration} (line {line})."
