@@ -267,7 +267,9 @@ def model_predict(row: Mapping[str, Any]) -> dict[str, float | None]:
         attention_backend=None if _missing(flash) else ("flash" if flash else "unfused"),
         distributed_optimizer=None if _missing(optimizer) else bool(optimizer),
         run_params={k: str(bool(row[k])) for k in RUN_FLAGS if k in row and not _missing(row[k])}
-        | {k: str(row[k]) for k in RUN_SETTINGS if k in row and not _missing(row[k])},
+        | {k: str(row[k]) for k in RUN_SETTINGS if k in row and not _missing(row[k])}
+        # a GPU that is not the catalog's part: its own memory, as a log's `device_memory_mib` gives it
+        | ({} if _missing(row.get("capacity_mib")) else {"device_memory_mib": str(int(row["capacity_mib"]))}),
     )
     return {
         "sec_per_it": _metric(table, "sec_per_it"),

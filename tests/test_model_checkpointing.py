@@ -102,7 +102,7 @@ def test_a_run_given_op_is_predicted_with_it():
 
 def test_torchtitan_rows_are_scored_on_a_line_of_their_own():
     """benchmarks/torchtitan_runs.toml: 28 published torchtitan rows, out of the other medians. The model
-    is too fast on every one (median 30.4 %: the bound is that figure) but orders each group's rows as
+    is too fast on every one (median 29.9 %: the bound is that figure) but orders each group's rows as
     measured (rho >= 0.8 in all six groups of three or more)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fidelity
@@ -110,7 +110,7 @@ def test_torchtitan_rows_are_scored_on_a_line_of_their_own():
     rows, _ = fidelity.load_rows(None, heldout_path=None, moe_path=None)
     result = fidelity.score(rows)
     titan = result["time"]["torchtitan"]
-    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.31
+    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.30
     assert result["time"]["published"]["n"] == 24  # the published line is unchanged by them
     assert all(r["error"] < 0 for r in result["torchtitan"]["rows"])
     groups = result["torchtitan"]["groups"]
@@ -146,3 +146,25 @@ def test_sdpa_trainers_run_flashattention_2_on_hopper():
     titan = {op.name: op for op in layer_forward_ops(LLAMA3_8B, fsdp(), H100)}["attention"]
     megatron = {op.name: op for op in layer_forward_ops(LLAMA3_8B, fsdp(framework="megatron"), H100)}
     assert titan.time_s > megatron["attention"].time_s
+
+
+def test_fsdp2_holds_unsharded_copies_and_pytorchs_loss_holds_three_logits():
+    from tracelog.model.flops import params_from_config
+    from tracelog.model.memory import MemoryOptions, buffer_bytes
+    from tracelog.model.torch_native import fsdp2_unsharded_bytes
+
+    block = params_from_config(LLAMA3_8B, include_embeddings=False) / 32
+    # no PP: two blocks of 16-bit parameters (the one computed, the one prefetched) and one block's
+    # gradient in 16 bits and in the fp32 reduce dtype
+    assert fsdp2_unsharded_bytes(LLAMA3_8B, fsdp(), 8e9, 2) == pytest.approx(block * (2 * 2 + 2 + 4))
+    # PP: the stage's parameters stay gathered, and their gradients accumulate in fp32
+    pp = fsdp(pp=2, dp=4, gbs=16, mbs=2)
+    assert fsdp2_unsharded_bytes(LLAMA3_8B, pp, 4e9, 2) == 4e9 * (2 + 4)
+    assert buffer_bytes(LLAMA3_8B, pp, 4e9, MemoryOptions()) == 4e9 * 6
+    # Megatron's ZeRO-less run holds none of it
+    assert buffer_bytes(LLAMA3_8B, fsdp(framework="megatron", zero_stage=0), 4e9, MemoryOptions()) == 0
+    # the loss: PyTorch's cross entropy on the fp32 copy keeps 2 + 4 + 4 bytes a logit, Megatron's 4
+    logits = 2 * 8192 * 128256
+    titan = activations_per_gpu(LLAMA3_8B, fsdp(recompute="full"))
+    megatron = activations_per_gpu(LLAMA3_8B, fsdp(recompute="full", framework="megatron"))
+    assert titan - megatron == pytest.approx(6 * logits)

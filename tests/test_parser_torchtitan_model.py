@@ -152,3 +152,20 @@ def test_a_run_without_torch_compile_runs_its_elementwise_work_eagerly() -> None
     megatron = infer(run_inputs.build(row | {"framework": "megatron", "zero_stage": 0}, {})).train
     assert eager is not None and compiled is not None and megatron is not None
     assert (eager.compiled, compiled.compiled, megatron.compiled) == (False, True, True)
+
+
+def test_the_logs_own_device_memory_counts_where_the_catalog_part_differs() -> None:
+    from tracelog.analysis import inputs as run_inputs
+    from tracelog.analysis.device_memory import device_memory_bytes
+    from tracelog.analysis.predictions import infer
+
+    row = {"run_id": 1, "framework": "torchtitan", "gpu_model": "h100-sxm5-80gb", "gpus": 8}
+    catalog = 80 * 2**30  # the catalog counts its GB in binary units
+    # torchtitan's `memory: 60.12GiB(76.00%)` share of an H100 80GB: 81,003 MiB, within 5 % of the part's
+    near = infer(run_inputs.build(row, {"device_memory_mib": "81003"}))
+    assert near.gpu is not None and near.gpu.memory_bytes == catalog
+    assert device_memory_bytes(near) == catalog
+    # a 96 GB variant under the same name, or a 20 GB MIG slice: the log's own figure
+    assert device_memory_bytes(infer(run_inputs.build(row, {"device_memory_mib": "98304"}))) == 98304 * 2**20
+    assert device_memory_bytes(infer(run_inputs.build(row, {"device_memory_mib": "20480"}))) == 20480 * 2**20
+    assert device_memory_bytes(infer(run_inputs.build(row, {}))) == catalog

@@ -325,6 +325,12 @@ def _model_config(row: dict[str, Any], inputs: RunInputs) -> ModelConfig | None:
     if bias is None and inputs.flag("disable_bias_linear") is not None:
         bias = not inputs.flag("disable_bias_linear")
     position = inputs.run_params.get("position_embedding_type")
+    if inputs.framework == "torchtitan":
+        # its models (Llama 3 and 4, DeepSeek-V3) rotate their queries and keys, untie the output layer
+        # and use no biases (torchtitan/models/llama3/model.py); a Megatron log says so in its arguments
+        position = position or "rope"
+        untied = True if untied is None else untied
+        bias = False if bias is None else bias
     return ModelConfig(
         layers=shape["layers"],  # type: ignore[arg-type]
         hidden=shape["hidden"],  # type: ignore[arg-type]

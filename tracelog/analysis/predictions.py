@@ -15,7 +15,7 @@ Run metrics (subject_kind 'run'):
   gpu_memory_mib and weights/grads/optimizer/activations/embedding/buffers/allocator/cuda_context/nccl _mib
                        model.memory.memory_per_gpu (the busiest stage; total includes the CUDA context and NCCL)
   gpu_reserved_mib     what the caching allocator holds (Megatron's `max reserved`): total less the context and NCCL
-  gpu_capacity_mib     the catalog's device memory
+  gpu_capacity_mib     the device memory: the catalog's, or the log's own where the part differs
 Bench metrics (subject_kind 'collective'): busbw_gbps per message size (detail: size_bytes, the
 algorithm and protocol NCCL's cost model picks, the bounding link) and plateau_busbw_gbps (formula
 'nccl-model'), on one node or across nodes (model.collectives.predict_nccl); alpha_us and
@@ -33,6 +33,7 @@ from tracelog import hardware
 from tracelog.analysis import calibration, link_fit
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis.calibration import TEXTBOOK, Constants
+from tracelog.analysis.device_memory import device_memory_bytes
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.scope import Scope
 from tracelog.errors import TracelogError
@@ -180,8 +181,11 @@ def run_prediction(
             metric = "gpu_memory_mib" if part == "total" else f"{part}_mib"
             rows.append(_row(metric, mib, "MiB", "tracelog.model.memory", None))
         rows.append(_row("gpu_reserved_mib", memory.reserved / 2**20, "MiB", "tracelog.model.memory", None))
-    if gpu is not None:
+    capacity = device_memory_bytes(inputs)
+    if gpu is not None and capacity == gpu.memory_bytes:
         rows.append(_row("gpu_capacity_mib", gpu.memory_mib, "MiB", "catalog", gpu.source))
+    elif capacity is not None:
+        rows.append(_row("gpu_capacity_mib", capacity / 2**20, "MiB", "log", "device_memory_mib"))
     if cfg is not None and train is not None and gpu is not None:
         rows += _time_rows(inputs, flops, match, compute_efficiency, constants)
     if inputs.missing or inputs.assumptions:
@@ -212,7 +216,7 @@ def memory_options(inputs: RunInputs) -> MemoryOptions:
     return MemoryOptions(
         reduce_bucket_size=_elements(bucket) or DEEPSPEED_BUCKET_ELEMENTS,
         cuda_context_bytes=cuda_context_bytes(inputs.gpu),
-        capacity_bytes=inputs.gpu.memory_bytes if inputs.gpu is not None else None,
+        capacity_bytes=device_memory_bytes(inputs),
         partition_activations=bool(inputs.flag("partition_activations")),
         checkpoint_in_cpu=bool(inputs.flag("checkpoint_in_cpu")),
         fused_fp16_optimizer="unfused" not in wrapper.lower(),

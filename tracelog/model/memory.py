@@ -28,6 +28,7 @@ from tracelog.model.nccl_memory import (  # noqa: F401  (re-exported: what a GPU
     nccl_bytes,
     nccl_connects_eagerly,
 )
+from tracelog.model.torch_native import fsdp2_unsharded_bytes, is_fsdp2, loss_bytes_per_logit
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
@@ -415,7 +416,8 @@ def activations_per_gpu(
     and one layer's full activations on top, rebuilt. With full recompute the checkpointed layer inputs stay (÷t with DeepSpeed's `partition_activations`,
     none on the GPU with `checkpoint_in_cpu`) and one layer's full activations are rebuilt on top. The
     last stage (or the only one) also holds the fp32 logits of one micro-batch, 4·s·b·V/t bytes, which
-    the vocabulary-parallel cross entropy computes in fp32 (Megatron `vocab_parallel_cross_entropy`)."""
+    the vocabulary-parallel cross entropy computes in fp32 (Megatron `vocab_parallel_cross_entropy`);
+    10·s·b·V/t under PyTorch's own cross entropy (torchtitan, `model.torch_native`)."""
     options = options or MemoryOptions()
     p = train.pp
     stored = _layer_activations(cfg, train, train.recompute)
@@ -430,7 +432,8 @@ def activations_per_gpu(
     if train.recompute in ("full", "op"):
         total += _layer_activations(cfg, train, "none")
     if stage == "last" or p == 1:
-        total += 4 * (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp
+        logits = (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp
+        total += loss_bytes_per_logit(train) * logits
     act_bytes = storage_bytes(train.precision)
     sbh = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden
     return total + deepspeed_pipe_buffers(train, stage) * sbh * act_bytes
@@ -441,7 +444,8 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     (`DeepSpeedZeroOptimizer`, runtime/zero/stage_1_and_2.py): the fp32 gradient of its partition,
     4Ψ/N_d, built at the step, and the contiguous gradient bucket of `reduce_bucket_size` elements in
     the training dtype, doubled with `overlap_comm` when there is no pipeline (`ipg_buffer`, `buf_0`,
-    `buf_1`). ZeRO-3 adds the parameters gathered at once: the layer being computed and the one
+    `buf_1`). torchtitan's FSDP2: the unsharded parameters and gradients of `model.torch_native`.
+    DeepSpeed's ZeRO-3 adds the parameters gathered at once: the layer being computed and the one
     prefetched, capped at `stage3_max_live_parameters`. The BF16 optimizer of Megatron-DeepSpeed
     (`fp32_grads`: fp32 gradients for every parameter, unsharded, in `grads`) keeps the 16-bit `.grad`
     of every parameter too, 2Ψ: its pipeline engine accumulates with `update_hp_grads(
@@ -450,6 +454,8 @@ def buffer_bytes(cfg: ModelConfig, train: TrainConfig, params_on_gpu: float, opt
     its distributed optimizer's shards are the `grads` and `optimizer` parts already; its buckets are
     views into that buffer. ZeRO-0's copies at the step are `step_copy_bytes`."""
     dtype = storage_bytes(train.precision)
+    if is_fsdp2(train):
+        return fsdp2_unsharded_bytes(cfg, train, params_on_gpu, dtype)
     if train.framework not in DEEPSPEED_FRAMEWORKS or dtype == 4:
         return 0.0
     if train.fp32_grads:
