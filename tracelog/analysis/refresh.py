@@ -24,6 +24,7 @@ from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.rules import (
     bandwidth,
     ceiling,
+    fabric,
     health,
     iterations,
     learning,
@@ -78,6 +79,7 @@ def rule_families(runs: list[RunInputs], scope: Scope) -> list[Family]:
         (True, network.runs),
         (False, network.benches),
         (False, peer_access.unsupported),
+        (False, fabric.missing),
         (False, ceiling.evaluate),
         (False, nic_rules.nic_bandwidth),
     ]
