@@ -364,3 +364,80 @@ def test_blank_affinity_cells_of_a_copy_with_blanks_for_tabs_stay_blank() -> Non
         "GPU2 GPU NUMA ID": "N/A",
     }
     assert len(out["links"]) == 5 * 5
+
+
+# Invented, in the shape of vllm-project/vllm#16336's paste: an 8x B200 matrix copied from its GPU0 row
+# on (no header), tabs expanded to blanks, cut after GPU3; 12 NIC columns follow the GPUs'.
+HEADERLESS_CUT = "\n".join(
+    [
+        "GPU Topology:",
+        "GPU0     X      NV18    NODE    NV18    NV18    NV18    NV18    NV18    PXB     NODE    NODE    NODE    "
+        "SYS     SYS     SYS     SYS     NODE    NODE    SYS     SYS     0-55,112-167    0               N/A",
+        "GPU1    NV18     X      NODE    NV18    NV18    NV18    NV18    NV18    NODE    PXB     NODE    NODE    "
+        "SYS     SYS     SYS     SYS     NODE    NODE    SYS     SYS     0-55,112-167    0               N/A",
+        "GPU2    NODE    NODE     X      NODE    SYS     SYS     SYS     SYS     NODE    NODE    PXB     NODE    "
+        "SYS     SYS     SYS     SYS     NODE    NODE    SYS     SYS     0-55,112-167    0               N/A",
+        "GPU3    NV18    NV18    NODE     X      NV18    NV18    NV18    NV18    NODE    NODE    NODE    PXB     "
+        "SYS     SYS     SYS     SYS     NODE    NODE    SYS     SYS     0-55,112-167    0               N/A",
+        "",
+        "ROCM Version: Could not collect",
+        "",
+    ]
+)
+
+
+def test_a_matrix_pasted_without_its_header_is_read_by_its_rows() -> None:
+    assert topo.detect(HEADERLESS_CUT) == 30
+    out = collect(HEADERLESS_CUT)
+    (bench,) = out["benches"]
+    assert (bench["ranks"], bench["status"], bench["line_start"], bench["line_end"]) == (8, "partial", 2, 5)
+    links = link_map(out)
+    # the GPU columns: those of the four rows, then GPU4-GPU7 by their NV18 cells; the 12 NICs' not read
+    assert {b for _, b in links} == {f"GPU{i}" for i in range(8)}
+    assert [links[("GPU2", f"GPU{i}")] for i in range(8)] == ["NODE", "NODE", "X", "NODE", *["SYS"] * 4]
+    assert links[("GPU3", "GPU7")] == "NV18"
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["columns not named"] == "12 after GPU7 (GPUs or NICs: no header)"
+    assert (params["GPU3 CPU Affinity"], params["GPU3 NUMA Affinity"], params["GPU3 GPU NUMA ID"]) == (
+        "0-55,112-167",
+        "0",
+        "N/A",
+    )
+    (event,) = out["events"]
+    assert event["text"] == "matrix rows missing for GPU4, GPU5, GPU6, GPU7"
+    assert [u["line_no"] for u in out["unparsed"]] == [1, 7]
+
+
+def test_a_headerless_matrix_with_nic_rows_names_every_column() -> None:
+    """Invented 2-GPU, 2-NIC matrix, tab-separated, whole but for its header: the rows name the columns;
+    cut after NIC0, NIC0's `X` (third column) still says two GPU columns come first."""
+    rows = [
+        "GPU0\t X \tNV4\tPIX\tSYS\t0-23\t0\t\tN/A",
+        "GPU1\tNV4\t X \tSYS\tPIX\t24-47\t1\t\tN/A",
+        "NIC0\tPIX\tSYS\t X \tSYS",
+        "NIC1\tSYS\tPIX\tSYS\t X ",
+    ]
+    out = collect("\n".join(rows) + "\n")
+    (bench,) = out["benches"]
+    assert (bench["ranks"], bench["status"]) == (2, "complete")
+    links = link_map(out)
+    assert (links[("GPU1", "NIC1")], links[("NIC1", "GPU1")], links[("GPU0", "GPU1")]) == (
+        "PIX",
+        "PIX",
+        "NV4",
+    )
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (params["GPU1 CPU Affinity"], params["GPU1 NUMA Affinity"], params["GPU1 GPU NUMA ID"]) == (
+        "24-47",
+        "1",
+        "N/A",
+    )
+    cut = collect("\n".join(rows[:3]) + "\n")
+    assert {b for _, b in link_map(cut)} == {"GPU0", "GPU1", "NIC0", "NIC1"}
+    assert cut["benches"][0]["status"] == "partial"
+
+
+def test_headerless_rows_that_disagree_with_the_diagonal_stay_unparsed() -> None:
+    text = "GPU0\t X \tNV4\tNV4\t0-7\t0\nGPU2\tNV4\t X \tNV4\t0-7\t0\n"  # GPU2's X in GPU1's column
+    out = collect(text)
+    assert "benches" not in out and [u["line_no"] for u in out["unparsed"]] == [1, 2]

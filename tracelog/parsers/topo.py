@@ -18,6 +18,14 @@ What nvidia-smi prints and where it lands:
   GPU1 p2p rw` = `OK`), the mode from the prompt (`p2p_mode`; `unknown` without one). No `links` rows:
   it says what the driver allows, not how the GPUs are wired.
 
+- A matrix pasted without its header row (vllm-project/vllm#16336 starts at `GPU0  X  NV18 ...`): its
+  rows are held until the matrix ends, and the columns named from them. Every column's device is known
+  when the rows are all there (their labels, in order, each `X` on the diagonal) or a `NICn` row is
+  (its `X` says how many GPU columns come first, then NIC0, NIC1, ...); otherwise the GPU columns are
+  those of the GPU rows and any after them with an NVLink cell (a NIC has none), and the columns after
+  those are not read: the bench param `columns not named` says how many. The affinity cells are named as
+  the header would (CPU Affinity, NUMA Affinity, GPU NUMA ID, as many as the rows print).
+
 ranks = GPUs in the matrix, nodes = 1 (the tool sees one machine), gpus_per_node = ranks. A bench is
 `complete` when every device of the header has its row, `partial` otherwise. Other lines go to
 `unparsed`.
@@ -33,8 +41,8 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "topo"
-VERSION = "4"  # "3": a `topo -mp` matrix says its links are PCIe paths only; "4": blank affinity cells of a
-# copy with blanks for tabs
+VERSION = "5"  # "3": a `topo -mp` matrix says its links are PCIe paths only; "4": blank affinity cells of a
+# copy with blanks for tabs; "5": a matrix without its header row
 TOOL = "nvidia-smi-topo"
 
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
@@ -62,9 +70,19 @@ LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC|OK|NS
 NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
 
 
+# the first rows of a matrix pasted without its header: GPU0 with its diagonal `X`, GPU1 likewise
+HEADERLESS_DETECT_RX = re.compile(
+    r"^[ \t]*GPU0[ \t]+X[ \t]+(?:NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\b.*\n[ \t]*GPU1[ \t]+\S+[ \t]+X\b",
+    re.MULTILINE,
+)
+AFFINITY_LABELS = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
+
+
 def detect(head: str) -> int:
     if HEADER_DETECT_RX.search(head):
         return 50
+    if HEADERLESS_DETECT_RX.search(head):
+        return 30
     if re.search(r"^[ \t]*GPU0[ \t]+X[ \t]", head, re.MULTILINE) and "Legend:" in head:
         return 30
     return 0
@@ -81,6 +99,7 @@ class _Bench:
     rows: set[str] = field(default_factory=set)
     p2p: str | None = None  # the mode of a `-p2p` matrix (r, w, rw, n, a, p, or unknown)
     header: str = ""  # the header line as printed, kept as unparsed if no row of the matrix follows
+    unnamed: set[str] = field(default_factory=set)  # columns of a header-less matrix no row names
 
     def record(self) -> dict[str, Any]:
         gpus = sum(1 for d in self.devices if d.startswith("GPU")) or None
@@ -91,7 +110,7 @@ class _Bench:
             "nodes": 1,
             "gpus_per_node": gpus,
             "hosts": [self.host] if self.host else [],
-            "status": "complete" if self.rows >= set(self.devices) else "partial",
+            "status": "complete" if self.rows >= set(self.devices) and not self.unnamed else "partial",
             "line_start": self.line_start,
             "line_end": self.line_end,
         }
@@ -106,8 +125,11 @@ class _Parser:
         self.p2p: str | None = None  # the mode the last prompt asked for (`topo -p2p rw`), or None
         self.pci_only = False  # the last prompt asked for the PCIe paths only (`topo -mp`)
         self.text = ""
+        # the rows of a matrix pasted without its header, held until it ends: (line, row, host, text)
+        self.headerless: list[tuple[int, str, str | None, str]] = []
 
     def finish(self) -> None:
+        self.flush_headerless()
         for host in list(self.benches):
             self.close(host)
 
@@ -119,7 +141,7 @@ class _Parser:
             # a header no row of ours followed (another tool's matrix: rocm-smi --showtopo's weights)
             self.out.add("unparsed", {"line_no": bench.line_start, "text": bench.header})
             return
-        missing = [d for d in bench.devices if d not in bench.rows]
+        missing = [d for d in bench.devices if d not in bench.rows and d not in bench.unnamed]
         if missing:
             self.out.add(
                 "events",
@@ -136,6 +158,9 @@ class _Parser:
         if not text.strip():
             return
         self.text = text  # the line as printed, for a header kept as unparsed (`close`)
+        if self.hold_headerless(n, text):
+            return
+        self.flush_headerless()
         if self.handle(n, text, None):
             return
         body, host = strip_prefix(text)
@@ -169,6 +194,54 @@ class _Parser:
                 bench.line_end = n
             return True
         return False
+
+    def hold_headerless(self, n: int, text: str) -> bool:
+        """Whether `text` is a row of a matrix with no header (none open for its host), held to be read
+        when the matrix ends."""
+        body, prefix_host = strip_prefix(text)
+        host = prefix_host or self.host
+        if host in self.benches:
+            return False
+        body = ANSI_RESIDUE_RX.sub("", body).strip() if "[" in body else body.strip()
+        tokens = _unglued(body.split())
+        if not re.match(r"^(?:GPU|NIC)\d+$", tokens[0]) or _link_cells(tokens) < 2:
+            return False  # (a `-p2p` matrix's row has one: its `X`)
+        if self.headerless:
+            first = self.headerless[0]
+            if first[2] != host or _link_cells(tokens) != _link_cells(_unglued(first[1].split())):
+                return False
+        elif not (tokens[0].startswith("GPU") and _diagonal(tokens) == int(tokens[0][3:])):
+            return False  # a block starts with a GPU row whose own column holds its `X`
+        self.headerless.append((n, body, host, text))
+        return True
+
+    def flush_headerless(self) -> None:
+        """Read the held rows of a header-less matrix under the columns they imply (`_columns`)."""
+        held, self.headerless = self.headerless, []
+        if not held:
+            return
+        rows = [_unglued(body.split()) for _, body, _, _ in held]
+        columns = _columns(rows)
+        if columns is None:
+            for n, _, _, text in held:
+                self.out.add("unparsed", {"line_no": n, "text": text})
+            return
+        devices, unnamed = columns
+        printed = max(len(r) - 1 - _link_cells(r) for r in rows)
+        n0, _, host, _ = held[0]
+        labels = AFFINITY_LABELS[: min(printed, len(AFFINITY_LABELS))]
+        bench = _Bench(self.next_key, host, n0, n0, devices, labels, unnamed=unnamed)
+        self.benches[host] = bench
+        self.next_key += 1
+        self.param(bench, "header", "not printed: columns named from the rows", n0)
+        if unnamed:
+            first = devices[-len(unnamed) - 1]
+            self.param(
+                bench, "columns not named", f"{len(unnamed)} after {first} (GPUs or NICs: no header)", n0
+            )
+        for n, body, _, text in held:
+            if not self.row(n, bench, _unglued(body.split()), body):
+                self.out.add("unparsed", {"line_no": n, "text": text})
 
     def header(self, n: int, body: str, host: str | None) -> bool:
         found = AFFINITY_RX.search(body)
@@ -211,6 +284,8 @@ class _Parser:
         if len(extra) > len(bench.labels):
             return False
         for other, cell in zip(bench.devices, cells, strict=True):
+            if other in bench.unnamed:
+                continue
             self.out.add(
                 "links",
                 {
@@ -246,6 +321,48 @@ class _Parser:
 
 def _unglued(tokens: list[str]) -> list[str]:
     return [part for t in tokens for part in (GLUED_PART_RX.findall(t) if GLUED_RX.fullmatch(t) else [t])]
+
+
+def _link_cells(tokens: list[str]) -> int:
+    """How many link cells follow a row's device name (its affinity cells after them)."""
+    count = 0
+    for token in tokens[1:]:
+        if not CELL_RX.match(token) or token == "N/A":
+            break
+        count += 1
+    return count
+
+
+def _diagonal(tokens: list[str]) -> int | None:
+    """The column of a row's `X`: the row's own."""
+    cells = tokens[1 : 1 + _link_cells(tokens)]
+    return cells.index("X") if cells.count("X") == 1 else None
+
+
+def _columns(rows: list[list[str]]) -> tuple[list[str], set[str]] | None:
+    """The devices of a header-less matrix's columns, and those no row names; None where the rows do not
+    agree with nvidia-smi's order (GPUs first, then NICs, each row's `X` in its own column)."""
+    width = _link_cells(rows[0])
+    labels = [r[0] for r in rows]
+    found = [_diagonal(r) for r in rows]
+    diagonal = [d for d in found if d is not None]
+    if len(set(labels)) != len(labels) or len(diagonal) != len(rows):
+        return None
+    places = list(zip(labels, diagonal, strict=True))
+    gpu_rows = [(int(label[3:]), d) for label, d in places if label.startswith("GPU")]
+    nic_rows = [(int(label[3:]), d) for label, d in places if label.startswith("NIC")]
+    if any(i != d for i, d in gpu_rows) or len({d - i for i, d in nic_rows}) > 1:
+        return None
+    if nic_rows:
+        gpus = nic_rows[0][1] - nic_rows[0][0]
+        if gpus <= max(i for i, _ in gpu_rows):
+            return None
+        return [f"GPU{i}" for i in range(gpus)] + [f"NIC{i}" for i in range(width - gpus)], set()
+    gpus = max(i for i, _ in gpu_rows) + 1
+    while gpus < width and any(re.match(r"NV\d+$", r[1 + gpus]) for r in rows):
+        gpus += 1  # a column with an NVLink cell is a GPU's: a NIC has none
+    unnamed = [f"column {i + 1}" for i in range(gpus, width)]
+    return [f"GPU{i}" for i in range(gpus)] + unnamed, set(unnamed)
 
 
 def _p2p_cells(cells: list[str], bench: _Bench) -> bool:
