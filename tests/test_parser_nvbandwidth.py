@@ -605,6 +605,30 @@ def test_an_excerpt_without_running_is_named_by_its_sum() -> None:
     assert out["benches"][0]["status"] == "complete"
 
 
+# Invented, in the shape of NVIDIA/nvbandwidth#24's paste: each `Running` line under a markdown quote, no
+# version line, the column header's leading blanks lost.
+QUOTED = """> Running host_to_device_memcpy_sm.
+memcpy SM CPU(row) -> GPU(column) bandwidth (GB/s)
+0         1         2         3
+0     35.11     35.20     35.27     35.05
+
+> Running device_to_host_memcpy_sm.
+memcpy SM CPU(row) <- GPU(column) bandwidth (GB/s)
+0         1         2         3
+0     52.70     52.74     52.77     52.71
+"""
+
+
+def test_an_excerpt_whose_running_lines_are_quoted_names_its_matrices_after_them() -> None:
+    assert nvbandwidth.detect(head_text(QUOTED.encode())) == 55
+    out = collect(QUOTED)
+    found = matrices(out)
+    assert list(found) == ["host_to_device_memcpy_sm", "device_to_host_memcpy_sm"]
+    assert found["host_to_device_memcpy_sm"][(4, 2)] == 35.27  # the CPU row numbered after the 4 GPUs
+    assert found["device_to_host_memcpy_sm"][(4, 3)] == 52.71
+    assert "unparsed" not in out
+
+
 def test_two_runs_in_one_file() -> None:
     out = collect(V08 + V010)
     assert [(b["bench_key"], b["ranks"], b["status"]) for b in out["benches"]] == [

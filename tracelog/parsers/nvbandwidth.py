@@ -58,7 +58,7 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "nvbandwidth"
-VERSION = "2"
+VERSION = "3"  # "3": a `Running` line under a markdown quote names its test
 TOOL = "nvbandwidth"
 
 VERSION_RX = re.compile(r"^nvbandwidth Version:\s*(\S.*?)\s*$")
@@ -70,7 +70,8 @@ BUS = r"(?: \(([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\))?\s*$"
 DEVICE_RX = re.compile(r"^Device (\d+): (.+?)" + BUS)
 PROCESS_RX = re.compile(r"^Process\s+(\d+) \((.+?)\): device (\d+): (.+?)" + BUS)
 HOSTNAME_RX = re.compile(r"^(?=[^:\s]*[A-Za-z])[A-Za-z0-9][\w.-]*$")
-RUNNING_RX = re.compile(r"^Running (\w+)\.\s*$")
+# a markdown quote (`> Running host_to_device_memcpy_sm.`, NVIDIA/nvbandwidth#24) quotes the line, not the test
+RUNNING_RX = re.compile(r"^(?:>\s*)?Running (\w+)\.\s*$")
 WAIVED_RX = re.compile(r"^(?:Waiving (\w+)\.|Waived:\s*(\w*))\s*$")
 TITLE_RX = re.compile(
     r"^(?:memcpy (?:CE|SM|local)|memory latency|Device to Device Latency|multicast SM|Bisect benchmarking)\b"
@@ -109,7 +110,7 @@ PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*((?:\S.*)?\bnvb
 PAIR_TEST_RX = re.compile(r"(?:^|_)device_to_device_(?:bidirectional_)?(?:memcpy|latency)_")
 KEY_SUFFIX_RX = re.compile(r"_(?:read[12]|write[12]|total)$")
 HEAD_RX = re.compile(
-    r"^(?:\S+:\s+)?Running \w+\.[ \t]*\n(?:[^\n]*\n){0,2}?(?:\S+:\s+)?"
+    r"^(?:\S+:\s+)?(?:>[ \t]*)?Running \w+\.[ \t]*\n(?:[^\n]*\n){0,2}?(?:\S+:\s+)?"
     r"(?:memcpy (?:CE|SM)|memory latency SM|Device to Device Latency SM)\b",
     re.MULTILINE,
 )
