@@ -129,6 +129,20 @@ def test_fit_recovers_alpha_and_bandwidth() -> None:
     assert bw == pytest.approx(45, rel=1e-6)
 
 
+def test_a_sweep_that_collapses_fits_no_negative_latency() -> None:
+    """Invented all_reduce sweep on 24 ranks in the shape of nccl#1453's: busbw rising to ~29 GB/s at
+    32 MiB, then falling to ~5 GB/s from 64 MiB on; unclamped, least squares gave α = -17.7 µs."""
+    sizes = [2**k for k in range(20, 30)]
+    times_us = [1630, 2330, 620, 990, 1340, 2180, 24400, 48600, 121600, 193000]
+    alpha, bw = fit_alpha_beta("all_reduce", sizes, times_us, 24)
+    assert alpha == 0.0
+    wire = [s * 2 * 23 / 24 for s in sizes]  # the bandwidth term alone: S·f / bw, least squares
+    assert bw == pytest.approx(
+        sum(w * w for w in wire) / sum(w * t for w, t in zip(wire, times_us, strict=True)) / 1e3
+    )
+    assert 4 < bw < 6
+
+
 @pytest.mark.parametrize(
     ("link_id", "measured", "published_share"),
     # p2pBandwidthLatencyTest unidirectional P2P (ml-engineering network notes, corpus p2p/).

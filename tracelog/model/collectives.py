@@ -190,7 +190,9 @@ def fit_alpha_beta(
     op: str, sizes_bytes: Sequence[float], times_us: Sequence[float], n_ranks: int
 ) -> tuple[float, float]:
     """Least-squares α (µs per step) and plateau busbw (GB/s) that best explain measured times with the
-    model of `predict_collective`: t = steps·α + S·f/bw."""
+    model of `predict_collective`: t = steps·α + S·f/bw. α is at least 0: a sweep whose large sizes are
+    slower than its small ones' trend (nccl#1453's bandwidth collapse at 64 MB) would otherwise fit a
+    negative latency; then the bandwidth term alone is fitted, as `link_fit.fit_alpha_efficiency` does."""
     name = normalize_op(op)
     size = np.asarray(sizes_bytes, dtype=float)
     time = np.asarray(times_us, dtype=float)
@@ -200,6 +202,9 @@ def fit_alpha_beta(
     factor = BUSBW_FACTOR[name](n_ranks)
     design = np.column_stack([np.full_like(size, steps), size * factor])
     (alpha_us, us_per_byte), *_ = np.linalg.lstsq(design, time, rcond=None)
+    if alpha_us < 0:  # latency cannot be negative
+        alpha_us, wire = 0.0, size * factor
+        us_per_byte = float(wire @ time / (wire @ wire))
     if us_per_byte <= 0:
         raise TracelogError("sizes do not span the bandwidth-bound range; cannot fit a bandwidth")
     return float(alpha_us), float(1e6 / us_per_byte / 1e9)
