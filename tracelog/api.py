@@ -141,6 +141,7 @@ def predict(
     distributed_optimizer: bool | None = None,
     attention_backend: str | None = None,
     calibrated: bool = True,
+    run_params: dict[str, str] | None = None,
     **config: object,
 ) -> pd.DataFrame:
     """What the model predicts, with its parts (time, throughput, memory, FLOPs) and what it had to
@@ -151,7 +152,8 @@ def predict(
     `attention_backend` how attention ran (flash, fused, unfused, local: Megatron-LM's names; a run's own
     arguments say it, a configuration alone takes its framework's default, flash for Megatron-LM).
     The constants `calibrate` stored are used unless `calibrated` is False (the textbook model). Without
-    a run, `db` is only read for those constants, and only when given."""
+    a run, `db` is only read for those constants, and only when given. `run_params` are run parameters
+    as a log prints them (`torch_compile`, `overlap_grad_reduce`, ...: "True"/"False"), over the run's."""
     if run is not None:
         store: Store | None = connect(db)
     else:
@@ -165,6 +167,7 @@ def predict(
         efficiency=efficiency,
         distributed_optimizer=distributed_optimizer,
         attention_backend=attention_backend,
+        run_params=run_params,
         calibrated=calibrated,
     )
 

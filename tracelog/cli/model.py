@@ -90,8 +90,15 @@ from tracelog.store.benches import is_bench_ref
 )
 @click.option(
     "--framework",
-    type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed"]),
-    help="Sets how gradients are kept (fp32 main grads in Megatron).  [default: megatron]",
+    type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed", "torchtitan"]),
+    help="Sets how gradients are kept (fp32 main grads in Megatron), how attention runs (PyTorch's SDPA "
+    "in torchtitan) and what --zero 3 means (FSDP2 in torchtitan).  [default: megatron]",
+)
+@click.option(
+    "--torch-compile/--no-torch-compile",
+    default=None,
+    help="torchtitan: whether its blocks ran under torch.compile (fused element-wise kernels).  "
+    "[default: the run's log; without a run, not compiled, torchtitan's default]",
 )
 @uncalibrated_option
 @format_option
@@ -106,6 +113,7 @@ def predict(
     attention_backend: str | None,
     uncalibrated: bool,
     fmt: str,
+    torch_compile: bool | None,
     **config: Any,
 ) -> None:
     """What the model predicts for RUN, or for the configuration given: sec/it with its parts (compute,
@@ -119,9 +127,12 @@ def predict(
         tracelog predict --gpu a100-sxm4-80gb --layers 70 --hidden 14336 --heads 112 --seq 2048 \\
             --vocab 250880 --gbs 2048 --mbs 2 --tp 4 --pp 12 --dp 8 --recompute full --zero 1 \\
             --framework megatron-deepspeed --format json
-        tracelog predict --gpu h100-sxm5-80gb --layers 48 --hidden 2048 --heads 32 --query-groups 4 \
-            --seq 4096 --vocab 151936 --swiglu --num-experts 128 --moe-topk 8 --moe-ffn-hidden 768 \
+        tracelog predict --gpu h100-sxm5-80gb --layers 48 --hidden 2048 --heads 32 --query-groups 4 \\
+            --seq 4096 --vocab 151936 --swiglu --num-experts 128 --moe-topk 8 --moe-ffn-hidden 768 \\
             --gbs 512 --mbs 1 --tp 1 --pp 1 --dp 16 --ep 8 --gpus-per-node 8 --precision bf16
+        tracelog predict --gpu h100-sxm5-80gb --framework torchtitan --layers 32 --hidden 4096 --heads 32 \\
+            --query-groups 8 --ffn-hidden 14336 --swiglu --seq 8192 --vocab 128256 --gbs 16 --mbs 2 \\
+            --dp 8 --zero 3 --recompute op --torch-compile
     """
     values = {k: v for k, v in config.items() if v is not None}
     with user_errors():
@@ -138,6 +149,7 @@ def predict(
             distributed_optimizer=distributed_optimizer,
             attention_backend=attention_backend,
             calibrated=not uncalibrated,
+            run_params=None if torch_compile is None else {"torch_compile": str(torch_compile)},
             **values,
         )
     render(frame, fmt)
