@@ -121,35 +121,36 @@ def test_the_run_and_the_configuration_alone_predict_alike(tmp_path: Path, recom
     assert stored == pytest.approx(alone, rel=1e-9)
 
 
-def test_fsdp2_overlaps_its_gathers_and_reductions() -> None:
+def train_of(row: dict, params: dict[str, str]):
+    """The model's layout for a runs-table row and its parameters, as a stored run gets it."""
     from tracelog.analysis import inputs as run_inputs
     from tracelog.analysis.predictions import infer
 
-    row = {
-        "run_id": 1, "framework": "torchtitan", "layers": 32, "hidden": 4096, "heads": 32, "query_groups": 8,
-        "ffn_hidden": 14336, "swiglu": True, "seq_len": 8192, "vocab": 128256, "gbs": 16, "mbs": 2, "dp": 8,
-        "gpus": 8, "zero_stage": 3, "precision": "bf16", "gpu_model": "h100-sxm5-80gb",
-    }  # fmt: skip
-    train = infer(run_inputs.build(row, {})).train
+    return infer(run_inputs.build(row, params)).train
+
+
+# a torchtitan Llama 3 8B run on 8 GPUs with FSDP2, as the runs table holds it
+ROW_8B = {
+    "run_id": 1, "framework": "torchtitan", "layers": 32, "hidden": 4096, "heads": 32, "query_groups": 8,
+    "ffn_hidden": 14336, "swiglu": True, "seq_len": 8192, "vocab": 128256, "gbs": 16, "mbs": 2, "dp": 8,
+    "gpus": 8, "zero_stage": 3, "precision": "bf16", "gpu_model": "h100-sxm5-80gb",
+}  # fmt: skip
+
+
+def test_fsdp2_overlaps_its_gathers_and_reductions() -> None:
+    row = ROW_8B
+
+    train = train_of(row, {})
     assert train is not None and train.overlap_grad_reduce and train.overlap_param_gather
     # DDP (ZeRO 0) in torchtitan, or ZeRO-3 in another framework, says nothing of overlap by itself
-    assert not infer(run_inputs.build(row | {"zero_stage": 0}, {})).train.overlap_param_gather
-    other = infer(run_inputs.build(row | {"framework": "deepspeed"}, {})).train
-    assert not other.overlap_param_gather
+    assert not train_of(row | {"zero_stage": 0}, {}).overlap_param_gather
+    assert not train_of(row | {"framework": "deepspeed"}, {}).overlap_param_gather
 
 
 def test_a_run_without_torch_compile_runs_its_elementwise_work_eagerly() -> None:
-    from tracelog.analysis import inputs as run_inputs
-    from tracelog.analysis.predictions import infer
-
-    row = {
-        "run_id": 1, "framework": "torchtitan", "layers": 32, "hidden": 4096, "heads": 32, "query_groups": 8,
-        "ffn_hidden": 14336, "swiglu": True, "seq_len": 8192, "vocab": 128256, "gbs": 16, "mbs": 2, "dp": 8,
-        "gpus": 8, "zero_stage": 3, "precision": "bf16", "gpu_model": "h100-sxm5-80gb",
-    }  # fmt: skip
-    eager = infer(run_inputs.build(row, {})).train
-    compiled = infer(run_inputs.build(row, {"torch_compile": "True"})).train
-    megatron = infer(run_inputs.build(row | {"framework": "megatron", "zero_stage": 0}, {})).train
+    eager = train_of(ROW_8B, {})
+    compiled = train_of(ROW_8B, {"torch_compile": "True"})
+    megatron = train_of(ROW_8B | {"framework": "megatron", "zero_stage": 0}, {})
     assert eager is not None and compiled is not None and megatron is not None
     assert (eager.compiled, compiled.compiled, megatron.compiled) == (False, True, True)
 
