@@ -18,6 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from tracelog import api
 from tracelog.cli.base import Context, cli, format_option, parse_tags, pass_ctx, user_errors
+from tracelog.cli.probes import refused_to_native_code
 from tracelog.parsers import formats
 from tracelog.render import render
 
@@ -131,12 +132,13 @@ def ingest(
             )
         options = dict(name=name, tags=parsed_tags, gpu=gpu, fabric=fabric, nodes=nodes)
         options.update(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, verify=verify)
-        _follow(obj, paths, parser_id or old_format_id, options, interval, idle, err)
+        with refused_to_native_code():
+            _follow(obj, paths, parser_id or old_format_id, options, interval, idle, err)
         return
     if interval != 5.0 or idle is not None:
         raise click.UsageError("--interval and --idle go with --follow")
     bar = IngestProgress(err)
-    with user_errors(), stdin_ends_at_ctrl_c("-" in paths, err):
+    with user_errors(), stdin_ends_at_ctrl_c("-" in paths, err), refused_to_native_code():
         try:
             results = api.ingest(
                 obj.store(create=True),

@@ -492,6 +492,8 @@ class Store:
         return frame.num_rows
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+        import pandas  # noqa: F401  (loaded here, not by DuckDB's `.df()`: see `cli.probes`)
+
         with sql_errors():
             return self._statement(sql, params).df()
 
