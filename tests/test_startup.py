@@ -22,6 +22,7 @@ from tracelog.cli.base import COMMAND_MODULES, cli
 
 HEAVY = (
     "pandas",  # half of a reading command's start-up: a printed table is built from plain rows
+    "pyarrow",  # with numpy, 0.05 s: loaded by what writes to the store
     "tracelog.analysis.refresh",  # the model and the rules: loaded only when a refresh is owed
     "altair",
     "vl_convert",

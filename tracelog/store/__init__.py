@@ -22,7 +22,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from tracelog.errors import TracelogError
 from tracelog.locations import data_path as data_path_of
@@ -32,6 +31,7 @@ from tracelog.store.rows import Rows
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 DEFAULT_DB = "tracelog.duckdb"
 DB_ENVVAR = "TRACELOG_DB"
@@ -480,6 +480,8 @@ class Store:
             return 0
         wanted = set(self.columns(table))
         if self.lake and table in AUTO_IDS and AUTO_IDS[table][0] not in frame.column_names:
+            import pyarrow as pa  # loaded by what writes (`as_arrow`), not by a command that only reads
+
             column, kind = AUTO_IDS[table]
             first = self.new_id(kind, frame.num_rows)
             frame = frame.append_column(column, pa.array(range(first, first + frame.num_rows), pa.int64()))
@@ -524,6 +526,9 @@ _SCHEMA_VERSION_SQL = (
 
 
 def as_arrow(rows: Any) -> pa.Table:
+    # pyarrow (with numpy, 0.05 s) is loaded by what writes: a command that only reads does without it
+    import pyarrow as pa
+
     if isinstance(rows, pa.Table):
         return rows
     # A polars or pandas frame means its library is loaded; neither is imported here, so that a command
