@@ -500,3 +500,32 @@ def test_a_log_that_ends_inside_a_checkpoint_save_says_so(tmp_path: Path) -> Non
         for f in tracelog.api.flags(tmp_path / "b" / "t.duckdb").to_dict("records")
         if "save" in f["message"]
     ]
+
+
+def test_a_save_and_an_exception_read_the_last_iteration_line_of_the_grown_log(tmp_path: Path) -> None:
+    """A save and a traceback with no iteration line after them, then the log grows by more iterations:
+    the save was not the end (no flag), and the error came before the last step (a warning, not the death
+    of the run). The last iteration line comes from the ranges the refresh brought up to date."""
+    steps = write_log(tmp_path / "steps.log", [{} for _ in range(30)]).read_text().splitlines(keepends=True)
+    log = tmp_path / "run.log"
+    log.write_text(
+        "".join(steps[:20])
+        + "saving checkpoint at iteration      20 to /ckpt/llama in torch_dist format\n"
+        + "Traceback (most recent call last):\n"
+        + "RuntimeError: a logging hook failed\n"
+    )
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    before = {(f["severity"], f["row_ref"]) for f in tracelog.api.flags(db).to_dict("records")}
+    assert before == {("info", "line 21"), ("critical", "line 23")}
+    with log.open("a") as growing:
+        growing.write("".join(steps[20:]))
+    (result,) = api.ingest(db, [str(log)])
+    assert result.status == "appended"
+    grown = tracelog.api.flags(db).to_dict("records")
+    assert [(f["severity"], f["row_ref"]) for f in grown] == [("warning", "line 23")]
+    api.ingest(tmp_path / "whole.duckdb", [str(log)])
+    whole = tracelog.api.flags(tmp_path / "whole.duckdb").to_dict("records")
+    assert [(f["severity"], f["row_ref"], f["message"]) for f in grown] == [
+        (f["severity"], f["row_ref"], f["message"]) for f in whole
+    ]

@@ -157,11 +157,13 @@ FATAL_SQL = (
 def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     """Error lines, critical where one says the run died (`FATAL_SQL`) or the log ends in an exception
     nobody caught: a traceback after the last iteration line, and an error line after it (Python prints
-    the exception last: `AttributeError: 'GPTModel' object has no attribute ...`)."""
+    the exception last: `AttributeError: 'GPTModel' object has no attribute ...`). The last iteration line
+    is the ranges' (`run_ranges.PARTS`), not a scan of every line of the run."""
+    scope = run_ranges.prepare(store, scope)
     rows = store.con.execute(
         f"""
         WITH last_step AS (
-            SELECT run_id, max(line_no) AS stepped FROM iterations WHERE {scope.runs} GROUP BY run_id
+            SELECT run_id, last_line AS stepped FROM {run_ranges.PARTS} WHERE {scope.runs} AND part = 'all'
         ), last_traceback AS (
             SELECT run_id, max(line_no) AS traced FROM events
             WHERE {scope.runs} AND kind = 'traceback' GROUP BY run_id
@@ -365,13 +367,15 @@ def save_unfinished(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     """A log that ends inside a checkpoint save: Megatron's `saving checkpoint at iteration N` with no
     `successfully saved` and no iteration after it (a save that hung, as an asynchronous one on slow
     storage can, or a job killed in it). An info: a live log may simply be mid-save."""
+    scope = run_ranges.prepare(store, scope)
     rows = store.con.execute(
         f"""
         SELECT e.run_id, max(e.line_no) FILTER (e.kind = 'checkpoint_saving') AS started,
                arg_max(e.text, e.line_no) FILTER (e.kind = 'checkpoint_saving'),
                max(e.line_no) FILTER (e.kind = 'checkpoint_saved') AS saved,
-               (SELECT max(i.line_no) FROM iterations i WHERE i.run_id = e.run_id) AS stepped
-        FROM events e WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
+               any_value(p.last_line) AS stepped
+        FROM events e LEFT JOIN {run_ranges.PARTS} p ON p.run_id = e.run_id AND p.part = 'all'
+        WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
           AND e.kind IN ('checkpoint_saving', 'checkpoint_saved')
         GROUP BY e.run_id
         """
