@@ -105,8 +105,10 @@ cuDNN backend opt-in again after 2.5 (pytorch/pytorch#138649, #138522) and prefe
 only with a bundled cuDNN above 9.15 (2.10 and later, `check_prefer_cudnn_attention`). Measured:
 Tritonbench's flash_attention operator on an H100 with a December 2024 nightly, batch 1, 24 heads, 4608
 tokens, head dimension 128: SDPA 329.483 TFLOP/s against cuDNN's 631.338 (pytorch/pytorch#142132), over
-the H100 SXM's 989.4 dense BF16 peak. A forward-pass figure, taken for forward and backward alike (the
-backward runs slower, so this is optimistic). Ampere keeps FLASH_SHARE, which is FlashAttention-2's own."""
+the H100 SXM's 989.4 dense BF16 peak. A forward-pass figure; the backward pass runs at the same third
+(FlashAttention-3, Shah et al. 2024, backward speed for head dimension 128 on an H100 SXM5: FlashAttention-2
+318 TFLOP/s at 8k tokens and 322 at 16k, cuDNN 518 and 516). Ampere keeps FLASH_SHARE, which is
+FlashAttention-2's own."""
 
 FLASH_SHARE_BY_COMPUTE_CAPABILITY: dict[str, float] = {
     "10.3": SDPA_BENCH_FLOPS / ((1.158 + 4.256) * 1e-3) / 2500e12 * TRAINING_SHARE,
