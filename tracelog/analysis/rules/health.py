@@ -16,34 +16,79 @@ from tracelog.store import Store
 from tracelog.store.runs import CHECKPOINT_ITERATION_SQL
 from tracelog.thresholds import Thresholds
 
+COLLAPSED_SCALE = 2.0
+"""A loss scale this low has collapsed: DeepSpeed's and Megatron's default minimum scale is 1, where DeepSpeed
+exits (`Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.`,
+runtime/fp16/loss_scaler.py `DynamicLossScaler.update_scale`), and a working fp16 scale is in the thousands."""
+
+# The scale an fp16 loss scaler's overflow line reduced to, and the one it attempted: DeepSpeed's
+# `[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32` (loss_scaler.py;
+# `[deepscale]` in 2020-21), its fused and unfused optimizers' `Attempted loss scale: 65536.0, reducing to
+# 32768.0` and `Reducing dynamic loss scale from 4294967296.0 to 2147483648.0`. A hysteresis line
+# (`..., but hysteresis is 2. Reducing hysteresis to 1`) attempted a scale and reduced none.
+SCALE_NUMBER = "\\s*([0-9][0-9.eE+]*)"
+REDUCED_TO_SQL = (
+    f"try_cast(regexp_extract(text, '(?:reducing to|loss scale from \\S+ to){SCALE_NUMBER}', 1) AS DOUBLE)"
+)
+ATTEMPTED_SQL = f"try_cast(regexp_extract(text, '(?:[Aa]ttempted loss scale:|loss scale from){SCALE_NUMBER}', 1) AS DOUBLE)"
+
 
 def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
-    # over the steady lines with a loss scale above 0: the highest, the lowest and the first line at it
-    # (many lines share it)
+    """An fp16 loss scale that fell to `COLLAPSED_SCALE` or below from a higher one: over the steady lines'
+    printed scale, and the scaler's overflow lines (`REDUCED_TO_SQL`), which tell the fall where no step line
+    follows it (a run that died of it: the Trainer's dicts print no scale). The line of the first fall to
+    the lowest scale is named."""
     scope = run_ranges.prepare(store, scope)
-    rows = [
-        (run_id, top, lowest, run_ranges.first_steady_line(store, run_id, "loss_scale", lowest)[0])
+    lines = {
+        run_id: (top, lowest, run_ranges.first_steady_line(store, run_id, "loss_scale", lowest)[0])
         for run_id, top, lowest in store.con.execute(
             f"""
             SELECT run_id, scale_top, scale_low FROM {run_ranges.PARTS}
-            WHERE {scope.runs} AND part = 'steady' AND scale_top > 1 AND scale_low <= 1
+            WHERE {scope.runs} AND part = 'steady' AND scale_low > 0
             """
         ).fetchall()
-    ]
-    return [
-        _flag(
-            "training_health",
-            "critical",
-            run_id,
-            f"fp16 loss scale collapsed to {lowest:g} (it reached {top:g}).",
-            "A loss scale at 1 means every step overflows: the run is diverging. Restart from an earlier "
-            "checkpoint with a lower learning rate, or train in bf16.",
-            row_ref=f"line {at_line}",
-            measured=float(lowest),
-            expected=float(top),
+    }
+    overflows = {
+        run_id: (top, lowest, at_line)
+        for run_id, top, lowest, at_line in store.con.execute(
+            f"""
+            WITH o AS (
+                SELECT run_id, line_no, {REDUCED_TO_SQL} AS reduced, {ATTEMPTED_SQL} AS attempted FROM events
+                WHERE {scope.runs} AND run_id IS NOT NULL AND kind = 'overflow'
+            )
+            SELECT run_id, max(attempted), min(reduced) FILTER (reduced > 0),
+                   arg_min(line_no, (reduced, line_no)) FILTER (reduced > 0)
+            FROM o GROUP BY run_id HAVING min(reduced) FILTER (reduced > 0) IS NOT NULL
+            """
+        ).fetchall()
+    }
+    flags = []
+    for run_id in sorted(lines.keys() | overflows.keys()):
+        top_line, low_line, at_line = lines.get(run_id, (None, None, None))
+        top_said, low_said, said_line = overflows.get(run_id, (None, None, None))
+        top = max(v for v in (top_line, top_said, low_line, low_said) if v is not None)
+        lowest = min(v for v in (low_line, low_said) if v is not None)
+        if lowest > COLLAPSED_SCALE or top <= lowest:
+            continue
+        said = low_said is not None and (low_line is None or low_said < low_line)
+        if low_said == low_line and said_line is not None and at_line is not None:
+            said = said_line < at_line
+        flags.append(
+            _flag(
+                "training_health",
+                "critical",
+                run_id,
+                f"fp16 loss scale collapsed to {lowest:g} (it reached {top:g})"
+                + (" by the loss scaler's overflow lines." if said else "."),
+                "A loss scale at 1 or 2 means nearly every step overflows: the run is diverging (DeepSpeed exits "
+                "at its minimum scale, 1 by default). Restart from an earlier checkpoint with a lower learning "
+                "rate, or train in bf16.",
+                row_ref=f"line {said_line if said else at_line}",
+                measured=float(lowest),
+                expected=float(top),
+            )
         )
-        for run_id, top, lowest, at_line in rows
-    ]
+    return flags
 
 
 def loss_spikes(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:

@@ -80,6 +80,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     barely = _barely_trained(store, t, scope, rows)
     flags.extend(barely.values())
     counted = _deepspeed_counts(store, scope)
+    mid_run = _started_mid_run(store, scope)
     for (
         run_id,
         nan_total,
@@ -101,6 +102,12 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             elif not skipped_steady and before > (skipped_warmup or 0):
                 skipped_warmup, deepspeed = before, where
             said = {"row_ref": f"line {line}"} if deepspeed else {}
+        if skipped_warmup and not deepspeed and (start := mid_run.get(run_id)) is not None:
+            # the log's first lines are not the run's first steps: what they skipped is no calibration (a
+            # running count of DeepSpeed's, above, covers the steps before the log too)
+            first, first_skip = start
+            skipped_steady, skipped_warmup = (skipped_steady or 0) + skipped_warmup, 0
+            deepspeed += f", in a log that starts mid-run (its first step line at iteration {first})"
         if nan_total:
             flags.append(
                 _flag(
@@ -158,6 +165,33 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                 )
             )
     return flags
+
+
+MID_RUN_STEPS = 100
+"""Steps past which a log's first line no longer stands for the run's warm-up: the fp16 loss scale calibrates
+in its first few dozen steps (from 2**32, Megatron's default `--initial-loss-scale`, to a working scale of
+2**16 or so is 16 overflows; DeepSpeed's default `initial_scale_power` is 16), and Megatron's default
+`--log-interval` is 100, whose first line counts them all."""
+
+
+def _started_mid_run(store: Store, scope: Scope) -> dict[int, tuple[int, int]]:
+    """Runs whose log starts mid-run (an excerpt, or a log begun late): the interval the first step line
+    stands for (the mean interval between lines; none with one line) starts past `MID_RUN_STEPS`, and no
+    checkpoint was loaded before it (a resumed launch may calibrate its loss scale again). Per run: its first
+    logged iteration and the first iteration with a skipped step."""
+    rows = store.con.execute(
+        f"""
+        SELECT a.run_id, a.first_iteration, a.first_skip FROM {run_ranges.PARTS} a
+        WHERE a.part = 'all' AND {scope.runs.replace("run_id", "a.run_id")}
+          AND a.first_iteration - CASE WHEN a.lines > 1
+                THEN (a.last_iteration - a.first_iteration) / (a.lines - 1) ELSE 0 END > {MID_RUN_STEPS}
+          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = a.run_id AND e.kind = 'checkpoint_loaded'
+                            AND e.line_no < a.first_line)
+        """
+    ).fetchall()
+    return {
+        run_id: (int(first), int(skip) if skip is not None else int(first)) for run_id, first, skip in rows
+    }
 
 
 def _deepspeed_counts(store: Store, scope: Scope) -> dict[int, tuple[int, int, int, int, int | None]]:
