@@ -129,7 +129,7 @@ def test_the_2024_layout_its_memory_fields_a_nan_and_a_step_going_back() -> None
     runs = rows["runs"]
     assert [(r["run_key"], r.get("gpus"), r.get("tp"), r.get("pp"), r.get("dp")) for r in runs] == [
         (0, 8, 2, 2, 2),
-        (1, None, None, None, None),  # the relaunch's steps, no configuration printed again
+        (1, 8, None, None, None),  # the relaunch's steps: no configuration again, the GPUs from its rates
     ]
     first = runs[0]
     assert (first["recompute"], first["precision"], first["layers"], first["ffn_hidden"]) == (
@@ -294,3 +294,33 @@ def test_a_step_total_that_changes_is_the_next_launch() -> None:
         (1, 120, 120),
     ]
     assert [(r["run_key"], r["train_iters"]) for r in out["runs"]] == [(0, 100), (1, 120)]
+
+
+def test_the_gpu_count_from_the_two_token_rates_where_no_config_gives_it() -> None:
+    """An excerpt of step lines alone (the shape of huggingface/nanotron#390, 2025: `tokens_per_sec: 22.8K |
+    tokens_per_sec_per_gpu: 11.4K`): nanotron divides the first by the world size for the second, so their
+    ratio is the GPU count, here 182K / 11.4K = 15.96, within 1 % of 16. A ratio 1 % or more off a whole
+    number (a rate cut short) gives none, as does one whose three printed digits allow two whole numbers,
+    and a `Config:` block's degrees win over the rates. Invented lines
+    in that shape."""
+
+    def step(n: int, rate: str, per_gpu: str) -> str:
+        return (
+            f"10/17/2025 16:31:56 [INFO|DP=0|PP=0|TP=0]: iteration: {n} / 378950 | consumed_tokens: 85.8G | "
+            f"elapsed_time_per_iteration_ms: 1.44K | tokens_per_sec: {rate} | tokens_per_sec_per_gpu: {per_gpu} | "
+            "global_batch_size: 64 | lm_loss: 2.38 | lr: 1e-05 | model_tflops_per_gpu: 38.3 | grad_norm: 1.25"
+        )
+
+    def gpus(*lines: str) -> int | None:
+        (run,) = collect("\n".join(lines) + "\n")["runs"]
+        return run.get("gpus")
+
+    assert gpus(step(327281, "182K", "11.4K"), step(327282, "182K", "11.4K")) == 16
+    assert gpus(step(327281, "22.8K", "11.4K")) == 2
+    assert gpus(step(327281, "25.1K", "11.4K")) is None  # 2.2: no whole number of GPUs
+    assert gpus(step(327281, "182K", "699")) is None  # 260.4, but 181.5K / 699.5 to 182.5K / 698.5 allows 261
+    config = (
+        "10/17/2025 16:31:50 [INFO|DP=0|PP=0|TP=0]: Config(parallelism=ParallelismArgs(dp=4, pp=1, tp=2))"
+    )
+    banner = "10/17/2025 16:31:50 [INFO|DP=0|PP=0|TP=0]: Config:"
+    assert gpus(banner, config, step(1, "182K", "11.4K")) == 8

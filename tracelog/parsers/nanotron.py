@@ -9,7 +9,8 @@ Its logger prefixes a line with the time, the level and the ranks of the dimensi
 The iteration line (`LoggerWriter.add_scalars_from_list` over `Trainer.train_step_logs`'s items) gives an
 `iterations` row per logged step: `time_per_iteration_ms` (`elapsed_time_per_iteration_ms` before 2025),
 `lm_loss`, `lr`, `grad_norm`, `model_tflops_per_gpu` as the TFLOP/s per GPU, `consumed_tokens`; the
-throughput, `hardware_tflops_per_gpu` and `z_loss` become metrics, and `cuda_memory_allocated` /
+throughput, `hardware_tflops_per_gpu` and `z_loss` become metrics (and `tokens_per_sec` over
+`tokens_per_sec_per_gpu` the GPU count, where the log gives none: `whole`), and `cuda_memory_allocated` /
 `cuda_max_memory_reserved` (bytes, printed in the detailed mode) a `memory` row. Values are in
 `human_format`: three significant digits and a K, M, B (G before 2025), T suffix of powers of 1000, so
 `time_per_iteration_ms: 1.23K` is 1230 ms. `global_batch_size` counts tokens since 2025 and samples
@@ -30,6 +31,7 @@ warnings and tracebacks; anything else is `unparsed`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -41,7 +43,9 @@ from tracelog.parsers.run_rows import RunRows
 from tracelog.parsers.topo import ANSI_RESIDUE_RX
 
 FORMAT = "nanotron"
-VERSION = "2"  # "2": a launch's first lines and a changed step total start the next run
+VERSION = (
+    "3"  # "2": a launch's first lines and a changed step total start the next run; "3": GPUs from the rates
+)
 
 NANOTRON_PREFIX_RX = re.compile(r"\[(?:INFO|WARNING|ERROR|DEBUG)(?:\|(?:DP|PP|TP|CP|EP)=\d+)+[|\]]")
 PREFIX_RX = re.compile(
@@ -137,6 +141,7 @@ class _Parser(RunRows):
         self.first_step: int | None = None  # the start line's `start_iteration_step` + 1
         self.last_total: int | None = None  # the `/ T` of the last iteration line: the launch's train_steps
         self.in_config = False
+        self.world_by_rates: dict[int, int | None] = {}  # per run: the GPUs its first line's rates give
 
     def new_run(self) -> None:
         if self.last_step is not None:
@@ -184,7 +189,8 @@ class _Parser(RunRows):
         self.last_total = total
         run = self.run(n)
         run.setdefault("train_iters", total)
-        fields = {key: human(value, suffix) for key, value, suffix in FIELD_RX.findall(message)}
+        printed = {key: (value, suffix) for key, value, suffix in FIELD_RX.findall(message)}
+        fields = {key: human(value, suffix) for key, (value, suffix) in printed.items()}
         ms = fields.get("time_per_iteration_ms", fields.get("elapsed_time_per_iteration_ms"))
         row: dict[str, Any] = {
             "run_key": self.run_key,
@@ -205,6 +211,14 @@ class _Parser(RunRows):
         if gbs is not None and ("elapsed_time_per_iteration_ms" in fields or run.get("gbs") == round(gbs)):
             row["global_batch_size"] = round(gbs)
         self.out.add("iterations", row)
+        if (
+            "tokens_per_sec" in printed
+            and "tokens_per_sec_per_gpu" in printed
+            and self.run_key not in self.world_by_rates
+        ):
+            self.world_by_rates[self.run_key] = world_size(
+                printed["tokens_per_sec"], printed["tokens_per_sec_per_gpu"]
+            )
         for key, name in METRIC_KEYS.items():
             if key in fields:
                 metric = {"run_key": self.run_key, "iteration": step, "key": name, "line_no": n}
@@ -310,8 +324,34 @@ class _Parser(RunRows):
             self.out.add("unparsed", {"line_no": n, "text": text})
 
     def finish(self) -> None:
-        for run in self.runs.values():
+        for key, run in self.runs.items():
+            if not run.get("gpus") and (world := self.world_by_rates.get(key)) is not None:
+                run["gpus"] = world
             self.out.add("runs", run)
+
+
+def world_size(rate: tuple[str, str], per_gpu: tuple[str, str]) -> int | None:
+    """The GPU count a step line's two rates give where no `Config:` block does: nanotron divides
+    `tokens_per_sec` by the world group's size for `tokens_per_sec_per_gpu` (trainer.py `train_step_logs`),
+    printing both in `human_format` (three significant digits). The count is the whole number within 1 %
+    of their ratio, where it is the only one the printed digits allow (each figure half a unit of its last
+    digit either way): `22.8K / 11.4K` is 2, `182K / 699` (260.4: 260 or 261) none."""
+    (r, half_r), (g, half_g) = ((human(*f), _half_unit(*f)) for f in (rate, per_gpu))
+    if not (g > half_g and math.isfinite(r) and math.isfinite(g)):
+        return None
+    ratio, low, high = r / g, (r - half_r) / (g + half_g), (r + half_r) / (g - half_g)
+    count = round(ratio)
+    if count < 1 or abs(ratio - count) > 0.01 * count:
+        return None
+    return count if math.ceil(low) == math.floor(high) == count else None
+
+
+def _half_unit(value: str, suffix: str) -> float:
+    """Half the unit of a printed number's last digit, in its scale: `11.4K` is 11400 ± 50."""
+    if not re.fullmatch(r"\d+(?:\.\d*)?", value):
+        return 0.0
+    decimals = len(value.split(".")[1]) if "." in value else 0
+    return 0.5 * 10.0**-decimals * SCALE[suffix]
 
 
 @guarded
