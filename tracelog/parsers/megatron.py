@@ -71,8 +71,9 @@ from tracelog.parsers.megatron_wrap import (
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "9"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
-# "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event; "9": folded lines
+VERSION = "10"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
+# "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event; "9": folded lines;
+# "10": the `ranks_seen` run parameter
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -259,6 +260,22 @@ def _extend_run(runs: dict[int, RunInfo], key: int, low: int, high: int) -> None
     run.line_end = max(run.line_end or 0, high)
 
 
+def _ranks_seen(frame: pl.DataFrame, run_key: pl.Expr, runs: dict[int, RunInfo]) -> None:
+    """Each run's highest torchrun `[rankN]:` prefix plus one (`RunInfo.ranks_seen`), from the lines that
+    start with one (a literal test on every line, the prefix read on those)."""
+    ranked = frame.filter(pl.col("line").str.starts_with("[rank"))
+    if ranked.is_empty():
+        return
+    seen = (
+        ranked.select(run_key, pl.col("line").str.extract(r"^\[rank(\d+)\]:", 1).cast(pl.Int32, strict=False))
+        .group_by("run_key")
+        .agg(pl.col("line").max())
+    )
+    for key, rank in seen.iter_rows():
+        if rank is not None and (run := runs.get(key)) is not None:
+            run.ranks_seen = max(run.ranks_seen or 0, rank + 1)
+
+
 def _among(line_nos: list[int]) -> pl.Expr:
     return (
         pl.col("line_no").is_in(pl.Series(line_nos, dtype=pl.Int64).implode()) if line_nos else pl.lit(False)
@@ -355,6 +372,7 @@ def _parse_block(
             carry.restarted.append(key)
     _extend_run(runs, key, low, last_line)
 
+    _ranks_seen(frame, run_key, runs)
     rest = frame.filter(~pl.col("_iter")).select("line_no", "line", "_timer")
     if not not_iters.is_empty():
         rest = pl.concat(

@@ -67,6 +67,10 @@ class RunInfo:
     logged_gbs: int | None = None
     logged_train_iters: int | None = None
     logged_seq_len: int | None = None
+    # the highest torchrun `[rankN]:` prefix in its lines, plus one: how many ranks the log shows at least,
+    # kept as the run parameter `ranks_seen` where no GPU count is known (it is none: a log may show only
+    # some ranks)
+    ranks_seen: int | None = None
 
     def state(self) -> dict[str, Any]:
         """Everything this run knows, as JSON, for an ingest that resumes after the last complete line."""
@@ -231,6 +235,8 @@ class RunInfo:
             params.append(
                 {"name": f"parameters_on_rank_{tp_rank}_{pp_rank}", "value": str(count), "line_no": None}
             )
+        if self.ranks_seen and not columns.get("gpus"):  # where nothing gives the GPU count
+            params.append({"name": "ranks_seen", "value": str(self.ranks_seen), "line_no": None})
         return {
             "run_key": self.run_key,
             "line_start": self.line_start,
@@ -254,10 +260,12 @@ _STATE_FIELDS = (
     "logged_gbs",
     "logged_train_iters",
     "logged_seq_len",
+    "ranks_seen",
 )
 _DEFAULTED = {
     "v1_world",
     "logged_gbs",
     "logged_train_iters",
     "logged_seq_len",
+    "ranks_seen",
 }  # fields newer than some saved states
