@@ -32,13 +32,14 @@ def test_a_device_list_cut_to_one_line_takes_its_ranks_from_the_busbw_factor() -
     out = collect(ONE_DEVICE_LINE_OF_MANY)
     bench = the_bench(out)
     params = {p["name"]: p["value"] for p in out["bench_params"]}
-    # 2(n-1)/n printed to 2 decimals: the five pairs with the largest algbw allow 509 to 513 ranks, not one
-    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (509, None, None)
+    # 2(n-1)/n printed to 2 decimals: the five pairs with the largest algbw allow 510 to 513 ranks, not one
+    # (509 to 513 from their algbw alone; size / time narrows it a little)
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (510, None, None)
     assert bench["collective"] == "all_reduce" and params["collective_source"] == "busbw factor"
     assert params["ranks_source"].startswith(
-        "at least 509 from the busbw factor (busbw/algbw 1.99606 to 1.99611 "
+        "at least 510 from the busbw factor (busbw/algbw 1.99607 to 1.99611 "
     )
-    assert params["ranks_source"].endswith("2(n-1)/n: 509 to 513 ranks)")
+    assert params["ranks_source"].endswith("2(n-1)/n: 510 to 513 ranks)")
     assert bench["hosts"] == ["gpu-a017"]
 
 
@@ -54,7 +55,7 @@ def test_a_bench_wider_than_one_host_is_held_to_the_network_not_to_nvlink(
     )[0]
     assert '"nodes": 64' in detail and '"ranks_per_node": 8' in detail and '"fabric_assumed": true' in detail
     (assumed,) = sql(db_path, "SELECT detail FROM predictions WHERE metric = 'inputs'")[0]
-    assert "509 ranks are more than one host holds, its GPUs per node unknown: 8 per node assumed" in assumed
+    assert "510 ranks are more than one host holds, its GPUs per node unknown: 8 per node assumed" in assumed
     rules = [r for (r,) in sql(db_path, "SELECT rule FROM flags ORDER BY rule")]
     assert "duplex_confusion" not in rules  # 337 GB/s is no longer 75 % of NVLink 4's 450 GB/s, "healthy"
 
@@ -97,3 +98,40 @@ def test_collectives_the_model_costs_alike_are_held_to_its_plateau(db_path: Path
     (flag,) = sql(db_path, "SELECT severity, message FROM flags WHERE rule = 'low_bandwidth'")
     assert flag[0] == "warning"
     assert flag[1].startswith("all_gather or gather or scatter busbw peaks at 6.2 GB/s")
+
+
+def test_small_rows_take_their_algbw_from_size_over_time() -> None:
+    """Invented, in the shape of NVIDIA/nccl#527's old-layout rows (32 ranks, small sizes): algbw printed to
+    two decimals (0.32) says little, its time (406.8 us) pins size / time to four digits, and the rank count
+    is 28 to 33 where the printed algbw alone allowed 20 to 36."""
+    from tracelog.parsers.nccl_tests_factor import factor_ranks
+
+    factor = 2 * 31 / 32
+    sizes_times = [(32768, 398.1), (65536, 401.5), (131072, 406.8), (262144, 412.3)]
+    lines = [
+        "#       size    count   type   redop     time   algbw   busbw  error     time   algbw   busbw  error"
+    ]
+    for size, time_us in sizes_times:
+        algbw = size / (time_us * 1e3)
+        cells = f"{time_us:8.1f} {algbw:7.2f} {algbw * factor:7.2f}  0e+00"
+        lines.append(f"{size:12d} {size // 4:8d}  float    sum {cells} {cells}")
+    out = collect("\n".join(lines) + "\n")
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert bench["collective"] == "all_reduce" and 28 <= bench["ranks"] <= 32
+    assert params["ranks_source"].endswith(f"2(n-1)/n: {bench['ranks']} to 33 ranks)")
+    # from the printed algbw alone the same rows allowed 20 to 36
+    plain = factor_ranks("all_reduce", [(a, lo, hi) for a, lo, hi, _, _ in _ranges(lines)])
+    assert plain is not None and (plain.low, plain.high) == (20, 36)
+
+
+def _ranges(lines: list[str]) -> list[tuple[float, ...]]:
+    from tracelog.parsers.nccl_tests_factor import row_range
+
+    out = []
+    for line in lines[1:]:
+        cells = line.split()
+        size, time_text, algbw_text, busbw_text = int(cells[0]), cells[4], cells[5], cells[6]
+        if (r := row_range(algbw_text, busbw_text, size, time_text)) is not None:
+            out.append((float(algbw_text), *r))
+    return out

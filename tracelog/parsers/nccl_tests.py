@@ -60,7 +60,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "11"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "12"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -69,6 +69,7 @@ VERSION = "11"  # 2: processes built without MPI printing one test each make one
 # 9: a device line whose host is blank
 # 10: the header and footer lines copied without their `#`
 # 11: MPICH's `[0] ` rank tags, inside a row too
+# 12: the busbw factor also from size / time, where its digits narrow it
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -540,7 +541,7 @@ class _Parser:
                 bench.max_error = (error, n)
             if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
                 bench.best = (algbw, busbw)
-            if algbw and busbw and (factor := row_range(g["algbw"], g["busbw"])):
+            if algbw and busbw and (factor := row_range(g["algbw"], g["busbw"], size, g.get("time"))):
                 bench.factors.append((algbw, *factor))
             row = {
                 "bench_key": bench.key,

@@ -89,7 +89,7 @@ class Bench:
     copies: int = 1  # processes that printed that header (each its own test where built without MPI)
     footers: list[float] = field(default_factory=list)  # every `Avg bus bandwidth` it printed
     command: str | None = None  # its shell command, where one was read
-    factors: list[tuple[float, float, float]] = field(default_factory=list)  # (algbw, factor range) per row
+    factors: list[tuple[float, ...]] = field(default_factory=list)  # (algbw, factor ranges) per row
     roots: set[int] = field(default_factory=set)  # the root column's values, -1 included
 
     def communicator(self) -> list[tuple[str, str]]:

@@ -19,8 +19,15 @@ RING_FAMILY = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter")
 SCALE = {"all_reduce": 2, **dict.fromkeys(RING_FAMILY, 1)}
 
 
-def row_range(algbw_text: str, busbw_text: str) -> tuple[float, float] | None:
-    """The busbw/algbw factors one printed row allows; None where a figure is not a plain positive decimal."""
+def row_range(
+    algbw_text: str, busbw_text: str, size: int | None = None, time_text: str | None = None
+) -> tuple[float, float, float, float] | None:
+    """The busbw/algbw factors one printed row allows, twice: from the printed algbw, and narrowed by the
+    row's size and time; None where a figure is not a plain positive decimal. nccl-tests computes algbw as
+    size / time (bytes over microseconds x 1e3, in GB/s), which the time's digits often pin down far closer
+    than algbw's two decimals (131072 B in 406.8 us: 0.3222 GB/s, printed 0.32). The time narrows the range
+    only where the two agree (not for a collective whose printed size is not algbw's numerator); the plain
+    range is kept for a table whose narrowed ranges disagree (figures edited or made up by hand)."""
     try:
         algbw, busbw = float(algbw_text), float(busbw_text)
     except ValueError:
@@ -28,9 +35,28 @@ def row_range(algbw_text: str, busbw_text: str) -> tuple[float, float] | None:
     if "e" in (algbw_text + busbw_text).lower() or not (math.isfinite(algbw) and math.isfinite(busbw)):
         return None
     half_a, half_b = _half_unit(algbw_text), _half_unit(busbw_text)
-    if algbw - half_a <= 0 or busbw <= 0:
+    low, high = algbw - half_a, algbw + half_a
+    if low <= 0 or busbw <= 0:
         return None
-    return (busbw - half_b) / (algbw + half_a), (busbw + half_b) / (algbw - half_a)
+    plain = ((busbw - half_b) / high, (busbw + half_b) / low)
+    timed = _timed_algbw(size, time_text)
+    if timed is not None and timed[0] <= high and timed[1] >= low:
+        low, high = max(low, timed[0]), min(high, timed[1])
+    return (*plain, (busbw - half_b) / high, (busbw + half_b) / low)
+
+
+def _timed_algbw(size: int | None, time_text: str | None) -> tuple[float, float] | None:
+    """The algbw range size / time allows, in GB/s, from the time's printed digits (microseconds)."""
+    if not size or not time_text or "e" in time_text.lower():
+        return None
+    try:
+        time_us = float(time_text)
+    except ValueError:
+        return None
+    half = _half_unit(time_text)
+    if not math.isfinite(time_us) or time_us - half <= 0:
+        return None
+    return size / ((time_us + half) * 1e3), size / ((time_us - half) * 1e3)
 
 
 def _half_unit(text: str) -> float:
@@ -65,10 +91,20 @@ class FactorRanks:
         return f"at least {self.low} from the busbw factor ({span}: {self.low} {upper} ranks)"
 
 
-def factor_ranks(collective: str | None, ranges: list[tuple[float, float, float]]) -> FactorRanks | None:
-    """The ranks the rows' factor allows. `ranges`: (algbw, lowest, highest factor) per row. A named collective
-    without a rank-dependent factor (broadcast, reduce, sendrecv) says nothing; an unnamed one is an all_reduce
-    when the factor is above 1 (no other collective's is) and of the (n-1)/n family when it is below 1."""
+def factor_ranks(collective: str | None, ranges: list[tuple[float, ...]]) -> FactorRanks | None:
+    """The ranks the rows' factor allows. `ranges`: (algbw, lowest, highest factor[, the same narrowed by the
+    time]) per row (`row_range`): the narrowed ranges where they give an answer, else the plain ones. A named
+    collective without a rank-dependent factor (broadcast, reduce, sendrecv) says nothing; an unnamed one is
+    an all_reduce when the factor is above 1 (no other collective's is) and of the (n-1)/n family when it is
+    below 1."""
+    if ranges and all(len(r) == 5 for r in ranges):
+        narrowed = _factor_ranks(collective, [(r[0], r[3], r[4]) for r in ranges])
+        if narrowed is not None:
+            return narrowed
+    return _factor_ranks(collective, [(r[0], r[1], r[2]) for r in ranges])
+
+
+def _factor_ranks(collective: str | None, ranges: list[tuple[float, float, float]]) -> FactorRanks | None:
     if not ranges or (collective is not None and collective not in SCALE):
         return None
     best = sorted(ranges, key=lambda r: -r[0])[: max(1, -(-len(ranges) // 2))]
