@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from tracelog.hardware import normalize_precision
-from tracelog.model.flops import ModelConfig, TrainConfig
+from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
 
 
 class TimedOp(Protocol):
@@ -48,7 +48,7 @@ def recomputed_linear_shares(cfg: ModelConfig, train: TrainConfig) -> dict[str, 
     (w3 beside w1), none of `mlp_down` (w2); every linear layer under float8."""
     if normalize_precision(train.precision) in LOW_PRECISION_LINEARS:
         return {"qkv": 1.0, "proj": 1.0, "mlp_up": 1.0, "mlp_down": 1.0}
-    q, kv = cfg.heads * cfg.head_dim, cfg.groups * cfg.head_dim
+    q, kv = cfg.q_width, cfg.kv_width
     return {"qkv": kv / (q + 2 * kv), "proj": 1.0, "mlp_up": 0.5 if cfg.swiglu else 0.0, "mlp_down": 0.0}
 
 
@@ -66,8 +66,8 @@ def op_saved_bytes_per_layer(cfg: ModelConfig, train: TrainConfig) -> float:
     the products. The recomputation's transient (one layer's full activations) is added by the caller, as
     for full recomputation."""
     t = train.tp
-    tokens = train.mbs * (cfg.seq_len // train.cp)
-    h, q, kv = cfg.hidden, cfg.heads * cfg.head_dim, cfg.groups * cfg.head_dim
+    tokens = microbatch_tokens(cfg, train)
+    h, q, kv = cfg.hidden, cfg.q_width, cfg.kv_width
     block_input = h / t if train.sequence_parallel else h
     per_token = block_input + q / t
     if normalize_precision(train.precision) not in LOW_PRECISION_LINEARS:

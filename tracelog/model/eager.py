@@ -19,7 +19,7 @@ model's backward = 2 x forward covers.
 
 from __future__ import annotations
 
-from tracelog.model.flops import ModelConfig, TrainConfig
+from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
 
 NORM_BYTES = 36 - 4
 ROPE_BYTES = 20
@@ -34,8 +34,8 @@ def eager_elementwise_bytes(cfg: ModelConfig, train: TrainConfig) -> float:
     GPU and micro-batch: the norms over h (split over TP with sequence parallelism), the rotary embedding
     over the rank's Q and K widths, the SwiGLU product over its FFN width."""
     t = train.tp
-    tokens = train.mbs * (cfg.seq_len // train.cp)
-    q, kv = cfg.heads * cfg.head_dim, cfg.groups * cfg.head_dim
+    tokens = microbatch_tokens(cfg, train)
+    q, kv = cfg.q_width, cfg.kv_width
     norm_width = cfg.hidden / t if train.sequence_parallel else cfg.hidden
     gated = cfg.token_ffn / t if cfg.swiglu else 0.0
     rotary = 0.0 if cfg.learned_positions else (q + kv) / t

@@ -69,6 +69,16 @@ class ModelConfig:
         return self.kv_channels if self.kv_channels is not None else self.hidden // self.heads
 
     @property
+    def q_width(self) -> int:
+        """The queries' width, heads x head dimension (h unless `kv_channels` says otherwise)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The keys' (and the values') width, query groups x head dimension (grouped-query attention)."""
+        return self.groups * self.head_dim
+
+    @property
     def moe_layers(self) -> int:
         if not self.num_experts:
             return 0
@@ -246,8 +256,7 @@ def params_from_config(cfg: ModelConfig, *, include_embeddings: bool = True) -> 
     """Parameter count of a Megatron GPT: per layer QKV, output projection, MLP (SwiGLU has two input
     matrices), biases and two norms; final norm; word embeddings (once if tied), learned positions.
     With the classic shapes this is l·(12h² + 13h) + V·h + s·h + 2h, the BigScience notes' formula."""
-    h, q = cfg.hidden, cfg.heads * cfg.head_dim
-    kv = cfg.groups * cfg.head_dim
+    h, q, kv = cfg.hidden, cfg.q_width, cfg.kv_width
     bias = 1 if cfg.bias else 0
     norm = 2 * h if cfg.bias else h  # LayerNorm has weight and bias; RMSNorm-style models only a weight
     attention = h * (q + 2 * kv) + bias * (q + 2 * kv) + q * h + bias * h
@@ -276,6 +285,11 @@ def model_params(cfg: ModelConfig) -> int:
     return cfg.params if cfg.params is not None else params_from_config(cfg)
 
 
+def microbatch_tokens(cfg: ModelConfig, train: TrainConfig) -> int:
+    """Tokens of one micro-batch on one context-parallel rank: b·s/cp (before any TP or sequence split)."""
+    return train.mbs * (cfg.seq_len // train.cp)
+
+
 def flops_narayanan(cfg: ModelConfig, gbs: int, recompute: Recompute | bool = "full") -> float:
     """Narayanan et al. 2021 (SC21) §5.1 eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with full
     recomputation, 72 instead of 96 without. This is what Megatron-LM (2021) and Megatron-DeepSpeed print
@@ -288,8 +302,7 @@ def flops_narayanan(cfg: ModelConfig, gbs: int, recompute: Recompute | bool = "f
 def _attention_forward_per_token(cfg: ModelConfig, causal_halved: bool = True) -> tuple[float, float]:
     """(projection, core) forward FLOPs of one attention layer per token, Megatron-LM's form: QKV and
     output projections 2·h·(q + 2kv) + 2·q·h; core QKᵀ and AV 4·q·s, halved for the causal mask."""
-    q = cfg.heads * cfg.head_dim
-    kv = cfg.groups * cfg.head_dim
+    q, kv = cfg.q_width, cfg.kv_width
     projections = 2 * cfg.hidden * (q + 2 * kv) + 2 * q * cfg.hidden
     core = 4 * q * cfg.seq_len  # 2 GEMMs × 2 FLOP/FMA × q·s
     return projections, core / 2 if causal_halved else core
@@ -325,7 +338,7 @@ def op_recompute_flops_per_token(cfg: ModelConfig) -> float:
     """FLOPs per token and layer torchtitan's per-operation policy recomputes in 16-bit training (every
     second matrix product: wk, h × kv; wo, q × h; w3, h × f of a gated MLP; `model.checkpointing`), two
     FLOPs per multiply-add."""
-    q, kv = cfg.heads * cfg.head_dim, cfg.groups * cfg.head_dim
+    q, kv = cfg.q_width, cfg.kv_width
     gated = cfg.token_ffn if cfg.swiglu else 0
     return 2.0 * cfg.hidden * (kv + q + gated)
 

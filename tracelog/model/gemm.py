@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
 from tracelog.model.eager import EAGER_KERNELS, eager_elementwise_bytes
-from tracelog.model.flops import ModelConfig, TrainConfig
+from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
 from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes, storage_precision
 from tracelog.model.quantization import gemm_quantization
 
@@ -297,9 +297,9 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     t = train.tp
     s = cfg.seq_len // train.cp
     s_kv = cfg.seq_len  # context parallelism splits the queries; each rank attends to all keys
-    m = train.mbs * s
+    m = microbatch_tokens(cfg, train)
     h, d = cfg.hidden, cfg.head_dim
-    q, kv = cfg.heads * d, cfg.groups * d
+    q, kv = cfg.q_width, cfg.kv_width
     heads_per_rank = max(1, cfg.heads // t)
     ffn = cfg.token_ffn
     up = 2 * ffn if cfg.swiglu else ffn

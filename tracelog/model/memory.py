@@ -16,7 +16,8 @@ from tracelog.model.flops import (
     ModelConfig,
     Recompute,
     TrainConfig,
-    expert_params_per_layer,
+    expert_params,
+    microbatch_tokens,
     params_from_config,
     stage_split,
 )
@@ -339,8 +340,7 @@ def transformer_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str 
     """Transformer layers of a pipeline stage (the fullest by default: ⌈L/p⌉, `stage_split`) split over
     TP. Norms and biases replicated across TP are counted as split, a sub-0.1% simplification. Routed
     experts are split over EP × expert TP instead (`expert_params_per_gpu`)."""
-    experts = expert_params_per_layer(cfg) * cfg.moe_layers
-    per_layer = (params_from_config(cfg, include_embeddings=False) - experts) / cfg.layers
+    per_layer = (params_from_config(cfg, include_embeddings=False) - expert_params(cfg)) / cfg.layers
     return per_layer * stage_layer_count(cfg, train, stage) / train.tp + expert_params_per_gpu(
         cfg, train, stage
     )
@@ -351,7 +351,7 @@ def expert_params_per_gpu(cfg: ModelConfig, train: TrainConfig, stage: str = "fu
     the expert-parallel group (E/EP experts per GPU) and each expert over expert TP (Megatron-core
     `MoELayer`: `num_local_experts = num_moe_experts // expert_model_parallel_size`; TEGroupedMLP splits
     its FC1/FC2 over `expt_tp`)."""
-    experts = expert_params_per_layer(cfg) * cfg.moe_layers / cfg.layers
+    experts = expert_params(cfg) / cfg.layers
     return experts * stage_layer_count(cfg, train, stage) / (train.ep * train.expert_tp)
 
 
@@ -365,8 +365,8 @@ def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recomput
         train.sequence_parallel,
         recompute,
         train.flash_attention,
-        q_width=cfg.heads * cfg.head_dim,
-        kv_width=cfg.groups * cfg.head_dim,
+        q_width=cfg.q_width,
+        kv_width=cfg.kv_width,
         ffn=cfg.token_ffn,
         gated=cfg.swiglu,
         dropout=cfg.dropout,
@@ -380,7 +380,7 @@ def moe_dispatch_activation_bytes(cfg: ModelConfig, train: TrainConfig) -> float
     T = b·s/(cp·t) tokens per GPU (Megatron requires sequence parallelism with MoE and TP)."""
     if not cfg.all_moe or cfg.moe_topk <= 1:
         return 0.0
-    tokens = train.mbs * (cfg.seq_len // train.cp) / train.tp
+    tokens = microbatch_tokens(cfg, train) / train.tp
     low = normalize_precision(train.precision) in LOW_PRECISION_GEMMS
     return (cfg.moe_topk - 1) * tokens * cfg.hidden * (1 if low else storage_bytes(train.precision))
 
@@ -420,9 +420,10 @@ def activations_per_gpu(
     10·s·b·V/t under PyTorch's own cross entropy (torchtitan, `model.torch_native`)."""
     options = options or MemoryOptions()
     p = train.pp
-    stored = _layer_activations(cfg, train, train.recompute)
     if train.recompute == "op":
         stored = op_saved_bytes_per_layer(cfg, train) + moe_dispatch_activation_bytes(cfg, train)
+    else:
+        stored = _layer_activations(cfg, train, train.recompute)
     if train.recompute == "full":
         if options.checkpoint_in_cpu:
             stored = 0.0
@@ -432,10 +433,10 @@ def activations_per_gpu(
     if train.recompute in ("full", "op"):
         total += _layer_activations(cfg, train, "none")
     if stage == "last" or p == 1:
-        logits = (cfg.seq_len // train.cp) * train.mbs * cfg.vocab / train.tp
+        logits = microbatch_tokens(cfg, train) * cfg.vocab / train.tp
         total += loss_bytes_per_logit(train) * logits
     act_bytes = storage_bytes(train.precision)
-    sbh = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden
+    sbh = microbatch_tokens(cfg, train) * cfg.hidden
     return total + deepspeed_pipe_buffers(train, stage) * sbh * act_bytes
 
 

@@ -25,7 +25,7 @@ import math
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, gpu_intra_node_link, normalize_precision, peak_tflops
 from tracelog.model.collectives import link_for, node_nics, predict_collective, spans_nodes
-from tracelog.model.flops import ModelConfig, TrainConfig, stage_layers
+from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens, stage_layers
 from tracelog.model.gemm import (
     FRAMEWORK_SHARE,
     LOW_PRECISION_CAST_FACTOR,
@@ -43,7 +43,7 @@ k·T rows of the expert width, `model.gemm`'s `activation` over the routed width
 
 def tokens_per_gpu(cfg: ModelConfig, train: TrainConfig) -> float:
     """T = b·s/(cp·t): the tokens of a micro-batch that enter one GPU's MoE layer."""
-    return train.mbs * (cfg.seq_len // train.cp) / train.tp
+    return microbatch_tokens(cfg, train) / train.tp
 
 
 def ranks_per_token(cfg: ModelConfig, train: TrainConfig) -> float:
@@ -81,7 +81,7 @@ def moe_layer_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale:
     experts = cfg.num_experts or 1
     local = max(1, experts // ep)
     tokens = tokens_per_gpu(cfg, train)
-    m = train.mbs * (cfg.seq_len // train.cp)
+    m = microbatch_tokens(cfg, train)
     rows = max(1, round(tokens * k * ep * etp / experts))
     up = 2 * f if cfg.swiglu else f
 
@@ -105,7 +105,7 @@ def moe_layer_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale:
     if linear_precision in LOW_PRECISION_GEMMS:
         # Transformer Engine casts each linear GEMM's input (and writes its transpose): the attention's
         # two, the experts' k·T token copies of h and of f, and the shared expert's two (`model.gemm`)
-        q = cfg.heads * cfg.head_dim
+        q = cfg.q_width
         elements = m * (h + q // t) + tokens * k * (etp * h + f) + (m * (h + shared // t) if shared else 0)
         cast = LOW_PRECISION_CAST_FACTOR.get(linear_precision, 1.0)
         moe.append(_memory("fp8_casts", elements * (act + 2) * cast, gpu, kernels=4))

@@ -17,7 +17,7 @@ from tracelog.model.collectives import (
     predict_collective,
     spans_nodes,
 )
-from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, stage_layers
+from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, microbatch_tokens, stage_layers
 from tracelog.model.gemm import (
     KERNEL_OVERHEAD_S,
     Op,
@@ -138,7 +138,7 @@ def _tp_collective_seconds(
 ) -> float:
     """One tensor-parallel collective `op` over a micro-batch's s·b·h activations, in seconds."""
     g = _resolve_gpu(gpu)
-    size = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * storage_bytes(train.precision)
+    size = microbatch_tokens(cfg, train) * cfg.hidden * storage_bytes(train.precision)
     bottleneck = link_for(train.tp, gpus_per_node, g, _resolve_link(fabric))
     alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, train.tp, gpus_per_node)
     one = predict_collective(op, size, train.tp, bottleneck.unidirectional_gbps, alpha_us, link_efficiency)
@@ -348,7 +348,7 @@ def p2p_seconds(
     if train.pp == 1:
         return 0.0
     g = _resolve_gpu(gpu)
-    full = (cfg.seq_len // train.cp) * train.mbs * cfg.hidden * storage_bytes(train.precision)
+    full = microbatch_tokens(cfg, train) * cfg.hidden * storage_bytes(train.precision)
     stride = train.tp * train.dp * train.cp
     bottleneck = link_for(2, gpus_per_node, g, _resolve_link(fabric), stride=stride)
     pair = _group_constants(alpha_us, link_efficiency, net, 2, gpus_per_node, stride)

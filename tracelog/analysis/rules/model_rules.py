@@ -234,7 +234,7 @@ def _gemms(run: RunInputs) -> list[tuple[str, int, int, int]]:
     cfg, train = run.cfg, run.train
     assert cfg is not None and train is not None
     tokens = cfg.seq_len // train.cp * train.mbs
-    q, kv = cfg.heads * cfg.head_dim, cfg.groups * cfg.head_dim
+    q, kv = cfg.q_width, cfg.kv_width
     up = cfg.ffn * (2 if cfg.swiglu else 1)
     return [
         ("QKV projection", tokens, (q + 2 * kv) // train.tp, cfg.hidden),
