@@ -203,3 +203,27 @@ def test_predict_takes_a_torchtitan_configuration_on_the_command_line(tmp_path: 
         recompute="op", run_params={"torch_compile": "True"},
     )  # fmt: skip
     assert compiled == pytest.approx(float(library.loc[library["metric"] == "sec_per_it", "value"].iloc[0]))
+
+
+def test_the_oom_rule_holds_a_run_to_the_device_memory_the_model_takes(tmp_path: Path) -> None:
+    """Invented: a run on a 96 GB H100 variant that PyTorch names as the 80 GB part (the Grand Teton hosts of
+    torchtitan's benchmarks). Its memory share says 96 GiB: 88 GiB is 92 % of it, a warning, not 110 % of
+    the catalog part's 80 GiB; the rule and the model's capacity are the same figure."""
+    line = (
+        "[rank0]:[titan] 2025-01-02 10:00:{0:02d},000 - root - INFO - step: {1:2d}  loss:  7.0000  "
+        "grad_norm:  1.0000  memory: 88.00GiB(91.67%)  tps: 6,000  tflops: 360.00  mfu: 36.40%"
+    )
+    log = tmp_path / "titan96.log"
+    log.write_text(
+        "[rank0]:[titan] 2025-01-02 09:59:00,000 - root - INFO - CUDA capacity: NVIDIA H100 80GB HBM3 with "
+        "95.00GiB memory\n" + "\n".join(line.format(10 * i, 10 * i) for i in range(1, 4)) + "\n"
+    )
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    (flag,) = api.sql(
+        db, "SELECT severity, expected, message FROM flags WHERE rule = 'oom_proximity'"
+    ).itertuples(index=False)
+    assert flag.severity == "warning" and flag.expected == round(88.00 / 91.67 * 102400)  # 98,300 MiB
+    assert "88.0 GiB is 92% of the 96 GiB of the GPU" in flag.message
+    capacity = api.sql(db, "SELECT value FROM predictions WHERE metric = 'gpu_capacity_mib'")["value"]
+    assert list(capacity) == [flag.expected]

@@ -11,6 +11,7 @@ from typing import Any
 
 from tracelog.analysis import inputs as run_inputs
 from tracelog.analysis import predictions
+from tracelog.analysis.device_memory import device_memory_bytes
 from tracelog.analysis.inputs import RunInputs
 from tracelog.analysis.plan_space import fused_softmax_ok
 from tracelog.analysis.rules import Flag
@@ -50,12 +51,14 @@ def oom_proximity(store: Store, t: Thresholds, scope: Scope, runs: list[RunInput
     )
     flags = []
     for run in runs:
-        capacity = run.gpu.memory_mib if run.gpu else None
+        # the device's memory as the model takes it: the catalog part's, or the log's own share of its
+        # device (torchtitan) where there is no part or the two differ (`device_memory_bytes`)
+        device = device_memory_bytes(run)
+        capacity = device / 2**20 if device is not None else None
         model = predicted.get(run.run_id, {}).get("gpu_memory_mib", (None,))[0]
-        where = f"{run.gpu.id} ({capacity / GIB:.0f} GiB)" if run.gpu and capacity else "its GPU"
-        printed = run.run_params.get("device_memory_mib", "")
-        if capacity is None and printed.isdigit():  # the log's own share of its device (torchtitan)
-            capacity = float(printed)
+        part = run.gpu.id if run.gpu and run.gpu.memory_mib == capacity else None
+        where = f"{part} ({capacity / GIB:.0f} GiB)" if part and capacity else "its GPU"
+        if capacity is not None and part is None:
             where = f"its GPU ({capacity / GIB:.0f} GiB, as the log's memory share gives it)"
         if run.status and run.status.upper() == "OOM":
             flags.append(
@@ -90,7 +93,7 @@ def oom_proximity(store: Store, t: Thresholds, scope: Scope, runs: list[RunInput
                         severity,
                         run.run_id,
                         f"Peak reserved memory {run.peak_reserved_mib / GIB:.1f} GiB is {share:.0%} of the "
-                        f"{capacity / GIB:.0f} GiB of {run.gpu.id if run.gpu else 'the GPU'}: one longer sequence or a fragmented "
+                        f"{capacity / GIB:.0f} GiB of {part or 'the GPU'}: one longer sequence or a fragmented "
                         "allocator away from out-of-memory.",
                         "Leave headroom: lower the micro-batch size, recompute activations, or shard the "
                         "optimizer; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation.",
@@ -108,7 +111,7 @@ def oom_proximity(store: Store, t: Thresholds, scope: Scope, runs: list[RunInput
                     "critical" if share > 1 else "warning",
                     run.run_id,
                     f"The model puts this layout at {model / GIB:.1f} GiB per GPU, {share:.0%} of the "
-                    f"{capacity / GIB:.0f} GiB of {run.gpu.id}"  # type: ignore[union-attr]
+                    f"{capacity / GIB:.0f} GiB of {part or 'the GPU'}"
                     + (": it should not fit." if share > 1 else ": little headroom."),
                     "See `tracelog predict` for the breakdown (weights, gradients, optimizer, activations, "
                     "embedding) and shard or recompute the largest part.",
