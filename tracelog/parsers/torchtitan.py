@@ -167,7 +167,6 @@ class _Parser(RunRows):
         self.last_stamp: datetime | None = None
         self.memory_step: int | None = None
         self.memory_seen: set[int | None] = set()  # the ranks whose memory of `memory_step` was read
-        self.dp_shard: dict[int, int] = {}  # id(run) -> the FSDP degree its device mesh gave
 
     def new_run(self) -> None:
         if self.last_step is not None:
@@ -377,7 +376,8 @@ class _Parser(RunRows):
         for name, column in (("tp", "tp"), ("pp", "pp"), ("cp", "cp")):
             if name in degrees:
                 run[column] = degrees[name]
-        self.dp_shard[id(run)] = degrees.get("dp_shard", 1)
+        if degrees.get("dp_shard", 1) > 1:  # torchtitan shards with FSDP2 whenever it is (`apply_fsdp`)
+            run["zero_stage"] = 3
         dp = degrees.get("dp_replicate", 1) * degrees.get("dp_shard", 1) * degrees.get("dp", 1)
         run["dp"] = dp
         run["gpus"] = dp * degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
@@ -389,8 +389,8 @@ class _Parser(RunRows):
 
     def model_inputs(self, run: dict[str, Any]) -> None:
         """What the model needs that the log says only by name: the shape of a flavour the trainer did not
-        print the arguments of (`torchtitan_flavors`), FSDP as ZeRO-3 (torchtitan shards with FSDP2
-        whenever `dp_shard` > 1: `apply_fsdp` in parallelize_llama.py; `Applied DDP` replicates), and
+        print the arguments of (`torchtitan_flavors`), FSDP as ZeRO-3 (`Applied FSDP`; a mesh with
+        `dp_shard` > 1 says it in `layout`; `Applied DDP` replicates), and
         activation checkpointing: `full`, or torchtitan's per-operation selective policy (`op`, the
         option of its shipped Llama configurations) unless the command asked for every N-th layer."""
         params = {p["name"]: p["value"] for p in run["run_params"]}
@@ -398,9 +398,9 @@ class _Parser(RunRows):
             for key, value in shape.items():
                 run.setdefault(key, value)
         sharding = params.get("data_parallel")
-        if sharding in ("FSDP", "HSDP") or (sharding is None and self.dp_shard.get(id(run), 1) > 1):
+        if sharding in ("FSDP", "HSDP"):
             run.setdefault("zero_stage", 3)
-        elif sharding == "DDP":
+        elif sharding == "DDP":  # replicas only: torchtitan applies DDP where dp_shard is 1
             run.setdefault("zero_stage", 0)
         mode = (params.get("activation_checkpointing") or "").lower()
         if mode in ("full", "fullac"):
