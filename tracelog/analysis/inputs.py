@@ -33,6 +33,11 @@ DEFAULT_PRECISION = "bf16"
 FP32_GRAD_FRAMEWORKS = {"megatron"}
 
 NO_RECOMPUTE_ASSUMED = "activation recomputation not given: none assumed"
+EAGER_FRAMEWORKS = ("torchtitan", "hf-trainer")
+"""Trainers that run a model's own PyTorch operators, each its own kernel, unless the run compiles them
+(`torch_compile`: torchtitan's `--training.compile`, the Trainer's `TrainingArguments.torch_compile`, False
+by default in both); `model.eager` counts what that moves. The others fuse them (Megatron-core, Transformer
+Engine, nanotron's Triton and flash-attn kernels)."""
 
 FIGURES_SQL = """
 -- the log's own FLOPs per iteration, line by line: reported TFLOP/s per GPU × seconds per iteration
@@ -102,7 +107,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'async_tensor_model_parallel_allreduce', 'cross_entropy_loss_fusion', 'cross_entropy_fusion_impl',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
     'json.zero_optimization.reduce_bucket_size', 'device_memory_mib', 'account_for_embedding_in_pipeline_split',
-    'account_for_loss_in_pipeline_split', {optimizer_params})
+    'account_for_loss_in_pipeline_split', 'torch_compile', 'rms_norm_eps', 'rope_theta',
+    'tie_word_embeddings', {optimizer_params})
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
 """.replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS + MOE_PARAMS))
@@ -325,12 +331,21 @@ def _model_config(row: dict[str, Any], inputs: RunInputs) -> ModelConfig | None:
     if bias is None and inputs.flag("disable_bias_linear") is not None:
         bias = not inputs.flag("disable_bias_linear")
     position = inputs.run_params.get("position_embedding_type")
+    rms_norm = (inputs.run_params.get("normalization") or "").strip().lower() == "rmsnorm"
     if inputs.framework == "torchtitan":
-        # its models (Llama 3 and 4, DeepSeek-V3) rotate their queries and keys, untie the output layer
-        # and use no biases (torchtitan/models/llama3/model.py); a Megatron log says so in its arguments
+        # its models (Llama 3 and 4, DeepSeek-V3) rotate their queries and keys, untie the output layer,
+        # use no biases and normalise with RMSNorm (torchtitan/models/llama3/model.py); a Megatron log says
+        # so in its arguments
         position = position or "rope"
         untied = True if untied is None else untied
         bias = False if bias is None else bias
+        rms_norm = True
+    if "rope_theta" in inputs.run_params:
+        position = position or "rope"  # a Hugging Face configuration of a rotary model (Llama and its kin)
+    if "rms_norm_eps" in inputs.run_params:
+        rms_norm = True  # the same configuration's RMSNorm
+    if untied is None and "tie_word_embeddings" in inputs.run_params:
+        untied = not inputs.flag("tie_word_embeddings")
     return ModelConfig(
         layers=shape["layers"],  # type: ignore[arg-type]
         hidden=shape["hidden"],  # type: ignore[arg-type]
@@ -345,6 +360,7 @@ def _model_config(row: dict[str, Any], inputs: RunInputs) -> ModelConfig | None:
         learned_positions=position in (None, "learned_absolute"),
         bias=bias if bias is not None else True,
         dropout=_dropout(row, inputs),
+        rms_norm=rms_norm,
         **moe_shape(row, inputs.run_params),
     )
 
@@ -431,7 +447,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             embedding_slots=embedding_slots(row, inputs),
             async_tp_allreduce=async_tp_allreduce(inputs),
             cross_entropy=cross_entropy(inputs),
-            compiled=inputs.framework != "torchtitan" or bool(inputs.flag("torch_compile")),
+            compiled=inputs.framework not in EAGER_FRAMEWORKS or bool(inputs.flag("torch_compile")),
             **moe_layout(row, inputs.run_params),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)

@@ -90,15 +90,22 @@ from tracelog.store.benches import is_bench_ref
 )
 @click.option(
     "--framework",
-    type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed", "torchtitan"]),
+    type=click.Choice(["megatron", "megatron-deepspeed", "deepspeed", "torchtitan", "hf-trainer"]),
     help="Sets how gradients are kept (fp32 main grads in Megatron), how attention runs (PyTorch's SDPA "
-    "in torchtitan) and what --zero 3 means (FSDP2 in torchtitan).  [default: megatron]",
+    "in torchtitan and the Hugging Face Trainer) and what --zero 3 means (FSDP2 in torchtitan).  "
+    "[default: megatron]",
 )
 @click.option(
     "--torch-compile/--no-torch-compile",
     default=None,
-    help="torchtitan: whether its blocks ran under torch.compile (fused element-wise kernels).  "
-    "[default: the run's log; without a run, not compiled, torchtitan's default]",
+    help="torchtitan, hf-trainer: whether the model ran under torch.compile (fused element-wise kernels).  "
+    "[default: the run's log; without a run, not compiled, both trainers' default]",
+)
+@click.option(
+    "--normalization",
+    type=click.Choice(["LayerNorm", "RMSNorm"], case_sensitive=False),
+    help="The blocks' norm (Megatron-LM's --normalization): an eager trainer runs RMSNorm as six kernels.  "
+    "[default: the run's log; without a run, LayerNorm (RMSNorm for torchtitan)]",
 )
 @uncalibrated_option
 @format_option
@@ -114,6 +121,7 @@ def predict(
     uncalibrated: bool,
     fmt: str,
     torch_compile: bool | None,
+    normalization: str | None,
     **config: Any,
 ) -> None:
     """What the model predicts for RUN, or for the configuration given: sec/it with its parts (compute,
@@ -135,6 +143,9 @@ def predict(
             --dp 8 --zero 3 --recompute op --torch-compile
     """
     values = {k: v for k, v in config.items() if v is not None}
+    run_params = {"torch_compile": str(torch_compile)} if torch_compile is not None else {}
+    if normalization is not None:
+        run_params["normalization"] = normalization
     with user_errors():
         if run is not None:
             store = obj.store()
@@ -149,7 +160,7 @@ def predict(
             distributed_optimizer=distributed_optimizer,
             attention_backend=attention_backend,
             calibrated=not uncalibrated,
-            run_params=None if torch_compile is None else {"torch_compile": str(torch_compile)},
+            run_params=run_params or None,
             **values,
         )
     render(frame, fmt)

@@ -26,7 +26,8 @@ class ModelConfig:
     `moe_layer_freq`-th layer, each of width `moe_ffn_hidden` (default `ffn_hidden`), plus an optional
     shared expert of width `moe_shared_ffn_hidden`. `dropout`: hidden and attention dropout above zero
     (Megatron-LM's default 0.1; Llama, Nemotron and most recipes since 2023 train without), whose masks
-    are kept for the backward pass."""
+    are kept for the backward pass. `rms_norm`: the block normalises with RMSNorm (Llama and its kin)
+    instead of LayerNorm; the same bytes fused, more kernels run eagerly (`model.eager`)."""
 
     layers: int
     hidden: int
@@ -47,6 +48,7 @@ class ModelConfig:
     moe_layer_freq: int = 1
     moe_shared_ffn_hidden: int | None = None
     dropout: bool = True
+    rms_norm: bool = False
 
     @property
     def ffn(self) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
-from tracelog.model.eager import EAGER_KERNELS, eager_elementwise_bytes
+from tracelog.model.eager import eager_elementwise_bytes, eager_kernels
 from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
 from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes, storage_precision
 from tracelog.model.quantization import gemm_quantization
@@ -341,9 +341,9 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
         _memory("bias_dropout_residual", 2 * rows * (3 * act + 1), gpu, kernels=2),
         _memory("activation", activation, gpu),
     ]
-    if not train.compiled:
+    if not train.compiled and eager_kernels(cfg):
         ops.append(
-            _memory("eager_elementwise", eager_elementwise_bytes(cfg, train), gpu, kernels=EAGER_KERNELS)
+            _memory("eager_elementwise", eager_elementwise_bytes(cfg, train), gpu, kernels=eager_kernels(cfg))
         )
     return ops
 

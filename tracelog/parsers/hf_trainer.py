@@ -60,8 +60,9 @@ from tracelog.parsers.hf_trainer_shape import block_line, block_start, shape_fro
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
-VERSION = "4"  # "3": a first dict before any bar takes the step of the bar drawn again after it;
-# "4": DeepSpeed's AMP off is no fp32
+VERSION = "5"  # "3": a first dict before any bar takes the step of the bar drawn again after it;
+# "4": DeepSpeed's AMP off is no fp32; "5": the configuration's norm, rotary and tied-embedding keys and
+# `torch_compile` kept
 FRAMEWORK = "hf-trainer"
 
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")

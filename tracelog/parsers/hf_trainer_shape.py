@@ -43,6 +43,17 @@ MODEL_KEYS = {
     "n_inner": "ffn_hidden",
     "vocab_size": "vocab",
 }
+# the model configuration's keys kept as run parameters: its type, and what says how its blocks are built
+# (`rms_norm_eps`: RMSNorm; `rope_theta`: rotary positions; `tie_word_embeddings`: one embedding matrix)
+MODEL_PARAMS = (
+    "model_type",
+    "hidden_act",
+    "torch_dtype",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "tie_word_embeddings",
+)
 # TrainingArguments fields kept as run parameters (the rest of the block is read, not kept)
 ARG_KEYS = (
     "logging_steps",
@@ -60,6 +71,7 @@ ARG_KEYS = (
     "max_seq_length",
     "max_length",
     "packing",
+    "torch_compile",
 )
 # TRL's sequence length (SFTConfig `max_seq_length`, `max_length` since 0.20): every sequence's length when
 # examples are packed, an upper bound otherwise
@@ -109,7 +121,7 @@ def block_line(parser: ShapedParser, n: int, part: str) -> bool:
         value = to_number(raw) if column else None
         if column and value is not None:
             parser.run(n).setdefault(column, int(value))
-        elif key in ("model_type", "hidden_act", "torch_dtype", "max_position_embeddings"):
+        elif key in MODEL_PARAMS:
             parser.param(n, key, raw.strip('"'))
             if key == "model_type":
                 parser.run(n)["swiglu"] = raw.strip('"') in GATED_MODELS
