@@ -59,7 +59,11 @@ of the other medians, the worst rows and the ranking count."""
 TORCHTITAN = HERE / "torchtitan_runs.toml"
 """Published runs of a second framework, torchtitan (FSDP2, per-operation activation checkpointing,
 torch.compile): scored apart (kind `torchtitan`) like the MoE rows, memory included."""
-APART = ("moe", "torchtitan")
+HELDOUT2 = HERE / "heldout2_runs.toml"
+"""A second held-out set, from sources and eras no other file covers (llm-foundry's MPT tables on PyTorch FSDP, the
+FlashAttention repository's GPT-3 table on DDP), mapped onto the model's semantics for an eager PyTorch trainer
+(the file's header): scored apart (kind `held-out-2`) like the torchtitan rows."""
+APART = ("moe", "torchtitan", "held-out-2")
 """Kinds scored on lines of their own, out of the other medians, the worst rows, the ranking and memory."""
 DEFAULT_CORPUS = HERE.parents[1] / "shared" / "corpus" / "table"
 DEFAULT_MEGATRON = DEFAULT_CORPUS.parent / "megatron"
@@ -224,12 +228,18 @@ def load_rows(
     heldout_path: Path | None = HELDOUT,
     moe_path: Path | None = MOE,
     torchtitan_path: Path | None = TORCHTITAN,
+    heldout2_path: Path | None = HELDOUT2,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Every scored row (chronicles first, then the papers', the held-out runs, the MoE and torchtitan
-    runs), and notes on what was left out."""
+    runs, the second held-out set), and notes on what was left out."""
     data = load_data(data_path)
     published = load_published(data)
-    for path, kind in ((heldout_path, "held-out"), (moe_path, "moe"), (torchtitan_path, "torchtitan")):
+    for path, kind in (
+        (heldout_path, "held-out"),
+        (moe_path, "moe"),
+        (torchtitan_path, "torchtitan"),
+        (heldout2_path, "held-out-2"),
+    ):
         if path is not None and path.exists():
             published = pd.concat([published, load_published(load_data(path), kind)], ignore_index=True)
     if corpus is None:
@@ -358,6 +368,7 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
             "held-out": time_part("held-out", TARGETS["time_median_published"]),
             "moe": time_part("moe", TARGETS["time_median_published"]),
             "torchtitan": time_part("torchtitan", TARGETS["time_median_published"]),
+            "held-out-2": time_part("held-out-2", TARGETS["time_median_published"]),
             "worse_than_target": {
                 "n": len(over),
                 "target": TARGETS["time_worst"],
@@ -368,6 +379,7 @@ def score(rows: pd.DataFrame, predict: Predictor = model_predict) -> dict[str, A
         "worst": [_row_out(r) for r in worst.to_dict("records")],
         "moe": apart("moe"),
         "torchtitan": apart("torchtitan"),
+        "held-out-2": apart("held-out-2"),
         "rank": {
             "groups": groups,
             "met": sum(g["met"] for g in groups),
@@ -501,6 +513,8 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
         f"   (scored apart, out of the lines above and below)",
         f"  torchtitan  {_pct(t['torchtitan']['median_abs_error']):>7} over {t['torchtitan']['n']:>3} rows"
         f"   (scored apart, as the MoE rows)",
+        f"  held-out-2  {_pct(t['held-out-2']['median_abs_error']):>7} over {t['held-out-2']['n']:>3} rows"
+        f"   (scored apart: FSDP and DDP trainers, heldout2_runs.toml)",
         f"  rows worse than {_pct(t['worse_than_target']['target'])}: {t['worse_than_target']['n']}"
         f" (worst {_pct(t['worse_than_target']['max_abs_error'])})   target 0  {_ok(t['worse_than_target']['met'])}",
         "",
@@ -511,7 +525,7 @@ def render(result: Mapping[str, Any], notes: list[str]) -> str:
             f"  {w['id']:<34} {w['group']:<24} measured {w['sec_per_it']:8.2f} s  predicted "
             f"{w['predicted_s']:8.2f} s  {100 * w['error']:+6.1f}%"
         )
-    for kind, column in (("moe", "ep"), ("torchtitan", "cp")):
+    for kind, column in (("moe", "ep"), ("torchtitan", "cp"), ("held-out-2", "dp")):
         lines += _render_apart(kind, column, result[kind])
     r = result["rank"]
     lines += [
@@ -703,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         "--torchtitan", type=Path, default=TORCHTITAN, help="the published torchtitan runs (TOML)"
     )
     parser.add_argument(
+        "--heldout2", type=Path, default=HELDOUT2, help="the second held-out set of published runs (TOML)"
+    )
+    parser.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="folder of published Megatron logs (*.out)"
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -711,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows, notes = load_rows(args.corpus, args.data, args.heldout, args.moe, args.torchtitan)
+    rows, notes = load_rows(args.corpus, args.data, args.heldout, args.moe, args.torchtitan, args.heldout2)
     result = score(rows)
     result["repeats"] = repeats(rows)
     result["notes"] = notes
