@@ -36,7 +36,8 @@ does a table printed alone. An unnamed (n-1)/n factor keeps the collective NULL 
 MPI launchers prefix lines (`[1,0]<stdout>:`, `host: `, `0: `, timestamps); a line is read as printed
 first and then without its prefix. NCCL's `NCCL_ALGO` / `NCCL_PROTO` / `NCCL_NVLS_ENABLE set by environment to
 ...` INFO lines are the bench's `env NCCL_ALGO` ... parameters (once per bench); other NCCL INFO lines and
-anything else not listed here go to `unparsed`.
+anything else not listed here go to `unparsed`. An `nvidia-smi topo -m` matrix printed among the test's lines
+(a job script running both, a paste of both) is read as the topo parser reads it, a bench of its own.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from tracelog.parsers import topo
 from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, guarded, strip_prefix
 from tracelog.parsers.nccl_tests_bench import TOOL, Bench
 from tracelog.parsers.nccl_tests_factor import row_range
@@ -60,7 +62,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "12"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "13"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -70,6 +72,8 @@ VERSION = "12"  # 2: processes built without MPI printing one test each make one
 # 10: the header and footer lines copied without their `#`
 # 11: MPICH's `[0] ` rank tags, inside a row too
 # 12: the busbw factor also from size / time, where its digits narrow it
+# 13: a topology matrix among the lines; a test typed with no launcher is one process; busbw = algbw of an
+# all_gather or reduce_scatter (nccl-tests before mid-2020) proves no rank count
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -120,11 +124,18 @@ HASHLESS_RX = re.compile(
 )
 """The header and footer lines of a copy that lost their `#` (GitHub shows them as headings)."""
 
+TOPO_KEYS = 1_000_000  # the first bench key of the topology matrices read among a test's lines
 DETECT_WORDS = ("nThread", "Rank", "algbw", "nccl-tests", "Collective test", "Out of bounds", "Avg bus")
 
 
 def detect(head: str) -> int:
-    """By its header lines; failing them, by its footer or a run of data rows (a tail pasted without them)."""
+    """By its header lines; failing them, by its footer or a run of data rows (a tail pasted without them).
+    Sure enough of it, above `nvidia-smi topo -m` in the same head: this parser reads those matrices too."""
+    score = _detect(head)
+    return max(score, topo.detect(head) + 1) if score >= 30 and topo.detect(head) else score
+
+
+def _detect(head: str) -> int:
     score = 0
     for line in head.split("\n") if any(word in head for word in DETECT_WORDS) else ():
         body = strip_prefix(without_rank_tags(line).strip())[0].strip()
@@ -156,6 +167,9 @@ class _Parser:
         self.tool = TOOL  # which fork the file's lines named last
         self.continued: list[tuple[int, str]] = []  # the lines of a shell command continued with `\`
         self.env_seen: set[tuple[int | None, str]] = set()  # (bench, env param) already kept
+        # an `nvidia-smi topo -m` matrix printed in the same output (a job's script, a paste of both): its
+        # benches keyed apart from the tests'
+        self.topo = topo._Parser(self.out, first_key=TOPO_KEYS)
 
     # -- bench lifecycle ------------------------------------------------------------------------------
     def open(self, line_no: int, phase: int) -> Bench:
@@ -190,6 +204,7 @@ class _Parser:
         for n, t in self.continued:
             self.out.add("unparsed", {"line_no": n, "text": t})
         self.close()
+        self.topo.finish()
         for _, _, n, text in self.pending:
             self.out.add("unparsed", {"line_no": n, "text": text})
 
@@ -306,7 +321,8 @@ class _Parser:
             return  # a launcher prefix on a blank line
         if body != text and self.handle(line_no, body):
             return
-        self.out.add("unparsed", {"line_no": line_no, "text": text})
+        if not self.topo.take(line_no, text):
+            self.out.add("unparsed", {"line_no": line_no, "text": text})
 
     def failure(self, n: int, text: str) -> bool:
         # after a bench's end (`Test failure common.cu:1189` follows the footer of the test it failed), its own

@@ -22,12 +22,18 @@ SRUN_NODES_RX = re.compile(r"\s(?:-N|--nodes)(?:\s+|=)(\d+)(?![\w.])")
 SRUN_PER_NODE_RX = re.compile(r"\s--ntasks-per-node(?:\s+|=)(\d+)(?![\w.])")
 # each process's GPUs and threads (src/common.cu: `-g, --ngpus`, `-t, --nthreads`): ranks per process
 PER_PROCESS_RX = re.compile(r"\s(?:-g|--ngpus|-t|--nthreads)(?:\s+|=)(\d+)(?![\w.])")
+# What may stand before a test started by hand, with no launcher: a shell prompt (`user@host:~/dir$`, `$`,
+# `#`, a conda `(env)`), variables (`NCCL_DEBUG=INFO`), `sudo`/`env`/`time`, the binary's folder.
+BY_HAND_RX = re.compile(
+    r"^\s*(?:\([\w.-]+\)\s*)?(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]\s*|[#$]\s*)?"
+    r"(?:(?:[A-Za-z_]\w*=\S*|sudo|env|time|nohup)\s+)*[\w./~-]*$"
+)
 
 
 def launched(command: str) -> tuple[int, int | None] | None:
     """The ranks, and ranks per node, an MPI or Slurm launch of a test starts: its processes (`mpirun -n`,
-    `srun -n` or `-N` x `--ntasks-per-node`) times each one's GPUs and threads; None where the command
-    launches no test through either or does not say how many processes."""
+    `srun -n` or `-N` x `--ntasks-per-node`; one for a test typed with no launcher) times each one's GPUs and
+    threads; None where the command launches no test or does not say how many processes."""
     binary = PERF_BINARY_RX.search(command)
     if binary is None:
         return None
@@ -40,6 +46,8 @@ def launched(command: str) -> tuple[int, int | None] | None:
         procs = int(ranks[-1])
         if found := MPI_PER_NODE_RX.search(launcher):
             per_node = int(found.group(1) or found.group(2))
+    elif BY_HAND_RX.match(launcher):
+        procs, per_node = 1, 1  # one process, on the machine it was typed on
     elif SRUN_RX.search(launcher):
         tasks, nodes = SRUN_TASKS_RX.search(launcher), SRUN_NODES_RX.search(launcher)
         if found := SRUN_PER_NODE_RX.search(launcher):

@@ -121,6 +121,10 @@ def _factor_ranks(collective: str | None, ranges: list[tuple[float, float, float
     scale = SCALE[collective]
     if low <= 0 or low >= scale:
         return None
+    if scale == 1 and high >= 1:
+        # busbw = algbw to the printed digits: nccl-tests before NVIDIA/nccl-tests@ec1b5e2 (2020-06) printed
+        # all_gather and reduce_scatter so on any rank count (factor 1, algbw over (n-1) x count)
+        return None
     # scale(n-1)/n >= low  <=>  n >= scale/(scale-low); <= high  <=>  n <= scale/(scale-high)
     n_low = math.ceil(scale / (scale - low) - 1e-9)
     n_high = math.floor(scale / (scale - high) + 1e-9) if high < scale else None

@@ -117,10 +117,10 @@ class _Bench:
 
 
 class _Parser:
-    def __init__(self) -> None:
-        self.out = Emitter()
+    def __init__(self, out: Emitter | None = None, first_key: int = 0) -> None:
+        self.out = out or Emitter()
         self.benches: dict[str | None, _Bench] = {}  # the open matrix of each host
-        self.next_key = 0
+        self.next_key = first_key
         self.host: str | None = None  # named by the last prompt
         self.p2p: str | None = None  # the mode the last prompt asked for (`topo -p2p rw`), or None
         self.pci_only = False  # the last prompt asked for the PCIe paths only (`topo -mp`)
@@ -155,20 +155,24 @@ class _Parser:
         self.out.add("benches", bench.record())
 
     def line(self, n: int, text: str) -> None:
+        if not self.take(n, text):
+            self.out.add("unparsed", {"line_no": n, "text": text})
+
+    def take(self, n: int, text: str) -> bool:
+        """Read a line of a matrix (or held as one), its legend or its prompt; False for any other line,
+        which the caller keeps: another tool's parser reads the matrices printed among its own lines so."""
         if not text.strip():
-            return
+            return True
         self.text = text  # the line as printed, for a header kept as unparsed (`close`)
         if self.hold_headerless(n, text):
-            return
+            return True
         self.flush_headerless()
         if self.handle(n, text, None):
-            return
+            return True
         body, host = strip_prefix(text)
         if not body.strip():
-            return  # a launcher prefix on a blank line
-        if body != text and self.handle(n, body, host):
-            return
-        self.out.add("unparsed", {"line_no": n, "text": text})
+            return True  # a launcher prefix on a blank line
+        return body != text and self.handle(n, body, host)
 
     def handle(self, n: int, text: str, prefix_host: str | None) -> bool:
         body = text.strip()
