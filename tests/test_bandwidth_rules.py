@@ -255,6 +255,30 @@ def test_pairs_without_p2p_are_counted_once_across_matrices(store: Store) -> Non
     )
 
 
+def test_pairs_slower_with_p2p_than_through_host_memory_point_at_acs(store: Store) -> None:
+    """Modeled on NVIDIA/nccl#814's 6-GPU PCIe box (invented cells in its shape): about 22 GB/s between
+    every pair with P2P off, about 10 with P2P writes on. Not 'no gain' but a detour: the flag says slower
+    and points at PCIe ACS; a box at 95 % of its P2P-off figures keeps the 'gain nothing' message."""
+    for box, on in ((0, 9.9), (1, 21.0)):
+        bench_id = store.scalar(
+            "INSERT INTO benches (source_id, bench_key, tool) VALUES (1, ?, 'p2pBandwidthLatencyTest') "
+            "RETURNING bench_id",
+            [box],
+        )
+        for matrix, value in (("bandwidth_uni_p2p_off", 22.2), ("bandwidth_uni_p2p_on", on)):
+            for src in range(6):
+                for dst in range(6):
+                    store.con.execute(
+                        "INSERT INTO p2p VALUES (?, ?, ?, ?, ?, 'GB/s', ?)",
+                        [bench_id, matrix, src, dst, 915.0 if src == dst else value, 10 + src],
+                    )
+    slower, none = sorted(rules_of(store)["p2p_disabled"], key=lambda f: f["subject"])
+    assert slower["measured"] == 30 and slower["ratio"] == pytest.approx(9.9 / 22.2)
+    assert "slower with P2P enabled than through host memory (median 45% of it)" in slower["message"]
+    assert "ACS" in slower["hint"]
+    assert none["message"].startswith("30 GPU pair(s) gain nothing")
+
+
 def test_a_pair_that_gains_in_its_bidirectional_matrix_is_not_flagged(store: Store) -> None:
     """Modeled on two RTX 4090 on a driver that enables P2P over PCIe: unidirectional 6.34 off against
     6.60 on (no gain), bidirectional 8.66 against 12.88 (+49 %). The pair's traffic does not go through

@@ -41,6 +41,8 @@ class Thresholds:
     bandwidth_collapse: float = 0.50
     # A p2p pair (or link) below this share of the median of its peers is an outlier.
     p2p_outlier: float = 0.70
+    # A p2p pair with P2P enabled below this share of its P2P-off bandwidth took a detour (PCIe ACS redirect).
+    p2p_slower: float = 0.70
     # Pipeline bubble fraction (p-1)/m above this deserves a look.
     pipeline_bubble: float = 0.10
     # Wave quantization: efficiency of the last wave below this is flagged.
@@ -106,6 +108,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "latency_bound": SHARE,
     "bandwidth_collapse": SHARE,
     "p2p_outlier": SHARE,
+    "p2p_slower": SHARE,
     "pipeline_bubble": (0.0, 1.0, False),  # (p-1)/m of the step: [0, 1]
     "wave_efficiency": SHARE,
     "loss_spike": MULTIPLE,

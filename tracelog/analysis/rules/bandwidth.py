@@ -250,20 +250,24 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                    median(value) FILTER (matrix = 'latency_gpu_p2p_on') AS on_us
             FROM p2p WHERE {scope.benches} AND src <> dst GROUP BY bench_id
         ), pairs AS (
-            SELECT on_.bench_id, on_.src, on_.dst, min(on_.line_no) FILTER (on_.value <= 1.1 * off.value) AS line
+            SELECT on_.bench_id, on_.src, on_.dst, min(on_.line_no) FILTER (on_.value <= 1.1 * off.value) AS line,
+                   median(on_.value / off.value) FILTER (off.value > 0) AS share
             FROM p2p on_ JOIN p2p off ON on_.bench_id = off.bench_id AND on_.src = off.src AND on_.dst = off.dst
              AND off.matrix = replace(on_.matrix, 'p2p_on', 'p2p_off')
             WHERE {scope.benches.replace("bench_id", "on_.bench_id")} AND on_.matrix LIKE 'bandwidth_%p2p_on%'
               AND on_.src <> on_.dst
             GROUP BY ALL HAVING bool_and(on_.value <= 1.1 * off.value)
         )
-        SELECT p.bench_id, count(*), min(p.line), any_value(l.off_us), any_value(l.on_us)
+        SELECT p.bench_id, count(*), min(p.line), any_value(l.off_us), any_value(l.on_us), median(p.share)
         FROM pairs p LEFT JOIN latency l USING (bench_id)
         GROUP BY p.bench_id
         """
     ).fetchall()
-    for bench_id, count, line, off_us, on_us in no_gain:
+    for bench_id, count, line, off_us, on_us, share in no_gain:
         direct = off_us is not None and on_us is not None and on_us < 0.5 * off_us
+        if share is not None and share < t.p2p_slower:
+            flags.append(p2p_slower(bench_id, count, line, share))
+            continue
         flags.append(
             bench_flag(
                 "p2p_disabled",
@@ -288,6 +292,29 @@ def p2p_outliers(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         )
     return flags
+
+
+def p2p_slower(bench_id: int, count: int, line: int | None, share: float) -> Flag:
+    """Peer traffic slower than staged through host memory: the PCIe switches send peer TLPs up to the root
+    complex (ACS P2P redirect, which an enabled IOMMU turns on), where they 'will perform poorly' (L.
+    Gunthorpe, PCI p2pdma ACS patch, linux-block 2018-01-04); NVIDIA/nccl#814's 6 GPUs: 9.9 GB/s with P2P,
+    22 without."""
+    return bench_flag(
+        "p2p_disabled",
+        "warning",
+        bench_id,
+        f"{count} GPU pair(s) are slower with P2P enabled than through host memory (median {share:.0%} of "
+        "it): peer traffic is taking a detour, not a direct path.",
+        "PCIe ACS redirect on the switches (or an IOMMU that enables it) sends peer traffic up to the CPU's root "
+        "complex: check `lspci -vvv | grep ACSCtl` for SrcValid+/ReqRedir+, boot with iommu=pt or disable ACS on "
+        "the switches; meanwhile NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL) routes through host memory, the faster "
+        "path here.",
+        kind="p2p",
+        row_ref=f"line {line}",
+        measured=float(count),
+        expected=0.0,
+        ratio=share,
+    )
 
 
 def p2p_against_spec(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
