@@ -135,6 +135,19 @@ def test_bandwidth_units_are_converted_to_gb_per_second() -> None:
     assert params(old)["units"] == "MB/sec (stored as GB/s, 1e9 bytes/s)"
 
 
+def test_a_figure_set_in_markdown_bold_is_read() -> None:
+    """linux-rdma/perftest#65 pasted its rows with the average in bold (`**5544.28**`, verbatim from
+    https://github.com/linux-rdma/perftest/issues/65); the stars are markup, not perftest's."""
+    published = (
+        "#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+        "1024       1000             0.00               **5544.28**\t\t   5.677340\n"
+    )
+    out = collect(header(title="Send BW Test") + published)
+    (row,) = rows(out)
+    assert row["bw_avg_gbps"] == pytest.approx(5544.28 * MIB) and row["msg_rate_mpps"] == 5.67734
+    assert "unparsed" not in out
+
+
 def test_the_header_and_the_command_are_params() -> None:
     found = params(collect(SESSION), 2)
     assert found["title"] == "RDMA_Write BW Test"

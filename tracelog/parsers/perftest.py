@@ -54,7 +54,7 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "perftest"
-VERSION = "1"
+VERSION = "2"  # 2: a figure set in markdown bold (`**5544.28**`) is read as the figure
 TOOL = "perftest"
 
 MIB_TO_GB = (1 << 20) / 1e9  # format_factor 0x100000 for MB/sec and MiB/sec (module docstring)
@@ -118,6 +118,8 @@ BW_HEAD_RX = re.compile(
 LAT_HEAD_RX = re.compile(r"^#bytes\s+#iterations\s+t_min\[usec\]\s+t_max\[usec\]\s+t_typical\[usec\]")
 LAT_DUR_HEAD_RX = re.compile(r"^#bytes\s+#iterations\s+t_avg\[usec\]\s+tps average")
 NUMBER = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|-?nan|-?inf"
+# `**5544.28**`: a number set in bold by someone pasting the output as markdown (linux-rdma/perftest#65)
+BOLD_NUMBER_RX = re.compile(r"\*\*([-+]?\d[\d.]*)\*\*")
 ROW_RX = re.compile(rf"^\d+(?:\s+(?:{NUMBER}))+\s*$")
 DASHES_RX = re.compile(r"^-{20,}\s*$")
 BANNER_RX = re.compile(
@@ -367,6 +369,8 @@ class _Parser:
     def line(self, n: int, text: str) -> None:
         if not text.strip():
             return
+        if "**" in text:
+            text = BOLD_NUMBER_RX.sub(r"\1", text)  # a figure a paste set in markdown bold
         if self.handle(self.stream(None), n, text.strip()):
             return
         stripped, host = strip_prefix(text, limit=1)
