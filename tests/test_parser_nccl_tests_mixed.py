@@ -1,10 +1,14 @@
-"""nccl-tests output pasted with an `nvidia-smi topo -m` matrix, a test typed with no launcher, and the
-busbw of nccl-tests before mid-2020, which for all_gather and reduce_scatter equalled algbw.
+"""nccl-tests output pasted with an `nvidia-smi topo -m` matrix, a test typed with no launcher, the busbw
+of nccl-tests before mid-2020, which for all_gather and reduce_scatter equalled algbw, and the 1.x layout
+(2017 to March 2019) whose device lines have no `Pid` and whose `time` column is in milliseconds.
 
 ISSUE_37 is verbatim from NVIDIA/nccl-tests#37 (https://github.com/NVIDIA/nccl-tests/issues/37, its
 description: an all_gather_perf run of nccl-tests 2.4/2.5 on 8 x V100-SXM2 with two out-of-bounds values,
 then the node's topology, tabs as published). JOB_LOG is invented, in the shape of a job script's output
-that prints the topology before the test (its figures are not measurements).
+that prints the topology before the test (its figures are not measurements). V1_TABLE is invented, written
+with the format strings of nccl-tests' first release (NVIDIA/nccl-tests@b188a15, src/common.cu and
+src/all_reduce.cu: `#   Rank %2d on %10s device %2d [0x%02x] %s`, the `bytes N type op ... res` header,
+`%7.3f` of deltaSec * 1.0E3), the layout of NVIDIA/nccl-tests#7's 2018 output.
 """
 
 from __future__ import annotations
@@ -117,3 +121,38 @@ def test_a_topology_printed_before_the_test_in_a_job_log() -> None:
 def test_a_topology_alone_is_still_the_topo_parsers() -> None:
     only = JOB_LOG.split("# nThread")[0]
     assert parsers.detect(only, "topo.txt") is topo
+
+
+V1_TABLE = """\
+nThread 1 nGpus 8 minBytes 8388608 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+# Using devices
+#   Rank  0 on    dgx1-07 device  0 [0x06] Tesla V100-SXM2-16GB
+#   Rank  1 on    dgx1-07 device  1 [0x07] Tesla V100-SXM2-16GB
+#   Rank  2 on    dgx1-07 device  2 [0x0a] Tesla V100-SXM2-16GB
+#   Rank  3 on    dgx1-07 device  3 [0x0b] Tesla V100-SXM2-16GB
+
+#                                                 out-of-place                    in-place
+#      bytes             N    type      op     time  algbw  busbw      res     time  algbw  busbw      res
+     8388608       2097152   float     sum    0.100  83.97  125.96    1e-07    0.098  85.68  128.52    1e-07
+    16777216       4194304   float     sum    0.170  98.71  148.06    1e-07    0.168  99.87  149.80    1e-07
+    33554432       8388608   float     sum    0.310  108.37  162.56    1e-07    0.303  110.58  165.87    1e-07
+ Out of bounds values : 0 OK
+ Avg bus bandwidth    : 146.795
+"""
+
+
+def test_nccl_tests_1x_time_is_milliseconds_and_its_device_lines_count() -> None:
+    out = parsed(V1_TABLE)
+    (bench,) = out["benches"]
+    assert (bench["collective"], bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (
+        "all_reduce",
+        4,
+        1,
+        4,
+    )
+    assert {d["pid"] for d in out["bench_devices"]} == {None} and len(out["bench_devices"]) == 4
+    largest = next(
+        r for r in out["collectives"] if r["size_bytes"] == 33554432 and r["placement"] == "out-of-place"
+    )
+    assert largest["time_us"] == 310.0  # 0.310 ms; 33554432 B / 310 us = 108.2 GB/s, the algbw printed
+    assert "unparsed" not in out

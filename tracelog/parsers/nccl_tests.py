@@ -8,7 +8,7 @@ What the tool prints and where it lands (nccl-tests `src/common.cu`, `src/util.c
   `NCCL version 2.x`, the `# Blocking/Parallel Init/Per-Iteration` notes and a shell command naming the
   binary: `bench_params`, one row per field, names as printed.
 - `#  Rank  0 Group  0 Pid 1234 on host device  0 [0000:07:00] NVIDIA A100-SXM4-80GB` (older: no
-  `Group`, `#   Rank`, `#Rank`, bus id `[0x07]`): `bench_devices`; ranks, nodes (distinct hosts), GPUs
+  `Group`, `#   Rank`, `#Rank`, bus id `[0x07]`; 1.x: no `Pid`, its table's `time` in ms under `res`): `bench_devices`; ranks, nodes (distinct hosts), GPUs
   per node (when every host has the same count) and the GPU name of the bench come from these lines.
 - The table: its column header decides the layout (`size count type [redop] [root]`, then per placement
   `time|cputime algbw busbw #wrong|error`, optionally the per-iteration `i_min i_max i_p99 i_cv%` and a
@@ -62,7 +62,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "13"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "14"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -74,6 +74,7 @@ VERSION = "13"  # 2: processes built without MPI printing one test each make one
 # 12: the busbw factor also from size / time, where its digits narrow it
 # 13: a topology matrix among the lines; a test typed with no launcher is one process; busbw = algbw of an
 # all_gather or reduce_scatter (nccl-tests before mid-2020) proves no rank count
+# 14: nccl-tests 1.x (before 2019-03): device lines without `Pid`, the `res` table's time in ms
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -85,8 +86,9 @@ NTHREAD_RX = re.compile(r"^#?\s*nThreads?:?\s+\d+")  # rccl-tests of 2023 wrote 
 # letters quadratic (minutes); nccl-tests' field names are a few letters (`nThread`, `minBytes`).
 HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,40}?):?\s+(\d[^\s]*)")
 DEVICE_RX = re.compile(
-    r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(?:(\S+)\s+)?device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
-)  # the host blank where the machine's name was (`Pid   4349 on        device  0`, NVIDIA/nccl#841)
+    r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(?:(\S+)\s+)?device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)  # the host blank where the machine's name was (`Pid   4349 on        device  0`, NVIDIA/nccl#841); no
+# `Pid` before nccl-tests@cbe7f65 (2019-03: `#   Rank  0 on  dgx1-07 device  0 [0x06] Tesla V100-SXM2-16GB`)
 OOB_RX = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 AVG_RX = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|inf)\s*(\w*)")
 MEMORY_RX = re.compile(r"^#\s*GPU memory usage\s*:\s*(.*?)\s*$")
@@ -469,7 +471,7 @@ class _Parser:
         bench = self.at(n, 3, opens=self.bench is not None and self.bench.phase > 3)
         rank, group, pid, host, device, bus, name = match.groups()
         bench.devices.append((host or "", name))
-        bench.pids.append(int(pid))
+        bench.pids.append(int(pid) if pid is not None else None)
         bench.groups.append(int(group) if group is not None else None)
         bench.numbers.append((int(rank), int(device)))
         self.out.add(
@@ -479,7 +481,7 @@ class _Parser:
                 "rank": int(rank),
                 "device": int(device),
                 "host": host,
-                "pid": int(pid),
+                "pid": int(pid) if pid is not None else None,
                 "bus_id": bus,
                 "gpu_name": name or None,
                 "comm_group": int(group) if group is not None else None,
@@ -557,7 +559,15 @@ class _Parser:
                 bench.max_error = (error, n)
             if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
                 bench.best = (algbw, busbw)
-            if algbw and busbw and (factor := row_range(g["algbw"], g["busbw"], size, g.get("time"))):
+            if (
+                algbw
+                and busbw
+                and (
+                    factor := row_range(
+                        g["algbw"], g["busbw"], size, None if layout.time_ms else g.get("time")
+                    )
+                )
+            ):
                 bench.factors.append((algbw, *factor))
             row = {
                 "bench_key": bench.key,
@@ -567,7 +577,7 @@ class _Parser:
                 "redop": redop,
                 "root": None if root is None or root < 0 else root,
                 "placement": placement,
-                "time_us": None if layout.cputime else time_us,
+                "time_us": None if layout.cputime else layout.microseconds(time_us),
                 "cpu_time_us": time_us if layout.cputime else None,
                 "algbw_gbps": algbw,
                 "busbw_gbps": busbw,

@@ -76,7 +76,9 @@ class Bench:
     collective_source: str | None = None
     layout: Layout | None = None
     devices: list[tuple[str, str]] = field(default_factory=list)  # (host, "" where none printed; gpu name)
-    pids: list[int] = field(default_factory=list)  # the process of each device line
+    pids: list[int | None] = field(
+        default_factory=list
+    )  # the process of each device line (None: not printed)
     groups: list[int | None] = field(default_factory=list)  # NCCL_TESTS_SPLIT's `Group` per device line
     numbers: list[tuple[int, int]] = field(default_factory=list)  # (rank, device index) per device line
     elided: bool = False  # a `...` line in the device list: someone shortened it
@@ -143,7 +145,9 @@ class Bench:
             per_host[hosts[0]] if hosts and len(set(per_host.values())) == 1 else None,
         )
         if "" in hosts:  # no host name printed: one node where one process ran every GPU, else unknown
-            nodes, per_node = (1, ranks) if len(set(self.pids)) == 1 else (None, None)
+            nodes, per_node = (
+                (1, ranks) if len(set(self.pids)) == 1 and None not in self.pids else (None, None)
+            )
         if self.shortened():
             # the highest rank printed says the size; the highest device index how many GPUs a node has
             ranks = self.listed_ranks()

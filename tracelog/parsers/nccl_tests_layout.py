@@ -55,6 +55,13 @@ class Layout:
     timestamp: bool = False
     cputime: bool = False  # `-C 1`: the time column is host wall time, not CUDA time
     groups: int = 2  # placements the header names columns for: one where a user trimmed the table
+    time_ms: bool = (
+        False  # nccl-tests before cbe7f65 (2019-03): `time` in milliseconds, its check column `res`
+    )
+
+    def microseconds(self, time: float | None) -> float | None:
+        """A row's printed time in µs: 1.x printed `deltaSec * 1.0E3` (`%7.3f`) under a `res` header."""
+        return time * 1e3 if time is not None and self.time_ms else time
 
     @classmethod
     def from_header(cls, text: str) -> Layout | None:
@@ -73,6 +80,7 @@ class Layout:
             timestamp=names[-1] == "timestamp",
             cputime=names[times[0]] == "cputime",
             groups=min(len(times), 2),
+            time_ms="res" in names,
         )
 
     @classmethod
