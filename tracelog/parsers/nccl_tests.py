@@ -8,8 +8,9 @@ What the tool prints and where it lands (nccl-tests `src/common.cu`, `src/util.c
   `NCCL version 2.x`, the `# Blocking/Parallel Init/Per-Iteration` notes and a shell command naming the
   binary: `bench_params`, one row per field, names as printed.
 - `#  Rank  0 Group  0 Pid 1234 on host device  0 [0000:07:00] NVIDIA A100-SXM4-80GB` (older: no
-  `Group`, `#   Rank`, `#Rank`, bus id `[0x07]`; 1.x: no `Pid`, its table's `time` in ms under `res`): `bench_devices`; ranks, nodes (distinct hosts), GPUs
-  per node (when every host has the same count) and the GPU name of the bench come from these lines.
+  `Group`, `#   Rank`, `#Rank`, bus id `[0x07]`; 1.x: no `Pid`, and its table's `time` in ms under `res`):
+  `bench_devices`; ranks, nodes (distinct hosts), GPUs per node (when every host has the same count) and
+  the GPU name of the bench come from these lines.
 - The table: its column header decides the layout (`size count type [redop] [root]`, then per placement
   `time|cputime algbw busbw #wrong|error`, optionally the per-iteration `i_min i_max i_p99 i_cv%` and a
   trailing timestamp). Each data line gives one `collectives` row per placement (out-of-place, in-place).
@@ -171,7 +172,7 @@ class _Parser:
         self.env_seen: set[tuple[int | None, str]] = set()  # (bench, env param) already kept
         # an `nvidia-smi topo -m` matrix printed in the same output (a job's script, a paste of both): its
         # benches keyed apart from the tests'
-        self.topo = topo._Parser(self.out, first_key=TOPO_KEYS)
+        self.topo = topo.reader(self.out, first_key=TOPO_KEYS)
 
     # -- bench lifecycle ------------------------------------------------------------------------------
     def open(self, line_no: int, phase: int) -> Bench:
@@ -559,15 +560,8 @@ class _Parser:
                 bench.max_error = (error, n)
             if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
                 bench.best = (algbw, busbw)
-            if (
-                algbw
-                and busbw
-                and (
-                    factor := row_range(
-                        g["algbw"], g["busbw"], size, None if layout.time_ms else g.get("time")
-                    )
-                )
-            ):
+            timed = None if layout.time_ms else g.get("time")  # 1.x's milliseconds are not size / algbw
+            if algbw and busbw and (factor := row_range(g["algbw"], g["busbw"], size, timed)):
                 bench.factors.append((algbw, *factor))
             row = {
                 "bench_key": bench.key,

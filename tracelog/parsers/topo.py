@@ -410,6 +410,12 @@ def _spaced_affinity_cells(body: str, devices: int, labels: int) -> list[str] | 
     return kept[:labels] if len([c for c in after if c]) <= labels else None
 
 
+def reader(out: Emitter, first_key: int) -> _Parser:
+    """A reader of the matrices printed among another tool's lines: rows into that tool's `out`, bench keys
+    from `first_key` on (apart from its own), lines offered one by one through `take`."""
+    return _Parser(out, first_key)
+
+
 @guarded
 def parse(source: LineSource) -> Iterator[Batch]:
     return drive(_Parser(), source)
