@@ -25,7 +25,7 @@ H100 = hardware.gpu("h100-sxm5-80gb")
 # Llama 3.1 8B as torchtitan builds it (models/llama/__init__.py llama3_configs "8B")
 LLAMA3_8B = ModelConfig(
     layers=32, hidden=4096, heads=32, query_groups=8, seq_len=8192, vocab=128256, ffn_hidden=14336,
-    swiglu=True, bias=False, tied_embeddings=False, learned_positions=False, dropout=False,
+    swiglu=True, bias=False, tied_embeddings=False, learned_positions=False, dropout=False, rms_norm=True,
 )  # fmt: skip
 
 
