@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import postgres
+from tests import postgres, s3
 from tracelog.parsers.base import Batch, LineSource
 from tracelog.store import Store
 from tracelog.store.lake import DATA_PATH_ENVVAR
@@ -41,26 +41,63 @@ def postgres_server() -> Iterator[postgres.Server]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[s3.Server]:
+    """One S3-compatible server (moto's) for the whole run, on a loopback port, with one bucket: each
+    DuckLake test on object storage keeps its data under a prefix of its own."""
+    reason = s3.missing()
+    if reason is not None:
+        pytest.skip(reason)
+    running = s3.Running()
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+
+
+def new_lake(request: pytest.FixtureRequest, where: str) -> str:
+    """The `--db` of a new, empty DuckLake store: a fresh catalog database, and a fresh data path in
+    TRACELOG_DATA_PATH (for this process and the ones it starts): a folder, or (`where` "s3") a prefix of
+    the S3 server's bucket, with the AWS variables that reach it."""
+    server: postgres.Server = request.getfixturevalue("postgres_server")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    if where == "s3":
+        bucket: s3.Server = request.getfixturevalue("s3_server")
+        for name in (*s3.AWS_VARIABLES, DATA_PATH_ENVVAR):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in bucket.environment().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv(DATA_PATH_ENVVAR, bucket.data_path())
+    else:
+        assert where == "folder", where
+        data = request.getfixturevalue("tmp_path") / "lake-data"
+        data.mkdir()
+        monkeypatch.setenv(DATA_PATH_ENVVAR, str(data))
+    return server.address(server.create_database())
+
+
 @pytest.fixture
-def lake_db(postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The `--db` of a new, empty DuckLake store: a fresh catalog database, and a fresh data folder in
-    TRACELOG_DATA_PATH (for this process and the ones it starts)."""
-    data = tmp_path / "lake-data"
-    data.mkdir()
-    monkeypatch.setenv(DATA_PATH_ENVVAR, str(data))
-    return postgres_server.address(postgres_server.create_database())
+def lake_db(request: pytest.FixtureRequest) -> str:
+    """A new DuckLake store, its data in a folder; `@pytest.mark.parametrize("lake_db", LAKE_DATA,
+    indirect=True)` runs a test on a folder and on S3."""
+    return new_lake(request, getattr(request, "param", "folder"))
+
+
+LAKE_DATA = ["folder", "s3"]  # where a DuckLake store's data lives, for `lake_db`
+BACKENDS_AND_S3 = ["file", "lake", "lake-s3"]  # for `any_db`: the two backends, and a lake on S3
 
 
 @pytest.fixture(params=["file", "lake"])
 def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """A fresh database on each backend: the embedded file, then a DuckLake store. A test marked
-    `file_only` (it reads the file itself, or its lock) is skipped on the lake."""
+    """A fresh database on each backend: the embedded file, then a DuckLake store (`lake-s3`, its data on
+    S3, where a test asks with `@pytest.mark.parametrize("any_db", BACKENDS_AND_S3, indirect=True)`). A
+    test marked `file_only` (it reads the file itself, or its lock) is skipped on the lake."""
     if request.param == "file":
         return tmp_path / "test.duckdb"
     marker = request.node.get_closest_marker("file_only")
     if marker is not None:
         pytest.skip(f"embedded file only: {marker.args[0] if marker.args else 'needs a database file'}")
-    return str(request.getfixturevalue("lake_db"))
+    return new_lake(request, "s3" if request.param == "lake-s3" else "folder")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import SAMPLES
+from tests.conftest import BACKENDS_AND_S3, SAMPLES
 from tracelog.cli import cli
 from tracelog.store import Store
 
@@ -26,6 +26,7 @@ def run(db: Path, *args: str, input: str | bytes | None = None):
     return CliRunner().invoke(cli, ["--db", str(db), *args], input=input, catch_exceptions=False)
 
 
+@pytest.mark.parametrize("any_db", BACKENDS_AND_S3, indirect=True)
 def test_ingest_prints_one_summary_line_per_file(db_path: Path) -> None:
     result = run(db_path, "ingest", BLOOM, LLAMA)
     assert result.exit_code == 0, result.output
@@ -38,6 +39,7 @@ def test_ingest_prints_one_summary_line_per_file(db_path: Path) -> None:
     assert "already ingested" in again.output and again.exit_code == 0
 
 
+@pytest.mark.parametrize("any_db", BACKENDS_AND_S3, indirect=True)
 def test_runs_json_has_configuration_and_steady_state(db_path: Path) -> None:
     run(db_path, "ingest", BLOOM, "--name", "bloom", "--tag", "exp=a")
     result = run(db_path, "runs", "--format", "json", "--tag", "exp=a")
@@ -65,6 +67,7 @@ def test_show_by_name_prefix_and_ambiguity(db_path: Path) -> None:
     assert missing.exit_code == 1 and "no run matches 'nope'" in missing.output
 
 
+@pytest.mark.parametrize("any_db", BACKENDS_AND_S3, indirect=True)
 def test_sql_formats(db_path: Path) -> None:
     run(db_path, "ingest", BLOOM)
     csv = run(db_path, "sql", "SELECT count(*) AS n FROM iterations", "--format", "csv")

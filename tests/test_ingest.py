@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import SAMPLES
+from tests.conftest import BACKENDS_AND_S3, SAMPLES
 from tracelog import api
 from tracelog.analysis.rules import bandwidth, health
 from tracelog.analysis.scope import Scope
@@ -43,6 +43,7 @@ def db_path(any_db: Path | str) -> Path | str:
     return any_db
 
 
+@pytest.mark.parametrize("any_db", BACKENDS_AND_S3, indirect=True)
 def test_same_bytes_twice_is_one_source(store: Store, tmp_path: Path) -> None:
     first = ingest_file(store, str(LLAMA))
     before = counts(store)
@@ -56,6 +57,7 @@ def test_same_bytes_twice_is_one_source(store: Store, tmp_path: Path) -> None:
     assert counts(store) == before
 
 
+@pytest.mark.parametrize("any_db", BACKENDS_AND_S3, indirect=True)
 def test_force_replaces_the_source(store: Store) -> None:
     ingest_file(store, str(LLAMA))
     before = counts(store)

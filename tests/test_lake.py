@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import ROOT, SAMPLES
+from tests.conftest import LAKE_DATA, ROOT, SAMPLES
 from tracelog import api
 from tracelog.store import AUTO_IDS, Store, lake
 from tracelog.store.export import base_tables
@@ -113,6 +113,7 @@ def eight_embedded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return embedded(tmp_path_factory.mktemp("embedded"), EIGHT)
 
 
+@pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 def test_eight_writers_and_a_reader_at_once(eight_embedded: Path, lake_db: str) -> None:
     """Eight processes ingest eight files at once while a ninth queries the store throughout: the reader
     only ever sees whole files, and the store ends as the files ingested one by one would leave it."""
@@ -150,6 +151,7 @@ def test_eight_writers_and_a_reader_at_once(eight_embedded: Path, lake_db: str) 
         assert store.con.execute(twice).fetchall() == [], "a schema file applied twice"
 
 
+@pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 def test_the_same_file_from_three_processes_is_one_source(lake_db: str, tmp_path: Path) -> None:
     path = EIGHT[0]
     writers = [tracelog(lake_db, "ingest", str(path)) for _ in range(3)]
@@ -273,6 +275,7 @@ def test_kill_9_of_a_writer_leaves_nothing_and_a_rerun_completes(
     assert counts(lake_db) == counts(embedded(tmp_path, [EIGHT[5], big_log]))
 
 
+@pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 def test_export_of_a_lake_store_has_every_table_with_its_rows(lake_db: str, tmp_path: Path) -> None:
     """`tracelog export --parquet` reads a DuckLake store as it reads the file: every table, every row."""
     assert tracelog(lake_db, "ingest", str(EIGHT[1]), str(EIGHT[5])).wait(PROCESS_TIMEOUT_S) == 0
@@ -285,6 +288,7 @@ def test_export_of_a_lake_store_has_every_table_with_its_rows(lake_db: str, tmp_
         assert ds.dataset(out / table, format="parquet", partitioning="hive").count_rows() == rows, table
 
 
+@pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 def test_the_readme_team_commands_run_on_a_lake(lake_db: str, tmp_path: Path) -> None:
     """The README's team block (which tests/test_docs.py leaves to this file): its exports pointed at
     this test's store, the job's log a sample, each `tracelog` line run as written."""
@@ -319,6 +323,7 @@ def fits(frame: object) -> list[tuple[str, str, float]]:
     return sorted((c, s, float(f"{v:.9g}")) for c, s, v in rows)
 
 
+@pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 def test_report_and_calibration_read_a_lake_as_they_read_a_file(lake_db: str, tmp_path: Path) -> None:
     """The report (opened read-only) and `calibrate` (a write of its own) give on a DuckLake store what
     they give on the embedded file holding the same files."""

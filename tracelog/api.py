@@ -28,7 +28,7 @@ from tracelog.analysis.what_if import what_if
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult
 from tracelog.intake import FollowRound, IngestFailure, RunState, follow, ingest
-from tracelog.locations import DATA_PATH_ENVVAR, config_folder
+from tracelog.locations import DATA_PATH_ENVVAR, config_folder, data_path
 from tracelog.queries import (
     Db,
     benches,
@@ -339,6 +339,12 @@ def cluster_file(db: Db = None) -> Path:
     """The tracelog.toml `cluster add` and `cluster rm` edit: the one next to the database."""
     path, _, data = _location(db)
     folder = config_folder(path, data)
+    if folder is None and "://" in (data_path(data) or ""):
+        raise TracelogError(
+            "a DuckLake store whose data is on object storage has no folder for its tracelog.toml: put "
+            "the cluster in a tracelog.toml beside the logs, or in the user's (~/.config/tracelog/)",
+            path,
+        )
     if folder is None:
         raise TracelogError(
             "a DuckLake store keeps its tracelog.toml in its data folder: give --data-path "

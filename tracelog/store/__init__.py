@@ -209,8 +209,9 @@ class Store:
             self.con = self._connect_file(create)
         try:
             if self.lake:
-                lake.attach(self.con, self.path, data_path_of(data_path), read_only, binaries)
-                self.data_path = data_path_of(data_path) or lake.stored_data_path(self.con)
+                self.data_path = lake.attach(
+                    self.con, self.path, data_path_of(data_path), read_only, binaries
+                )
             have = self._refuse_newer()
             if not read_only:
                 with write_errors(self.path):

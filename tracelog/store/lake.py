@@ -51,6 +51,7 @@ import duckdb
 from tracelog.errors import TracelogError
 from tracelog.locations import DATA_PATH_ENVVAR
 from tracelog.locations import LAKE_PREFIX as PREFIX
+from tracelog.store import objects
 
 ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
 # The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
@@ -65,7 +66,9 @@ RETRIES = 40  # a busy store: 8 writers each losing a few races still land
 RETRY_WAIT = 0.05  # seconds before the first retry, growing 1.5x, with jitter, capped at RETRY_WAIT_MAX
 RETRY_WAIT_MAX = 2.0
 ATTACH_ATTEMPTS = 10
-LAKE_EXTRA = "pip install 'tracelog[lake]' (duckdb and both extension packages of one version)"
+# No extension fetched or loaded behind the user's back (the store's `CONNECT_CONFIG` says the same).
+NO_AUTOLOAD = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+LAKE_EXTRA = "pip install 'tracelog[lake]' (duckdb and its extension packages, of one version)"
 
 T = TypeVar("T")
 
@@ -76,26 +79,30 @@ class ConflictError(TracelogError):
 
 def extension_files() -> list[tuple[str, Path]]:
     """(name, path) of each extension binary the installed packages ship, of this duckdb's version."""
+    return [
+        (name, extension_file(package, file_name, "a DuckLake store"))
+        for package, name, file_name in EXTENSIONS
+    ]
+
+
+def extension_file(package: str, file_name: str, needed_by: str) -> Path:
+    """The binary of this duckdb's version in an extension package, or a TracelogError saying what to
+    install."""
     version = f"v{duckdb.__version__}"
-    found = []
-    for package, name, file_name in EXTENSIONS:
-        spec = importlib.util.find_spec(package)
-        if spec is None or spec.origin is None:
-            raise TracelogError(
-                f"a DuckLake store needs the Python package {package.replace('_', '-')}, of the same version "
-                f"as duckdb (here {duckdb.__version__}): {LAKE_EXTRA}"
-            )
-        path = Path(spec.origin).parent / "extensions" / version / f"{file_name}.duckdb_extension"
-        if not path.is_file():
-            have = sorted(
-                p.parent.name for p in Path(spec.origin).parent.glob("extensions/*/*.duckdb_extension")
-            )
-            raise TracelogError(
-                f"{package.replace('_', '-')} ships the extension for duckdb {', '.join(have) or 'no version'}, "
-                f"not {version}: {LAKE_EXTRA}"
-            )
-        found.append((name, path))
-    return found
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise TracelogError(
+            f"{needed_by} needs the Python package {package.replace('_', '-')}, of the same version "
+            f"as duckdb (here {duckdb.__version__}): {LAKE_EXTRA}"
+        )
+    path = Path(spec.origin).parent / "extensions" / version / f"{file_name}.duckdb_extension"
+    if not path.is_file():
+        have = sorted(p.parent.name for p in Path(spec.origin).parent.glob("extensions/*/*.duckdb_extension"))
+        raise TracelogError(
+            f"{package.replace('_', '-')} ships the extension for duckdb {', '.join(have) or 'no version'}, "
+            f"not {version}: {LAKE_EXTRA}"
+        )
+    return path
 
 
 class Binaries:
@@ -119,19 +126,45 @@ class Binaries:
             self._known = []
         self.verified = all(_identity(p) in self._known for p in self.paths)
 
-    def remember(self) -> None:
+    def remember(self, paths: list[Path] | None = None) -> None:
         """Record the binaries as checked (after their LOAD passed with the check on). The records of other
         installs (another virtual environment's binaries, same user) are kept."""
-        if self.verified:
+        paths = self.paths if paths is None else paths
+        if all(_identity(p) in self._known for p in paths):
             return
-        mine = {str(p) for p in self.paths}
+        mine = {str(p) for p in paths}
         others = [line for line in self._known if line.split(" ", 3)[-1] not in mine]
+        self._known = [*others, *map(_identity, paths)]
         with suppress(OSError):
             self.record.parent.mkdir(parents=True, exist_ok=True)
             handle, partial = tempfile.mkstemp(dir=self.record.parent, suffix=".partial")
             with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write("".join(f"{line}\n" for line in [*others, *map(_identity, self.paths)]))
+                out.write("".join(f"{line}\n" for line in self._known))
             os.replace(partial, self.record)
+
+    def load_httpfs(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Load the httpfs extension (a store on object storage: `objects`) into `con`, once. Its signature
+        is checked as the others' are: where `con` skips the check (`verified`) and this binary was never
+        checked, a connection of its own that checks it loads it first."""
+        package, name, file_name = objects.HTTPFS
+        path = _named_copy(name, extension_file(package, file_name, "a DuckLake store on object storage"))
+        if self.verified and _identity(path) not in self._known:
+            checker = duckdb.connect(":memory:", config=dict(NO_AUTOLOAD))
+            try:
+                _load(checker, path)
+            finally:
+                checker.close()
+        _load(con, path)
+        self.remember([path])
+
+
+def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    try:
+        con.execute(f"LOAD '{path}'")
+    except duckdb.Error as exc:
+        raise TracelogError(
+            f"cannot load the {path.stem} extension: {str(exc).splitlines()[0]}", str(path)
+        ) from None
 
 
 def _identity(path: Path) -> str:
@@ -162,16 +195,15 @@ def _named_copy(name: str, path: Path) -> Path:
 
 def attach(
     con: duckdb.DuckDBPyConnection, db: str, data: str | None, read_only: bool, binaries: Binaries
-) -> None:
-    """Load the extensions from their packages and attach the store as the connection's default."""
+) -> str | None:
+    """Load the extensions from their packages and attach the store as the connection's default; its data
+    path (given, or the one the store recorded), made reachable first where it is on object storage."""
     for path in binaries.paths:
-        try:
-            con.execute(f"LOAD '{path}'")
-        except duckdb.Error as exc:
-            raise TracelogError(
-                f"cannot load the {path.stem} extension: {str(exc).splitlines()[0]}", str(path)
-            ) from None
+        _load(con, path)
     binaries.remember()
+    remote = data if objects.is_remote(data) else None
+    if remote:
+        objects.prepare(con, remote, lambda: binaries.load_httpfs(con))
     options = []
     if data:
         options.append(f"DATA_PATH '{_quote(data)}'")
@@ -180,7 +212,8 @@ def attach(
     suffix = f" ({', '.join(options)})" if options else ""
     try:
         # Processes that open a new store at once race to create DuckLake's own catalog tables; the
-        # losers see "already exists" and attach again to the catalog the winner made.
+        # losers see "already exists" and attach again to the catalog the winner made. A store whose
+        # recorded data path is on object storage is refused until httpfs is loaded, and attached again.
         wait = RETRY_WAIT
         for attempt in range(ATTACH_ATTEMPTS):
             try:
@@ -188,6 +221,11 @@ def attach(
                 break
             except duckdb.Error as exc:
                 text = str(exc)
+                needs = objects.NEEDS_HTTPFS.search(text)
+                if needs and not remote:
+                    remote = needs.group(1)
+                    objects.prepare(con, remote, lambda: binaries.load_httpfs(con))
+                    continue
                 racing = "Failed to initialize DuckLake" in text and (
                     "duplicate key" in text or "already exists" in text
                 )
@@ -200,6 +238,7 @@ def attach(
         hint = "" if data else f"; a new store needs --data-path (or {DATA_PATH_ENVVAR})"
         raise TracelogError(f"cannot attach the DuckLake store: {first}{hint}", db) from None
     con.execute(f"USE {ALIAS}")
+    return data or remote or stored_data_path(con)
 
 
 def stored_data_path(con: duckdb.DuckDBPyConnection) -> str | None:
