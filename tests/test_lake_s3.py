@@ -275,3 +275,20 @@ def test_cluster_add_on_a_store_on_s3_says_where_cluster_facts_go(lake_db: str) 
     assert run(lake_db, "ingest", NCCL).exit_code == 0
     result = run(lake_db, "cluster", "add", "lab", "--gpu", "a100-sxm4-80gb", "--gpus-per-node", "8")
     assert result.exit_code == 1 and "object storage" in result.output and "tracelog.toml" in result.output
+
+
+@ON_S3
+def test_a_large_log_lands_on_s3_within_the_ingest_memory_cap(lake_db: str, tmp_path: Path) -> None:
+    """DuckDB's S3 upload buffers parts of 80 MB by default, past the 96 MB an ingest gives DuckDB once
+    the staged rows hold some of it: a 25 MB Megatron log failed as a bug ("could not allocate block of
+    size 76.5 MiB"). With 5 MB parts (`objects.UPLOAD_MAX_FILE`) it lands whole."""
+    log = tmp_path / "megatron-12mb.log"
+    generator = Path(__file__).resolve().parents[1] / "benchmarks" / "generate_megatron_log.py"
+    subprocess.run([sys.executable, str(generator), "12", str(log)], check=True, capture_output=True)
+    result = run(lake_db, "ingest", str(log))
+    assert result.exit_code == 0, result.output
+    with Store(lake_db, read_only=True) as store:
+        lines = store.scalar("SELECT count(*) FROM iterations") + store.scalar(
+            "SELECT count(*) FROM unparsed"
+        )
+        assert lines > 20_000

@@ -38,6 +38,7 @@ SCHEMES = ("s3://", "s3a://", "s3n://")  # the addresses DuckDB's S3 file system
 HTTPFS = ("duckdb_extension_httpfs", "httpfs", "httpfs")
 SECRET_NAME = "tracelog_s3"
 PROBE = "tracelog-access-check"  # a name no file of the store has: listing it is one cheap request
+UPLOAD_MAX_FILE = "50GB"  # the largest object one upload may make (`prepare`)
 DEFAULT_REGION = "us-east-1"  # DuckDB's own default, and what MinIO and Ceph answer to unless set up
 # DuckLake's refusal to attach a store on object storage before httpfs is loaded (DuckLake 1.5.5).
 NEEDS_HTTPFS = re.compile(r"Data path (\S+) requires the extension httpfs")
@@ -152,6 +153,11 @@ def prepare(
     env = os.environ if env is None else env
     sql, hidden = secret_sql(env)
     load_httpfs()
+    # DuckDB buffers an upload in parts of the largest file it allows (800 GB) over 10,000 parts: 80 MB
+    # each, which an ingest's 96 MB memory cap cannot hold ("could not allocate block of size 76.5
+    # MiB"). 50 GB, the lowest it takes, makes them 5 MB, S3's smallest; DuckLake's files are far
+    # smaller (512 MB at most by default).
+    con.execute(f"SET s3_uploader_max_filesize = '{UPLOAD_MAX_FILE}'")
     try:
         con.execute(sql)
     except duckdb.Error as exc:
