@@ -290,11 +290,15 @@ def test_export_of_a_lake_store_has_every_table_with_its_rows(lake_db: str, tmp_
 
 @pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 def test_the_readme_team_commands_run_on_a_lake(lake_db: str, tmp_path: Path) -> None:
-    """The README's team block (which tests/test_docs.py leaves to this file): its exports pointed at
-    this test's store, the job's log a sample, each `tracelog` line run as written."""
+    """The README's team block (which tests/test_docs.py leaves to this file), and on S3 its block for a
+    bucket: its exports pointed at this test's store, the job's log a sample, each `tracelog` line run as
+    written."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    on_s3 = os.environ["TRACELOG_DATA_PATH"].startswith("s3://")
     block = next(
-        b for b in re.findall(r"^```sh\n(.*?)^```", readme, flags=re.S | re.M) if "export TRACELOG_DB=" in b
+        b
+        for b in re.findall(r"^```sh\n(.*?)^```", readme, flags=re.S | re.M)
+        if "export TRACELOG_DB=" in b and ("TRACELOG_DATA_PATH=s3://" in b) == on_s3
     )
     lines = [line.split("#")[0].strip() for line in block.splitlines()]
     commands = [shlex.split(line) for line in lines if line.startswith("tracelog ")]

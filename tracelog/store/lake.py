@@ -6,9 +6,10 @@
 query of tracelog runs on it unchanged: the catalog is attached and made the default.
 
 Offline by construction: the `ducklake` and `postgres` extensions are the binaries of the
-`duckdb-extension-ducklake` and `duckdb-extension-postgres` packages, loaded by path, with DuckDB's
-auto-install and auto-load off; nothing is downloaded. DuckDB loads a binary only into the version it was
-built for, which is why pyproject.toml pins `duckdb` and both packages to one version. Each binary's
+`duckdb-extension-ducklake` and `duckdb-extension-postgres` packages (and `httpfs`, for data on S3, of
+`duckdb-extension-httpfs`: `objects`), loaded by path, with DuckDB's auto-install and auto-load off;
+nothing is downloaded. DuckDB loads a binary only into the version it was
+built for, which is why pyproject.toml pins `duckdb` and its packages to one version. Each binary's
 signature is checked by DuckDB at the first load of that file, and not again while the file is the same
 (`Binaries`): the check reads and hashes 80 MB, most of a reading command's time on a store.
 
