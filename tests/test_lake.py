@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -235,28 +236,39 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def parquet_files(folder: Path) -> set[Path]:
-    return set(folder.rglob("*.parquet"))
+def parquet_files_of(request: pytest.FixtureRequest) -> Callable[[], set[str]]:
+    """The Parquet files under the store's data path: in its folder, or objects under its S3 prefix."""
+    data = os.environ["TRACELOG_DATA_PATH"]
+    if data.startswith("s3://"):
+        server = request.getfixturevalue("s3_server")
+        return lambda: {key for key in server.keys(data) if key.endswith(".parquet")}
+    return lambda: {str(p) for p in Path(data).rglob("*.parquet")}
 
 
+@pytest.mark.parametrize("lake_db", LAKE_DATA, indirect=True)
 @pytest.mark.parametrize("phase", ["parsing", "writing"])
 def test_kill_9_of_a_writer_leaves_nothing_and_a_rerun_completes(
-    phase: str, big_log: Path, lake_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    phase: str,
+    big_log: Path,
+    lake_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     """A writer killed while it parses (its spool growing, nothing sent yet) or while its transaction
-    writes Parquet files into the data folder (not committed yet) leaves no trace in the store."""
+    writes Parquet files into the data path (not committed yet) leaves no trace in the store."""
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir()
     monkeypatch.setenv("TMPDIR", str(spool_dir))
-    data = Path(os.environ["TRACELOG_DATA_PATH"])
+    parquet_files = parquet_files_of(request)
     assert tracelog(lake_db, "ingest", str(EIGHT[5])).wait(PROCESS_TIMEOUT_S) == 0  # the store exists
-    before_files, before = parquet_files(data), counts(lake_db)
+    before_files, before = parquet_files(), counts(lake_db)
     writer = tracelog(lake_db, "ingest", str(big_log))
     deadline = time.monotonic() + KILL_WAIT_S
     caught = False
     while writer.poll() is None and time.monotonic() < deadline:
         spooled = any(spool_dir.glob("tracelog-spool-*/*.batches"))
-        written = bool(parquet_files(data) - before_files)
+        written = bool(parquet_files() - before_files)
         if (phase == "parsing" and spooled and not written) or (phase == "writing" and written):
             os.kill(writer.pid, signal.SIGKILL)
             caught = True
@@ -266,7 +278,7 @@ def test_kill_9_of_a_writer_leaves_nothing_and_a_rerun_completes(
     assert caught, f"the writer ended before it was seen {phase}"
     assert writer.returncode == -signal.SIGKILL
     if phase == "writing":
-        assert parquet_files(data) - before_files, "killed before its transaction wrote anything"
+        assert parquet_files() - before_files, "killed before its transaction wrote anything"
     assert counts(lake_db) == before, "rows of the killed writer are visible"
     assert str(big_log) not in {path for path, _, _ in sources(lake_db)}
     rerun = tracelog(lake_db, "ingest", str(big_log))

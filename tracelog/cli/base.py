@@ -281,7 +281,8 @@ class Group(click.Group):
     "--data-path",
     envvar=DATA_PATH_ENVVAR,
     metavar="DIR",
-    help=f"Where a new DuckLake store keeps its Parquet files (or set {DATA_PATH_ENVVAR}); a shared folder.",
+    help=f"Where a new DuckLake store keeps its Parquet files (or set {DATA_PATH_ENVVAR}): a shared folder, "
+    "or s3://bucket/prefix/ with the AWS_* variables (README: Team store).",
 )
 @click.version_option(package_name="tracelog")
 @click.pass_context
