@@ -77,7 +77,8 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     }
     rows, left_out = _with_losses_left_out(rows, megatron)
     flags: list[Flag] = []
-    barely = _barely_trained(store, t, scope, rows)
+    calibrating = _calibrating(store, scope)
+    barely = _barely_trained(store, t, scope, [row for row in rows if row[0] not in calibrating])
     flags.extend(barely.values())
     counted = _deepspeed_counts(store, scope)
     mid_run = _started_mid_run(store, scope)
@@ -93,6 +94,15 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         unscaled,
     ) in rows:
         deepspeed, said = "", {}
+        if (scales := calibrating.get(run_id)) is not None and not counted.get(run_id):
+            # every skip so far the scaler halving its way down from its first scale, whichever lines the
+            # warm-up cut (5 % of them, or up to the first clean one: here none) called warm-up
+            skipped_warmup, skipped_steady = (skipped_warmup or 0) + (skipped_steady or 0), 0
+            deepspeed = ", every logged step so far " + (
+                f"(the loss scale falling from {scales[0]:.0f} to {scales[1]:.0f})"
+                if scales[1] < scales[0]
+                else f"(the loss scale at {scales[0]:.0f})"
+            )
         if (ds := counted.get(run_id)) is not None:
             before, last, step, line, first_ds_skip = ds
             lines = int((skipped_steady or 0) + (skipped_warmup or 0))
@@ -155,7 +165,13 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "info",
                     run_id,
                     f"{int(skipped_warmup)} skipped iteration(s) "
-                    + (f"before the steady part{deepspeed}: " if deepspeed else "during warm-up: ")
+                    + (
+                        f"during warm-up{deepspeed}: "
+                        if run_id in calibrating
+                        else f"before the steady part{deepspeed}: "
+                        if deepspeed
+                        else "during warm-up: "
+                    )
                     + (NOT_SCALER if unscaled else "the fp16 loss scale calibrating."),
                     (NOT_SCALER_HINT + " " if unscaled else "Normal at the start of fp16 training; ")
                     + "these lines are left out of the steady-state medians.",
@@ -165,6 +181,43 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                 )
             )
     return flags
+
+
+CALIBRATION_OVERFLOWS = 32
+"""Overflows the fp16 loss scaler's calibration alone can skip: halving from 2**32, Megatron's default
+`--initial-loss-scale`, reaches 1 after 32 of them."""
+
+
+def _calibrating(store: Store, scope: Scope) -> dict[int, tuple[float, float]]:
+    """Runs whose every skipped step is the fp16 loss scale calibrating: from the run's first step, each
+    line's interval skipped whole, its loss scale (above 1) lower than the line's before, and no skip after
+    those lines, `CALIBRATION_OVERFLOWS` at most. A log of a run's first ten steps, all of them overflows
+    from 2**28 down to 2**23, is the scaler at work, not a run that skipped most of its steps; a log whose
+    skips stop and start again, or whose scale stays put, is not. Per run: its first and last scale so far."""
+    rows = store.con.execute(
+        f"""
+        WITH lines AS (
+            SELECT run_id, line_no, coalesce(skipped, 0) AS skipped, loss_scale,
+                   NOT (coalesce(skipped, 0) > 0
+                        AND skipped = iteration - coalesce(lag(iteration) OVER w, 0)
+                        AND loss_scale > 1
+                        AND coalesce(loss_scale < lag(loss_scale) OVER w, true)) AS other
+            FROM iterations WHERE {scope.runs} AND iteration > 0
+            WINDOW w AS (PARTITION BY run_id, rank ORDER BY line_no)
+        ), ends AS (
+            SELECT run_id, min(line_no) FILTER (other) AS first_other FROM lines GROUP BY run_id
+        )
+        SELECT l.run_id,
+               sum(l.skipped) FILTER (e.first_other IS NULL OR l.line_no < e.first_other) AS calibrating,
+               sum(l.skipped) AS total,
+               arg_min(l.loss_scale, l.line_no) AS first_scale,
+               arg_max(l.loss_scale, l.line_no) FILTER (e.first_other IS NULL OR l.line_no < e.first_other)
+                   AS last_scale
+        FROM lines l JOIN ends e USING (run_id) GROUP BY l.run_id
+        HAVING calibrating > 0 AND calibrating = total AND calibrating <= {CALIBRATION_OVERFLOWS}
+        """
+    ).fetchall()
+    return {run_id: (float(first), float(last)) for run_id, _, _, first, last in rows}
 
 
 MID_RUN_STEPS = 100
