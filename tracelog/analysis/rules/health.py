@@ -227,13 +227,15 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
               AND e.kind IN ('error', 'oom', 'crash', 'nccl_warn', 'timeout')
         )
         SELECT run_id, arg_max(text, line_no), max(line_no), count(*),
-               arg_min(text, line_no) FILTER (fatal AND line_no > coalesce(stepped, 0)),
-               min(line_no) FILTER (fatal AND line_no > coalesce(stepped, 0)),
+               -- an error line glued to the end of the last step's line (a progress bar that did not end
+               -- its line) came after that step
+               arg_min(text, line_no) FILTER (fatal AND line_no >= coalesce(stepped, 0)),
+               min(line_no) FILTER (fatal AND line_no >= coalesce(stepped, 0)),
                max(line_no) FILTER (uncaught),
                arg_min(text, line_no) FILTER (fatal AND line_no < stepped),
                min(line_no) FILTER (fatal AND line_no < stepped), any_value(stepped),
-               arg_min(text, line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0)),
-               min(line_no) FILTER (kind = 'error' AND line_no > coalesce(stepped, 0)),
+               arg_min(text, line_no) FILTER (kind = 'error' AND line_no >= coalesce(stepped, 0)),
+               min(line_no) FILTER (kind = 'error' AND line_no >= coalesce(stepped, 0)),
                any_value(d.done_line), any_value(d.done_text)
         FROM errors LEFT JOIN done d USING (run_id) GROUP BY run_id
         """
