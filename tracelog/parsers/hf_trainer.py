@@ -60,9 +60,9 @@ from tracelog.parsers.hf_trainer_shape import block_line, block_start, shape_fro
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
-VERSION = "5"  # "3": a first dict before any bar takes the step of the bar drawn again after it;
+VERSION = "6"  # "3": a first dict before any bar takes the step of the bar drawn again after it;
 # "4": DeepSpeed's AMP off is no fp32; "5": the configuration's norm, rotary and tied-embedding keys and
-# `torch_compile` kept
+# `torch_compile` kept; "6": a log viewer's `[1757] ` line numbers
 FRAMEWORK = "hf-trainer"
 
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
@@ -80,6 +80,9 @@ printed first comes within this many dicts of it."""
 BAR_ROWS_HELD = 100_000
 """Bar steps held while a run has logged no dict: more than that many steps before a first dict is a run
 that logs none (the Trainer logs every `logging_steps`, 500 by default), and they are handed out."""
+LINE_NUMBER_RX = re.compile(r"^\[\d{1,9}\] ")
+"""A log viewer's line number in front of every line of a paste (`[1757] {'loss': 0.0, 'grad_norm': ...}`,
+LLaMA-Factory#8261), or an MPI launcher's rank tag (`[0] `): neither is the Trainer's, so it comes off first."""
 IGNORED_KEYS = {*STEP_KEYS, "total_steps", "percentage", "remaining_time", "total_flos", "memory(GiB)"}
 
 
@@ -93,7 +96,7 @@ def detect(head: str) -> int:
         return 45
     logged = 0
     for line in head.split("\n"):
-        for part in line.split("\r"):
+        for part in LINE_NUMBER_RX.sub("", line, count=1).split("\r"):
             part = logged_text(strip_prefix(part)[0])
             if (
                 DICT_RX.match(part)
@@ -177,15 +180,16 @@ class _Parser(RunRows):
     # ----------------------------------------------------------------------------------------- lines
     def line(self, n: int, text: str) -> None:
         understood = False
-        if text.strip():
+        body = LINE_NUMBER_RX.sub("", text, count=1)
+        if body.strip():
             self.seen = (self.seen[1], n)
         self.printer = None  # a launcher prefixes a line once, before the bar's first redraw
-        for part in text.split("\r"):
+        for part in body.split("\r"):
             if part.strip():
                 understood = self.part(n, part) or understood
-            elif "\r" in text:
+            elif "\r" in body:
                 understood = True  # tqdm's clearing of its bar
-        if understood or not text.strip():
+        if understood or not body.strip():
             return
         self.run(n)
         if EVENT_WORDS_RX.search(text):
