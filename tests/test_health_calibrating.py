@@ -3,7 +3,8 @@ Megatron's default 2**32: the scaler calibrating, an info flag, not a run that s
 
 The lines are invented, in the shape of a 2020 Megatron-LM log pasted in NVIDIA/Megatron-LM#60 (no loss yet,
 `loss scale` and a per-interval `number of skipped iterations`, `--log-interval 5`); the figures are this
-test's."""
+test's. The settling case follows the shape of a 2024 Megatron-LM log in a published Japanese how-to
+(`--log-interval 10`: 10 overflows, then 5, then one near step 50)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,21 @@ def test_skips_that_stop_and_start_again_are_not_calibration(tmp_path: Path) -> 
     (flag,) = skip_flags(tmp_path, lines)
     assert flag["severity"] == "warning"
     assert flag["message"].startswith("1 skipped iteration(s) after warm-up (first near iteration 105)")
+
+
+def test_an_overflow_in_the_first_hundred_steps_after_the_cut_is_the_scale_settling(tmp_path: Path) -> None:
+    # the shape of a 2024 Megatron-LM log from scratch (`--log-interval 10`): 10 overflows in the first
+    # interval, 5 in the second, then one more as the scale settles from 2**18 to 2**17 near step 50
+    lines = [line(10, 2.0**23, 10), line(20, 2.0**18, 5)]
+    lines += [line(i, 2.0**18, 0) for i in (30, 40)] + [line(50, 2.0**17, 1)]
+    lines += [line(i, 2.0**17, 0) for i in range(60, 310, 10)]
+    (flag,) = skip_flags(tmp_path, lines)
+    assert (flag["severity"], flag["measured"]) == ("info", 16.0)
+    assert flag["message"].startswith("16 skipped iteration(s) during warm-up and the first 100 steps")
+
+
+def test_a_skip_without_an_fp16_scaler_stays_a_warning_however_early(tmp_path: Path) -> None:
+    lines = [line(i, 1.0, 1 if i == 50 else 0) for i in range(10, 310, 10)]
+    (flag,) = skip_flags(tmp_path, lines)
+    assert flag["severity"] == "warning"
+    assert flag["message"].startswith("1 skipped iteration(s) after warm-up (first near iteration 50)")

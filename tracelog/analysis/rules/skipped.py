@@ -82,6 +82,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     flags.extend(barely.values())
     counted = _deepspeed_counts(store, scope)
     mid_run = _started_mid_run(store, scope)
+    early = _early_overflows(store, scope)
     for (
         run_id,
         nan_total,
@@ -93,16 +94,27 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
         *_,
         unscaled,
     ) in rows:
-        deepspeed, said = "", {}
+        deepspeed, said, settled = "", {}, ""
         if (scales := calibrating.get(run_id)) is not None and not counted.get(run_id):
             # every skip so far the scaler halving its way down from its first scale, whichever lines the
             # warm-up cut (5 % of them, or up to the first clean one: here none) called warm-up
             skipped_warmup, skipped_steady = (skipped_warmup or 0) + (skipped_steady or 0), 0
-            deepspeed = ", every logged step so far " + (
+            settled = ", every logged step so far " + (
                 f"(the loss scale falling from {scales[0]:.0f} to {scales[1]:.0f})"
                 if scales[1] < scales[0]
                 else f"(the loss scale at {scales[0]:.0f})"
             )
+        elif (
+            (settling := early.get(run_id))
+            and skipped_warmup
+            and not counted.get(run_id)
+            and run_id not in mid_run
+        ):
+            # a scaler seen calibrating in the warm-up lines that overflows again in the run's first
+            # MID_RUN_STEPS steps past the cut: the scale settling, not an overflow of a settled one
+            moved, first_skip = settling
+            skipped_steady, skipped_warmup = (skipped_steady or 0) - moved, (skipped_warmup or 0) + moved
+            settled = f" and the first {MID_RUN_STEPS} steps"
         if (ds := counted.get(run_id)) is not None:
             before, last, step, line, first_ds_skip = ds
             lines = int((skipped_steady or 0) + (skipped_warmup or 0))
@@ -165,13 +177,7 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
                     "info",
                     run_id,
                     f"{int(skipped_warmup)} skipped iteration(s) "
-                    + (
-                        f"during warm-up{deepspeed}: "
-                        if run_id in calibrating
-                        else f"before the steady part{deepspeed}: "
-                        if deepspeed
-                        else "during warm-up: "
-                    )
+                    + (f"before the steady part{deepspeed}: " if deepspeed else f"during warm-up{settled}: ")
                     + (NOT_SCALER if unscaled else "the fp16 loss scale calibrating."),
                     (NOT_SCALER_HINT + " " if unscaled else "Normal at the start of fp16 training; ")
                     + "these lines are left out of the steady-state medians.",
@@ -225,6 +231,24 @@ MID_RUN_STEPS = 100
 in its first few dozen steps (from 2**32, Megatron's default `--initial-loss-scale`, to a working scale of
 2**16 or so is 16 overflows; DeepSpeed's default `initial_scale_power` is 16), and Megatron's default
 `--log-interval` is 100, whose first line counts them all."""
+
+
+def _early_overflows(store: Store, scope: Scope) -> dict[int, tuple[int, int | None]]:
+    """Overflows an fp16 run's steady lines count in its first `MID_RUN_STEPS` steps: where its warm-up
+    lines (5 % of them, or up to the first clean one) skipped too, the loss scale still settling after the
+    cut, which halves it once or twice more in the first few dozen steps (2**18 to 2**17 at step 50 of a
+    run from scratch), the scaler's calibration too. Per run: how many, and the first skip after them
+    (None for none)."""
+    early = f"iteration <= {MID_RUN_STEPS} AND loss_scale > 1"
+    rows = store.con.execute(
+        f"""
+        SELECT run_id, sum(skipped) FILTER (NOT warmup AND {early}),
+               min(iteration) FILTER (NOT warmup AND skipped > 0 AND NOT coalesce({early}, false))
+        FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
+        HAVING sum(skipped) FILTER (NOT warmup AND {early}) > 0
+        """
+    ).fetchall()
+    return {run_id: (int(moved), later) for run_id, moved, later in rows}
 
 
 def _started_mid_run(store: Store, scope: Scope) -> dict[int, tuple[int, int]]:
