@@ -144,9 +144,11 @@ DYING_JOB_MARKS = (
 `--error` file, a pasted crash) is read for its error lines, which the health rules turn into a critical
 flag naming the first one, rather than refused."""
 # A traceback through Megatron's own package (`File ".../megatron/training.py", line 562, in train`: Megatron-LM,
-# Megatron-DeepSpeed, GPT-NeoX): an exception nobody caught ended the job. A traceback of any other code is
-# not a claim (it may be anyone's).
-MEGATRON_FRAME_RX = re.compile(r'^\s*File "[^"\n]*\bmegatron/[^"\n]*\.py", line \d+', re.M)
+# Megatron-DeepSpeed, GPT-NeoX): an exception nobody caught ended the job, its lines bare or behind torchrun's
+# `[rank9]: ` (PyTorch 2.3 on). A traceback of any other code is not a claim (it may be anyone's).
+MEGATRON_FRAME_RX = re.compile(
+    r'^(?:\[(?:rank|default)\d+\]:)?\s*File "[^"\n]*\bmegatron/[^"\n]*\.py", line \d+', re.M
+)
 
 
 @dataclass
