@@ -89,9 +89,7 @@ LOG_PREFIX_RX = re.compile(
 )
 DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
 LEVELS = ("WARNING", "ERROR", "CRITICAL")  # logger levels whose line is an event whatever it says
-# DeepSpeed's logger format (deepspeed/utils/logging.py): `[asctime] [LEVEL] [file.py:line:function] `, at
-# the start of a line or right after a tqdm bar that did not end its line (`  1%|▉    | 6/1184 [00:21<1:09:10,
-# 3.52s/it][2021-02-04 15:06:19,825] [INFO] [stage2.py:1357:step] ...`, an HF Trainer run on DeepSpeed)
+# DeepSpeed's logger (`[asctime] [LEVEL] [file.py:line:function] `): at a line's start, or after a bar not ended
 LOGGER_LINE_RX = re.compile(
     r"^(?:\S+:\s?|[^\n]*?\|\s*\d+/\d+ \[[^\]\n]*\])?"
     r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[\w+\.py:\d+:\w+\]",
