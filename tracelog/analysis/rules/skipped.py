@@ -199,31 +199,34 @@ def _calibrating(store: Store, scope: Scope) -> dict[int, tuple[float, float]]:
     line's interval skipped whole, its loss scale (above 1) lower than the line's before, and no skip after
     those lines, `CALIBRATION_OVERFLOWS` at most. A log of a run's first ten steps, all of them overflows
     from 2**28 down to 2**23, is the scaler at work, not a run that skipped most of its steps; a log whose
-    skips stop and start again, or whose scale stays put, is not. Per run: its first and last scale so far."""
+    skips stop and start again, or whose scale stays put, is not. Per run: its first and last scale so far.
+    Only the lines before a run's first clean one are read line by line (32 at most carry the skips)."""
     rows = store.con.execute(
         f"""
-        WITH lines AS (
-            SELECT run_id, line_no, coalesce(skipped, 0) AS skipped, loss_scale,
-                   NOT (coalesce(skipped, 0) > 0
-                        AND skipped = iteration - coalesce(lag(iteration) OVER w, 0)
-                        AND loss_scale > 1
-                        AND coalesce(loss_scale < lag(loss_scale) OVER w, true)) AS other
-            FROM iterations WHERE {scope.runs} AND iteration > 0
-            WINDOW w AS (PARTITION BY run_id, rank ORDER BY line_no)
+        WITH candidates AS (
+            SELECT run_id, sum(skipped) AS total,
+                   min(line_no) FILTER (coalesce(skipped, 0) = 0 AND coalesce(nan, 0) = 0) AS clean
+            FROM iterations WHERE {scope.runs} AND iteration > 0 GROUP BY run_id
+            HAVING sum(skipped) BETWEEN 1 AND {CALIBRATION_OVERFLOWS}
+        ), lines AS (
+            SELECT i.run_id, i.line_no, coalesce(i.skipped, 0) AS skipped, i.loss_scale,
+                   NOT (coalesce(i.skipped, 0) > 0
+                        AND i.skipped = i.iteration - coalesce(lag(i.iteration) OVER w, 0)
+                        AND i.loss_scale > 1
+                        AND coalesce(i.loss_scale < lag(i.loss_scale) OVER w, true)) AS other
+            FROM iterations i JOIN candidates c USING (run_id)
+            WHERE i.iteration > 0 AND (c.clean IS NULL OR i.line_no < c.clean)
+            WINDOW w AS (PARTITION BY i.run_id, i.rank ORDER BY i.line_no)
         ), ends AS (
             SELECT run_id, min(line_no) FILTER (other) AS first_other FROM lines GROUP BY run_id
         )
-        SELECT l.run_id,
-               sum(l.skipped) FILTER (e.first_other IS NULL OR l.line_no < e.first_other) AS calibrating,
-               sum(l.skipped) AS total,
-               arg_min(l.loss_scale, l.line_no) AS first_scale,
+        SELECT l.run_id, arg_min(l.loss_scale, l.line_no),
                arg_max(l.loss_scale, l.line_no) FILTER (e.first_other IS NULL OR l.line_no < e.first_other)
-                   AS last_scale
-        FROM lines l JOIN ends e USING (run_id) GROUP BY l.run_id
-        HAVING calibrating > 0 AND calibrating = total AND calibrating <= {CALIBRATION_OVERFLOWS}
+        FROM lines l JOIN ends e USING (run_id) JOIN candidates c USING (run_id) GROUP BY l.run_id
+        HAVING sum(l.skipped) FILTER (e.first_other IS NULL OR l.line_no < e.first_other) = any_value(c.total)
         """
     ).fetchall()
-    return {run_id: (float(first), float(last)) for run_id, _, _, first, last in rows}
+    return {run_id: (float(first), float(last)) for run_id, first, last in rows}
 
 
 MID_RUN_STEPS = 100
@@ -244,7 +247,7 @@ def _early_overflows(store: Store, scope: Scope) -> dict[int, tuple[int, int | N
         f"""
         SELECT run_id, sum(skipped) FILTER (NOT warmup AND {early}),
                min(iteration) FILTER (NOT warmup AND skipped > 0 AND NOT coalesce({early}, false))
-        FROM {scope.marks} WHERE {scope.runs} GROUP BY run_id
+        FROM {scope.marks} WHERE {scope.runs} AND skipped > 0 GROUP BY run_id
         HAVING sum(skipped) FILTER (NOT warmup AND {early}) > 0
         """
     ).fetchall()
