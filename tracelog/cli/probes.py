@@ -3,8 +3,9 @@ never hands it one.
 
 DuckDB 1.5's Python client imports pandas the first time a process binds a query parameter or scans an
 Arrow table (to check whether the value is a pandas object), and `pyarrow.dataset`, which imports pandas
-itself, at the first Arrow scan: 0.2-0.3 s of CPU, a fifth of the ingest of a log's last 5 %. It holds
-both optional and goes on without them where the import fails (DuckDB 2.0 imports neither there).
+itself, at the first Arrow scan: 0.2-0.3 s of CPU, a fifth of the ingest of a log's last 5 %; and
+`pyarrow.compute` there too. It holds them optional and goes on without them where the import fails
+(DuckDB 2.0 imports neither pandas nor `pyarrow.dataset` there).
 
 `refused_to_native_code` makes the import of these modules fail while it is in force, where native code
 asks for it (DuckDB's import cache, pyarrow's check for pandas objects among a list's values): no value
@@ -24,8 +25,11 @@ from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
 
-PROBED_BY_DUCKDB = ("pandas", "pyarrow.dataset")
-"""What DuckDB 1.5 imports to recognise values an ingest never binds or scans."""
+PROBED_BY_DUCKDB = ("pandas", "pyarrow.dataset", "pyarrow.compute")
+"""What DuckDB 1.5 imports to recognise values an ingest never binds or scans. `pyarrow.compute` (0.05 s
+of CPU: it builds a Python function for every compute kernel) is imported at the first Arrow scan, for
+filters pushed into a `pyarrow.dataset` scanner, which the refused `pyarrow.dataset` rules out: an
+ingest's Arrow scans have no filter, and a scan with one reads the table whole."""
 
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
 _IMPORTLIB = ("<frozen importlib._bootstrap", importlib.__file__)
