@@ -37,10 +37,10 @@ def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]
     """An fp16 loss scale that fell to `COLLAPSED_SCALE` or below from a higher one: over the steady lines'
     printed scale, and the scaler's overflow lines (`REDUCED_TO_SQL`), which tell the fall where no step line
     follows it (a run that died of it: the Trainer's dicts print no scale). The line of the first fall to
-    the lowest scale is named."""
+    the lowest scale is named (looked up only for a run flagged: it reads the run's lines)."""
     scope = run_ranges.prepare(store, scope)
     lines = {
-        run_id: (top, lowest, run_ranges.first_steady_line(store, run_id, "loss_scale", lowest)[0])
+        run_id: (top, lowest)
         for run_id, top, lowest in store.con.execute(
             f"""
             SELECT run_id, scale_top, scale_low FROM {run_ranges.PARTS}
@@ -64,12 +64,17 @@ def loss_scale_collapse(store: Store, t: Thresholds, scope: Scope) -> list[Flag]
     }
     flags = []
     for run_id in sorted(lines.keys() | overflows.keys()):
-        top_line, low_line, at_line = lines.get(run_id, (None, None, None))
+        top_line, low_line = lines.get(run_id, (None, None))
         top_said, low_said, said_line = overflows.get(run_id, (None, None, None))
         top = max(v for v in (top_line, top_said, low_line, low_said) if v is not None)
         lowest = min(v for v in (low_line, low_said) if v is not None)
         if lowest > COLLAPSED_SCALE or top <= lowest:
             continue
+        at_line = (
+            run_ranges.first_steady_line(store, run_id, "loss_scale", low_line)[0]
+            if low_line is not None
+            else None
+        )
         said = low_said is not None and (low_line is None or low_said < low_line)
         if low_said == low_line and said_line is not None and at_line is not None:
             said = said_line < at_line
