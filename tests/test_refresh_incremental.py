@@ -1,7 +1,7 @@
 """The refresh after a log grew reads the lines it gained and the state it kept (`run_buckets`,
 `run_values`, `flat_stretches`), and gives what one refresh of the final file gives.
 
-The sample logs fit in one bucket of 65,536 line numbers; here buckets are made a few lines wide, so that
+The sample logs fit in one bucket of 16,384 line numbers; here buckets are made a few lines wide, so that
 the warm-up cut, the drift rule's fifths and every growth fall inside buckets, many buckets apart."""
 
 from __future__ import annotations
@@ -64,6 +64,33 @@ def test_growth_across_many_buckets_gives_the_direct_ingest(sample: str, tmp_pat
     expected = direct(log, data, tmp_path / "direct.duckdb")
     assert len(expected["iteration_buckets"]) >= 3  # the run spans buckets
     assert grow(log, data, tmp_path / "grown.duckdb", cuts) == expected
+
+
+def test_a_store_summed_at_another_bucket_size_is_summed_again(tmp_path: Path) -> None:
+    """Schema 019 changed the bucket size: buckets kept by a store of an older schema were summed at the
+    old size, and are dropped when the store is opened, so that the next refresh sums its runs again
+    (here kept at 4 line numbers, then grown under today's size: the rows of one ingest of the file)."""
+    data = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_bytes()
+    log = tmp_path / "live.log"
+    half = data.index(b"\n", len(data) // 2) + 1
+    db = tmp_path / "old.duckdb"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_buckets, "BUCKET_LINES", 4)
+        log.write_bytes(data[:half])
+        with Store(db) as store:
+            land(store, log)
+            assert store.scalar("SELECT count(*) FROM iteration_buckets") > 1
+            # as a store of schema 18 left it
+            store.con.execute("DELETE FROM schema_version WHERE version >= 19")
+    with Store(db) as store:
+        assert store.scalar("SELECT max(version) FROM schema_version") >= 19
+        kept = "SELECT count(*) FROM iteration_buckets UNION ALL SELECT count(*) FROM run_progress WHERE rule = 'buckets'"
+        assert [n for (n,) in store.con.execute(kept).fetchall()] == [0, 0]
+    log.write_bytes(data)
+    with Store(db) as store:
+        land(store, log)
+        grown = snapshot(store)
+    assert grown == direct(log, data, tmp_path / "direct.duckdb")
 
 
 def health_rows(n: int, seed: int) -> list[dict]:

@@ -1,8 +1,8 @@
 -- tracelog schema, version 17: each run's logged lines summed up per bucket of line numbers, kept between
 -- refreshes, so that the refresh after a log grew reads its new lines and the state, not the whole run.
 --
--- A bucket is the lines of a run whose line_no // 65536 is the same (tracelog/analysis/run_buckets.py,
--- `BUCKET_LINES`). `iteration_buckets` holds one row per bucket with the aggregates the steady-state
+-- A bucket is the lines of a run whose line_no // 65536 is the same (16384 since schema 019;
+-- tracelog/analysis/run_buckets.py, `BUCKET_LINES`). `iteration_buckets` holds one row per bucket with the aggregates the steady-state
 -- medians, the model's inputs and the health rules add up (counts, sums, first and last lines, ...);
 -- `iteration_values` the bucket's lines counted per combination of the figures whose medians are taken
 -- (sec/it, samples/s, global batch, TFLOP/s: printed figures take few distinct values), which gives an
@@ -22,7 +22,7 @@
 -- IF NOT EXISTS: applying it twice (a version row lost) changes nothing.
 CREATE TABLE IF NOT EXISTS iteration_buckets (
     run_id           INTEGER NOT NULL,
-    bucket           BIGINT NOT NULL,    -- line_no // 65536
+    bucket           BIGINT NOT NULL,    -- line_no // BUCKET_LINES
     no_scaler        BOOLEAN,            -- the run's precision said bf16 or fp32 when summed (NaN lines read by it)
     lines            BIGINT NOT NULL,
     first_line       BIGINT,
