@@ -26,8 +26,8 @@ from tracelog.store import Store
 RULE = "buckets"
 BUCKET_LINES = 16384
 """Line numbers per bucket. A range reads the lines of the buckets it cuts (two at most), and a median the
-buckets' counts per value. On a log of a few lines per iteration (1.76 M iterations in 5 M lines: 307
-buckets, about 5,700 iteration lines in each) the refresh after 5 % growth reads three cut buckets,
+buckets' counts per value. On a log of a few lines per iteration (1.76 M iterations in 5.3 M lines: 323
+buckets, about 5,400 iteration lines in each) the refresh after 5 % growth reads three cut buckets,
 whatever the run's length; 16,384 took its CPU from 0.58 to 0.49 s against 65,536 (schema 017's size;
 the cut buckets' lines 0.17 to 0.07 s), where 8,192 saved no more: the counts summed between kept sums
 (`run_values`) grow as the buckets shrink. A store summed at another size is summed again (schema 019)."""
