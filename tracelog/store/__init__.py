@@ -27,6 +27,7 @@ from tracelog.errors import TracelogError
 from tracelog.locations import data_path as data_path_of
 from tracelog.locations import is_lake
 from tracelog.store import lake, recovery
+from tracelog.store.literals import quoted
 from tracelog.store.rows import Rows
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def literal(value: str | int | None) -> str:
         raise TypeError(f"no SQL literal for {type(value).__name__}")
     if isinstance(value, int):
         return str(value)
-    return "'" + value.replace("'", "''") + "'"
+    return f"'{quoted(value)}'"
 
 
 def default_db_path() -> str:

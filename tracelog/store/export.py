@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tracelog.errors import TracelogError
 from tracelog.store import Store
+from tracelog.store.literals import quoted
 from tracelog.store.tables import BENCH_CHILD_TABLES, MODEL_OUTPUT_TABLES, RUN_CHILD_TABLES
 
 # The column a table is split by: the run or bench it hangs off, the source for runs and benches
@@ -77,19 +78,15 @@ def export_parquet(store: Store, directory: str, overwrite: bool = False) -> lis
         )
         if column is not None and rows and not nulls:
             store.con.execute(
-                f"COPY (SELECT * FROM \"{table}\") TO '{_quoted(target)}' "
+                f"COPY (SELECT * FROM \"{table}\") TO '{quoted(target)}' "
                 f'(FORMAT parquet, PARTITION_BY ("{column}"))'
             )
         else:
             column = None
             os.makedirs(target)
             store.con.execute(
-                f"COPY (SELECT * FROM \"{table}\") TO '{_quoted(os.path.join(target, 'data.parquet'))}' "
+                f"COPY (SELECT * FROM \"{table}\") TO '{quoted(os.path.join(target, 'data.parquet'))}' "
                 "(FORMAT parquet)"
             )
         done.append(Exported(table, rows, target, column))
     return done
-
-
-def _quoted(path: str) -> str:
-    return path.replace("'", "''")

@@ -53,6 +53,7 @@ from tracelog.errors import TracelogError
 from tracelog.locations import DATA_PATH_ENVVAR
 from tracelog.locations import LAKE_PREFIX as PREFIX
 from tracelog.store import objects
+from tracelog.store.literals import quoted
 
 ALIAS = "tracelog_lake"  # the attached catalog's name inside the connection
 # The id counters of the store, one row each (the sequences of the embedded file: schemas/001_init.sql).
@@ -207,7 +208,7 @@ def attach(
         objects.prepare(con, remote, lambda: binaries.load_httpfs(con))
     options = []
     if data:
-        options.append(f"DATA_PATH '{_quote(data)}'")
+        options.append(f"DATA_PATH '{quoted(data)}'")
     if read_only:
         options.append("READ_ONLY")
     suffix = f" ({', '.join(options)})" if options else ""
@@ -218,7 +219,7 @@ def attach(
         wait = RETRY_WAIT
         for attempt in range(ATTACH_ATTEMPTS):
             try:
-                con.execute(f"ATTACH '{_quote(db)}' AS {ALIAS}{suffix}")
+                con.execute(f"ATTACH '{quoted(db)}' AS {ALIAS}{suffix}")
                 break
             except duckdb.Error as exc:
                 text = str(exc)
@@ -385,7 +386,7 @@ def create_counters(con: duckdb.DuckDBPyConnection, seeds: dict[str, int]) -> No
     cursor = con.cursor()
     try:
         for sql in statements:
-            cursor.execute(f"CALL postgres_execute('{METADATA}', '{_quote(sql)}')")
+            cursor.execute(f"CALL postgres_execute('{METADATA}', '{quoted(sql)}')")
     finally:
         cursor.close()
 
@@ -406,10 +407,6 @@ def take(con: duckdb.DuckDBPyConnection, kind: str, count: int) -> int:
     if row is None or row[0] is None:
         raise TracelogError(f"the store's catalog has no id counter for {kind!r}")
     return int(row[0])
-
-
-def _quote(text: str) -> str:
-    return text.replace("'", "''")
 
 
 def dialect(sql: str) -> str:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import duckdb
 
 from tracelog.errors import TracelogError
+from tracelog.store.literals import quoted
 
 SCHEMES = ("s3://", "s3a://", "s3n://")  # the addresses DuckDB's S3 file system serves
 # (package, extension name as DuckDB loads it, file name in the wheel), as `lake.EXTENSIONS`
@@ -135,7 +136,7 @@ def secret_sql(env: Mapping[str, str]) -> tuple[str, list[str]]:
     if host:
         options["ENDPOINT"] = host
         options["URL_STYLE"] = "path"  # MinIO and Ceph serve bucket/key; virtual hosts need their DNS
-    fields = [f"{name} '{_quote(value)}'" for name, value in options.items()]
+    fields = [f"{name} '{quoted(value)}'" for name, value in options.items()]
     fields.append(f"USE_SSL {'true' if tls else 'false'}")
     sql = f"CREATE OR REPLACE TEMPORARY SECRET {SECRET_NAME} (TYPE s3, PROVIDER config, {', '.join(fields)})"
     return sql, [v for v in (keys.secret, keys.token) if v]
@@ -165,7 +166,7 @@ def prepare(
         raise TracelogError(f"cannot set up the S3 credentials: {first}") from None
     probe = data_path.rstrip("/") + f"/{PROBE}*"
     try:
-        con.execute(f"SELECT count(*) FROM glob('{_quote(probe)}')").fetchall()
+        con.execute(f"SELECT count(*) FROM glob('{quoted(probe)}')").fetchall()
     except duckdb.Error as exc:
         raise explain(exc, data_path, env, hidden) from None
 
@@ -198,9 +199,5 @@ def explain(
 def _scrubbed(text: str, hidden: Sequence[str]) -> str:
     for value in hidden:
         if value:
-            text = text.replace(value, "***").replace(_quote(value), "***")
+            text = text.replace(value, "***").replace(quoted(value), "***")
     return text
-
-
-def _quote(text: str) -> str:
-    return text.replace("'", "''")
