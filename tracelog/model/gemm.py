@@ -341,11 +341,15 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
         _memory("bias_dropout_residual", 2 * rows * (3 * act + 1), gpu, kernels=2),
         _memory("activation", activation, gpu),
     ]
-    if not train.compiled and eager_kernels(cfg):
-        ops.append(
-            _memory("eager_elementwise", eager_elementwise_bytes(cfg, train), gpu, kernels=eager_kernels(cfg))
-        )
+    if not train.compiled and (kernels := eager_kernels(cfg)):
+        ops.append(_memory("eager_elementwise", eager_elementwise_bytes(cfg, train), gpu, kernels=kernels))
     return ops
+
+
+def vocab_shard(cfg: ModelConfig, train: TrainConfig) -> int:
+    """One tensor-parallel rank's share of the vocabulary: V padded to a multiple of 128·t (Megatron's
+    `--make-vocab-size-divisible-by` 128), split over the t ranks."""
+    return -(-cfg.vocab // (128 * train.tp)) * 128
 
 
 def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_scale: float = 1.0) -> Op:
@@ -355,11 +359,10 @@ def logits_forward_op(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     precision = storage_precision(train.precision)
     peak_flops = peak_tflops(gpu, precision) * 1e12
     act = storage_bytes(precision)
-    padded = -(-cfg.vocab // (128 * train.tp)) * 128 * train.tp
-    m = train.mbs * cfg.seq_len // train.cp
+    m = microbatch_tokens(cfg, train)
     scale = compute_scale * FRAMEWORK_SHARE.get(train.framework, 1.0)
     return _gemm(
-        "logits", m, padded // train.tp, cfg.hidden, gpu, peak_flops, act, scale, precision=precision
+        "logits", m, vocab_shard(cfg, train), cfg.hidden, gpu, peak_flops, act, scale, precision=precision
     )
 
 
@@ -388,8 +391,7 @@ logits per hidden value) the unfused loss takes 6 % of Nemotron 8B's step (NeMo 
 def cross_entropy_seconds(cfg: ModelConfig, train: TrainConfig, gpu: Gpu) -> tuple[float, float]:
     """Forward and backward seconds of the loss over one micro-batch's logits on the last pipeline stage,
     bandwidth-bound (`CROSS_ENTROPY_BYTES`), on the padded vocabulary shard V/t of M = b·s/cp tokens."""
-    padded = -(-cfg.vocab // (128 * train.tp)) * 128 * train.tp
-    elements = train.mbs * cfg.seq_len // train.cp * (padded // train.tp)
+    elements = microbatch_tokens(cfg, train) * vocab_shard(cfg, train)
     forward_b, backward_b, forward_k, backward_k = CROSS_ENTROPY_BYTES[train.cross_entropy]
     forward = _memory("cross_entropy", elements * forward_b, gpu, kernels=forward_k).time_s
     backward = _memory("cross_entropy_backward", elements * backward_b, gpu, kernels=backward_k).time_s

@@ -17,6 +17,7 @@ from tracelog.analysis.plan_space import fused_softmax_ok
 from tracelog.analysis.rules import Flag
 from tracelog.analysis.rules import run_flag as _flag
 from tracelog.analysis.scope import Scope
+from tracelog.model.flops import microbatch_tokens
 from tracelog.model.quantization import gemm_quantization
 from tracelog.store import Store
 from tracelog.thresholds import Thresholds
@@ -236,7 +237,7 @@ def _gemms(run: RunInputs) -> list[tuple[str, int, int, int]]:
     row-parallel split, Shoeybi et al. 2019 §3): M = tokens of a micro-batch."""
     cfg, train = run.cfg, run.train
     assert cfg is not None and train is not None
-    tokens = cfg.seq_len // train.cp * train.mbs
+    tokens = microbatch_tokens(cfg, train)
     q, kv = cfg.q_width, cfg.kv_width
     up = cfg.ffn * (2 if cfg.swiglu else 1)
     return [
