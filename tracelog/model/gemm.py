@@ -66,10 +66,20 @@ memory bandwidth with the GEMMs. A general parameter, fitted once: with it the B
 on A100 (Megatron-DeepSpeed, 2022) come out with a median time error of a few percent. Per-GPU
 calibration (`compute_scale`) refines it."""
 
-SDPA_BENCH_FLOPS = 3 * 4 * 128 * 8192 * 8192 * 128 / 2
-"""The model's count (forward plus a backward of twice the forward) of the attention cuDNN's SDPA training
-benchmark times (NVIDIA/cudnn-frontend `benchmark/sdpa_benchmark_training`, commit d48a60e, December 2025):
-one sequence of 8192 tokens, 128 query heads and 8 KV heads of dimension 128, causal (half the tiles), BF16."""
+FLASH_BACKWARD_FACTOR = 2.5
+"""A fused attention's backward pass over its forward, in FLOPs: 2.5, not the 2 of every other operation.
+The backward kernel recomputes the scores S = QKᵀ from the saved statistics instead of reading a stored
+s x s matrix (Dao et al. 2022, §3.1 and Algorithm 4), so it runs five matrix products where the forward
+runs two (QKᵀ, PV; backward: QKᵀ again, dV, dP, dQ, dK). The FlashAttention benchmarks count it so
+(Dao 2023, FlashAttention-2 §4.1, and the repository's `benchmarks/benchmark_flash_attention.py`: backward
+2.5 x and forward plus backward 3.5 x the forward's 4·s²·d per head), and so do the rates below that come
+from them: a share of the peak "forward plus backward" is 3.5 forward passes' FLOPs over the time."""
+
+SDPA_BENCH_FLOPS = (1 + FLASH_BACKWARD_FACTOR) * 4 * 128 * 8192 * 8192 * 128 / 2
+"""FlashAttention's count (a backward of 2.5 forwards, `FLASH_BACKWARD_FACTOR`) of the attention cuDNN's SDPA
+training benchmark times (NVIDIA/cudnn-frontend `benchmark/sdpa_benchmark_training`, commit d48a60e,
+December 2025): one sequence of 8192 tokens, 128 query heads and 8 KV heads of dimension 128, causal (half
+the tiles), BF16."""
 
 FLASH_SHARE: dict[str, float] = {
     "ampere": 0.60,
@@ -82,9 +92,9 @@ Table 1: 72% model FLOPs); on H100 FlashAttention-2 gives about 335 TFLOP/s (34%
 (Shah et al. 2024, §4.1) 600-740 TFLOP/s forward in FP16 (61-75%); the fused attention of Transformer
 Engine/cuDNN lies between. Blackwell: cuDNN 9.17.0 (NGC PyTorch 25.11, the base of Megatron-Bridge v0.3.0)
 runs the benchmark above on a GB200 in 1.389 ms forward and 4.542 ms backward (1584 and 1211 TFLOP/s by
-its own count), 0.445 of the 2.5 PFLOP/s BF16 peak in the model's count; taken at TRAINING_SHARE like the
+its own count, which is FlashAttention's), 0.519 of the 2.5 PFLOP/s BF16 peak; taken at TRAINING_SHARE like the
 GEMMs, since the benchmark runs at free clocks and waits between runs so that the GPU does not throttle
-(its README), 0.40. Its tensor cores are not what bounds it: at head dimension 128 the forward pass waits
+(its README), 0.47. Its tensor cores are not what bounds it: at head dimension 128 the forward pass waits
 on the SFUs' exponentials, whose count did not grow from H100 to B200 while the tensor cores' BF16 rate
 went from 1 to 2.25 PFLOP/s, and the backward pass on shared-memory traffic (Zadouri, Hoehnerbach, Shah,
 Liu, Thakkar and Dao 2026, "FlashAttention-4", arXiv 2603.05451, and the authors' Together AI blog post).
@@ -117,10 +127,10 @@ FLASH_SHARE_BY_COMPUTE_CAPABILITY: dict[str, float] = {
 `compute_capability`). Blackwell Ultra (10.3: GB300, B300) doubles the SFUs' exponential throughput
 (NVIDIA technical blog, "Making Softmax More Efficient with NVIDIA Blackwell Ultra": 10.7 against 5
 TeraExponentials/s), which the forward pass is bound by; the same cuDNN 9.17.0 benchmark on a GB300 runs
-it in 1.158 ms forward (1.20x GB200's) and 4.256 ms backward (1.07x: shared memory did not grow), 0.487 of
-the same peak, 0.44 at TRAINING_SHARE: 1.095x GB200's attention, not the 2x of the exponentials. The
+it in 1.158 ms forward (1.20x GB200's) and 4.256 ms backward (1.07x: shared memory did not grow), 0.569 of
+the same peak, 0.51 at TRAINING_SHARE: 1.095x GB200's attention, not the 2x of the exponentials. The
 earlier cuDNN 9.13.1 (NGC 25.09, the base of Megatron-Bridge v0.2.0; the same benchmark, commit 0b1577c)
-measured 15% less on GB300 (0.417) and on B200 (0.380 of 2.25 PFLOP/s); the model does not know a run's
+measured 15% less on GB300 (0.487) and on B200 (0.443 of 2.25 PFLOP/s); the model does not know a run's
 cuDNN, and `compute_scale` absorbs it per GPU."""
 
 

@@ -19,6 +19,7 @@ from tracelog.model.collectives import (
 )
 from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, microbatch_tokens, stage_layers
 from tracelog.model.gemm import (
+    FLASH_BACKWARD_FACTOR,
     KERNEL_OVERHEAD_S,
     Op,
     cross_entropy_seconds,
@@ -296,7 +297,8 @@ def stage_compute(
     (`partition_method`, BigScience tr11: `type:transformer|embedding`), which gives the output layer a
     share of the balance, so there the logits count 1/p per stage; then the cross-entropy loss over the
     logits (`cross_entropy_seconds`, memory-bound, its own forward and backward passes); backward = 2 ×
-    forward for the layers and the output layer (two GEMMs per forward GEMM); full recomputation repeats the layers'
+    forward for the layers and the output layer (two GEMMs per forward GEMM), but 2.5 × for a fused
+    attention, which recomputes its scores (`FLASH_BACKWARD_FACTOR`); full recomputation repeats the layers'
     forward, selective the attention core, `op` what torchtitan's policy recomputes (`model.checkpointing`);
     the optimizer step over the parameters this GPU updates."""
     if compute_scale <= 0:
@@ -311,7 +313,10 @@ def stage_compute(
         # DeepSpeed's PipelineModule balances the output layer (and its loss) into the partition
         logits, loss_fwd, loss_bwd = logits / train.pp, loss_fwd / train.pp, loss_bwd / train.pp
     forward = layers * layer_fwd + logits + loss_fwd
+    # a fused attention's backward recomputes its scores: 2.5 forwards, not 2 (FLASH_BACKWARD_FACTOR)
+    attention = sum(op.time_s for op in ops if op.kind == "attention")
     backward = 2 * (layers * layer_fwd + logits) + loss_bwd
+    backward += layers * (FLASH_BACKWARD_FACTOR - 2) * attention
     if train.recompute == "full":
         recompute = layers * layer_fwd
     elif train.recompute == "selective":
