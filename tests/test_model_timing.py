@@ -19,6 +19,7 @@ from tracelog.model.quantization import (
 from tracelog.model.timing import (
     bubble_fraction,
     dp_comm_seconds,
+    dp_traffic,
     linear_layer_roofline,
     p2p_seconds,
     predict_iteration,
@@ -237,3 +238,28 @@ def test_async_tp_hides_no_more_than_the_weight_gradient_takes() -> None:
     t_async = predict_iteration(BLOOM, train, a100, "ib-hdr-x8")
     t_sync = predict_iteration(BLOOM, synchronous, a100, "ib-hdr-x8")
     assert t_async.tp_comm_s == pytest.approx(t_sync.tp_comm_s - hidden)
+
+
+def test_deepspeed_zero_2_and_3_communicate_every_micro_batch() -> None:
+    """DeepSpeed's engine reduces the gradients of ZeRO-2 and -3 after every micro-batch, not at the
+    accumulation boundary (engine.py `allreduce_gradients`), and ZeRO-3 gathers the weights for every
+    micro-batch's forward and backward; ZeRO-1 and Megatron's sharded stages communicate once."""
+    layout = {"gbs": 512, "mbs": 1, "tp": 8, "dp": 64}  # 8 micro-batches
+    fabric = ("a100-sxm4-80gb", "ib-hdr-x8")
+
+    def config(framework: str, stage: int, **kw: object) -> TrainConfig:
+        return TrainConfig(**layout, zero_stage=stage, framework=framework, **kw)  # type: ignore[arg-type]
+
+    one = {stage: dp_traffic(BLOOM, config("deepspeed", stage), *fabric) for stage in (1, 2, 3)}
+    assert one[3].gather_s == pytest.approx(2 * one[2].gather_s)  # forward and backward
+    seconds = {stage: dp_comm_seconds(BLOOM, config("deepspeed", stage), *fabric) for stage in (1, 2, 3)}
+    assert seconds[1] == pytest.approx(one[1].reduce_s + one[1].gather_s)
+    assert seconds[2] == pytest.approx(8 * one[2].reduce_s + one[2].gather_s)
+    assert seconds[3] == pytest.approx(8 * (one[3].reduce_s + one[3].gather_s))
+    megatron = dp_traffic(BLOOM, config("megatron", 3), *fabric)
+    assert dp_comm_seconds(BLOOM, config("megatron", 3), *fabric) == pytest.approx(megatron.total_s)
+    # overlapped, each micro-batch's reduction hides behind its own backward pass
+    overlapped = predict_iteration(BLOOM, config("deepspeed", 2, overlap_grad_reduce=True), *fabric)
+    assert overlapped.dp_comm_total_s == pytest.approx(seconds[2])
+    assert overlapped.dp_comm_s < overlapped.dp_comm_total_s
+    assert overlapped.dp_comm_s >= 8 * one[2].last_reduce_s

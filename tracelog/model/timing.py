@@ -253,6 +253,28 @@ def dp_traffic(
     return DataParallelTraffic(reduce_s, gathers * gather_s, last_reduce, last_gather)
 
 
+DEEPSPEED_ENGINES = ("deepspeed", "megatron-deepspeed", "hf-trainer")
+"""Frameworks whose ZeRO stages 2 and 3 run DeepSpeed's engine (the Hugging Face Trainer's ZeRO comes from
+its DeepSpeed integration; its FSDP runs are given as ZeRO stages too, `heldout2_runs.toml`)."""
+
+
+def dp_rounds(train: TrainConfig) -> tuple[int, int]:
+    """How many times one iteration runs the DP gradient reduction and the weight all-gathers of
+    `dp_traffic`: once each per iteration, at the gradient-accumulation boundary, for plain DP, ZeRO-1 and
+    Megatron's distributed optimizer; but DeepSpeed's ZeRO-2 and -3 keep only their gradient partition, so
+    they reduce after every micro-batch's backward pass (deepspeed/runtime/engine.py,
+    `allreduce_gradients`: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as
+    well"), and ZeRO-3 frees each layer's gathered weights after its forward and its backward, so every
+    micro-batch gathers them again for both (Rajbhandari et al. 2020 §5.3; PyTorch FSDP's FULL_SHARD the
+    same). Other frameworks run them once: Megatron's distributed optimizer reduces at the boundary, and
+    torchtitan's FSDP2 with pipeline parallelism keeps the weights through the micro-batches and syncs
+    gradients on the last backward only (torch.distributed.pipelining)."""
+    if train.framework not in DEEPSPEED_ENGINES:
+        return 1, 1
+    m = train.microbatches
+    return (m if train.zero_stage >= 2 else 1), (m if train.zero_stage == 3 else 1)
+
+
 def dp_comm_seconds(
     cfg: ModelConfig,
     train: TrainConfig,
@@ -263,8 +285,11 @@ def dp_comm_seconds(
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
     net: tuple[float, float] | None = None,
 ) -> float:
-    """All the DP traffic of one iteration on one GPU in seconds, overlapped or not (see `dp_traffic`)."""
-    return dp_traffic(cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency, net).total_s
+    """All the DP traffic of one iteration on one GPU in seconds, overlapped or not (see `dp_traffic`), as
+    many times as the iteration runs it (`dp_rounds`)."""
+    dp = dp_traffic(cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency, net)
+    reductions, gathers = dp_rounds(train)
+    return reductions * dp.reduce_s + gathers * dp.gather_s
 
 
 @dataclass(frozen=True)
@@ -466,10 +491,13 @@ def predict_iteration(
         reduce_s = max(dp.last_reduce_s, dp.reduce_s - backward)
     if overlap_dp or train.overlap_param_gather:
         gather_s = max(dp.last_gather_s, dp.gather_s - forward)
-    dp_s = reduce_s + gather_s
+    # each round hides behind its own micro-batch's pass (`dp_rounds`)
+    reductions, gathers = dp_rounds(train)
+    dp_s = reductions * reduce_s + gathers * gather_s
+    dp_total_s = reductions * dp.reduce_s + gathers * dp.gather_s
     total = compute_s + tp_s + p2p_s + bubble_s + dp_s + ep_s
     return TimeBreakdown(
-        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp.total_s, flops, m, p2p_s, optimizer_s, ep_s
+        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp_total_s, flops, m, p2p_s, optimizer_s, ep_s
     )
 
 
