@@ -81,16 +81,31 @@ training benchmark times (NVIDIA/cudnn-frontend `benchmark/sdpa_benchmark_traini
 December 2025): one sequence of 8192 tokens, 128 query heads and 8 KV heads of dimension 128, causal (half
 the tiles), BF16."""
 
+H100_PEAK_TFLOPS = 989.4
+"""The H100 SXM's dense BF16 peak, over which the Hopper attention benchmarks below are taken."""
+
+
+def benchmark_share(forward_tflops: float, backward_tflops: float, peak_tflops: float) -> float:
+    """A fused attention's share of the peak in training from its benchmark rates, forward and backward,
+    each in FlashAttention's count (`FLASH_BACKWARD_FACTOR`): the 3.5 forward passes' FLOPs over the time
+    of one forward and one backward, at TRAINING_SHARE like every benchmark rate (kernel benchmarks run at
+    free clocks, one kernel at a time)."""
+    seconds = 1 / forward_tflops + FLASH_BACKWARD_FACTOR / backward_tflops
+    return (1 + FLASH_BACKWARD_FACTOR) / seconds / peak_tflops * TRAINING_SHARE
+
+
 FLASH_SHARE: dict[str, float] = {
     "ampere": 0.60,
-    "hopper": 0.50,
+    "hopper": benchmark_share(631.338, (518 + 516) / 2, H100_PEAK_TFLOPS),
     "blackwell": SDPA_BENCH_FLOPS / ((1.389 + 4.542) * 1e-3) / 2500e12 * TRAINING_SHARE,
 }
 """FlashAttention's own sustained share of the dense peak, forward plus backward: FlashAttention-2 (Dao
 2023, §4.1, Fig. 4-7) reaches 50-73% of the A100 peak (up to 225 TFLOP/s end to end in GPT training,
-Table 1: 72% model FLOPs); on H100 FlashAttention-2 gives about 335 TFLOP/s (34%) and FlashAttention-3
-(Shah et al. 2024, §4.1) 600-740 TFLOP/s forward in FP16 (61-75%); the fused attention of Transformer
-Engine/cuDNN lies between. Blackwell: cuDNN 9.17.0 (NGC PyTorch 25.11, the base of Megatron-Bridge v0.3.0)
+Table 1: 72% model FLOPs). Hopper: Transformer Engine's fused attention runs cuDNN's kernels, measured
+at 631.338 TFLOP/s forward (Tritonbench on an H100, batch 1, 24 heads, 4608 tokens, head dimension 128:
+pytorch/pytorch#142132) and 518 and 516 TFLOP/s backward at 8k and 16k tokens (FlashAttention-3, Shah
+et al. 2024, §4.1, head dimension 128 on an H100 SXM5), 0.551 of the peak forward and backward, 0.50 at
+TRAINING_SHARE (`benchmark_share`; the model took 0.50 before it was derived). Blackwell: cuDNN 9.17.0 (NGC PyTorch 25.11, the base of Megatron-Bridge v0.3.0)
 runs the benchmark above on a GB200 in 1.389 ms forward and 4.542 ms backward (1584 and 1211 TFLOP/s by
 its own count, which is FlashAttention's), 0.519 of the 2.5 PFLOP/s BF16 peak; taken at TRAINING_SHARE like the
 GEMMs, since the benchmark runs at free clocks and waits between runs so that the GPU does not throttle
@@ -108,17 +123,18 @@ with `attn_implementation="sdpa"` wherever a model supports it (transformers sin
 too (or Transformer Engine's fused attention, its `model.backend.attn: te`). Their attention runs the
 FlashAttention-2 kernels, not Transformer Engine's cuDNN ones (`SDPA_FLASH_SHARE`)."""
 
-SDPA_FLASH_SHARE: dict[str, float] = {"hopper": 329.483 / 989.4}
+SDPA_FLASH_SHARE: dict[str, float] = {"hopper": benchmark_share(329.483, (318 + 322) / 2, H100_PEAK_TFLOPS)}
 """Attention's share of the dense BF16 peak where the trainer calls PyTorch's SDPA (`SDPA_FRAMEWORKS`): on
 Hopper its flash backend is FlashAttention-2, which runs at a third of the peak; PyTorch made the faster
 cuDNN backend opt-in again after 2.5 (pytorch/pytorch#138649, #138522) and prefers it by default on sm90
 only with a bundled cuDNN above 9.15 (2.10 and later, `check_prefer_cudnn_attention`). Measured:
 Tritonbench's flash_attention operator on an H100 with a December 2024 nightly, batch 1, 24 heads, 4608
 tokens, head dimension 128: SDPA 329.483 TFLOP/s against cuDNN's 631.338 (pytorch/pytorch#142132), over
-the H100 SXM's 989.4 dense BF16 peak. A forward-pass figure; the backward pass runs at the same third
-(FlashAttention-3, Shah et al. 2024, backward speed for head dimension 128 on an H100 SXM5: FlashAttention-2
-318 TFLOP/s at 8k tokens and 322 at 16k, cuDNN 518 and 516). Ampere keeps FLASH_SHARE, which is
-FlashAttention-2's own."""
+the H100 SXM's 989.4 dense BF16 peak. The backward pass runs at the same third (FlashAttention-3, Shah et
+al. 2024, backward speed for head dimension 128 on an H100 SXM5: FlashAttention-2 318 TFLOP/s at 8k tokens
+and 322 at 16k, cuDNN 518 and 516): 0.326 of the peak forward and backward, 0.29 at TRAINING_SHARE like
+every benchmark rate (`benchmark_share`; the model took the forward figure alone, 0.333, before). Ampere
+keeps FLASH_SHARE, which is FlashAttention-2's own, measured in training."""
 
 FLASH_SHARE_BY_COMPUTE_CAPABILITY: dict[str, float] = {
     "10.3": SDPA_BENCH_FLOPS / ((1.158 + 4.256) * 1e-3) / 2500e12 * TRAINING_SHARE,
