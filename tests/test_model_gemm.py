@@ -292,3 +292,44 @@ def test_a_256k_vocabulary_loss_is_six_percent_of_a_small_models_step() -> None:
     assert 0.05 < 2 * sum(cross_entropy_seconds(NEMOTRON_8B, NEMOTRON_8B_LAYOUT, H100)) / 1.31 < 0.07
     gpt3 = TrainConfig(gbs=64, mbs=1, tp=8, pp=8)
     assert sum(cross_entropy_seconds(GPT3, gpt3, A100)) < stage_compute(GPT3, gpt3, A100).microbatch_s / 100
+
+
+# OpenXLA's measured H100 SXM matmul table (xla/service/gpu/model/matmul_interpolator_data.h, key "sm_90",
+# the "BF16xBF16->BF16" rate in FLOP/s of the entries b: 4, m: 4096, n: 4096, k: K), verbatim:
+XLA_H100_K_SWEEP = {
+    256: 505052598306679,
+    512: 621648182949775,
+    1024: 722875922915088,
+    2048: 763755531195905,
+    4096: 794300190843863,
+}
+
+
+def test_a_short_inner_dimension_costs_what_xla_measured_on_an_h100() -> None:
+    from tracelog.model.gemm import INNER_REFERENCE, inner_factor
+
+    for k, rate in XLA_H100_K_SWEEP.items():
+        measured = rate / XLA_H100_K_SWEEP[INNER_REFERENCE]
+        assert inner_factor(k, H100) == pytest.approx(measured, abs=0.05), k
+    assert inner_factor(8192, H100) == 1.0  # at most the ceiling
+    # the fixed part of a tile is a time: a GPU whose SMs consume K more slowly hides it in a shorter K
+    b200 = hardware.gpu("b200-sxm-180gb")
+    assert inner_factor(1024, A100) > inner_factor(1024, H100) > inner_factor(1024, b200)
+
+
+def test_the_inner_factor_slows_linear_layers_not_the_attention_products() -> None:
+    from tracelog.model.gemm import gemm_efficiency, inner_factor, layer_forward_ops
+
+    cfg = ModelConfig(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50304)
+    train = TrainConfig(gbs=64, mbs=8, tp=2, dp=4, flash_attention=False)
+    ops = {op.name: op for op in layer_forward_ops(cfg, train, H100)}
+    # proj runs K = h/t = 1024, the MLP's down projection K = 4h/t = 4096
+    assert ops["proj"].efficiency / ops["mlp_down"].efficiency == pytest.approx(
+        inner_factor(1024, H100) / inner_factor(4096, H100), rel=0.05
+    )
+    assert ops["proj"].efficiency < ops["mlp_down"].efficiency
+    # the scores' batched products (K = head dimension 128) keep the rate they had
+    m, n, k = ops["scores"].shape or (0, 0, 0)
+    batch = ops["scores"].batch
+    assert ops["scores"].efficiency == pytest.approx(gemm_efficiency(m, n, k, H100, batch, inner=False))
+    assert ops["scores"].efficiency > gemm_efficiency(m, n, k, H100, batch)

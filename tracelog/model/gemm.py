@@ -82,7 +82,8 @@ December 2025): one sequence of 8192 tokens, 128 query heads and 8 KV heads of d
 the tiles), BF16."""
 
 H100_PEAK_TFLOPS = 989.4
-"""The H100 SXM's dense BF16 peak, over which the Hopper attention benchmarks below are taken."""
+H100_SMS = 132
+"""The H100 SXM's dense BF16 peak and SM count, the GPU the Hopper benchmarks below ran on."""
 
 
 def benchmark_share(forward_tflops: float, backward_tflops: float, peak_tflops: float) -> float:
@@ -192,6 +193,22 @@ and cuBLAS kernels tuned for the large shapes; in training M = b·s/cp, so a mic
 runs its GEMMs 20% below a micro-batch of 8. A general parameter, fitted on the micro-batch sweeps of the
 BigScience tr11 notes (MBS 1, 2, 4, 8 at fixed layout)."""
 
+INNER_HALF = 132
+"""Inner dimension K at which a GEMM keeps half its rate, on an H100: every output tile runs a prologue and
+an epilogue (loading the first K-slices, writing C) whose time does not shrink with K, so a GEMM of K =
+k keeps k/(k + K½) of what a very long one does. Fitted on the H100 SXM BF16 entries of OpenXLA's
+measured matmul table (xla/service/gpu/model/matmul_interpolator_data.h, `sm_90`: the 108 of its 375
+shapes of 10 GFLOP or more) with the model's own tile and wave quantization, a rate ceiling and a fixed
+time per call fitted beside it (`benchmarks/fit_inner_half.py`): K½ = 132 takes the fit's rms log error
+from 0.077 to 0.029. The table's own K sweep, 4 × (4096 × 4096 × K), against K = 4096: 0.636, 0.783,
+0.910, 0.962 at K = 256, 512, 1024, 2048 (the model: 0.681, 0.821, 0.914, 0.970). Other GPUs scale it
+by their dense BF16 rate per SM over the H100's (`inner_factor`): the fixed part of a tile is a time,
+and the faster each SM consumes K, the more K it takes to hide it. No training run was used to set it."""
+
+INNER_REFERENCE = 4096
+"""The K at which the matmul ceilings (`MATMUL_SHARE`) are taken to hold: the largest K of the table above,
+where its best rates lie (810 TFLOP/s against the 794.5 of the H100's ceiling)."""
+
 KERNEL_OVERHEAD_S = 15e-6
 """Fixed cost of one kernel on the critical path: the launch (≈5 µs, CUDA C Best Practices Guide §11,
 "kernel launch overhead") plus the ramp and tail of a kernel that does not fill the GPU at its start
@@ -241,6 +258,17 @@ def no_tensor_core_factor(gpu: Gpu, precision: str = "bf16") -> float:
     return fp32 / tensor if fp32 and tensor and tensor > fp32 else 1 / 16
 
 
+def inner_factor(k: int, gpu: Gpu) -> float:
+    """What a GEMM of inner dimension `k` keeps of the matmul ceiling next to one of K = INNER_REFERENCE:
+    k/(k + K½) over the same at the reference, K½ = INNER_HALF scaled by the GPU's dense BF16 rate per SM
+    over the H100's; at most 1. 1.0 without an SM count or a BF16 peak in the catalog."""
+    peak = gpu.peak_tflops.get("bf16") or gpu.peak_tflops.get("fp16")
+    if not gpu.sm_count or not peak:
+        return 1.0
+    half = INNER_HALF * (peak / gpu.sm_count) / (H100_PEAK_TFLOPS / H100_SMS)
+    return min(1.0, (k / (k + half)) / (INNER_REFERENCE / (INNER_REFERENCE + half)))
+
+
 def alignment_factor(*dims: int, no_tensor_core: float = 1 / 16) -> float:
     """The worst alignment class among `dims` (ALIGNMENT_FACTOR; `no_tensor_core` below multiples of 8)."""
     worst = 1.0
@@ -273,26 +301,32 @@ def gemm_efficiency(
     batch: int = 1,
     compute_scale: float = 1.0,
     precision: str = "bf16",
+    inner: bool = True,
 ) -> float:
     """Sustained share of the dense peak of one GEMM: the architecture's matmul ceiling in training
     (MATMUL_SHARE × TRAINING_SHARE) × tile and wave quantization × alignment of K and N × the rows
-    factor M/(M + ROWS_HALF) × `compute_scale` (calibration), at most 1."""
+    factor M/(M + ROWS_HALF) × with `inner` the inner-dimension factor (`inner_factor`) × `compute_scale`
+    (calibration), at most 1. The attention's batched products (scores, context) take no inner factor:
+    their K is a head dimension, below the smallest K it was fitted on, and their rate is the one the
+    unfused-attention rows were fitted with."""
     aligned = alignment_factor(k, n, no_tensor_core=no_tensor_core_factor(gpu, precision))
     rows = m / (m + ROWS_HALF)
     low = LOW_PRECISION_SHARE.get(normalize_precision(precision), 1.0)
     share = matmul_share(gpu) * quantization_efficiency(m, n, gpu, batch) * aligned * rows * low
+    if inner:
+        share *= inner_factor(k, gpu)
     return min(1.0, share * compute_scale)
 
 
 def _gemm(
     name: str, m: int, n: int, k: int, gpu: Gpu, peak_flops: float, act_bytes: int, compute_scale: float,
-    batch: int = 1, precision: str = "bf16", kernels: int = 1,
+    batch: int = 1, precision: str = "bf16", kernels: int = 1, inner: bool = True,
 ) -> Op:  # fmt: skip
     """A GEMM's time: the larger of its FLOPs at its efficiency and its HBM traffic (read A and B, write C)
     at HBM_SHARE of the bandwidth (the roofline of FORMULAS.md), plus the fixed cost of each of its
     `kernels` (one for a strided-batched call; one per GEMM where a "grouped" call loops over them)."""
     flops = 2.0 * m * n * k * batch
-    eff = gemm_efficiency(m, n, k, gpu, batch, compute_scale, precision)
+    eff = gemm_efficiency(m, n, k, gpu, batch, compute_scale, precision, inner)
     moved = (m * k + k * n + m * n) * batch * act_bytes
     flop_s = flops / (peak_flops * eff)
     memory_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * HBM_SHARE)
@@ -346,10 +380,10 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
             Op("attention", "attention", flops, moved, flops / (peak_flops * eff) + KERNEL_OVERHEAD_S, eff)
         )
     else:
-        ops.append(_gemm("scores", s, s_kv, d, gpu, peak_flops, act, scale, batch, precision))
+        ops.append(_gemm("scores", s, s_kv, d, gpu, peak_flops, act, scale, batch, precision, inner=False))
         scores = batch * s * s_kv
         ops.append(_memory("softmax_dropout", scores * (2 * act + 2 * act + 1), gpu, kernels=2))
-        ops.append(_gemm("context", s, d, s_kv, gpu, peak_flops, act, scale, batch, precision))
+        ops.append(_gemm("context", s, d, s_kv, gpu, peak_flops, act, scale, batch, precision, inner=False))
     ops.append(linear("proj", m, h, q // t))
     ops.append(linear("mlp_up", m, up // t, h))
     ops.append(linear("mlp_down", m, h, ffn // t))
