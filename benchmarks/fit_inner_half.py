@@ -6,6 +6,9 @@ TensorFlow at `third_party/xla/...`): a text protobuf whose `sm_90` entries give
 b × (m × n × k), its measured rate in FLOP/s per data type. Download it and give its path:
 
     python benchmarks/fit_inner_half.py matmul_interpolator_data.h
+    python benchmarks/fit_inner_half.py matmul_interpolator_data.h --arch sm_100 --gpu b200-sxm-180gb
+
+The second, where the file has B200 entries, checks how `inner_factor` scales K½ to another GPU.
 
 Each entry's time is modelled as the model times a GEMM: its FLOPs over the dense BF16 peak times a ceiling
 C, the model's own tile and wave quantization (`gemm.quantization_efficiency`) and k/(k + K½), plus a fixed
@@ -24,10 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from tracelog import hardware
-from tracelog.model.gemm import H100_PEAK_TFLOPS, quantization_efficiency
+from tracelog.model.gemm import quantization_efficiency
 
 ENTRY = re.compile(
-    r"b:\s*(\d+)\s+m:\s*(\d+)\s+n:\s*(\d+)\s+k:\s*(\d+)\s+flops\s*\{\s*key:\s*\"BF16xBF16->BF16\"\s*value:\s*(\d+)"
+    r"b:\s*(\d+)\s+m:\s*(\d+)\s+n:\s*(\d+)\s+k:\s*(\d+)\s+flops\s*\{\s*key:\s*\"BF16xBF16->BF16\"\s*value:\s*(\d+)",
+    re.IGNORECASE,
 )
 
 
@@ -57,17 +61,17 @@ def _golden(f, lo: float, hi: float, steps: int = 40) -> float:
     return (a + b) / 2
 
 
-def fit(table: np.ndarray, with_inner: bool = True) -> dict[str, float]:
-    gpu = hardware.gpu("h100-sxm5-80gb")
+def fit(table: np.ndarray, gpu_id: str, with_inner: bool = True) -> dict[str, float]:
+    gpu = hardware.gpu(gpu_id)
     b, m, n, k, rate = table.T
     flops = 2 * b * m * n * k
     measured = np.log(flops / rate)
     quant = np.array(
         [quantization_efficiency(int(mi), int(ni), gpu, int(bi)) for bi, mi, ni in zip(b, m, n, strict=True)]
     )
-    peak = H100_PEAK_TFLOPS * 1e12
+    peak = gpu.peak_tflops["bf16"] * 1e12
     best = {"rms": np.inf}
-    for half in np.arange(0, 401, 1.0) if with_inner else [0.0]:
+    for half in np.arange(0, 801, 2.0) if with_inner else [0.0]:
         shape = quant * k / (k + half)
         for t0 in np.arange(0, 15.01, 0.25) * 1e-6:
 
@@ -85,13 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("table", type=Path, help="matmul_interpolator_data.h")
     parser.add_argument("--min-gflop", type=float, default=10.0, help="smallest entry fitted (GFLOP)")
+    parser.add_argument("--arch", default="sm_90", help="the table's key: sm_90 (H100), sm_100 (B200)")
+    parser.add_argument("--gpu", default="h100-sxm5-80gb", help="the catalog GPU the table ran on")
     args = parser.parse_args(argv)
-    table = read_table(args.table)
+    table = read_table(args.table, args.arch)
     b, m, n, k, _ = table.T
     kept = table[2 * b * m * n * k >= args.min_gflop * 1e9]
-    print(f"{len(table)} sm_90 BF16 entries, {len(kept)} of at least {args.min_gflop:g} GFLOP")
+    print(f"{len(table)} {args.arch} BF16 entries, {len(kept)} of at least {args.min_gflop:g} GFLOP")
     for label, with_inner in (("with k/(k + K½)", True), ("without", False)):
-        r = fit(kept, with_inner)
+        r = fit(kept, args.gpu, with_inner)
         print(
             f"  {label:16s} K½ {r['inner_half']:5.0f}   ceiling {r['ceiling']:.3f}   "
             f"t0 {r['t0_us']:5.2f} us   rms log error {r['rms']:.3f}"

@@ -333,3 +333,25 @@ def test_the_inner_factor_slows_linear_layers_not_the_attention_products() -> No
     batch = ops["scores"].batch
     assert ops["scores"].efficiency == pytest.approx(gemm_efficiency(m, n, k, H100, batch, inner=False))
     assert ops["scores"].efficiency > gemm_efficiency(m, n, k, H100, batch)
+
+
+# The same table's B200 entries (key "sm_100", rate key "bf16xbf16->bf16", b: 4, m: 4096, n: 4096), verbatim:
+XLA_B200_K_SWEEP = {
+    256: 789352807737370,
+    512: 1092363202975726,
+    1024: 1350353246924739,
+    2048: 1543980334681405,
+    4096: 1690656401017304,
+}
+
+
+def test_the_inner_half_scales_to_a_b200_by_its_rate_per_sm() -> None:
+    """K½ fitted on the H100 and scaled by BF16 rate per SM (148 SMs, 2.25 PFLOP/s) reproduces the B200's
+    own K sweep, which loses far more at a short K than the H100's."""
+    from tracelog.model.gemm import inner_factor
+
+    b200 = hardware.gpu("b200-sxm-180gb")
+    for k, rate in XLA_B200_K_SWEEP.items():
+        measured = rate / XLA_B200_K_SWEEP[4096]
+        assert inner_factor(k, b200) == pytest.approx(measured, abs=0.06), k
+        assert measured < XLA_H100_K_SWEEP[k] / XLA_H100_K_SWEEP[4096] or k == 4096
