@@ -20,8 +20,8 @@ HOST = "127.0.0.1"
 REGION = "us-east-1"
 BUCKET = "tracelog-lake"
 USER = "tracelog-tests"
-# Every variable that says where S3 is and who asks: a test on S3 sets its own, and no other test is reached
-# by the machine's.
+# Every variable that says where S3 is and who asks (the AWS credential chain's too): a test on S3 sets its
+# own, and no other test is reached by the machine's.
 AWS_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -32,6 +32,15 @@ AWS_VARIABLES = (
     "AWS_ENDPOINT_URL_S3",
     "AWS_PROFILE",
     "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_EC2_METADATA_DISABLED",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+    "TRACELOG_S3_CREDENTIALS",
 )
 ALLOW_S3 = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
 
@@ -41,8 +50,10 @@ def missing() -> str | None:
     for module, package in (("moto.server", "moto[server]"), ("boto3", "boto3")):
         if importlib.util.find_spec(module.split(".")[0]) is None:
             return f"the S3 tests need {package} (pip install '.[test]')"
-    if importlib.util.find_spec("duckdb_extension_httpfs") is None:
-        return "a data path on object storage needs duckdb-extension-httpfs (pip install '.[test]')"
+    for package in ("duckdb_extension_httpfs", "duckdb_extension_aws"):
+        if importlib.util.find_spec(package) is None:
+            name = package.replace("_", "-")
+            return f"a data path on object storage needs {name} (pip install '.[test]')"
     return None
 
 

@@ -73,7 +73,9 @@ KEYS = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY": "s3cr3t/
     ],
 )
 def test_the_secret_is_made_from_the_aws_variables(env: dict[str, str], want: dict[str, str | None]) -> None:
-    sql, hidden = objects.secret_sql({**KEYS, **env})
+    secret = objects.secret_sql({**KEYS, **env})
+    sql, hidden = secret.sql, secret.hidden
+    assert not secret.chain and "PROVIDER config," in sql
     assert sql.startswith(f"CREATE OR REPLACE TEMPORARY SECRET {objects.SECRET_NAME} (TYPE s3,")
     assert option(sql, "KEY_ID") == "'AKIAEXAMPLEKEY'"
     assert option(sql, "SECRET") == "'s3cr3t/with''quote'"
@@ -95,21 +97,32 @@ def test_the_keys_come_from_a_profile_of_the_credentials_file_when_the_environme
         "aws_session_token = cluster-token\n",
         encoding="utf-8",
     )
-    base = {"AWS_SHARED_CREDENTIALS_FILE": str(file)}
+    base = {"AWS_SHARED_CREDENTIALS_FILE": str(file), "AWS_CONFIG_FILE": str(tmp_path / "no-config")}
     default = objects.credentials(base)
-    assert (default.key_id, default.secret, default.token) == ("AKIADEFAULT", "default-secret", None)
+    assert default is not None and (default.key_id, default.secret, default.token) == (
+        "AKIADEFAULT",
+        "default-secret",
+        None,
+    )
     chosen = objects.credentials({**base, "AWS_PROFILE": "cluster"})
-    assert (chosen.key_id, chosen.token) == ("AKIACLUSTER", "cluster-token")
+    assert chosen is not None and (chosen.key_id, chosen.token) == ("AKIACLUSTER", "cluster-token")
     assert "cluster-secret" not in repr(chosen)  # never shown by accident
-    assert objects.credentials({**base, **KEYS}).key_id == "AKIAEXAMPLEKEY"  # the environment first
-    with pytest.raises(TracelogError, match="AWS_PROFILE names 'nope'"):
+    first = objects.credentials({**base, **KEYS})  # the environment first
+    assert first is not None and first.key_id == "AKIAEXAMPLEKEY"
+    with pytest.raises(TracelogError, match="AWS_PROFILE names 'nope', which neither"):
         objects.credentials({**base, "AWS_PROFILE": "nope"})
+    with pytest.raises(TracelogError, match="AWS_PROFILE names 'nope', which .* does not have"):
+        objects.credentials({**base, "AWS_PROFILE": "nope", objects.CREDENTIALS_MODE: "keys"})
 
 
 @pytest.mark.parametrize(
     ("env", "names"),
     [
-        ({"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}, ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]),
+        (
+            {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", objects.CREDENTIALS_MODE: "keys"},
+            ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "TRACELOG_S3_CREDENTIALS=keys"],
+        ),
+        ({**KEYS, objects.CREDENTIALS_MODE: "always"}, ["TRACELOG_S3_CREDENTIALS must be auto or keys"]),
         ({"AWS_ACCESS_KEY_ID": "AKIA"}, ["AWS_SECRET_ACCESS_KEY is not set"]),
         ({**KEYS, "AWS_ENDPOINT_URL": "minio:9000"}, ["AWS_ENDPOINT_URL", "http://host:port"]),
         (
@@ -174,6 +187,7 @@ def test_wrong_or_absent_credentials_exit_1_naming_what_to_set_and_never_the_sec
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv(objects.CREDENTIALS_MODE, "keys")  # the chain's own test: test_lake_s3_chain.py
     absent = run(lake_db, "ingest", LLAMA)
     assert absent.exit_code == 1
     assert "needs credentials" in absent.output and "AWS_SECRET_ACCESS_KEY" in absent.output

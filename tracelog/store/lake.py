@@ -7,11 +7,12 @@ query of tracelog runs on it unchanged: the catalog is attached and made the def
 
 Offline by construction: the `ducklake` and `postgres` extensions are the binaries of the
 `duckdb-extension-ducklake` and `duckdb-extension-postgres` packages (and `httpfs`, for data on S3, of
-`duckdb-extension-httpfs`: `objects`), loaded by path, with DuckDB's auto-install and auto-load off;
-nothing is downloaded. DuckDB loads a binary only into the version it was
-built for, which is why pyproject.toml pins `duckdb` and its packages to one version. Each binary's
-signature is checked by DuckDB at the first load of that file, and not again while the file is the same
-(`Binaries`): the check reads and hashes 80 MB, most of a reading command's time on a store.
+`duckdb-extension-httpfs`, with `aws` of `duckdb-extension-aws` for the AWS credential chain: `objects`),
+loaded by path, with DuckDB's auto-install and auto-load off; nothing is downloaded. DuckDB loads a
+binary only into the version it was built for, which is why pyproject.toml pins `duckdb` and its
+packages to one version. Each binary's signature is checked by DuckDB at the first load of that file,
+and not again while the file is the same (`Binaries`): the check reads and hashes 80 MB, most of a
+reading command's time on a store.
 
 What DuckLake lacks, and how the store does without (DuckLake docs, "Unsupported Features" and
 "Conflict Resolution"):
@@ -144,12 +145,13 @@ class Binaries:
                 out.write("".join(f"{line}\n" for line in self._known))
             os.replace(partial, self.record)
 
-    def load_httpfs(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Load the httpfs extension (a store on object storage: `objects`) into `con`, once. Its signature
-        is checked as the others' are: where `con` skips the check (`verified`) and this binary was never
-        checked, a connection of its own that checks it loads it first."""
-        package, name, file_name = objects.HTTPFS
-        path = _named_copy(name, extension_file(package, file_name, "a DuckLake store on object storage"))
+    def load_extension(self, con: duckdb.DuckDBPyConnection, extension: tuple[str, str, str]) -> None:
+        """Load an extension a store on object storage needs (`objects.HTTPFS`, or `objects.AWS` for the
+        AWS credential chain) into `con`, once. Its signature is checked as the others' are: where `con`
+        skips the check (`verified`) and this binary was never checked, a connection of its own that
+        checks it loads it first."""
+        package, name, file_name = extension
+        path = _named_copy(name, extension_file(package, file_name, objects.NEEDED_BY[name]))
         if self.verified and _identity(path) not in self._known:
             checker = duckdb.connect(":memory:", config=dict(NO_AUTOLOAD))
             try:
@@ -205,7 +207,7 @@ def attach(
     binaries.remember()
     remote = data if objects.is_remote(data) else None
     if remote:
-        objects.prepare(con, remote, lambda: binaries.load_httpfs(con))
+        objects.prepare(con, remote, functools.partial(binaries.load_extension, con))
     options = []
     if data:
         options.append(f"DATA_PATH '{quoted(data)}'")
@@ -226,7 +228,7 @@ def attach(
                 needs = objects.NEEDS_HTTPFS.search(text)
                 if needs and not remote:
                     remote = needs.group(1)
-                    objects.prepare(con, remote, lambda: binaries.load_httpfs(con))
+                    objects.prepare(con, remote, functools.partial(binaries.load_extension, con))
                     continue
                 racing = "Failed to initialize DuckLake" in text and (
                     "duplicate key" in text or "already exists" in text
