@@ -135,3 +135,66 @@ def _ranges(lines: list[str]) -> list[tuple[float, ...]]:
         if (r := row_range(algbw_text, busbw_text, size, time_text)) is not None:
             out.append((float(algbw_text), *r))
     return out
+
+
+# Invented, in the shape of NVIDIA/nccl-tests#128's paste (reduce_scatter_perf on 2 nodes of 4 GPUs, the
+# table without its header, messages so small that algbw and busbw print 0.00 or 0.01): the count column is
+# one rank's share, so size = count x 4 B x 8 on every row.
+SMALL_REDUCE_SCATTER_ROWS = """\
+CUDA_VISIBLE_DEVICES=0,2,4,6
+           0             0     float     sum      -1     5.81    0.00    0.00      0     5.62    0.00    0.00      0
+         128             4     float     sum      -1    30.12    0.00    0.00      0    24.90    0.01    0.00      0
+         256             8     float     sum      -1    23.87    0.01    0.01      0    23.40    0.01    0.01      0
+         512            16     float     sum      -1    24.05    0.02    0.02      0    23.96    0.02    0.02      0
+        1024            32     float     sum      -1    24.33    0.04    0.04      0    24.18    0.04    0.04      0
+"""
+
+
+def test_the_count_column_gives_the_ranks_where_busbw_prints_no_digits() -> None:
+    out = collect(SMALL_REDUCE_SCATTER_ROWS)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    # the (n-1)/n family with a real redop is reduce_scatter; the size-0 row says nothing
+    assert (bench["ranks"], bench["collective"]) == (8, "reduce_scatter")
+    assert params["collective_source"] == "count column"
+    assert params["ranks_source"].startswith("the count column (size = count x 4 B of float x 8 on every row")
+    assert "collective_candidates" not in params
+
+
+# Invented, in the shape of NVIDIA/nccl#340's all_gather rows (nccl-tests of early 2020 on 2 GPUs: no redop
+# or root column, busbw printed equal to algbw, which proves no rank count), with its footer.
+OLD_ALL_GATHER_TWO_GPUS = """\
+     1048576        131072   float    46.12   11.37   11.37  0e+00    45.80   11.45   11.45  0e+00
+     2097152        262144   float    69.93   14.99   14.99  0e+00    70.10   14.96   14.96  0e+00
+     4194304        524288   float    118.4   17.71   17.71  0e+00    116.9   17.94   17.94  0e+00
+     8388608       1048576   float    211.0   19.88   19.88  0e+00    209.7   20.00   20.00  0e+00
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 17.4123
+"""
+
+
+def test_the_count_column_counts_the_ranks_of_an_old_all_gather() -> None:
+    out = collect(OLD_ALL_GATHER_TWO_GPUS)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (bench["ranks"], bench["nodes"], bench["collective"]) == (2, None, None)
+    assert params["ranks_source"].endswith(
+        "x 2 on every row, as all_gather, reduce_scatter, alltoall, gather and scatter print it: 2 ranks)"
+    )
+    assert params["collective_candidates"] == "all_gather, gather, scatter"
+
+
+def test_an_all_reduce_count_column_says_nothing_of_its_ranks() -> None:
+    """size = count x 4 B on an all_reduce's rows: the factor, not the count, gives its 8 ranks."""
+    out = collect(
+        "\n".join(
+            f"{size:12d}  {size // 4:12d}     float     sum      -1    {t:6.1f}  {size / t / 1e3:6.2f}  "
+            f"{size / t / 1e3 * 1.75:6.2f}      0    {t:6.1f}  {size / t / 1e3:6.2f}  {size / t / 1e3 * 1.75:6.2f}      0"
+            for size, t in ((1 << 20, 30.1), (1 << 21, 41.7), (1 << 22, 60.2), (1 << 23, 95.5))
+        )
+        + "\n"
+    )
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (bench["ranks"], bench["collective"]) == (8, "all_reduce")
+    assert params["ranks_source"].startswith("the busbw factor")

@@ -51,7 +51,7 @@ from typing import Any
 from tracelog.parsers import topo
 from tracelog.parsers.base import NCCL_WARN_RX, Batch, Emitter, LineSource, drive, guarded, strip_prefix
 from tracelog.parsers.nccl_tests_bench import TOOL, Bench
-from tracelog.parsers.nccl_tests_factor import row_range
+from tracelog.parsers.nccl_tests_factor import count_ratio, row_range
 from tracelog.parsers.nccl_tests_layout import (
     NUMBER_RX,
     PER_ITER_COLUMNS,
@@ -63,7 +63,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "14"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "15"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -76,6 +76,8 @@ VERSION = "14"  # 2: processes built without MPI printing one test each make one
 # 13: a topology matrix among the lines; a test typed with no launcher is one process; busbw = algbw of an
 # all_gather or reduce_scatter (nccl-tests before mid-2020) proves no rank count
 # 14: nccl-tests 1.x (before 2019-03): device lines without `Pid`, the `res` table's time in ms
+# 15: ranks from the count column (size = count x bytes x n for the (n-1)/n family); a collective the
+# columns narrow that family to (a real redop: reduce_scatter) is named
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -539,6 +541,8 @@ class _Parser:
             bench.redops[redop] = None
         if root is not None:
             bench.roots.add(root)
+        if not layout.time_ms and (ratio := count_ratio(size, count, type_)) is not None:
+            bench.count_ratios.setdefault(ratio, type_ or "")
         for (placement, g), (_, time_us, algbw, busbw) in zip(groups, values, strict=True):
             wrong = None
             if "wrong" in g and g["wrong"].upper() != "N/A":

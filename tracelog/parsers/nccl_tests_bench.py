@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracelog.parsers.megatron_state import MPI_LAUNCH_RX, MPI_PER_NODE_RX, MPI_RANKS_RX
-from tracelog.parsers.nccl_tests_factor import RING_FAMILY, FactorRanks, factor_ranks
+from tracelog.parsers.nccl_tests_factor import (
+    RING_FAMILY,
+    FactorRanks,
+    counted_ranks,
+    factor_ranks,
+)
 from tracelog.parsers.nccl_tests_layout import Layout
 
 TOOL = "nccl-tests"
@@ -101,6 +106,7 @@ class Bench:
     command: str | None = None  # its shell command, where one was read
     factors: list[tuple[float, ...]] = field(default_factory=list)  # (algbw, factor ranges) per row
     roots: set[int] = field(default_factory=set)  # the root column's values, -1 included
+    count_ratios: dict[int, str] = field(default_factory=dict)  # size / (count x bytes) per row: its type
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -189,9 +195,20 @@ class Bench:
         return len(set(self.groups)) <= 1 and len(ranks) > len(set(ranks)) and max(ranks) > 0
 
     def factor(self) -> FactorRanks | None:
-        """The ranks the rows' busbw/algbw proves (`nccl_tests_factor`), for the collective named, if any."""
-        named = self.collective if self.collective_source != "busbw factor" else None
-        return factor_ranks(named, self.factors) if not self.one_gpu_runs() else None
+        """The ranks the rows' figures prove (`nccl_tests_factor`), for the collective named, if any: the
+        count column where every row's size is count x bytes x the same n > 1 (the (n-1)/n family, unless
+        the factor or the name says all_reduce) and the factor does not already pin that n, else
+        busbw/algbw."""
+        if self.one_gpu_runs():
+            return None
+        named = self.collective if self.collective_source not in ("busbw factor", "count column") else None
+        found = factor_ranks(named, self.factors)
+        if len(self.count_ratios) == 1 and (named is None or named in RING_FAMILY):
+            ((ranks, type_name),) = self.count_ratios.items()
+            exact = found is not None and found.low == found.high == ranks  # both say it: the factor's words
+            if ranks > 1 and (found is None or not found.all_reduce) and not exact:
+                return counted_ranks(type_name, ranks)
+        return found
 
     def factor_override(self, ranks: int | None) -> FactorRanks | None:
         """The factor's ranks where they are more than the device lines, NCCL's init or the launch say: a
@@ -222,21 +239,24 @@ class Bench:
 
     def infer_collective(self) -> None:
         """An all-reduce is the one collective whose busbw/algbw is 2(n-1)/n (n > 2), the one above 1: name it
-        when unnamed."""
+        when unnamed; and the (n-1)/n family's one member a row's columns allow (a real redop:
+        reduce_scatter)."""
         ranks = len(self.communicator()) or self.init_ranks or (self.launch() or (0, None))[0]
         if self.shortened() or self.separate_runs():
             ranks = self.listed_ranks()
-        if self.collective or not self.best or self.one_gpu_runs():
+        if self.collective or self.one_gpu_runs():
             return
         if (found := self.factor_override(ranks)) is not None:
             if found.all_reduce:
                 self.collective, self.collective_source = "all_reduce", "busbw factor"
-            return
-        if ranks <= 2:
-            return
-        algbw, busbw = self.best
-        if abs(busbw / algbw - 2 * (ranks - 1) / ranks) <= ALL_REDUCE_FACTOR_TOLERANCE * busbw / algbw:
-            self.collective, self.collective_source = "all_reduce", "busbw factor"
+        elif ranks > 2 and self.best:
+            algbw, busbw = self.best
+            if abs(busbw / algbw - 2 * (ranks - 1) / ranks) <= ALL_REDUCE_FACTOR_TOLERANCE * busbw / algbw:
+                self.collective, self.collective_source = "all_reduce", "busbw factor"
+        if not self.collective and len(names := self.candidates()) == 1:
+            basis = self.factor()  # not None: it gave the candidates
+            self.collective = names[0]
+            self.collective_source = "count column" if basis is not None and basis.said else "busbw factor"
 
     def status(self) -> str:
         if not self.footer:

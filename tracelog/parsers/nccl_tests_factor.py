@@ -7,7 +7,16 @@ Both figures are printed rounded (`%7.2f`): each row only says the factor lies b
 of one bench has the same factor, so the ranges of its best-conditioned rows (the half with the largest
 algbw, whose figures carry the most digits) are intersected, and n is every count whose factor falls in
 what is left. Near the factor's limit (1.998 for an all_reduce) that is a range of counts, not one: the
-bench then holds the lowest, and says so."""
+bench then holds the lowest, and says so.
+
+The count column says the rank count where the factor cannot. nccl-tests prints as `size` the larger of the
+send and receive buffers and as `count` the count passed to NCCL (src/common.cu
+`writeBenchmarkLinePreamble(max(sendBytes, expectedBytes), nbytes / wordSize(type), ...)`); all_gather,
+reduce_scatter, alltoall, gather and scatter pass one rank's share (src/*.cu `GetCollByteCount`: `base =
+count/nranks`, `recvcount = base*nranks`), so their size is count x element bytes x ranks exactly, where
+all_reduce, broadcast, reduce and sendrecv print size = count x element bytes. A ratio above 1 is the rank
+count, at any size, rounding or not (a table of small messages whose busbw prints 0.00, or one from before
+mid-2020 whose busbw equals algbw)."""
 
 from __future__ import annotations
 
@@ -17,6 +26,25 @@ from dataclasses import dataclass
 RING_FAMILY = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter")
 """The collectives whose factor is (n-1)/n: n follows from the factor whichever of them a bench ran."""
 SCALE = {"all_reduce": 2, **dict.fromkeys(RING_FAMILY, 1)}
+ELEMENT_BYTES = {
+    **dict.fromkeys(("int8", "uint8", "char", "f8e4m3", "f8e5m2", "fp8_e4m3", "fp8_e5m2"), 1),
+    **dict.fromkeys(("half", "bfloat16"), 2),
+    **dict.fromkeys(("int32", "uint32", "int", "float"), 4),
+    **dict.fromkeys(("int64", "uint64", "double"), 8),
+}
+"""The bytes of each type name nccl-tests and rccl-tests print (src/common.cu `test_typenames`; `char` and
+`int` before NCCL 2.x's sized names)."""
+
+
+def count_ratio(size: int, count: int, type_name: str | None) -> int | None:
+    """size / (count x element bytes) of one row: the rank count for the (n-1)/n family, 1 for the others
+    (see the module's docstring); 0 where it is not a whole number; None where it says nothing (an unknown
+    type, a count of 0)."""
+    element = ELEMENT_BYTES.get(type_name or "")
+    if element is None or count <= 0 or size <= 0:
+        return None
+    ranks, rest = divmod(size, count * element)
+    return ranks if rest == 0 else 0
 
 
 def row_range(
@@ -77,9 +105,12 @@ class FactorRanks:
     factor_high: float
     used: int
     pairs: int
+    said: str | None = None  # the `ranks_source` where the count column said the ranks
 
     def source(self) -> str:
         """The `ranks_source` of a bench whose ranks come from its factor."""
+        if self.said:
+            return self.said
         formula = "2(n-1)/n" if self.all_reduce else "(n-1)/n"
         span = (
             f"busbw/algbw {self.factor_low:.5f} to {self.factor_high:.5f} by the {self.used} of its {self.pairs} "
@@ -131,3 +162,14 @@ def _factor_ranks(collective: str | None, ranges: list[tuple[float, float, float
     if n_low < 2 or (n_high is not None and n_high < n_low):
         return None
     return FactorRanks(collective == "all_reduce", n_low, n_high, low, high, len(best), len(ranges))
+
+
+def counted_ranks(type_name: str, ranks: int) -> FactorRanks:
+    """What the count column says (`count_ratio` above 1 on every row): the (n-1)/n family on `ranks`."""
+    said = (
+        f"the count column (size = count x {ELEMENT_BYTES[type_name]} B of {type_name} x {ranks} on every row, "
+        "as all_gather, reduce_scatter, alltoall, gather and scatter print it: "
+        f"{ranks} ranks)"
+    )
+    factor = (ranks - 1) / ranks
+    return FactorRanks(False, ranks, ranks, factor, factor, 0, 0, said=said)
