@@ -901,6 +901,14 @@ def test_a_tail_of_data_rows_without_any_header_is_detected() -> None:
     assert len(rows_of(out, "in-place")) == len(rows_of(out, "out-of-place")) == 32
 
 
+def test_interleaved_processes_rows_pasted_without_a_header_are_a_table() -> None:
+    """Invented rows, each size printed by two processes (nccl-tests built without MPI=1 under mpirun, every
+    process printing its own table, as NVIDIA/nccl-tests#294's paste shows): sizes repeat, then grow."""
+    rows = [row for size in (1 << 27, 1 << 28, 1 << 29) for row in headerless_rows([size]) * 2]
+    assert nccl_tests.detect("\n".join(rows)) == 30
+    assert the_bench(collect("\n".join(rows) + "\n"))["collective"] == "all_reduce"
+
+
 @pytest.mark.parametrize(
     "lines",
     [

@@ -171,11 +171,13 @@ def row_shape(body: str) -> tuple[tuple[object, ...], int] | None:
 
 def table_rows(lines: Iterable[str]) -> int:
     """The most consecutive nccl-tests data rows of one shape (`row_shape`: one type, redop and root, sizes
-    growing) among `lines`, launcher prefixes taken off; NCCL's own lines between them and blank lines
-    break no run. A table pasted without its header (a `--tail` of a job's log) is recognised by these."""
+    growing or repeated) among `lines`, launcher prefixes taken off; NCCL's own lines between them and blank
+    lines break no run. A table pasted without its header (a `--tail` of a job's log) is recognised by
+    these. A size printed again is a row of another process (a build without MPI=1 under mpirun prints
+    one table per process, interleaved: NVIDIA/nccl-tests#294); a run of one size alone is no sweep."""
     best = run = 0
     shape: tuple[object, ...] | None = None
-    last = -1
+    last, first = -1, -1
     for line in lines:
         body = strip_prefix(without_rank_tags(line).strip())[0]
         if not body.strip() or "NCCL INFO" in body or "NCCL WARN" in body:
@@ -185,10 +187,11 @@ def table_rows(lines: Iterable[str]) -> int:
             run, shape = 0, None
             continue
         found_shape, size = found
-        if found_shape == shape and size > last:
+        if found_shape == shape and size >= last:
             run += 1
         else:
-            run, shape = 1, found_shape
+            run, shape, first = 1, found_shape, size
         last = size
-        best = max(best, run)
+        if size > first:  # one size printed over and over is no sweep
+            best = max(best, run)
     return best
