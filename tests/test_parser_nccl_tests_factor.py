@@ -9,6 +9,7 @@ from pathlib import Path
 import tracelog.api as api
 from tests.test_benches_ingest import ingest, sql
 from tests.test_parser_nccl_tests import collect, the_bench
+from tracelog.parsers import nccl_tests
 
 # Invented: a 512-rank H100 all_reduce (figures made with 2*511/512) whose paste kept the header, one device
 # line and the rows, as NVIDIA/nccl-tests#322's 1024-rank excerpt did; a rank failing at the next size.
@@ -198,3 +199,48 @@ def test_an_all_reduce_count_column_says_nothing_of_its_ranks() -> None:
     params = {p["name"]: p["value"] for p in out["bench_params"]}
     assert (bench["ranks"], bench["collective"]) == (8, "all_reduce")
     assert params["ranks_source"].startswith("the busbw factor")
+
+
+# Invented, in the shape of NVIDIA/nccl-tests#294's rows (nccl-tests built without MPI=1, started by mpirun
+# on H100 nodes with NCCL_ALGO=NVLSTree): every process runs its own one-rank test, their rows interleave (a
+# size printed again), busbw is 0.00 and an in-place time is a launch, a third of a microsecond.
+ONE_RANK_PROCESSES_INTERLEAVED = """\
+   134217728      33554432     float     sum      -1    598.2  224.37    0.00      0     0.42  319565.90    0.00      0
+   134217728      33554432     float     sum      -1    433.9  309.33    0.00      0     0.33  406720.39    0.00      0
+   268435456      67108864     float     sum      -1    961.0  279.33    0.00      0     0.35  766958.45    0.00      0
+   268435456      67108864     float     sum      -1    815.6  329.13    0.00      0     0.31  865920.83    0.00      0
+   536870912     134217728     float     sum      -1   2180.7  246.19    0.00      0     0.32  1677721.60    0.00      0
+"""
+
+
+def test_rows_printing_busbw_0_at_hundreds_of_gb_s_are_one_rank_each() -> None:
+    assert nccl_tests.detect(ONE_RANK_PROCESSES_INTERLEAVED) > 0  # sizes repeat: processes interleaved
+    out = collect(ONE_RANK_PROCESSES_INTERLEAVED)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"], bench["collective"]) == (1, 1, 1, None)
+    assert params["ranks_source"].startswith("busbw 0.00 on every row, 10 of them at an algbw of 224.37 GB/s")
+    assert "collective_candidates" not in params
+
+
+def test_a_one_rank_bench_found_by_its_busbw_is_flagged_as_measuring_no_link(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "interleaved.log"
+    log.write_text(ONE_RANK_PROCESSES_INTERLEAVED)
+    ingest(db_path, log)
+    rules = [r for (r,) in sql(db_path, "SELECT rule FROM flags ORDER BY rule")]
+    assert "one_rank_bench" in rules
+
+
+def test_small_rows_printing_busbw_0_prove_nothing() -> None:
+    """0.00 where algbw is 0.01 is rounding, not one rank."""
+    out = collect(
+        SMALL_REDUCE_SCATTER_ROWS.replace("float     sum", "float     max").replace(" 0.01", " 0.00")
+    )
+    assert the_bench(out)["ranks"] == 8  # the count column still counts them
+    rows = "\n".join(
+        f"{s:12d}  {s // 4:12d}     float     sum      -1    12.1    0.00    0.00      0    12.0    0.00    0.00      0"
+        for s in (8, 16, 32, 64)
+    )
+    assert the_bench(collect(rows + "\n"))["ranks"] is None

@@ -63,7 +63,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "15"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "16"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -78,6 +78,7 @@ VERSION = "15"  # 2: processes built without MPI printing one test each make one
 # 14: nccl-tests 1.x (before 2019-03): device lines without `Pid`, the `res` table's time in ms
 # 15: ranks from the count column (size = count x bytes x n for the (n-1)/n family); a collective the
 # columns narrow that family to (a real redop: reduce_scatter) is named
+# 16: one rank where every row prints busbw 0.00 while algbw is 1 GB/s or more
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -562,6 +563,11 @@ class _Parser:
             error = _number(g.get("error"))
             if error is not None and (bench.max_error is None or error > bench.max_error[0]):
                 bench.max_error = (error, n)
+            if algbw is not None and busbw is not None:
+                if busbw > 0:
+                    bench.busbw_above_zero = True
+                elif busbw == 0:
+                    bench.zero_busbw.append(algbw)
             if algbw and busbw is not None and (bench.best is None or algbw > bench.best[0]):
                 bench.best = (algbw, busbw)
             timed = None if layout.time_ms else g.get("time")  # 1.x's milliseconds are not size / algbw

@@ -14,6 +14,7 @@ from tracelog.parsers.nccl_tests_factor import (
     FactorRanks,
     counted_ranks,
     factor_ranks,
+    one_rank,
 )
 from tracelog.parsers.nccl_tests_layout import Layout
 
@@ -66,6 +67,8 @@ def launched(command: str) -> tuple[int, int | None] | None:
     return procs * per_process, per_node * per_process if per_node else None
 
 
+SCALE_ZERO = ("all_reduce", *RING_FAMILY)
+"""The collectives whose busbw factor is 0 on one rank."""
 # nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor; only all_reduce has 2(n-1)/n.
 ALL_REDUCE_FACTOR_TOLERANCE = 0.01
 
@@ -107,6 +110,8 @@ class Bench:
     factors: list[tuple[float, ...]] = field(default_factory=list)  # (algbw, factor ranges) per row
     roots: set[int] = field(default_factory=set)  # the root column's values, -1 included
     count_ratios: dict[int, str] = field(default_factory=dict)  # size / (count x bytes) per row: its type
+    zero_busbw: list[float] = field(default_factory=list)  # the algbw of each row printing busbw 0.00
+    busbw_above_zero: bool = False  # a row printed a busbw above 0
 
     def communicator(self) -> list[tuple[str, str]]:
         """The devices of the communicator whose numbers are printed: with NCCL_TESTS_SPLIT every group is
@@ -121,6 +126,8 @@ class Bench:
             # more ranks than the device lines show: they are a part of the list, which says nothing of
             # how many nodes there are or how many GPUs each has
             ranks, nodes, per_node = found.low, None, None
+            if found.low == 1:  # one rank is one GPU of one node
+                nodes, per_node = 1, 1
         return {
             "bench_key": self.key,
             "tool": self.tool,
@@ -198,7 +205,7 @@ class Bench:
         """The ranks the rows' figures prove (`nccl_tests_factor`), for the collective named, if any: the
         count column where every row's size is count x bytes x the same n > 1 (the (n-1)/n family, unless
         the factor or the name says all_reduce) and the factor does not already pin that n, else
-        busbw/algbw."""
+        busbw/algbw; one rank where every busbw is 0.00."""
         if self.one_gpu_runs():
             return None
         named = self.collective if self.collective_source not in ("busbw factor", "count column") else None
@@ -208,6 +215,8 @@ class Bench:
             exact = found is not None and found.low == found.high == ranks  # both say it: the factor's words
             if ranks > 1 and (found is None or not found.all_reduce) and not exact:
                 return counted_ranks(type_name, ranks)
+        if found is None and not self.busbw_above_zero and (named is None or named in SCALE_ZERO):
+            return one_rank(self.zero_busbw)
         return found
 
     def factor_override(self, ranks: int | None) -> FactorRanks | None:
@@ -222,7 +231,7 @@ class Bench:
         (nccl-tests src/*.cu `print_line_header`, `TimeTest`): reduce_scatter and alltoall print a redop in
         every layout, reduce_scatter a real one; gather and scatter a root, not -1."""
         found = self.factor()
-        if self.collective or found is None or found.all_reduce:
+        if self.collective or found is None or found.all_reduce or found.low == 1:
             return []
         names = list(RING_FAMILY)
         prefix = self.layout.prefix if self.layout is not None else []

@@ -9,14 +9,18 @@ algbw, whose figures carry the most digits) are intersected, and n is every coun
 what is left. Near the factor's limit (1.998 for an all_reduce) that is a range of counts, not one: the
 bench then holds the lowest, and says so.
 
-The count column says the rank count where the factor cannot. nccl-tests prints as `size` the larger of the
-send and receive buffers and as `count` the count passed to NCCL (src/common.cu
-`writeBenchmarkLinePreamble(max(sendBytes, expectedBytes), nbytes / wordSize(type), ...)`); all_gather,
-reduce_scatter, alltoall, gather and scatter pass one rank's share (src/*.cu `GetCollByteCount`: `base =
-count/nranks`, `recvcount = base*nranks`), so their size is count x element bytes x ranks exactly, where
-all_reduce, broadcast, reduce and sendrecv print size = count x element bytes. A ratio above 1 is the rank
-count, at any size, rounding or not (a table of small messages whose busbw prints 0.00, or one from before
-mid-2020 whose busbw equals algbw)."""
+Two more figures say the rank count where the factor cannot:
+
+- The count column. nccl-tests prints as `size` the larger of the send and receive buffers and as `count`
+  the count passed to NCCL (src/common.cu `writeBenchmarkLinePreamble(max(sendBytes, expectedBytes),
+  nbytes / wordSize(type), ...)`); all_gather, reduce_scatter, alltoall, gather and scatter pass one rank's
+  share (src/*.cu `GetCollByteCount`: `base = count/nranks`, `recvcount = base*nranks`), so their size is
+  count x element bytes x ranks exactly, where all_reduce, broadcast, reduce and sendrecv print size =
+  count x element bytes. A ratio above 1 is the rank count, at any size, rounding or not (a table of small
+  messages whose busbw prints 0.00, or one from before mid-2020 whose busbw equals algbw).
+- A busbw of 0.00 at every size while algbw is well above it: 2(n-1)/n and (n-1)/n are 0 only for n = 1,
+  so each process ran alone (nccl-tests built without MPI=1 under mpirun prints such rows, its in-place
+  time a launch: NVIDIA/nccl-tests#294)."""
 
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ ELEMENT_BYTES = {
 }
 """The bytes of each type name nccl-tests and rccl-tests print (src/common.cu `test_typenames`; `char` and
 `int` before NCCL 2.x's sized names)."""
+ZERO_BUSBW_MIN_ALGBW = 1.0
+"""The algbw (GB/s) above which a printed busbw of 0.00 is no rounding: the factor is below 0.005."""
 
 
 def count_ratio(size: int, count: int, type_name: str | None) -> int | None:
@@ -105,7 +111,7 @@ class FactorRanks:
     factor_high: float
     used: int
     pairs: int
-    said: str | None = None  # the `ranks_source` where the count column said the ranks
+    said: str | None = None  # the `ranks_source` where the count column or a busbw of 0 said the ranks
 
     def source(self) -> str:
         """The `ranks_source` of a bench whose ranks come from its factor."""
@@ -173,3 +179,16 @@ def counted_ranks(type_name: str, ranks: int) -> FactorRanks:
     )
     factor = (ranks - 1) / ranks
     return FactorRanks(False, ranks, ranks, factor, factor, 0, 0, said=said)
+
+
+def one_rank(algbw_gbps: list[float]) -> FactorRanks | None:
+    """One rank where every row printed busbw 0.00 (`algbw_gbps`: the algbw of each such row, None where a
+    row printed a busbw above 0) and some of them moved well over `ZERO_BUSBW_MIN_ALGBW`."""
+    clear = [a for a in algbw_gbps if a >= ZERO_BUSBW_MIN_ALGBW]
+    if len(clear) < 2:
+        return None
+    said = (
+        f"busbw 0.00 on every row, {len(clear)} of them at an algbw of {min(clear):g} GB/s or more: busbw = "
+        "algbw x 2(n-1)/n or (n-1)/n is 0 only on one rank"
+    )
+    return FactorRanks(False, 1, 1, 0.0, 0.0, len(clear), len(algbw_gbps), said=said)
