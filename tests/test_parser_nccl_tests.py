@@ -199,6 +199,38 @@ def test_device_line_variants(line: str, expected: tuple) -> None:
     ) == expected
 
 
+# Invented, in the shapes of ROCm/rccl-tests#50 (its 2022-2023 header, MI210s, a failure before any row) and of
+# ROCm/rccl#2075 (a broadcast table with rccl-tests' asterisk legend, no version line), neither naming the fork.
+RCCL_HEADER_MI210_FAILURE = """\
+# nThreads: 1 nGpus: 2 nRanks: 1 minBytes: 8 maxBytes: 134217728 step: 2(factor) warmupIters: 5 iters: 20 validation: 1
+#
+# Using devices
+#   Rank  0 Pid  20417 on  mi-box-03 device  0 [0000:c3:00.0] AMD Instinct MI210
+#   Rank  1 Pid  20417 on  mi-box-03 device  1 [0000:83:00.0] AMD Instinct MI210
+mi-box-03: Test NCCL failure common.cu:1285 'internal error - please report this issue to the NCCL developers'
+"""
+RCCL_LEGEND_TAIL = """\
+    67108864      16777216     float    none       0   9377.2    7.16    7.16      0   9361.0    7.17    7.17      0
+   134217728      33554432     float    none       0    18742    7.16    7.16      0    18736    7.16    7.16      0
+# Errors with asterisks indicate errors that have exceeded the maximum threshold.
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 7.16
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        RCCL_HEADER_MI210_FAILURE,
+        RCCL_LEGEND_TAIL,
+        RCCL_HEADER_MI210_FAILURE.replace("nThreads:", "nThread").replace("nRanks: 1 ", ""),  # AMD GPUs alone
+    ],
+    ids=["rccl header", "asterisk legend", "amd devices"],
+)
+def test_rccl_tests_is_named_by_what_only_it_prints(text: str) -> None:
+    assert [b["tool"] for b in collect(text)["benches"]] == ["rccl-tests"]
+
+
 def test_header_fields_become_bench_params_with_their_printed_names() -> None:
     out = collect(modern())
     params = {p["name"]: p["value"] for p in out["bench_params"]}

@@ -63,7 +63,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "16"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "17"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -79,6 +79,7 @@ VERSION = "16"  # 2: processes built without MPI printing one test each make one
 # 15: ranks from the count column (size = count x bytes x n for the (n-1)/n family); a collective the
 # columns narrow that family to (a real redop: reduce_scatter) is named
 # 16: one rank where every row prints busbw 0.00 while algbw is 1 GB/s or more
+# 17: rccl-tests named by its asterisk legend, its `nThreads: nGpus: nRanks:` header and AMD devices
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -86,6 +87,10 @@ VERSION_RX = re.compile(r"^#?\s*([nr]ccl)-tests version\s+(\S+)(.*)$")  # rccl-t
 STARTING_RX = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
 CONCLUDED_RX = re.compile(r"^#?\s*Collective test concluded:\s*(\S+)")
 NTHREAD_RX = re.compile(r"^#?\s*nThreads?:?\s+\d+")  # rccl-tests of 2023 wrote `nThreads:`
+# rccl-tests' own header from 2022-03 (ROCm/rccl-tests@0500f2f: `# nThreads: 1 nGpus: 4 nRanks: 1 minBytes:`,
+# nRanks being ranks per GPU), which nccl-tests never printed
+RCCL_HEADER_RX = re.compile(r"^#?\s*nThreads:\s+\d+\s+nGpus:\s+\d+\s+nRanks:")
+AMD_GPU_RX = re.compile(r"AMD\b|Radeon\b")  # `AMD Instinct MI300X`, `AMD Radeon PRO W7900`
 # Names bounded in length: `findall` tries every start, and an unbounded name made a 64 KiB word of
 # letters quadratic (minutes); nccl-tests' field names are a few letters (`nThread`, `minBytes`).
 HEADER_FIELD_RX = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,40}?):?\s+(\d[^\s]*)")
@@ -388,6 +393,7 @@ class _Parser:
 
     def comment(self, n: int, body: str) -> bool:
         if body.startswith("# Errors with asterisks indicate"):  # rccl-tests' legend above its footer
+            self.named_tool("rccl-tests")  # src/common.cu prints it where it checks data; nccl-tests never
             return True
         if match := VERSION_RX.match(body):
             self.tool = f"{match.group(1)}-tests"
@@ -414,6 +420,8 @@ class _Parser:
                 return True
             bench = self.at(n, 2)
             bench.header = body
+            if RCCL_HEADER_RX.match(body):
+                self.named_tool("rccl-tests")
             for name, value in HEADER_FIELD_RX.findall(body.lstrip("#")):
                 self.param(name.strip(), value, n, bench)
             return True
@@ -474,6 +482,8 @@ class _Parser:
     def device(self, n: int, match: re.Match[str]) -> None:
         bench = self.at(n, 3, opens=self.bench is not None and self.bench.phase > 3)
         rank, group, pid, host, device, bus, name = match.groups()
+        if AMD_GPU_RX.match(name):
+            self.named_tool("rccl-tests")  # nccl-tests runs on NVIDIA GPUs only
         bench.devices.append((host or "", name))
         bench.pids.append(int(pid) if pid is not None else None)
         bench.groups.append(int(group) if group is not None else None)
