@@ -231,6 +231,34 @@ def test_rccl_tests_is_named_by_what_only_it_prints(text: str) -> None:
     assert [b["tool"] for b in collect(text)["benches"]] == ["rccl-tests"]
 
 
+# Invented, in the shape of NVIDIA/nccl-tests#5 (nccl-tests of early 2018 on NCCL 1.x: its build line, device
+# lines without Pid, the `bytes N type op` header, then NCCLCHECK's failure before the first row).
+NCCL1_FAILURE = """\
+nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+# NCCL Tests compiled with NCCL 1.3
+# Using devices
+#   Rank  0 on     gpu-07 device  0 [0x04] Tesla P100-PCIE-16GB
+#   Rank  1 on     gpu-07 device  1 [0x05] Tesla P100-PCIE-16GB
+#   Rank  2 on     gpu-07 device  2 [0x08] Tesla P100-PCIE-16GB
+#   Rank  3 on     gpu-07 device  3 [0x09] Tesla P100-PCIE-16GB
+
+#                                                 out-of-place                    in-place
+#      bytes             N    type      op     time  algbw  busbw      res     time  algbw  busbw      res
+NCCL failure all_reduce.cu:95 'unhandled cuda error'
+"""
+
+
+def test_nccl_1x_failure_fails_the_bench_and_its_build_line_is_kept() -> None:
+    out = collect(NCCL1_FAILURE)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert (bench["ranks"], bench["status"]) == (4, "failed")
+    assert params["compiled with NCCL"] == "1.3"
+    errors = [e["text"] for e in out["events"] if e["kind"] == "error"]
+    assert errors == ["NCCL failure all_reduce.cu:95 'unhandled cuda error'"]
+    assert "unparsed" not in out
+
+
 def test_header_fields_become_bench_params_with_their_printed_names() -> None:
     out = collect(modern())
     params = {p["name"]: p["value"] for p in out["bench_params"]}

@@ -63,7 +63,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "17"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "18"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -80,6 +80,7 @@ VERSION = "17"  # 2: processes built without MPI printing one test each make one
 # columns narrow that family to (a real redop: reduce_scatter) is named
 # 16: one rank where every row prints busbw 0.00 while algbw is 1 GB/s or more
 # 17: rccl-tests named by its asterisk legend, its `nThreads: nGpus: nRanks:` header and AMD devices
+# 18: 1.x's `NCCL failure file.cu:N` is an error that fails the bench; its `compiled with NCCL` line a param
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -117,10 +118,13 @@ RCCL_PRINTED_RX = re.compile(
 )  # RCCL's own line (`RCCL version 2.17.1+hip5.7 HEAD:..`)
 RCCL_FACT_RX = re.compile(r"^(RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*:\s*(\S.*?)\s*$")
 FAILURE_RX = re.compile(
-    r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|MPI_ABORT|mpirun noticed|exited on signal"
+    r"Test (?:NCCL |CUDA )?failure|Test timeout|Cuda failure|NCCL failure \S+:\d+|MPI_ABORT|mpirun noticed|exited on signal"
     r"|Segmentation fault|srun: error|slurmstepd: error|CANCELLED AT|terminate called|\bAborted\b|\bKilled\b"
     r"|Bus error"
 )
+# nccl-tests 1.x's failure (`NCCL failure all_reduce.cu:95 'unhandled cuda error'`, src/common.h NCCLCHECK
+# before 2019) and build line (`# NCCL Tests compiled with NCCL 1.0`, src/common.cu 2017-12 to 2019-03)
+COMPILED_RX = re.compile(r"^#\s*NCCL Tests compiled with NCCL\s+(\S+)")
 XID_RX = re.compile(r"NVRM: Xid\b")
 # NCCL's init line for each rank (init.cc): `comm 0x7fc1dc000dc0 rank 7 nranks 16 cudaDev 7 busId a01d0 - Init
 # COMPLETE`; older releases print `nRanks`
@@ -452,6 +456,9 @@ class _Parser:
                 if not self.bench.collective:  # a tail cut after its `starting` line: named at its end
                     self.name_collective(match.group(1), "printed")
                 self.close()
+            return True
+        if match := COMPILED_RX.match(body):
+            self.param("compiled with NCCL", match.group(1), n, text=body)
             return True
         if match := REDUCED_RX.match(body):
             self.param("maxBytes reduced to", match.group(1), n, text=body)
