@@ -9,7 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import tracelog.api as api
 from tests.conftest import SAMPLES, corpus_files, source_of
+from tests.test_benches_ingest import sql
 from tracelog import parsers
 from tracelog.parsers import topo
 from tracelog.parsers.base import head_text
@@ -256,6 +258,26 @@ def test_a_p2p_matrix_pasted_without_its_command_is_read_as_one() -> None:
     assert bench["status"] == "complete" and "links" not in out
     params = {p["name"]: p["value"] for p in out["bench_params"]}
     assert params["p2p_mode"] == "unknown" and params["GPU1 GPU3 p2p unknown"] == "CNS"
+
+
+def test_p2p_disabled_by_regkey_is_a_cell_and_its_legend_line_is_known(db_path: Path, tmp_path: Path) -> None:
+    """Newer drivers print `DR` (disabled by regkey) in the `-p2p` matrix and its legend, as
+    noonghunna/club-3090#1229's paste of the legend shows; the pair is flagged like any other without peer
+    access. Invented matrix in that shape."""
+    text = (
+        P2P_RW.split("$ nvidia-smi topo -p2p rw\n")[1]
+        .replace("CNS", "DR")
+        .replace("  NS   = Not supported\n", "  NS   = Not supported\n  DR   = Disabled by regkey\n")
+    )
+    out = collect(text)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["GPU3 GPU0 p2p unknown"] == "DR"
+    assert "unparsed" not in out
+    log = tmp_path / "p2p_dr.txt"
+    log.write_text(text)
+    api.ingest(str(db_path), [str(log)])
+    (message,) = sql(db_path, "SELECT message FROM flags WHERE rule = 'p2p_unsupported'")[0]
+    assert "3 of 6 GPU pairs have no peer access (DR: disabled by regkey)" in message
 
 
 def test_a_bracketed_prompt_after_an_env_name_and_colour_codes_without_their_escape() -> None:

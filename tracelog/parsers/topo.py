@@ -13,7 +13,8 @@ What nvidia-smi prints and where it lands:
 - A shell prompt `user@host:~$ nvidia-smi topo -m` or a launcher prefix `host: ` names the host; a prompt
   of `topo -mp` (the PCIe path of every pair, NVLink left out) adds the bench param `matrix` saying so.
 - `nvidia-smi topo -p2p r|w|rw|n|a|p` prints a GPU-by-GPU matrix of peer-to-peer support instead (`OK`,
-  `NS` not supported, `CNS` chipset, `GNS` GPU, `TNS` topology not supported, `U` unknown; its legend
+  `NS` not supported, `CNS` chipset, `GNS` GPU, `TNS` topology not supported, `DR` disabled by regkey (the
+  driver's registry key, newer drivers), `U` unknown; its legend
   is skipped): a bench of its own, its cells `bench_params` named `<GPU> <GPU> p2p <mode>` (e.g. `GPU0
   GPU1 p2p rw` = `OK`), the mode from the prompt (`p2p_mode`; `unknown` without one). No `links` rows:
   it says what the driver allows, not how the GPUs are wired.
@@ -41,8 +42,8 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "topo"
-VERSION = "5"  # "3": a `topo -mp` matrix says its links are PCIe paths only; "4": blank affinity cells of a
-# copy with blanks for tabs; "5": a matrix without its header row
+VERSION = "6"  # "3": a `topo -mp` matrix says its links are PCIe paths only; "4": blank affinity cells of a
+# copy with blanks for tabs; "5": a matrix without its header row; "6": the `-p2p` cell `DR` (disabled by regkey)
 TOOL = "nvidia-smi-topo"
 
 AFFINITY_RX = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
@@ -52,7 +53,7 @@ CELL_RX = re.compile(r"^(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
 # is a run of codes the matrix prints, split back into its cells.
 GLUED_RX = re.compile(r"(?:X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC){2,}|(?:(?:GPU|NIC)\d+){2,}")
 GLUED_PART_RX = re.compile(r"X|NV\d+|NVB|PIX|PXB|PHB|NODE|SYS|SOC|(?:GPU|NIC)\d+")
-P2P_CELL_RX = re.compile(r"^(?:X|OK|NS|CNS|GNS|TNS|U)$")
+P2P_CELL_RX = re.compile(r"^(?:X|OK|NS|CNS|GNS|TNS|DR|U)$")  # DR: disabled by regkey (newer drivers)
 HEADER_DETECT_RX = re.compile(
     r"^(?:[\w.\-]+:)?[ \t]*(?:\[[0-9;]*m)?GPU0(?:[ \t]+\S+)*?[ \t]+CPU Affinity", re.MULTILINE
 )
@@ -66,7 +67,7 @@ ANSI_RESIDUE_RX = re.compile(r"\[[0-9;]*m")
 PCI_ONLY = (
     "PCIe paths only (topo -mp): GPUs joined by NVLink show their PCIe path; their NVLinks are not shown"
 )
-LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC|OK|NS|CNS|GNS|TNS|U)\s+=)")
+LEGEND_RX = re.compile(r"^(?:Legend:|(?:X|SYS|NODE|PHB|PXB|PIX|NV#|NVB|SOC|OK|NS|CNS|GNS|TNS|DR|U)\s+=)")
 NIC_LEGEND_RX = re.compile(r"^NIC Legend:|^(NIC\d+):\s*(\S+)\s*$")
 
 

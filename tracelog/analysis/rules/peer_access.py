@@ -2,7 +2,8 @@
 
 The driver's peer-to-peer support matrix (`topo -p2p r|w|rw|n|a|p`, read by the topo parser as bench
 params `GPU0 GPU3 p2p rw` = `CNS`) names the pairs whose copies cannot go GPU to GPU: `CNS` the chipset,
-`GNS` the GPU, `TNS` the topology, `NS` otherwise not supported. Between those, CUDA's peer copies and
+`GNS` the GPU, `TNS` the topology, `NS` otherwise not supported, `DR` turned off by the driver's registry key
+(a setting, not the hardware). Between those, CUDA's peer copies and
 NCCL's P2P transport are unavailable, and traffic is staged through host memory: p2pBandwidthLatencyTest's
 `P2P=Enabled` matrix then shows the same figures as its `P2P=Disabled` one, and a bandwidth held against
 the link's spec looks low for a reason the link does not have. Info, not a warning: on many PCIe machines
@@ -22,6 +23,7 @@ MEANING = {
     "CNS": "chipset not supported",
     "GNS": "GPU not supported",
     "TNS": "topology not supported",
+    "DR": "disabled by regkey",
 }
 HINT = (
     "Peer access depends on the chipset, the BIOS (PCIe ACS and the IOMMU send peer traffic through the root "
