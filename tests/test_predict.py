@@ -191,6 +191,37 @@ def test_published_p2p_matrices_against_the_unidirectional_link(
     assert duplex["ratio"].iloc[0] == pytest.approx(share, abs=0.01)  # 274/300 and 376/450
 
 
+# Invented, in the shape of tinygrad/open-gpu-kernel-modules#44's paste: two RTX 4090s whose peer copies
+# run at a fifth of PCIe 4.0 x16.
+TWO_4090_P2P = """\
+[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]
+Device: 0, NVIDIA GeForce RTX 4090, pciBusID: 1, pciDeviceID: 0, pciDomainID:0
+Device: 1, NVIDIA GeForce RTX 4090, pciBusID: 41, pciDeviceID: 0, pciDomainID:0
+Device=0 CAN Access Peer Device=1
+Device=1 CAN Access Peer Device=0
+Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)
+   D\\D     0      1
+     0 912.40   6.52
+     1   6.71 930.02
+Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)
+   D\\D     0      1
+     0 925.33  12.91
+     1  12.87 931.50
+"""
+
+
+def test_show_puts_each_p2p_matrix_median_pair_beside_the_link(tmp_path: Path) -> None:
+    log = tmp_path / "p2p_4090.txt"
+    log.write_text(TWO_4090_P2P)
+    db = tmp_path / "p2p.duckdb"
+    api.ingest(db, [str(log)])
+    model = api.show_bench(db, 1)["model"].set_index("metric")
+    uni, bi = model.loc["bandwidth_uni_p2p_on_gbps"], model.loc["bandwidth_bi_p2p_on_gbps"]
+    assert (uni["measured"], uni["model"]) == (pytest.approx(6.615), 32)  # the diagonal left out
+    assert uni["ratio"] == pytest.approx(6.615 / 32)
+    assert (bi["measured"], bi["model"]) == (pytest.approx(12.89), 64)
+
+
 def test_cli_predict_a_configuration(tmp_path: Path) -> None:
     result = run_cli(
         tmp_path / "x.duckdb",

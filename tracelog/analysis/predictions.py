@@ -401,8 +401,8 @@ def predict_benches(store: Store, scope: Scope, constants: Constants = TEXTBOOK)
                 {**subject, **_row("alpha_us", alpha, "us", "fit", {"default": DEFAULT_ALPHA_US})}
             )
             predictions.append({**subject, **_row("plateau_busbw_gbps", plateau_fit, "GB/s", "fit", None)})
-    predictions += _p2p_predictions(store, scope)
-    return {"predictions": predictions, "comparisons": comparisons}
+    p2p_predicted, p2p_compared = _p2p_predictions(store, scope)
+    return {"predictions": predictions + p2p_predicted, "comparisons": comparisons + p2p_compared}
 
 
 def _bench_curve(
@@ -488,34 +488,46 @@ def _bench_curve(
     return predicted, compared
 
 
-def _p2p_predictions(store: Store, scope: Scope) -> list[Row]:
+def _p2p_predictions(store: Store, scope: Scope) -> tuple[list[Row], list[Row]]:
+    """The link's figure for each P2P-enabled bandwidth matrix of a p2p bench, and beside it the matrix's
+    median GPU pair (its diagonal, a copy within one GPU, left out), as `p2p_against_spec` holds it."""
     rows = store.con.execute(
         f"""
-        SELECT DISTINCT p.bench_id, p.matrix, b.gpu_model, b.gpu_name FROM p2p p JOIN benches b USING (bench_id)
+        SELECT p.bench_id, p.matrix, any_value(b.gpu_model), any_value(b.gpu_name),
+               median(p.value) FILTER (p.src <> p.dst)
+        FROM p2p p JOIN benches b USING (bench_id)
         WHERE {scope.benches.replace("bench_id", "p.bench_id")} AND p.unit = 'GB/s' AND p.matrix LIKE '%p2p_on%'
+        GROUP BY p.bench_id, p.matrix
         """
     ).fetchall()
-    out = []
-    for bench_id, matrix, gpu_model, gpu_name in rows:
+    out, compared = [], []
+    for bench_id, matrix, gpu_model, gpu_name, typical in rows:
         link = bench_link(gpu_model, gpu_name, 1, None, None)
         if link is None:
             continue
         bidirectional = "_bi" in matrix
         spec = link.bidirectional_gbps if bidirectional else link.unidirectional_gbps
+        formula = f"{link.id} {'bi' if bidirectional else 'uni'}directional"
+        subject = {"subject_kind": "p2p", "subject_id": int(bench_id)}
         out.append(
             {
-                "subject_kind": "p2p",
-                "subject_id": int(bench_id),
-                **_row(
-                    f"{matrix}_gbps",
-                    spec,
-                    "GB/s",
-                    f"{link.id} {'bi' if bidirectional else 'uni'}directional",
-                    {"link": link.id, "source": link.source},
-                ),
+                **subject,
+                **_row(f"{matrix}_gbps", spec, "GB/s", formula, {"link": link.id, "source": link.source}),
             }
         )
-    return out
+        if typical is not None and spec:
+            compared.append(
+                {
+                    **subject,
+                    "metric": f"{matrix}_gbps",
+                    "measured": float(typical),
+                    "predicted": spec,
+                    "ratio": float(typical) / spec,
+                    "unit": "GB/s",
+                    "formula": f"median GPU pair over {formula}",
+                }
+            )
+    return out, compared
 
 
 # How `tracelog predict` shows the rows: section, label and a unit people read (GiB, PFLOP, %).

@@ -105,10 +105,11 @@ LEFT JOIN predictions p ON p.subject_kind = c.subject_kind AND p.subject_id = c.
      AND p.metric = 'model_plateau_busbw_gbps'
 WHERE c.subject_kind = 'collective' AND c.subject_id = ?
 UNION ALL BY NAME
-SELECT metric, value AS model, formula AS how, detail
-FROM predictions
-WHERE subject_id = ? AND (subject_kind = 'p2p'
-      OR (subject_kind = 'collective' AND metric IN ('inputs', 'alpha_us', 'plateau_busbw_gbps')))
+SELECT p.metric, c.measured, p.value AS model, c.ratio, p.formula AS how, p.detail
+FROM predictions p
+LEFT JOIN comparisons c ON c.subject_kind = p.subject_kind AND c.subject_id = p.subject_id AND c.metric = p.metric
+WHERE p.subject_id = ? AND (p.subject_kind = 'p2p'
+      OR (p.subject_kind = 'collective' AND p.metric IN ('inputs', 'alpha_us', 'plateau_busbw_gbps')))
 UNION ALL BY NAME
 SELECT p.metric, c.measured, p.value AS model, c.ratio, p.formula AS how, p.detail
 FROM predictions p
@@ -117,7 +118,8 @@ WHERE p.subject_kind = 'bench' AND p.subject_id = ? AND p.metric IN ('nic_platea
 """
 """What the model says of a bench beside what it measured: the peak busbw against the plateau NCCL's
 cost model gives (the algorithm, the bounding link and what the log said NCCL could use, in `detail`),
-what had to be assumed or was missing, the α and plateau fitted to its own rows, the p2p link figures; a
+what had to be assumed or was missing, the α and plateau fitted to its own rows, the p2p link figures
+beside each matrix's median GPU pair; a
 perftest bench's large-message bandwidth against the plateau its NIC's line rate allows (analysis/nic.py)."""
 
 
