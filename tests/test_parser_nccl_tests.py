@@ -259,6 +259,26 @@ def test_nccl_1x_failure_fails_the_bench_and_its_build_line_is_kept() -> None:
     assert "unparsed" not in out
 
 
+def test_a_command_typed_in_a_singularity_shell_is_the_command() -> None:
+    """Invented, in the shape of NVIDIA/nccl#1812: the test typed at `Singularity> `, cut before its device
+    lines by the failure; its one process on -g 4 makes the ranks."""
+    text = (
+        "Singularity> ./build/all_reduce_perf -b 1024 -e 2G -f 2 -g 4\n"
+        "# nThread 1 nGpus 4 minBytes 1024 maxBytes 2147483648 step: 2(factor) warmup iters: 5 iters: 20\n"
+        "gpu-a03: Test NCCL failure common.cu:1128 'unhandled system error'\n"
+    )
+    out = collect(text)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["command"] == "./build/all_reduce_perf -b 1024 -e 2G -f 2 -g 4"
+    assert (bench["collective"], bench["ranks"], bench["nodes"], bench["status"]) == (
+        "all_reduce",
+        4,
+        1,
+        "failed",
+    )
+
+
 def test_header_fields_become_bench_params_with_their_printed_names() -> None:
     out = collect(modern())
     params = {p["name"]: p["value"] for p in out["bench_params"]}

@@ -63,7 +63,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "18"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "19"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -81,6 +81,7 @@ VERSION = "18"  # 2: processes built without MPI printing one test each make one
 # 16: one rank where every row prints busbw 0.00 while algbw is 1 GB/s or more
 # 17: rccl-tests named by its asterisk legend, its `nThreads: nGpus: nRanks:` header and AMD devices
 # 18: 1.x's `NCCL failure file.cu:N` is an error that fails the bench; its `compiled with NCCL` line a param
+# 19: a command typed at a Singularity or Apptainer prompt
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -129,7 +130,8 @@ XID_RX = re.compile(r"NVRM: Xid\b")
 # NCCL's init line for each rank (init.cc): `comm 0x7fc1dc000dc0 rank 7 nranks 16 cudaDev 7 busId a01d0 - Init
 # COMPLETE`; older releases print `nRanks`
 COMM_RX = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
-SHELL_PROMPT_RX = re.compile(r"^(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]|\$)\s+(?=\S)")
+# `user@host:dir$`, `$`, and a container's shell (`Singularity> `, `Apptainer> `: NVIDIA/nccl#1812)
+SHELL_PROMPT_RX = re.compile(r"^(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]|\$|Singularity>|Apptainer>)\s+(?=\S)")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
 UNITS_RX = re.compile(r"^#?\s*\(B\)")
 HASHLESS_RX = re.compile(
