@@ -279,6 +279,30 @@ def test_a_command_typed_in_a_singularity_shell_is_the_command() -> None:
     )
 
 
+def test_a_paste_set_in_inline_code_backticks_keeps_its_command_and_header() -> None:
+    """Invented, in the shape of NVIDIA/nccl#948: the command and the output each wrapped in one backtick
+    (markdown's inline code, not a fenced block), the closing one on a line of its own."""
+    text = (
+        "`mpirun -np 2 ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 4\n"
+        "`\n\nThe output:\n\n"
+        "`# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20\n"
+        "#\n# Using devices\n"
+        + "".join(
+            f"#  Rank  {r} Group  0 Pid {7100 + r // 4} on   node{r // 4} device  {r % 4} [0x{r:02x}] NVIDIA A100-SXM4-64GB\n"
+            for r in range(8)
+        )
+        + "#\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "           8             2     float     sum      -1    32.47    0.00    0.00      0    31.90    0.00    0.00      0`\n"
+    )
+    out = collect(text)
+    bench = the_bench(out)
+    params = {p["name"]: p["value"] for p in out["bench_params"]}
+    assert params["command"].startswith("mpirun -np 2 ") and params["nThread"] == "1"
+    assert (bench["ranks"], bench["nodes"], bench["gpus_per_node"]) == (8, 2, 4)
+    assert len(out["collectives"]) == 2
+    assert [u["text"] for u in out["unparsed"]] == ["The output:"]
+
+
 def test_header_fields_become_bench_params_with_their_printed_names() -> None:
     out = collect(modern())
     params = {p["name"]: p["value"] for p in out["bench_params"]}

@@ -63,7 +63,7 @@ from tracelog.parsers.nccl_tests_layout import (
 from tracelog.parsers.prefixes import without_rank_tags
 
 FORMAT = "nccl_tests"
-VERSION = "19"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
+VERSION = "20"  # 2: processes built without MPI printing one test each make one bench of their size; NCCL's
 # `NCCL_ALGO set by environment to Ring` lines are `env NCCL_ALGO` params; 3: a 2.x row with a blank
 # redop; 4: a last row cut after its out-of-place busbw; 5: ranks from the launch where no device line
 # 6: ranks from the busbw factor where the device lines show fewer; 7: or no device line, launch or init says
@@ -82,6 +82,7 @@ VERSION = "19"  # 2: processes built without MPI printing one test each make one
 # 17: rccl-tests named by its asterisk legend, its `nThreads: nGpus: nRanks:` header and AMD devices
 # 18: 1.x's `NCCL failure file.cu:N` is an error that fails the bench; its `compiled with NCCL` line a param
 # 19: a command typed at a Singularity or Apptainer prompt
+# 20: a paste in markdown's inline code: the backtick before its first line and after its last
 
 # Each `#` optional: a copy of the output as GitHub renders it (the `#` lines of a paste outside a code block
 # are markdown headings, shown without their `#`: NVIDIA/nccl-tests#249, NVIDIA/nccl#583) keeps the words.
@@ -134,6 +135,7 @@ COMM_RX = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
 SHELL_PROMPT_RX = re.compile(r"^(?:[\w.-]+@[\w.-]+:\S*?\s?[#$]|\$|Singularity>|Apptainer>)\s+(?=\S)")
 COMMAND_RX = re.compile(r"(?:^|[\s/])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=\s|$)")
 UNITS_RX = re.compile(r"^#?\s*\(B\)")
+INLINE_CODE_RX = re.compile(r"^\s*`(?!`)|(?<!`)`\s*$")
 HASHLESS_RX = re.compile(
     r"^(?:nThreads?:?\s+\d|Rank\s+\d+\s.*\bPid\s+\d|Using devices$|Out of bounds values\s*:|Avg bus bandwidth\s*:"
     r"|Collective test (?:starting|concluded):|[nr]ccl-tests version\s|Blocking Enabled|\(B\)\s"
@@ -308,6 +310,10 @@ class _Parser:
     # -- lines ----------------------------------------------------------------------------------------
     def line(self, line_no: int, text: str) -> None:
         text = without_rank_tags(text)
+        if "`" in text and not text.lstrip().startswith("```"):
+            # a paste set in markdown's inline code, one backtick before its first line and after its last
+            # (NVIDIA/nccl#948): the lines as printed
+            text = INLINE_CODE_RX.sub("", text)
         if not text.strip():
             return
         if self.continued or (text.rstrip().endswith("\\") and not text.lstrip().startswith("#")):
