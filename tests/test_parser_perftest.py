@@ -148,6 +148,31 @@ def test_a_figure_set_in_markdown_bold_is_read() -> None:
     assert "unparsed" not in out
 
 
+def test_a_copy_without_its_dashed_lines_and_the_iterations_mark_keeps_its_rows() -> None:
+    """Invented, in the shape of openucx/ucx#8852's paste of `ib_read_bw -a`: pasted outside a code block,
+    so markdown took its dashed lines for rules, and its result header reads `iterations` without `#`."""
+    text = "\n".join(
+        [
+            "[root@gpu-b2 ~]#ib_read_bw  gpu-b1  -a -F -d mlx5_2",
+            "                    RDMA_Read BW Test",
+            " Dual-port       : OFF          Device         : mlx5_2",
+            " Number of qps   : 1            Transport type : IB",
+            " Link type       : IB",
+            " Outstand reads  : 16",
+            " local address: LID 0x0b QPN 0x0e11 PSN 0x1a2b3c OUT 0x10 RKey 0x0a0b0c VAddr 0x007f11aa22b000",
+            " remote address: LID 0x0c QPN 0x0e42 PSN 0x4d5e6f OUT 0x10 RKey 0x0d0e0f VAddr 0x007f33cc44d000",
+            " #bytes     iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+            " 2          1000             4.91               4.70               2.462110",
+            " 4          1000             9.80               9.77               2.560881",
+            " 65536      1000             11201.44           11195.02           0.179120",
+        ]
+    )
+    out = collect(text + "\n")
+    assert [r["size_bytes"] for r in rows(out)] == [2, 4, 65536]
+    assert rows(out)[-1]["bw_avg_gbps"] == pytest.approx(11195.02 * MIB)
+    assert params(out)["Outstand reads"] == "16" and "unparsed" not in out
+
+
 def test_the_header_and_the_command_are_params() -> None:
     found = params(collect(SESSION), 2)
     assert found["title"] == "RDMA_Write BW Test"

@@ -54,7 +54,8 @@ from typing import Any
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "perftest"
-VERSION = "2"  # 2: a figure set in markdown bold (`**5544.28**`) is read as the figure
+VERSION = "3"  # 2: a figure set in markdown bold (`**5544.28**`) is read as the figure; 3: a result header
+# whose `#iterations` lost its `#`
 TOOL = "perftest"
 
 MIB_TO_GB = (1 << 20) / 1e9  # format_factor 0x100000 for MB/sec and MiB/sec (module docstring)
@@ -111,12 +112,14 @@ KEY_RX = re.compile(
     + "|".join(re.escape(k) for k in sorted(HEADER_KEYS, key=len, reverse=True))
     + r")\s*:\s*"
 )
+# `#iterations` printed as `iterations` in a copy that lost the mark (openucx/ucx#8852's paste, its dashed
+# lines gone too: markdown reads a line of dashes as a rule)
 BW_HEAD_RX = re.compile(
-    r"^#bytes\s+(?P<sl>#sl\s+)?#iterations\s+BW peak\[(?P<unit>MB/sec|MiB/sec|Gb/sec)\]\s+"
+    r"^#bytes\s+(?P<sl>#sl\s+)?#?iterations\s+BW peak\[(?P<unit>MB/sec|MiB/sec|Gb/sec)\]\s+"
     r"BW average\[(?P=unit)\]\s+MsgRate\[Mpps\](?P<rest>.*)$"
 )
-LAT_HEAD_RX = re.compile(r"^#bytes\s+#iterations\s+t_min\[usec\]\s+t_max\[usec\]\s+t_typical\[usec\]")
-LAT_DUR_HEAD_RX = re.compile(r"^#bytes\s+#iterations\s+t_avg\[usec\]\s+tps average")
+LAT_HEAD_RX = re.compile(r"^#bytes\s+#?iterations\s+t_min\[usec\]\s+t_max\[usec\]\s+t_typical\[usec\]")
+LAT_DUR_HEAD_RX = re.compile(r"^#bytes\s+#?iterations\s+t_avg\[usec\]\s+tps average")
 NUMBER = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|-?nan|-?inf"
 # `**5544.28**`: a number set in bold by someone pasting the output as markdown (linux-rdma/perftest#65)
 BOLD_NUMBER_RX = re.compile(r"\*\*([-+]?\d[\d.]*)\*\*")
