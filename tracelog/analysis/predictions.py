@@ -509,24 +509,12 @@ def _p2p_predictions(store: Store, scope: Scope) -> tuple[list[Row], list[Row]]:
         spec = link.bidirectional_gbps if bidirectional else link.unidirectional_gbps
         formula = f"{link.id} {'bi' if bidirectional else 'uni'}directional"
         subject = {"subject_kind": "p2p", "subject_id": int(bench_id)}
-        out.append(
-            {
-                **subject,
-                **_row(f"{matrix}_gbps", spec, "GB/s", formula, {"link": link.id, "source": link.source}),
-            }
-        )
+        detail = {"link": link.id, "source": link.source}
+        out.append({**subject, **_row(f"{matrix}_gbps", spec, "GB/s", formula, detail)})
         if typical is not None and spec:
-            compared.append(
-                {
-                    **subject,
-                    "metric": f"{matrix}_gbps",
-                    "measured": float(typical),
-                    "predicted": spec,
-                    "ratio": float(typical) / spec,
-                    "unit": "GB/s",
-                    "formula": f"median GPU pair over {formula}",
-                }
-            )
+            measured = {"metric": f"{matrix}_gbps", "measured": float(typical), "predicted": spec}
+            extra = {"ratio": typical / spec, "unit": "GB/s", "formula": f"median pair, {formula}"}
+            compared.append({**subject, **measured, **extra})
     return out, compared
 
 
