@@ -208,7 +208,8 @@ def test_a_complete_file_gives_its_last_line_without_a_newline(store: Store, tmp
 def test_a_line_cut_by_a_crash_is_read_only_when_the_user_says_so(tmp_path: Path) -> None:
     """A job killed mid-line leaves a number cut short: `elapsed time per iteration (ms): 85` of 8530.0,
     which reads as 0.085 s. By default the line waits and the file's other lines land; `complete` is the
-    user's word that the line is whole, and it is read as it is."""
+    user's word that the file ends there, and the line is read, but not the figure it ends in: Megatron
+    closes every figure with ` |`, so one without it was cut."""
     head = "".join(
         f" iteration {i:8d}/    1000 | consumed samples: {i * 16:12d} | elapsed time per iteration (ms): "
         f"8530.0 | learning rate: 1.000E-04 | global batch size:    16 | lm loss: 5.000000E+00 | "
@@ -230,7 +231,9 @@ def test_a_line_cut_by_a_crash_is_read_only_when_the_user_says_so(tmp_path: Path
     with Store(tmp_path / "read.duckdb") as store:
         result = ingest_file(store, str(log), complete=True)
         assert result.bytes_pending == 0 and result.lines_total == 4
-        assert store.scalar("SELECT elapsed_s FROM iterations WHERE iteration = 4") == pytest.approx(0.085)
+        assert store.con.execute(
+            "SELECT consumed_samples, elapsed_s FROM iterations WHERE iteration = 4"
+        ).fetchone() == (64, None)
 
 
 def test_parse_ahead_follows_the_same_word_on_the_last_line(tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ from tracelog.parsers.megatron_state import ensure_run, stateful_batches
 from tracelog.parsers.megatron_steps import ACTUAL_SEQLEN, deepspeed_step_metrics
 from tracelog.parsers.megatron_wrap import (
     FOLDED_ITER_LINE_RX,
+    cut_figures,
+    cut_lines,
     ends_in_wrap_head,
     join_folded,
     join_wrapped,
@@ -71,9 +73,9 @@ from tracelog.parsers.megatron_wrap import (
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "10"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
+VERSION = "11"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
 # "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event; "9": folded lines;
-# "10": the `ranks_seen` run parameter
+# "10": the `ranks_seen` run parameter; "11": a line cut inside its last figure drops that figure
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -313,7 +315,7 @@ def _parse_block(
         line.str.contains(TIMER_ALL_HEAD, literal=True).alias("all_head"),
     )
 
-    candidates = frame.filter(pl.col("_iter")).select("line_no", "line")
+    candidates, cut = cut_figures(frame.filter(pl.col("_iter")).select("line_no", "line"))
     fitted, unfitted = (
         iterations_by_layout(candidates, carry.iteration_layouts) if fast else (None, candidates)
     )
@@ -425,6 +427,7 @@ def _parse_block(
     if iteration_rows is not None:
         yield Batch("iterations", iteration_rows.drop("_extra", "_unread"))
         yield from partly_read(candidates, iteration_rows.filter(pl.col("_unread")))
+        yield from cut_lines(cut, iteration_rows)
         extra = iteration_rows.filter(pl.col("_extra"))
         if not extra.is_empty():
             metrics = generic_metrics(candidates, extra)

@@ -7,7 +7,9 @@ The two lines are read as the one line Megatron printed: the continuation is joi
 line and left empty in its own place. Only a line right after an iteration line that ends in `field:`,
 starting with a number and then `| <a field an iteration line has>:`, is taken for a continuation.
 
-A terminal's fold, rows of its width cut anywhere (`join_folded`), is joined back the same way.
+A terminal's fold, rows of its width cut anywhere (`join_folded`), is joined back the same way. A line
+cut inside its last figure, with no other half (a paste or a log that stops mid-line), keeps its whole
+fields only (`cut_figures`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 
 import polars as pl
 
+from tracelog.parsers.base import PARTLY_READ_EVENT, Batch
 from tracelog.parsers.megatron_lines import ITER_MARK, KNOWN_KEYS, NUM
 
 WRAP_HEAD_RX = r"\|\s*[A-Za-z][^|:]{0,80}:\s*$"
@@ -29,6 +32,53 @@ CONTINUATION_RX = (
 )
 """A wrapped iteration line's second half: the value of the field the first half ended with, then
 another field of an iteration line."""
+
+
+CUT_FIGURE_RX = r"\|\s+[A-Za-z][^|:]{0,80}:\s*" + NUM + r"\s*$"
+"""An iteration line that ends in a field's figure: Megatron closes every field of the line with ` |` and
+opens it with a blank (` key: value |`, megatron/training/training.py `training_log`, every era and fork),
+so the line was cut there, and the figure may have lost digits (` lm loss: 2` of ` lm loss: 2.504220E+00 |`).
+Another print glued behind the last `|` (`|Number of parameters ... in billions:  6.98`) is no field."""
+
+
+def cut_figures(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Iteration `lines` with the figure a cut line ends in taken off (its whole fields stand), and those
+    lines as printed: a figure cut short is a wrong figure, not a smaller one."""
+    line = pl.col("line")
+    cut = line.str.contains(CUT_FIGURE_RX)
+    if not lines.select(cut.any()).item():
+        return lines, lines.clear()
+    marked = lines.with_columns(cut.alias("_cut"))
+    kept = marked.select(
+        "line_no",
+        pl.when(pl.col("_cut")).then(line.str.replace(CUT_FIGURE_RX, "|")).otherwise(line).alias("line"),
+    )
+    return kept, marked.filter(pl.col("_cut")).select("line_no", "line")
+
+
+def cut_lines(cut: pl.DataFrame, rows: pl.DataFrame) -> list[Batch]:
+    """The lines `cut_figures` took a figure off: each stays `unparsed` as well as read, and an event names
+    the figure not kept (the run of the row the line gave)."""
+    if cut.is_empty():
+        return []
+    texts = cut.join(rows.select("line_no", "run_key"), on="line_no", how="left").sort("line_no")
+    figure = pl.col("line").str.extract(r"\|\s*([A-Za-z][^|:]{0,80}:\s*\S+)\s*$", 1)
+    return [
+        Batch("unparsed", texts.select("line_no", pl.col("line").alias("text"))),
+        Batch(
+            "events",
+            texts.select(
+                "line_no",
+                "run_key",
+                pl.lit(PARTLY_READ_EVENT).alias("kind"),
+                pl.concat_str(
+                    [pl.lit("iteration line cut inside its last figure, `"), figure, pl.lit("` not kept")]
+                )
+                .str.slice(0, 400)
+                .alias("text"),
+            ),
+        ),
+    ]
 
 
 def wrap_heads() -> pl.Expr:
