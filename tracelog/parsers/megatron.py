@@ -82,6 +82,9 @@ FINISH_TABLES = ("run_params",)
 
 
 SETUP_MARKS = (
+    # `pretrain` (megatron/training/training.py, Megatron-DeepSpeed's too) as it starts, every era since 2020
+    "time to initialize megatron (seconds):",
+    "[after megatron is initialized] datetime:",
     "time across ranks (ms):",
     "[before the start of training step] datetime:",
     "[after dataloaders are built] datetime:",
