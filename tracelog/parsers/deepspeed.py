@@ -64,14 +64,15 @@ from tracelog.parsers.deepspeed_config import (
     summary_line,
     zero_optimizer,
 )
+from tracelog.parsers.deepspeed_death import DEEPSPEED_FRAME_RX, died_alone
 from tracelog.parsers.deepspeed_profiler import profiler_line
 from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "9"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
+VERSION = "10"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
 # "7": AMP off is no fp32; "8": the ZeRO stage (and the dtype since 0.8.1) of `Creating ... ZeRO stage N optimizer`
-# "9": the echo's body without its header line; an editor's line numbers
+# "9": the echo's body without its header line; an editor's line numbers; "10": a traceback whose header was lost
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -163,10 +164,8 @@ def detect(head: str) -> int:
         "time (ms) |" in head and ("bwd_allreduce" in head or "forward_microstep:" in head)
     ):
         score += 4
-    # DeepSpeed's logger and nothing else of it (see_memory_usage, overflows): the least sure claim
-    if score == 0 and len(LOGGER_LINE_RX.findall(head, 0, 16384)) >= 2:
-        score = 2
-    return score
+    # DeepSpeed's logger and nothing else of it (see_memory_usage, overflows), or its job's death alone
+    return score or (2 if len(LOGGER_LINE_RX.findall(head, 0, 16384)) >= 2 else died_alone(head))
 
 
 class _Parser:
@@ -554,7 +553,7 @@ class _Parser:
         text = msg.strip()
         exception = EXCEPTION_RX.match(text)
         open_kind = self.event_kind.get(source)
-        if "Traceback (most recent call last)" in text:
+        if "Traceback (most recent call last)" in text or (not open_kind and DEEPSPEED_FRAME_RX.match(msg)):
             kind = self.event_kind[source] = "traceback"
         elif open_kind and (msg[:1].isspace() or exception):
             kind = event_words.kind_of(text) if exception else open_kind
