@@ -264,3 +264,32 @@ def test_the_scripts_set_x_echo_torchruns_banner_and_the_trainers_first_lines_st
     assert runs[1]["line_start"] == 13  # the second banner's OMP_NUM_THREADS line
     params = {(p["name"], p["value"]) for p in runs[0]["run_params"]}
     assert {("torchtitan_version", "0.1.0"), ("model", "llama3 8B")} <= params
+
+
+# Invented, in the shape of torchtitan's step line, a paste stopping inside a line's last figure (pytorch/torchtitan
+# PR 2389's excerpt stops inside its last step line, at `step:  5  loss:  7.07623  grad_norm:`).
+CUT_STEPS = """\
+[rank0]:[titan] 2026-01-12 09:30:01,100 - root - INFO - step: 30  loss:  3.41250  grad_norm:  0.7713  memory: 41.20GiB(52.08%)  tps: 6,912  tflops: 402.10  mfu: 40.66%
+[rank0]:[titan] 2026-01-12 09:30:12,300 - root - INFO - step: 40  loss:  3.38804  grad_norm:  0.6942  memory: 41.20GiB(52.08%)  tps: 6,905  tflops: 4
+[rank0]:[titan] 2026-01-12 09:30:23,500 - root - INFO - step: 50  loss:  3
+"""
+
+
+def test_a_step_line_cut_inside_its_last_figure_keeps_its_other_figures() -> None:
+    out = collect(CUT_STEPS)
+    rows = {r["iteration"]: r for r in out["iterations"]}
+    assert (rows[30]["lm_loss"], rows[30]["tflops_reported"]) == (3.4125, 402.1)
+    assert (rows[40]["lm_loss"], rows[40]["grad_norm"], rows[40]["tflops_reported"]) == (
+        3.38804,
+        0.6942,
+        None,
+    )
+    assert rows[50]["lm_loss"] is None and rows[50]["elapsed_s"] == pytest.approx(1.12)
+    assert [u["line_no"] for u in out["unparsed"]] == [2, 3]
+    texts = [e["text"] for e in out["events"] if e["kind"] == "unread_figures"]
+    assert texts == [
+        "step line cut inside its last figure, `tflops: 4` not kept",
+        "step line cut inside its last figure, `loss:  3` not kept",
+    ]
+    # the whole line's memory and mfu stand
+    assert [m["max_reserved_mib"] for m in out["memory"]] == [41.2 * 1024, 41.2 * 1024]

@@ -49,14 +49,15 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.base import PARTLY_READ_EVENT, Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
 from tracelog.parsers.torchtitan_flavors import flavor_shape
 
 FORMAT = "torchtitan"
-VERSION = "2"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
-# `step: 640/644 = 99.3789%`, and `Training completed` as the `training_done` event
+VERSION = "4"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
+# `step: 640/644 = 99.3789%`, and `Training completed` as the `training_done` event; "4": a step line cut inside its
+# last figure keeps its other figures
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
@@ -71,6 +72,10 @@ VALIDATE_RX = re.compile(r"validate step:\s*(\d+)\s+loss:\s*" + NUM)
 # its two decimals to give it to 0.1 %
 MEMORY_SHARE_RX = re.compile(r"\bmemory:\s*([\d.]+)GiB\((\d+\.\d+)%\)")
 FIELD_RX = re.compile(r"\b(grad_norm|memory|tps|wps|tflops|mfu):\s*" + NUM[:-1] + r"|N/A)(GiB)?")
+CUT_FIGURE_RX = re.compile(r"\b([A-Za-z_]+):\s*" + NUM + r"\s*$")
+"""A step line that ends in a bare figure: torchtitan ends every step line with `mfu: 34.29%` (its metrics
+processor, every version and the forks it was copied into), so the line was cut inside that figure, which
+may have lost digits (`loss:  3` of `loss:  3.00867`); it is not kept."""
 MESH_RX = re.compile(r"Building device mesh with parallelism: (.*)")
 OLD_MESH_RX = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
 SIZE_RX = re.compile(r"\bsize: ([\d,]+) total parameters")
@@ -210,6 +215,14 @@ class _Parser(RunRows):
     def step(self, n: int, body: str, match: re.Match[str], rank: int | None) -> None:
         step = int(match.group(1))
         fields = {key: (value, unit) for key, value, unit in FIELD_RX.findall(body)}
+        cut = CUT_FIGURE_RX.search(body)
+        if cut:
+            fields.pop(cut.group(1), None)
+            self.out.add("unparsed", {"line_no": n, "text": body})
+            text = f"step line cut inside its last figure, `{cut.group(0).strip()}` not kept"
+            self.out.add(
+                "events", {"run_key": self.run_key, "line_no": n, "kind": PARTLY_READ_EVENT, "text": text}
+            )
         if self.last_step is not None and step < self.last_step:
             self.new_run()  # a restart from a checkpoint logs steps again
         if step != self.memory_step:  # ranks print a step's lines together: only its own are held
@@ -250,7 +263,7 @@ class _Parser(RunRows):
             "run_key": self.run_key,
             "iteration": step,
             "rank": rank,
-            "lm_loss": printed_number(match.group(2)),
+            "lm_loss": None if cut and cut.group(1) == "loss" else printed_number(match.group(2)),
             "grad_norm": printed_number(fields["grad_norm"][0]) if "grad_norm" in fields else None,
             "tflops_reported": printed_number(fields["tflops"][0]) if "tflops" in fields else None,
             "elapsed_s": elapsed,
