@@ -72,7 +72,7 @@ def test_a_step_line_and_its_throughput_line_make_one_iteration(prefix: str, new
     assert row["samples_per_s"] == 25.7
     assert row["elapsed_s"] == pytest.approx(128 / 25.7)  # train_batch_size / CurrSamplesPerSec
     assert row["global_batch_size"] == 128
-    assert str(row["ts"]) == "2024-01-01 10:00:00"
+    assert str(row["ts"]) == "2024-01-01 10:00:00.123000"  # the logger's milliseconds kept
     metrics = {m["key"]: m for m in out["iteration_metrics"]}
     assert metrics["RunningAvgSamplesPerSec"]["value"] == 25.02
     assert "lr" not in metrics  # one learning rate for every parameter group: no extra row

@@ -11,7 +11,8 @@ What DeepSpeed prints and where it lands:
 - `epoch=E/micro_step=M/global_step=N, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=...,
   MemAllocated=..GB, MaxMemAllocated=..GB` (ThroughputTimer): `samples_per_s` of step N from
   CurrSamplesPerSec, the running average as an `iteration_metrics` row, and a `memory` row per rank.
-  `elapsed_s` is train_batch_size / CurrSamplesPerSec, which is how DeepSpeed computes that rate.
+  `elapsed_s` is train_batch_size / CurrSamplesPerSec, which is how DeepSpeed computes that rate (else the
+  Trainer's bar's rate, else the logger's times of two step lines over the steps between them).
 - `time (ms) | fwd: ... | bwd: ... | step: ...` (and the `_microstep` variants): `timers` rows. A training
   bar (tqdm, the Hugging Face Trainer's) glued before such a line gives its step the bar's rate and the
   timers after it their step (deepspeed_timers.py).
@@ -61,6 +62,7 @@ from tracelog.parsers.deepspeed_config import (
     memory_row,
     number,
     pipe_engine_line,
+    step_seconds,
     summary_line,
     zero_optimizer,
 )
@@ -70,9 +72,10 @@ from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "10"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
+VERSION = "11"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
 # "7": AMP off is no fp32; "8": the ZeRO stage (and the dtype since 0.8.1) of `Creating ... ZeRO stage N optimizer`
-# "9": the echo's body without its header line; an editor's line numbers; "10": a traceback whose header was lost
+# "9": the echo's body without its header line; an editor's line numbers; "10": a traceback whose header was lost;
+# "11": a step's seconds from the logger's times where nothing else gives them
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -86,7 +89,7 @@ RANK_PREFIX_RX = re.compile(
     r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):\s|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-)|\d{1,9}[ \t]+(?=\[\d{4}-\d\d-\d\d))"
 )
 LOG_PREFIX_RX = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.]\d+)?\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
+    r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d{1,6})?)\d*\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
 )
 DIST_RANK_RX = re.compile(r"^\[Rank\s*(\d+)\]\s*")
 LEVELS = ("WARNING", "ERROR", "CRITICAL")  # logger levels whose line is an event whatever it says
@@ -261,10 +264,7 @@ class _Parser:
         run.written.append(step)
         gbs = run.gbs()
         row["global_batch_size"] = gbs
-        if row["elapsed_s"] is None and gbs and row["samples_per_s"]:
-            row["elapsed_s"] = gbs / row["samples_per_s"]
-        if row["elapsed_s"] is None:  # no figure of DeepSpeed's own: the Trainer's bar's (moving average)
-            row["elapsed_s"] = bar_s
+        row["elapsed_s"] = step_seconds(run, row, gbs, bar_s)
         self.emit("iterations", row)
 
     def metric(

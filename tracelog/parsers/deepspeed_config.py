@@ -105,6 +105,7 @@ class RunState:
     written: deque[int] = field(default_factory=lambda: deque(maxlen=64))
     _gbs: tuple[int, int | None] | None = None
     scales: dict[str, float] = field(default_factory=dict)
+    last_closed: tuple[int, datetime] | None = None  # the step and logger time of the last row written
 
     def timer_step(self, msg: str) -> int | None:
         """The step a timer line belongs to (`timer_step_at`)."""
@@ -130,6 +131,9 @@ class RunState:
             ],
             "written": list(self.written),
             "scales": self.scales,
+            "last_closed": [self.last_closed[0], self.last_closed[1].isoformat()]
+            if self.last_closed
+            else None,
         }
 
     @classmethod
@@ -156,6 +160,8 @@ class RunState:
             run.open[int(row["iteration"])] = row
         run.written.extend(int(step) for step in state["written"])
         run.scales = {str(k): float(v) for k, v in dict(state["scales"]).items()}
+        if closed := state["last_closed"]:
+            run.last_closed = (int(closed[0]), datetime.fromisoformat(closed[1]))
         return run
 
     def reopened(self) -> list[dict[str, Any]]:
@@ -264,6 +270,21 @@ def iteration_row(run: RunState, step: int, line_no: int, rank: int | None, ts: 
         _rank0=False,
     )
     return row
+
+
+def step_seconds(run: RunState, row: dict[str, Any], gbs: int | None, bar_s: float | None) -> float | None:
+    """A step's seconds: DeepSpeed's own figure (the train batch over the step's samples per second, as
+    DeepSpeed computes that rate), else the Trainer's bar's (a moving average), else the logger's time on
+    this step's line less that on the last step's written, over the steps between them (`steps_per_print`
+    apart): a log that echoes no batch size and draws no bar still says how long its steps took."""
+    last, run.last_closed = run.last_closed, (row["iteration"], row["ts"]) if row["ts"] else None
+    if row["elapsed_s"] is not None:
+        return row["elapsed_s"]
+    if gbs and row["samples_per_s"]:
+        return gbs / row["samples_per_s"]
+    if bar_s is not None or last is None or row["ts"] is None or row["iteration"] <= last[0]:
+        return bar_s
+    return round((row["ts"] - last[1]).total_seconds() / (row["iteration"] - last[0]), 6)
 
 
 def see_memory_mib(printed: tuple[str, ...]) -> tuple[float, float, float, float]:
