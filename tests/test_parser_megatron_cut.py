@@ -82,3 +82,11 @@ def test_a_live_log_cut_mid_figure_then_grown_ends_as_the_direct_ingest(tmp_path
         assert snapshot(grown) == expected
         losses = grown.con.execute("SELECT lm_loss FROM iterations ORDER BY line_no").fetchall()
     assert losses == [(2.41853,), (2.431187,), (2.438402,)]
+
+
+def test_a_line_naming_no_iteration_is_left_as_it_is() -> None:
+    """Only iteration lines lose a cut figure: another line with the time's words stays unparsed, once."""
+    other = "notes | elapsed time per iteration (ms): 85"
+    out = collect(HEAD + other + "\n")
+    assert [u["text"] for u in out["unparsed"]] == [other]
+    assert not [e for e in out.get("events", []) if "cut inside" in (e["text"] or "")]

@@ -43,9 +43,10 @@ Another print glued behind the last `|` (`|Number of parameters ... in billions:
 
 def cut_figures(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Iteration `lines` with the figure a cut line ends in taken off (its whole fields stand), and those
-    lines as printed: a figure cut short is a wrong figure, not a smaller one."""
+    lines as printed: a figure cut short is a wrong figure, not a smaller one. A line that names no
+    iteration is no iteration line, and is left as it is."""
     line = pl.col("line")
-    cut = line.str.contains(CUT_FIGURE_RX)
+    cut = line.str.contains(r"iteration\s+\d") & line.str.contains(CUT_FIGURE_RX)
     if not lines.select(cut.any()).item():
         return lines, lines.clear()
     marked = lines.with_columns(cut.alias("_cut"))
