@@ -103,6 +103,24 @@ def as_classic(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
+def partly_read_batches(texts: pl.DataFrame, message: pl.Expr) -> list[Batch]:
+    """Lines read only in part (`line_no`, `run_key`, `line`): each stays `unparsed` as well as read, and an
+    event of the kind PARTLY_READ_EVENT says what was not kept (`message`, cut to 400 characters), so that
+    no figure is lost in silence."""
+    return [
+        Batch("unparsed", texts.select("line_no", pl.col("line").alias("text"))),
+        Batch(
+            "events",
+            texts.select(
+                "line_no",
+                "run_key",
+                pl.lit(PARTLY_READ_EVENT).alias("kind"),
+                message.str.slice(0, 400).alias("text"),
+            ),
+        ),
+    ]
+
+
 def partly_read(lines: pl.DataFrame, unread: pl.DataFrame) -> Iterator[Batch]:
     """Iteration lines with a figure nothing read (`megatron_lines.unread_parts`): the line stays
     `unparsed` as well as read, and an event says so, so that a spelling no pattern knows loses no loss
@@ -110,17 +128,7 @@ def partly_read(lines: pl.DataFrame, unread: pl.DataFrame) -> Iterator[Batch]:
     if unread.is_empty():
         return
     texts = lines.join(unread.select("line_no", "run_key"), on="line_no").sort("line_no")
-    yield Batch("unparsed", texts.select("line_no", pl.col("line").alias("text")))
-    yield Batch(
-        "events",
-        texts.select(
-            "line_no",
-            "run_key",
-            pl.lit(PARTLY_READ_EVENT).alias("kind"),
-            pl.concat_str(
-                [pl.lit("iteration line read in part: a figure without a key is not kept: "), "line"]
-            )
-            .str.slice(0, 400)
-            .alias("text"),
-        ),
+    yield from partly_read_batches(
+        texts,
+        pl.concat_str([pl.lit("iteration line read in part: a figure without a key is not kept: "), "line"]),
     )

@@ -18,8 +18,9 @@ import re
 
 import polars as pl
 
-from tracelog.parsers.base import PARTLY_READ_EVENT, Batch
+from tracelog.parsers.base import Batch
 from tracelog.parsers.megatron_lines import ITER_MARK, KNOWN_KEYS, NUM
+from tracelog.parsers.megatron_spelling import partly_read_batches
 
 WRAP_HEAD_RX = r"\|\s*[A-Za-z][^|:]{0,80}:\s*$"
 """An iteration line cut after a field's name: its last `|` is followed by a name and a colon only."""
@@ -64,22 +65,10 @@ def cut_lines(cut: pl.DataFrame, rows: pl.DataFrame) -> list[Batch]:
         return []
     texts = cut.join(rows.select("line_no", "run_key"), on="line_no", how="left").sort("line_no")
     figure = pl.col("line").str.extract(r"\|\s*([A-Za-z][^|:]{0,80}:\s*\S+)\s*$", 1)
-    return [
-        Batch("unparsed", texts.select("line_no", pl.col("line").alias("text"))),
-        Batch(
-            "events",
-            texts.select(
-                "line_no",
-                "run_key",
-                pl.lit(PARTLY_READ_EVENT).alias("kind"),
-                pl.concat_str(
-                    [pl.lit("iteration line cut inside its last figure, `"), figure, pl.lit("` not kept")]
-                )
-                .str.slice(0, 400)
-                .alias("text"),
-            ),
-        ),
-    ]
+    message = pl.concat_str(
+        [pl.lit("iteration line cut inside its last figure, `"), figure, pl.lit("` not kept")]
+    )
+    return partly_read_batches(texts, message)
 
 
 def wrap_heads() -> pl.Expr:
