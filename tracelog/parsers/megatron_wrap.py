@@ -47,15 +47,20 @@ def cut_figures(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     lines as printed: a figure cut short is a wrong figure, not a smaller one. A line that names no
     iteration is no iteration line, and is left as it is."""
     line = pl.col("line")
-    cut = line.str.contains(r"iteration\s+\d") & line.str.contains(CUT_FIGURE_RX)
-    if not lines.select(cut.any()).item():
+    # a whole line ends in its last field's ` |`: only the few that do not are searched for a cut figure
+    # (the pattern, run over every iteration line of a 1 GB log, cost 0.6 CPU s)
+    open_ended = lines.filter(~line.str.strip_chars_end().str.ends_with("|"))
+    cut = open_ended.filter(line.str.contains(r"iteration\s+\d") & line.str.contains(CUT_FIGURE_RX))
+    if cut.is_empty():
         return lines, lines.clear()
-    marked = lines.with_columns(cut.alias("_cut"))
-    kept = marked.select(
+    kept = lines.select(
         "line_no",
-        pl.when(pl.col("_cut")).then(line.str.replace(CUT_FIGURE_RX, "|")).otherwise(line).alias("line"),
+        pl.when(pl.col("line_no").is_in(cut["line_no"].implode()))
+        .then(line.str.replace(CUT_FIGURE_RX, "|"))
+        .otherwise(line)
+        .alias("line"),
     )
-    return kept, marked.filter(pl.col("_cut")).select("line_no", "line")
+    return kept, cut.select("line_no", "line")
 
 
 def cut_lines(cut: pl.DataFrame, rows: pl.DataFrame) -> list[Batch]:
