@@ -354,3 +354,21 @@ def test_plan_over_omni_path_ports_counts_the_node_s_nics() -> None:
     assert len(both) > 10
     # the DP gradients and pipeline sends cross the network: four ports make every layout faster
     assert (four.loc[both, "pred_sec_per_it"] < one.loc[both, "pred_sec_per_it"]).all()
+
+
+def test_a_layout_the_allocator_cache_fills_shows_what_must_fit() -> None:
+    """BLOOM's MBS 4 layouts leave room that PyTorch's cache would take: mem_gib is the whole device, and
+    need_gib (tensors, context, NCCL, the allocator's floor) shows the headroom left, which a note names."""
+    frame = api.plan(None, api.PlanRequest(**BLOOM, zero_stage=1, top=None))
+    full = frame[frame.mem_share >= 0.995]
+    assert not full.empty  # the model caps the reserve at the device for some of BLOOM's layouts
+    assert (full.need_gib < full.mem_gib - 1).all()
+    assert (frame.need_gib <= frame.mem_gib + 1e-9).all()
+    assert (frame.need_gib * 2**30 <= GIB_80).all()
+    roomy = frame[frame.mem_share < 0.9]
+    # where the cache does not reach the device, the reserve is 17 % of the tensors, the floor 4.5 %
+    assert ((roomy.mem_gib - roomy.need_gib) > 0.05 * roomy.need_gib).all()
+    notes = " ".join(frame.attrs["notes"])
+    headroom = (80 - full.need_gib).min()
+    assert f"{len(full)} shown at the whole device" in notes
+    assert f"the smallest headroom shown: {headroom:.1f} GiB" in notes

@@ -62,10 +62,13 @@ FEASIBLE_COLUMNS = [
     "mfu",
     "mem_gib",
     "mem_share",
+    "need_gib",
     "bubble",
     "vp",
     "dp_link",
 ]
+FULL_DEVICE_SHARE = 0.995
+"""A mem_share from which the caching allocator's reserve has filled the device (`model.memory.allocator_reserve`)."""
 REJECTION_ORDER = ("memory", "constraint", "rule")
 """How `include_rejected` lists the rejected layouts: the nearest to fitting first."""
 
@@ -176,8 +179,10 @@ def plan_layouts(
 
     Columns: pred_sec_per_it (model.predict_iteration), pred_tflops (hardware FLOPs, recomputation
     included, per GPU per second), mfu (model FLOPs in Megatron-LM's form over the dense peak, Korthikanti
-    et al. 2022 §6.3), mem_gib and mem_share (the first pipeline stage's GPU, model.memory_per_gpu, over
-    device memory), bubble ((p−1)/m), dp_link (the link bounding the DP collectives; "(assumed)" marks
+    et al. 2022 §6.3), mem_gib and mem_share (the busiest pipeline stage's GPU, model.memory_per_gpu, over
+    device memory: what PyTorch's allocator would reserve, as Megatron's `max reserved` reports it; its
+    cache fills the room a layout leaves, so a layout that fits can show the whole device), need_gib (of
+    that, what must fit: `MemoryBreakdown.needed`, whose distance to the device is the headroom), bubble ((p−1)/m), dp_link (the link bounding the DP collectives; "(assumed)" marks
     the default fabric).
     Gradients are fp32 by default (Megatron's main grads, the BF16 optimizer of Megatron-DeepSpeed).
     Attention is one flash kernel by default (`flash_attention`: Transformer Engine, Megatron-LM's default
@@ -242,8 +247,11 @@ def plan_layouts(
             )
             row["vp"] = train.chunks
             options = MemoryOptions(cuda_context_bytes=cuda_context_bytes(g), capacity_bytes=usable_bytes)
-            total = memory_per_gpu(cfg, train, options).total
-            row.update(mem_gib=total / 2**30, mem_share=total / g.memory_bytes)
+            memory = memory_per_gpu(cfg, train, options)
+            total = memory.total
+            row.update(
+                mem_gib=total / 2**30, mem_share=total / g.memory_bytes, need_gib=memory.needed() / 2**30
+            )
             if total > usable_bytes:
                 reasons.append(f"needs {total / 2**30:.1f} GiB of {usable_bytes / 2**30:.1f} usable")
         if reasons:
@@ -275,7 +283,7 @@ def plan_layouts(
 
     frame = pd.DataFrame(rows, columns=[*FEASIBLE_COLUMNS, "rejected", "order"])
     feasible = frame[frame["rejected"] == ""].sort_values(
-        ["pred_sec_per_it", "mem_gib", "tp", "pp", "mbs"], kind="stable"
+        ["pred_sec_per_it", "need_gib", "tp", "pp", "mbs"], kind="stable"
     )
     feasible = feasible.assign(rank=range(1, len(feasible) + 1))
     usable_text = f"{usable_bytes / 2**30:.1f} GiB usable ({usable_fraction:.0%} of {g.memory_gib:.0f} GiB)"
@@ -304,6 +312,13 @@ def plan_layouts(
         + (f" (x the calibrated compute scale {compute_scale:.3g})" if compute_scale != 1.0 else "")
         + (f", interleaved schedule with {vp} chunks per stage where allowed" if vp and vp > 1 else "")
     )
+    full = shown[shown["mem_share"] >= FULL_DEVICE_SHARE]
+    if not full.empty:
+        notes.append(
+            f"{len(full)} shown at the whole device in mem_gib: PyTorch's allocator would cache the room "
+            "they leave, and yields it before out-of-memory; need_gib is what must fit "
+            f"(the smallest headroom shown: {(g.memory_bytes / 2**30 - full['need_gib']).min():.1f} GiB)"
+        )
     if hosts > 1:
         notes.append(domain_note(g, host_gpus))
     if spans_nodes and net is not None:

@@ -304,6 +304,13 @@ class MemoryBreakdown:
         """What the caching allocator holds (Megatron's `max reserved`): allocated plus its reserve."""
         return self.allocated + self.allocator
 
+    def needed(self, allocator_floor: float = ALLOCATOR_FLOOR) -> float:
+        """What must fit on the device: the tensors, the CUDA context, NCCL's buffers and the allocator's
+        floor (`ALLOCATOR_FLOOR`), the fragments it cannot give back. The rest of `allocator` is cache that
+        the allocator yields before it raises out-of-memory: a `total` equal to the device's memory (the
+        cache filling the room left) is a layout that fits with `total - needed` to spare."""
+        return self.allocated * (1 + allocator_floor) + self.cuda_context + self.nccl
+
     @property
     def mib(self) -> dict[str, float]:
         """The same figures in MiB (2^20 bytes), as PyTorch and Megatron print memory."""
