@@ -146,20 +146,34 @@ def join_folded(frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     line = pl.col("line")
     following = pl.col("_next")
-    # literals and lengths first: the regexes then see only the few long iteration lines
-    candidates = (
-        frame.with_row_index("_i")
-        .with_columns(line.shift(-1).alias("_next"), (pl.col("line_no").diff(-1) == -1).alias("_joined"))
-        .filter(
-            pl.col("_joined").fill_null(False)
-            & line.str.contains("iteration", literal=True)
-            & (line.str.len_chars() >= FOLD_MIN_WIDTH - 1)
-        )
-        .filter(
-            line.str.contains(FOLD_HEAD_RX)
-            & ~following.str.contains(FOLD_HEAD_RX).fill_null(True)
-            & (~line.str.contains(r"\|\s*$") | following.str.contains(KEY_START_RX).fill_null(False))
-        )
+    # cheap tests over the block first: literals, byte lengths (stored with a string view; a row of W
+    # characters has W bytes or more) and an anchored regex; a whole iteration line ends in `|` (Megatron
+    # closes every field with ` |`), and is a candidate only where a known field starts the next row.
+    # The exact tests and the regexes then see the few rows left.
+    index = frame.select(
+        pl.arg_where(
+            line.str.contains("iteration", literal=True)
+            & (line.str.len_bytes() >= FOLD_MIN_WIDTH - 1)
+            & (~line.str.ends_with("|") | line.str.contains(KEY_START_RX).shift(-1).fill_null(False))
+        ).alias("_i")
+    ).to_series()
+    index = index.filter(index < frame.height - 1)
+    if index.is_empty():
+        return frame
+    nexts = index + 1
+    candidates = pl.DataFrame(
+        {
+            "_i": index,
+            "line": frame["line"].gather(index),
+            "_next": frame["line"].gather(nexts),
+            "_joined": frame["line_no"].gather(nexts) - frame["line_no"].gather(index) == 1,
+        }
+    ).filter(
+        pl.col("_joined")
+        & (~line.str.contains(r"\|\s*$") | following.str.contains(KEY_START_RX))
+        & (line.str.len_chars() >= FOLD_MIN_WIDTH - 1)
+        & line.str.contains(FOLD_HEAD_RX)
+        & ~following.str.contains(FOLD_HEAD_RX)
     )
     if candidates.is_empty():
         return frame
