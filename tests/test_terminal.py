@@ -13,7 +13,7 @@ from rich.console import Console
 from tracelog import api
 from tracelog.cli import cli
 from tracelog.cli import logs as cli_logs
-from tracelog.render import render
+from tracelog.render import FOLDED_TEXT_WIDTH, render
 
 from .conftest import SAMPLES
 
@@ -125,3 +125,43 @@ def test_a_table_from_plain_rows_is_the_table_from_the_frame(
         from_frame = capsys.readouterr().out
         render(rows, "table", title=query)
         assert capsys.readouterr().out == from_frame
+
+
+def test_the_widths_counted_are_the_widths_drawn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `fit_columns` counted is what is drawn: the table is whole within the width, a figure is never
+    folded to widen a header, a name folds only past FOLDED_TEXT_WIDTH, and a header wraps at its words."""
+    db = str(tmp_path / "a.duckdb")
+    runner = CliRunner()
+    runner.invoke(cli, ["ingest", str(LLAMA), "--gpu", "h100-sxm5-80gb", "--db", db])
+    monkeypatch.setenv("COLUMNS", "90")
+    result = runner.invoke(cli, ["runs", "--db", db])
+    table = [line for line in result.output.splitlines() if line.startswith(("┃", "│", "┏", "└"))]
+    assert max(len(line) for line in table) <= 90
+    assert table[-1].endswith("┘")  # drawn whole, not cut at the terminal's edge
+    rows = [line for line in table if line.startswith("│")]
+    name = "megatron_lm_llama3_8b_h100.log"
+    assert f"│ {name[:FOLDED_TEXT_WIDTH]} │" in rows[0] and f"│ {name[FOLDED_TEXT_WIDTH:]}" in rows[1]
+    assert "4.714" in rows[0] and "h100-sxm5-80gb" in rows[0]  # the whole figure and catalog id
+    header = result.output.split("┡")[0]
+    assert "sec per it" in header and "predicted" in header
+    # the rows of the header, column by column, hold whole words only
+    cells = [line.split("┃")[1:-1] for line in header.splitlines() if line.startswith("┃")]
+    words = {w for column in zip(*cells, strict=True) for w in " ".join(c.strip() for c in column).split()}
+    assert {"run", "id", "name", "gpu", "model", "gpus", "sec", "per", "it", "predicted"} <= words
+
+
+def test_hardware_lists_the_figures_that_tell_parts_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a terminal the catalog fits the width without its source paragraphs, which the entry in full
+    and --format csv keep."""
+    monkeypatch.setenv("COLUMNS", "120")
+    result = CliRunner().invoke(cli, ["hardware"])
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.output.splitlines() if line.startswith(("┃", "│", "┏"))]
+    assert max(len(line) for line in table) <= 120
+    assert any(line.startswith("│ h100-sxm5-80gb ") for line in table)
+    assert "datasheet" not in result.output
+    assert "`tracelog hardware ID` shows one with the source of every figure" in result.output
+    every = CliRunner().invoke(cli, ["hardware", "--format", "csv"])
+    assert every.output.splitlines()[0].endswith(",source") and "datasheet" in every.output
+    links = CliRunner().invoke(cli, ["hardware", "--links"])
+    assert "unidirectional" in links.output and "links;" in links.output

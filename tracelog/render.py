@@ -96,17 +96,27 @@ def _header(column: Any) -> str:
     return str(column).replace("_", " ")
 
 
+HEADER_LINE = 10
+"""The width a header's words fill before they wrap (`sec per it` on one line, `sec per it` / `predicted`)."""
+
+
+def column_width(frame: Rows, column: str, numeric: bool) -> int:
+    """The characters a column takes in a table that fits: its widest cell, or its header's longest word
+    and at least HEADER_LINE of it (a header wraps between words); a text column folds past
+    FOLDED_TEXT_WIDTH."""
+    label = _header(column)
+    header = max([min(len(label), HEADER_LINE), *(len(word) for word in label.split())])
+    need = max([header, *(len(_cell(v)) for v in frame.column(column))])
+    return need if numeric else min(need, max(FOLDED_TEXT_WIDTH, header))
+
+
 def fit_columns(frame: Rows, width: int) -> tuple[Rows, list[str]]:
     """The leading columns whose cells fit in `width` characters of rich table, and the names left out.
     Commands list their most useful columns first, so the right of a wide table goes."""
     used = 1  # the left border
     kept: list[str] = []
     for column, numeric in zip(frame.columns, frame.numeric, strict=True):
-        header = max((len(word) for word in _header(column).split()), default=0)  # wraps between words
-        cells = [len(_cell(v)) for v in frame.column(column)]
-        need = max([header, *cells])
-        if not numeric:
-            need = min(need, max(FOLDED_TEXT_WIDTH, header))
+        need = column_width(frame, column, numeric)
         if kept and used + need + 3 > width:
             break
         used += need + 3  # padding either side and the column's border
@@ -158,7 +168,10 @@ def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
     table = Table(title=title, show_lines=False, header_style="bold")
     for column, numeric in zip(shown.columns, shown.numeric, strict=True):
         label = _header(column) if fits else str(column)
-        table.add_column(label, justify="right" if numeric else "left", overflow="fold")
+        # the width `fit_columns` counted, as the least: rich would otherwise share the room out anew and
+        # fold a short name or figure (`live.lo` / `g`) to widen a header
+        least = column_width(shown, column, numeric) if fits else None
+        table.add_column(label, justify="right" if numeric else "left", overflow="fold", max_width=least)
     for row in shown.data:
         table.add_row(*(_cell(v) for v in row))
     console.print(table)

@@ -181,7 +181,36 @@ def hardware(entry: str | None, links: bool, fmt: str) -> None:
         tracelog hardware a100-sxm4-80gb
     """
     with user_errors():
-        render(api.hardware(entry, kind="links" if links else "gpus"), fmt)
+        frame = api.hardware(entry, kind="links" if links else "gpus")
+    if entry is None and fmt == "table":
+        # a terminal's listing: the figures that tell parts apart, the sources (a paragraph each) left to
+        # the entry in full and to the machine formats
+        shown = [c for c in (LINK_COLUMNS if links else GPU_COLUMNS) if c in frame.columns]
+        render(frame[shown], fmt)
+        sys.stdout.flush()  # the note goes to stderr, after the table
+        click.echo(
+            f"{len(frame)} {'links' if links else 'GPUs'}; `tracelog hardware ID` shows one with the source of "
+            "every figure, --format csv every column",
+            err=True,
+        )
+        return
+    render(frame, fmt)
+
+
+GPU_COLUMNS = (
+    "id",
+    "memory_gib",
+    "memory_bandwidth_gbps",
+    "sm_count",
+    "bf16_tflops",
+    "fp8_tflops",
+    "fp4_tflops",
+    "intra_node_link",
+    "intra_unidirectional_gbps",
+)
+"""The catalog's GPU columns `tracelog hardware` lists at a terminal (dense peaks; the link one way)."""
+LINK_COLUMNS = ("id", "name", "kind", "scope", "unidirectional_gbps", "bidirectional_gbps", "latency_us")
+"""... and its link columns."""
 
 
 @cli.command(name="set")
