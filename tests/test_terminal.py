@@ -140,7 +140,10 @@ def test_the_widths_counted_are_the_widths_drawn(tmp_path: Path, monkeypatch: py
     assert table[-1].endswith("┘")  # drawn whole, not cut at the terminal's edge
     rows = [line for line in table if line.startswith("│")]
     name = "megatron_lm_llama3_8b_h100.log"
-    assert f"│ {name[:FOLDED_TEXT_WIDTH]} │" in rows[0] and f"│ {name[FOLDED_TEXT_WIDTH:]}" in rows[1]
+    # folded, where the columns left it less than its width, but not below FOLDED_TEXT_WIDTH
+    first = rows[0].split("│")[2].strip()
+    assert name.startswith(first) and FOLDED_TEXT_WIDTH <= len(first) < len(name)
+    assert name[len(first) :] in rows[1]
     assert "4.714" in rows[0] and "h100-sxm5-80gb" in rows[0]  # the whole figure and catalog id
     header = result.output.split("┡")[0]
     assert "sec per it" in header and "predicted" in header
@@ -148,6 +151,10 @@ def test_the_widths_counted_are_the_widths_drawn(tmp_path: Path, monkeypatch: py
     cells = [line.split("┃")[1:-1] for line in header.splitlines() if line.startswith("┃")]
     words = {w for column in zip(*cells, strict=True) for w in " ".join(c.strip() for c in column).split()}
     assert {"run", "id", "name", "gpu", "model", "gpus", "sec", "per", "it", "predicted"} <= words
+    # a terminal with room shows the name whole, on one line
+    monkeypatch.setenv("COLUMNS", "160")
+    wide = runner.invoke(cli, ["runs", "--db", db]).output
+    assert any(f"│ {name} │" in line for line in wide.splitlines())
 
 
 def test_hardware_lists_the_figures_that_tell_parts_apart(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -110,6 +110,22 @@ def column_width(frame: Rows, column: str, numeric: bool) -> int:
     return need if numeric else min(need, max(FOLDED_TEXT_WIDTH, header))
 
 
+def drawn_widths(frame: Rows, width: int) -> dict[str, int]:
+    """Each column's width in a table of `width` characters: as `column_width` counts it, and the room the
+    table leaves then given to the text columns folded at FOLDED_TEXT_WIDTH, first column first, up to
+    their widest cell (a `show` summary's name on one line where the terminal has room for it)."""
+    widths = {c: column_width(frame, c, n) for c, n in zip(frame.columns, frame.numeric, strict=True)}
+    spare = width - 1 - sum(w + 3 for w in widths.values())
+    for column, numeric in zip(frame.columns, frame.numeric, strict=True):
+        if numeric or spare <= 0:
+            continue
+        widest = max((len(_cell(v)) for v in frame.column(column)), default=0)
+        grow = min(max(0, widest - widths[column]), spare)
+        widths[column] += grow
+        spare -= grow
+    return widths
+
+
 def fit_columns(frame: Rows, width: int) -> tuple[Rows, list[str]]:
     """The leading columns whose cells fit in `width` characters of rich table, and the names left out.
     Commands list their most useful columns first, so the right of a wide table goes."""
@@ -166,12 +182,14 @@ def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
     else:
         console = _Console(markup=False, emoji=False, highlight=False, width=100_000)
     table = Table(title=title, show_lines=False, header_style="bold")
+    # the widths `fit_columns` counted, as the most: rich would otherwise share the room out anew and fold
+    # a short name or figure (`live.lo` / `g`) to widen a header
+    widths = drawn_widths(shown, console.width) if fits else {}
     for column, numeric in zip(shown.columns, shown.numeric, strict=True):
         label = _header(column) if fits else str(column)
-        # the width `fit_columns` counted, as the least: rich would otherwise share the room out anew and
-        # fold a short name or figure (`live.lo` / `g`) to widen a header
-        least = column_width(shown, column, numeric) if fits else None
-        table.add_column(label, justify="right" if numeric else "left", overflow="fold", max_width=least)
+        table.add_column(
+            label, justify="right" if numeric else "left", overflow="fold", max_width=widths.get(column)
+        )
     for row in shown.data:
         table.add_row(*(_cell(v) for v in row))
     console.print(table)
