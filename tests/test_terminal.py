@@ -172,3 +172,17 @@ def test_hardware_lists_the_figures_that_tell_parts_apart(monkeypatch: pytest.Mo
     assert every.output.splitlines()[0].endswith(",source") and "datasheet" in every.output
     links = CliRunner().invoke(cli, ["hardware", "--links"])
     assert "unidirectional" in links.output and "links;" in links.output
+
+
+def test_figures_of_five_digits_print_as_digits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A peak of 12,710 MiB reads as that, not as 1.271e+04 (four significant digits stop at 9,999)."""
+    import pandas as pd
+
+    monkeypatch.setenv("COLUMNS", "80")
+    render(pd.DataFrame({"max_reserved_mib": [12710.0, 5.24, 9999.4, 2.5e6]}), "table")
+    cells = [
+        line.split("│")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("│")
+    ]
+    assert cells == ["12,710", "5.24", "9999", "2,500,000"]

@@ -42,7 +42,7 @@ def _cell(value: Any) -> str:
             return str(value)  # nan, inf, -inf
         if abs(value) >= 1e15:  # past any count a log holds: digits by the hundred say nothing
             return f"{value:.4g}"
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
+        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"  # .4g writes 12710 as 1.271e+04
     if isinstance(value, list | tuple):
         return ", ".join(map(str, value))
     return str(value)
