@@ -3,6 +3,7 @@ its file name and not its style tag."""
 
 from __future__ import annotations
 
+import csv
 import io
 from pathlib import Path
 
@@ -186,3 +187,25 @@ def test_figures_of_five_digits_print_as_digits(
         line.split("│")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("│")
     ]
     assert cells == ["12,710", "5.24", "9999", "2,500,000"]
+
+
+def test_flags_at_a_terminal_say_what_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message is among the columns a 100-column terminal shows, whole over its folded lines; the
+    figures it quotes follow where the width allows, and the machine formats keep the query's order."""
+    db = str(tmp_path / "a.duckdb")
+    runner = CliRunner()
+    runner.invoke(cli, ["ingest", str(SAMPLES / "nccl_all_reduce_8xa100.txt"), "--db", db])
+    monkeypatch.setenv("COLUMNS", "100")
+    table = runner.invoke(cli, ["flags", "--db", db]).output
+    header = [c.strip() for c in next(line for line in table.splitlines() if line.startswith("┃")).split("┃")]
+    at = header.index("message")
+    rows = [line.split("│") for line in table.splitlines() if line.startswith("│")]
+    first: list[str] = []
+    for cells in rows:
+        if first and cells[1].strip():  # the next flag's first line
+            break
+        first.append(cells[at].strip())
+    listed = runner.invoke(cli, ["flags", "--format", "csv", "--db", db]).output
+    assert listed.startswith("flag_id,severity,rule,subject,subject_name,row_ref,")
+    message = next(csv.DictReader(io.StringIO(listed)))["message"]
+    assert "".join(first).replace(" ", "") == message.replace(" ", "")

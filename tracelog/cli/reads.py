@@ -269,4 +269,11 @@ def flags(
         )
         for path, error in queries.refresh_errors(store):
             click.echo(f"Warning: {path}: {error}; its flags are missing", err=True)
+    if fmt == "table":  # the message, which says what is wrong, among the columns a terminal shows
+        frame = frame.select([*FLAG_TABLE_FIRST, *(c for c in frame.columns if c not in FLAG_TABLE_FIRST)])
     render(frame, fmt)
+
+
+FLAG_TABLE_FIRST = ("flag_id", "severity", "rule", "subject", "message")
+"""The columns `tracelog flags` prints first at a terminal; the figures the message quotes, the subject's
+name and the hint follow where the width allows (the machine formats keep the query's order)."""
