@@ -162,7 +162,8 @@ def test_catalog_frames() -> None:
 
 NEW_GPUS = (
     "a100-pcie-40gb", "a800-sxm4-80gb", "h800-sxm5-80gb", "h20", "gh200-144gb", "b300-sxm6-288gb",
-    "mi325x", "mi355x", "gaudi3", "l4", "a10", "rtx-4090",
+    "mi325x", "mi355x", "gaudi3", "l4", "a10", "rtx-4090", "p100-sxm2-16gb", "p100-pcie-16gb",
+    "p100-pcie-12gb", "mi210",
 )  # fmt: skip
 
 
@@ -246,6 +247,10 @@ def test_every_link_figure_is_quoted_by_its_source() -> None:
         ("NVIDIA GeForce RTX 4090", "rtx-4090"),  # nccl-tests#280's device lines, nvbandwidth#15's header
         ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),  # nvbandwidth#13's device lines
         ("Intel(R) Data Center GPU Max 1550", "max-1550"),  # as torch.xpu names it on Aurora
+        ("Tesla P100-SXM2-16GB", "p100-sxm2-16gb"),  # nvidia-smi and nccl-tests' device lines
+        ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
+        ("Tesla P100-PCIE-12GB", "p100-pcie-12gb"),
+        ("AMD Instinct MI210", "mi210"),  # rocm-smi's product name, rccl-tests' device lines
     ],
 )
 def test_new_gpus_resolve_from_printed_names(printed: str, gpu_id: str) -> None:
@@ -428,3 +433,20 @@ def test_turing_geforce_has_no_bf16_and_its_fp16_is_the_fp32_accumulate_rate() -
     assert hardware.gpu_intra_node_link("rtx-2080-ti").id == "pcie3-x16"
     with pytest.raises(TracelogError):
         hardware.peak_tflops("rtx-2080-ti", "bf16")
+
+
+def test_pascal_trains_in_fp16_on_its_cuda_cores_and_mi210_at_cdna2_rates() -> None:
+    """P100 (no tensor cores) halves its FP32 rate for packed FP16 and has no BF16; an MI210 is one CDNA 2
+    die, as one GCD of an MI250 at the same clock: 104 CUs, 181 TFLOPS FP16/BF16 matrix."""
+    p100 = hardware.gpu("p100-sxm2-16gb")
+    assert p100.peak_tflops["fp16"] == pytest.approx(2 * p100.peak_tflops["fp32"])
+    assert "bf16" not in p100.peak_tflops
+    assert hardware.link(p100.intra_node_link).unidirectional_gbps == 80  # 4 NVLink 1 links x 20 GB/s
+    assert (
+        hardware.gpu("p100-pcie-12gb").memory_bandwidth_gbps
+        < hardware.gpu("p100-pcie-16gb").memory_bandwidth_gbps
+    )
+    mi210, mi250 = hardware.gpu("mi210"), hardware.gpu("mi250")
+    assert mi210.sm_count == mi250.sm_count == 104
+    assert mi210.peak_tflops["bf16"] == pytest.approx(mi250.peak_tflops["bf16"], rel=0.01)
+    assert mi210.memory_gb == mi250.memory_gb == 64
