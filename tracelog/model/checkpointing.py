@@ -4,13 +4,37 @@ torchtitan's selective mode with `selective_ac_option = "op"` wraps each transfo
 selective checkpoint (`create_selective_checkpoint_contexts`) with a policy that saves the outputs of the
 ops in `_save_list` and recomputes every other op in the backward pass: `aten.mm` (except every second
 one), the flash and memory-efficient SDPA kernels, `reduce_scatter_tensor` and `aten.max`
-(torchtitan/models/llama3/parallelize_llama.py `_save_list` and `_apply_ac_to_transformer_block`, the
-same from commit 9dec370, 2024-12, to 820504e, 2025-06). A Llama block's matrix products run in the order
-wq, wk, wv, wo, w1, w3, w2 (models/llama3/model.py: `Attention.forward`, `FeedForward.forward` is
-`w2(silu(w1(x)) * w3(x))`), so the even ones, wk, wo and w3, are recomputed with the element-wise work
-(norms, rotary embedding, SiLU and product, residual adds). torchao's float8 linear layers multiply with
-`aten._scaled_mm`, which is not in the list: under float8 every linear layer is recomputed, and only the
-attention output, the reductions and the block's input stay.
+(torchtitan/parallelisms/parallelize_llama.py `_save_list` and `_apply_ac_to_transformer_block` at commit
+9dec370, 2024-12, which also lists `aten.abs`; models/llama3/parallelize_llama.py at 820504e, 2025-06,
+without it, removed by pull request 820). The counter counts `aten.mm` alone: "if func ==
+torch.ops.aten.mm.default: meta[mm_count_key] += 1", one counter per block. A Llama block's matrix
+products run in the order wq, wk, wv, wo, w1, w3, w2 (models/llama3/model.py: `Attention.forward`,
+`FeedForward.forward` is `w2(silu(w1(x)) * w3(x))`), so the even ones, wk, wo and w3, are recomputed with
+the element-wise work (norms, rotary embedding, SiLU and product, residual adds).
+
+**Float8 changes none of it.** torchao's `Float8Linear` (torchtitan's float8, `model.float8`) multiplies
+with `torch.mm` on its `Float8Tensor` arguments (torchao/float8/float8_linear.py at eab345c:
+`res_bits = torch.mm(input_fp8_reshaped, weight_fp8_t)`), and the subclass turns that into
+`torch._scaled_mm` inside its own `__torch_dispatch__` (float8_ops.py: `@implements([aten.mm.default,
+aten.matmul.default]) def float8_mm`). The checkpoint's dispatch mode runs before a tensor subclass's
+dispatch and is not re-entered from it, so the policy sees `aten.mm.default`, counts it and saves its
+16-bit output, and never sees `_scaled_mm`; compiled, `_CachingTorchDispatchMode` sets
+`fx_traceback.current_meta["recompute"] = policy` before it runs the op (torch/utils/checkpoint.py), so
+the `_scaled_mm` node traced inside takes the product's tag. The scaling factors' `aten.max` is saved, a
+scalar. Checked with torch 2.13 and torchao 0.18 on the CPU (`_scaled_mm` runs there), a Llama-shaped
+block under this policy: the policy sees seven `aten.mm` on `Float8TrainingTensor`s, and the compiled
+forward (min-cut partitioner) keeps the same tensors in float8 as in BF16 (the wq, wv and w1 products and
+the attention output with its log-sum-exp), 44 bytes of scales apart.
+
+**Compiled or eager.** Eagerly `_CachingTorchDispatchMode` stores the output of every op the policy saves
+until the recomputation takes it back; compiled, the policy only tags the traced graph's nodes and
+AOTAutograd's partitioner keeps the saved-tagged values the backward graph reads. Under torch.compile the
+w2 product, which only the residual add reads, is not kept (nor, under TP, w2's reduce-scatter output),
+where an eager block keeps it. Eagerly with float8 under the 9dec370 list every scale's `aten.abs` output,
+as large as the input or the unsharded weight it is taken of, is stored too (seen in the same check);
+compiled, the backward reads only the `aten.max` after it, so it is not kept (pull request 820 measured
+tensorwise float8 at 47.77 GiB with `aten.abs` listed and without). Not modelled: the model knows no
+torchtitan commit.
 
 Megatron-LM's selective recomputation (Korthikanti et al. 2022 §5) is the other `selective`: it recomputes
 the attention core only, which this policy saves.
@@ -21,7 +45,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from tracelog.hardware import normalize_precision
 from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
 
 
@@ -36,40 +59,41 @@ class TimedOp(Protocol):
     def time_s(self) -> float: ...
 
 
-LOW_PRECISION_LINEARS = ("fp8", "fp4")
-"""Precisions whose linear layers multiply with `_scaled_mm` (torchao float8), which the policy recomputes."""
-
 MEMORY_OPS = ("layernorms", "bias_dropout_residual", "activation", "fp8_casts", "eager_elementwise")
 
 
-def recomputed_linear_shares(cfg: ModelConfig, train: TrainConfig) -> dict[str, float]:
+def recomputed_linear_shares(cfg: ModelConfig) -> dict[str, float]:
     """The share of each linear operation of `model.gemm.layer_forward_ops` the policy recomputes: of the
     fused `qkv` the K projection's columns (kv of q + 2kv), all of `proj` (wo), half of a gated `mlp_up`
-    (w3 beside w1), none of `mlp_down` (w2); every linear layer under float8."""
-    if normalize_precision(train.precision) in LOW_PRECISION_LINEARS:
-        return {"qkv": 1.0, "proj": 1.0, "mlp_up": 1.0, "mlp_down": 1.0}
+    (w3 beside w1), none of `mlp_down` (w2). The same in float8: the policy counts torchao's products as
+    `aten.mm` (module docstring)."""
     q, kv = cfg.q_width, cfg.kv_width
     return {"qkv": kv / (q + 2 * kv), "proj": 1.0, "mlp_up": 0.5 if cfg.swiglu else 0.0, "mlp_down": 0.0}
 
 
-def op_recompute_seconds(ops: Sequence[TimedOp], cfg: ModelConfig, train: TrainConfig) -> float:
+def op_recompute_seconds(ops: Sequence[TimedOp], cfg: ModelConfig) -> float:
     """One layer's recomputation in the backward pass under the policy: the recomputed share of each
-    linear operation and all of the element-wise ones; attention is saved."""
-    shares = recomputed_linear_shares(cfg, train)
+    linear operation and all of the element-wise ones (float8's casts among them: only their `aten.max`
+    is saved); attention is saved."""
+    shares = recomputed_linear_shares(cfg)
     return sum(op.time_s * (1.0 if op.name in MEMORY_OPS else shares.get(op.name, 0.0)) for op in ops)
 
 
 def op_saved_bytes_per_layer(cfg: ModelConfig, train: TrainConfig) -> float:
-    """Activation bytes one layer keeps for its backward pass under the policy, 16-bit values: the block's
-    input (split over TP with sequence parallelism), the attention output, and in 16-bit training the saved
-    products wq (q), wv (kv), w1 (f) and w2 (h, the reduce-scatter's output under TP); under float8 none of
-    the products. The recomputation's transient (one layer's full activations) is added by the caller, as
-    for full recomputation."""
+    """Activation bytes one layer keeps for its backward pass under the policy, 16-bit values whatever
+    the training precision: the block's input (split over TP with sequence parallelism), the attention
+    output, the saved products wq (q), wv (kv) and w1 (f), and under TP with sequence parallelism wo's
+    reduce-scatter output (h/t), which the residual sum the second norm reads is rebuilt from. Eagerly
+    (`train.compiled` False) also w2's product, h a token (under TP the partial sums of the whole
+    sequence, before their reduce-scatter) and that reduce-scatter's output (h/t): the compiled backward
+    reads neither. The recomputation's transient (one layer's full activations) is added by the caller,
+    as for full recomputation."""
     t = train.tp
     tokens = microbatch_tokens(cfg, train)
     h, q, kv = cfg.hidden, cfg.q_width, cfg.kv_width
+    scattered = t > 1 and train.sequence_parallel
     block_input = h / t if train.sequence_parallel else h
-    per_token = block_input + q / t
-    if normalize_precision(train.precision) not in LOW_PRECISION_LINEARS:
-        per_token += (q + kv + cfg.token_ffn) / t + h / t
+    per_token = block_input + q / t + (q + kv + cfg.token_ffn) / t + (h / t if scattered else 0.0)
+    if not train.compiled:
+        per_token += h + (h / t if scattered else 0.0)
     return 2.0 * tokens * per_token

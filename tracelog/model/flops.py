@@ -337,8 +337,8 @@ def flops_megatron_lm(cfg: ModelConfig, gbs: int, causal_halved: bool = True) ->
 
 
 def op_recompute_flops_per_token(cfg: ModelConfig) -> float:
-    """FLOPs per token and layer torchtitan's per-operation policy recomputes in 16-bit training (every
-    second matrix product: wk, h × kv; wo, q × h; w3, h × f of a gated MLP; `model.checkpointing`), two
+    """FLOPs per token and layer torchtitan's per-operation policy recomputes (every second matrix
+    product: wk, h × kv; wo, q × h; w3, h × f of a gated MLP; `model.checkpointing`, float8 or not), two
     FLOPs per multiply-add."""
     q, kv = cfg.q_width, cfg.kv_width
     gated = cfg.token_ffn if cfg.swiglu else 0
@@ -349,7 +349,7 @@ def hardware_flops(cfg: ModelConfig, gbs: int, recompute: Recompute) -> float:
     """FLOPs the GPUs actually execute: model FLOPs (Megatron-LM form) plus the recomputed forward:
     every transformer layer again for `full`, only the attention core (QKᵀ, softmax·V) for `selective`
     (Korthikanti et al. 2022 §5, §6.3: hardware vs model FLOPs), every second matrix product for `op`
-    (torchtitan's policy in 16-bit training, `model.checkpointing`)."""
+    (torchtitan's policy, `model.checkpointing`)."""
     tokens = gbs * cfg.seq_len
     model = flops_megatron_lm(cfg, gbs)
     projections, core = _attention_forward_per_token(cfg)

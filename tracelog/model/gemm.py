@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
 from tracelog.model.eager import eager_elementwise_bytes, eager_kernels
+from tracelog.model.float8 import LOW_PRECISION_GEMMS
 from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
-from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes, storage_precision
+from tracelog.model.memory import storage_bytes, storage_precision
 from tracelog.model.quantization import gemm_quantization
 
 MATMUL_SHARE: dict[str, float] = {

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, normalize_precision
 from tracelog.model.checkpointing import op_saved_bytes_per_layer
+from tracelog.model.float8 import LOW_PRECISION_GEMMS, keeps_fp8_linear_inputs
 from tracelog.model.flops import (
     ModelConfig,
     Recompute,
@@ -32,13 +33,6 @@ from tracelog.model.nccl_memory import (  # noqa: F401  (re-exported: what a GPU
 from tracelog.model.torch_native import fsdp2_unsharded_bytes, is_fsdp2, loss_bytes_per_logit
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-
-LOW_PRECISION_GEMMS = ("fp8", "fp4")
-"""Precisions that only the GEMMs of linear layers run in. Transformer Engine's FP8 recipes (NVIDIA
-Transformer Engine docs, "Using FP8 with Transformer Engine": FP8 is used for the matrix multiplications
-of `Linear`-type modules, while other operations keep higher precision) cast each GEMM's inputs to FP8
-and keep the weights, the activations between operations, attention, the output layer and every
-communication in BF16."""
 
 
 def storage_precision(precision: str) -> str:
@@ -160,7 +154,9 @@ def activation_bytes_per_layer(
     `fp8_inputs`: Transformer Engine's FP8 linear layers keep the FP8 cast of their input for the weight
     gradient instead of the 16-bit tensor (`te.Linear` and `LayerNormLinear` save the quantized input): the
     QKV and MLP inputs and the down projection's input take 1 byte per element, not 2, while the output
-    projection keeps an FP8 copy of the attention output beside the 16-bit one attention keeps."""
+    projection keeps an FP8 copy of the attention output beside the 16-bit one attention keeps. Set for
+    Transformer Engine runs only (`model.float8.keeps_fp8_linear_inputs`): torchao's float8 keeps 16-bit
+    inputs."""
     s, b, h, a, t = seq_len, mbs, hidden, heads, tp
     sbh = s * b * h
     if recompute == "full":
@@ -377,19 +373,20 @@ def _layer_activations(cfg: ModelConfig, train: TrainConfig, recompute: Recomput
         ffn=cfg.token_ffn,
         gated=cfg.swiglu,
         dropout=cfg.dropout,
-        fp8_inputs=normalize_precision(train.precision) in LOW_PRECISION_GEMMS,
+        fp8_inputs=keeps_fp8_linear_inputs(train),
     ) + moe_dispatch_activation_bytes(cfg, train)
 
 
 def moe_dispatch_activation_bytes(cfg: ModelConfig, train: TrainConfig) -> float:
     """Beyond a dense layer of the routed width: the experts' FC1 keeps k copies of each token (permuted by
-    the token dispatcher), the dense MLP input one: (k − 1)·T·h more, FP8 under an FP8 recipe, with
-    T = b·s/(cp·t) tokens per GPU (Megatron requires sequence parallelism with MoE and TP)."""
+    the token dispatcher), the dense MLP input one: (k − 1)·T·h more, FP8 under a Transformer Engine FP8
+    recipe (`keeps_fp8_linear_inputs`), with T = b·s/(cp·t) tokens per GPU (Megatron requires sequence
+    parallelism with MoE and TP)."""
     if not cfg.all_moe or cfg.moe_topk <= 1:
         return 0.0
     tokens = microbatch_tokens(cfg, train) / train.tp
-    low = normalize_precision(train.precision) in LOW_PRECISION_GEMMS
-    return (cfg.moe_topk - 1) * tokens * cfg.hidden * (1 if low else storage_bytes(train.precision))
+    fp8 = keeps_fp8_linear_inputs(train)
+    return (cfg.moe_topk - 1) * tokens * cfg.hidden * (1 if fp8 else storage_bytes(train.precision))
 
 
 def layers_in_flight(cfg: ModelConfig, train: TrainConfig, stage: str = "first") -> float:

@@ -25,6 +25,7 @@ import math
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, gpu_intra_node_link, normalize_precision, peak_tflops
 from tracelog.model.collectives import link_for, node_nics, predict_collective, spans_nodes
+from tracelog.model.float8 import LOW_PRECISION_GEMMS
 from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens, stage_layers
 from tracelog.model.gemm import (
     FRAMEWORK_SHARE,
@@ -34,7 +35,7 @@ from tracelog.model.gemm import (
     _memory,
     layer_forward_ops,
 )
-from tracelog.model.memory import LOW_PRECISION_GEMMS, storage_bytes, storage_precision
+from tracelog.model.memory import storage_bytes, storage_precision
 
 DENSE_MLP_OPS = ("mlp_up", "mlp_down", "fp8_casts")
 """The dense layer's operations an MoE layer replaces (its element-wise activation is the same work:

@@ -347,7 +347,7 @@ def stage_compute(
     elif train.recompute == "selective":
         recompute = layers * sum(op.time_s for op in ops if op.name in SELECTIVE_OPS)
     elif train.recompute == "op":
-        recompute = layers * op_recompute_seconds(ops, cfg, train)
+        recompute = layers * op_recompute_seconds(ops, cfg)
     else:
         recompute = 0.0
     params = transformer_params_per_gpu(cfg, train) + embedding_params_per_gpu(cfg, train)
