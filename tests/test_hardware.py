@@ -35,6 +35,16 @@ def test_dense_peaks(gpu_id: str, precision: str, tflops: float) -> None:
     assert hardware.peak_tflops(gpu_id, precision) == pytest.approx(tflops)
 
 
+def test_the_grand_teton_h100_is_the_benchmarks_own_part() -> None:
+    # pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md: "96GB HBM2e with 2.4 TB/sec peak
+    # memory bandwidth"; an SXM H100 whose peak the page takes as the SXM's
+    teton, sxm = hardware.gpu("h100-sxm-96gb-hbm2e"), hardware.gpu("h100-sxm5-80gb")
+    assert teton.memory_mib == 96 * 1024 and teton.memory_type == "HBM2e"
+    assert teton.memory_bandwidth_gbps == 2400 < sxm.memory_bandwidth_gbps
+    assert teton.peak_tflops == sxm.peak_tflops and teton.sm_count == sxm.sm_count
+    assert "500W" in teton.source and "power" not in teton.sources  # the limit is stated, not modelled
+
+
 def test_h100_bf16_is_the_dense_989_not_the_sparse_1979() -> None:
     # FORMULAS.md: MFU divides by the dense peak; the datasheet's 1,979 assumes 2:4 sparsity.
     assert round(hardware.peak_tflops("h100-sxm5-80gb", "bf16")) == 989
