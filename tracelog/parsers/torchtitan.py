@@ -55,9 +55,10 @@ from tracelog.parsers.run_rows import RunRows, printed_number
 from tracelog.parsers.torchtitan_flavors import flavor_shape
 
 FORMAT = "torchtitan"
-VERSION = "4"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
+VERSION = "5"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
 # `step: 640/644 = 99.3789%`, and `Training completed` as the `training_done` event; "4": a step line cut inside its
-# last figure keeps its other figures
+# last figure keeps its other figures; "5": a loss of -1.0 (a rank without the last pipeline stage) is no loss, and
+# the trainer-initialized line of spring 2025 (no accumulation) is read
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
@@ -88,10 +89,12 @@ INITIALIZED_RX = re.compile(
     r"(?<![\d,])([\d,]+) tokens per train step, .*maximum context length (\d+), total steps (\d+)"
 )
 # since late 2025: `Trainer is initialized with local batch size 8, global batch size 64, gradient accumulation
-# steps 1, sequence length 2048, total steps 10 (warmup 2)`
+# steps 1, sequence length 2048, total steps 10 (warmup 2)`; from March to June 2025 (torchtitan@12983cc to the
+# gradient accumulation of #1238) without the accumulation: `... local batch size 2, global batch size 2, sequence
+# length 4096, total steps 10 (warmup 2).`, the global batch then local batch x data-parallel degree
 INITIALIZED_2025_RX = re.compile(
-    r"Trainer is initialized with local batch size (\d+), global batch size (\d+), gradient accumulation "
-    r"steps (\d+), sequence length (\d+), total steps (\d+)"
+    r"Trainer is initialized with local batch size (\d+), global batch size (\d+), (?:gradient accumulation "
+    r"steps (\d+), )?sequence length (\d+), total steps (\d+)"
 )
 STARTS_RX = re.compile(
     r"Training starts at step (\d+)(?:, with local batch size (\d+), global batch size (\d+), "
@@ -110,6 +113,10 @@ LAUNCH_RX = re.compile(
     r"(?:^|[\s/])(?:run_train\.sh|run_llama_train\.sh)(?:\s|$)|(?:^|[\s;&+])torchrun\s+(?:--|-m\s|\S+\.py\b)"
     r"|-m\s+torchtitan\.train\b"
 )
+OWN_LAUNCH_RX = re.compile(
+    r"(?:^|[\s/])(?:run_train\.sh|run_llama_train\.sh)(?:\s|$)|-m\s+torchtitan\.train\b"
+)
+"""torchtitan's launch scripts, not any torchrun: what detection may take as torchtitan's."""
 NPROC_RX = re.compile(r"--nproc[_-]per[_-]node[= ]+(\d+)(?![\w.])|(?<![\w$])NGPU=(\d+)(?![\w.])")
 FLOAT8_COMMAND_RX = re.compile(
     r"--model\.converters[= ]+[\"']?[\w.,\[\] \"']*?\bfloat8\b|--quantize\.linear\.float8\b"
@@ -149,16 +156,42 @@ CHECKPOINT_KINDS = {
     "Saving": "checkpoint_saving",
 }
 DONE_RX = re.compile(r"(?:^|INFO - |\]:)\s*Training completed\s*$")
+NO_LOSS_HERE = -1.0
+"""The loss a rank without the last pipeline stage prints: it computes none (train.py since pipeline parallelism
+came in May 2024, pytorch/torchtitan@aafe0e8, and trainer.py since: `torch.tensor([-1.0])` on a rank that is
+not the last stage), so a
+pipeline-parallel run logged from rank 0 (`LOG_RANK=0`, the default) prints `loss: -1.0000` at every step
+(pytorch/torchtitan#1232). No cross-entropy is negative: the figure is no loss."""
 METRIC_KEYS = {"tps": "tokens per second per device", "wps": "tokens per second per device", "mfu": "mfu (%)"}
+
+
+LOGGER_RX = re.compile(r"\[titan\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - [\w.]+ - [A-Z]+ - ")
+"""torchtitan's logger (torchtitan/tools/logging.py: `[titan] %(asctime)s - %(name)s - %(levelname)s - `), the
+logger's name `root` until late 2025 and the module's since (`torchtitan.trainer`, pytorch/torchtitan#4628)."""
 
 
 def detect(head: str) -> int:
     """Two metrics lines of torchtitan's shape (a step, a loss and its throughput), or one with its `[titan]`
-    logger or its memory as torchtitan prints it (`memory: 87.04GiB(93.48%)`)."""
-    steps = [line for line in head.split("\n") if STEP_RX.search(line) and ("tps:" in line or "wps:" in line)]
+    logger or its memory as torchtitan prints it (`memory: 87.04GiB(93.48%)`); else, a log cut before its
+    first step (a crash at start, a paste of the setup), two of the trainer's own lines: its logger's, or its
+    start lines that name it (the device mesh, the batch and step totals, its version), or one with its launch
+    script (`./run_train.sh`) on another line."""
+    lines = head.split("\n")
+    steps = [line for line in lines if STEP_RX.search(line) and ("tps:" in line or "wps:" in line)]
     if len(steps) >= 2 or (steps and ("[titan]" in head or MEMORY_SHARE_RX.search(steps[0]))):
         return 40
+    own = sum(1 for line in lines if LOGGER_RX.search(line) or _names_torchtitan(line))
+    if own >= 2 or (own and any(OWN_LAUNCH_RX.search(line) for line in lines)):
+        return 30  # as nanotron's logger before any step; below any parser's own lines
     return 0
+
+
+def _names_torchtitan(line: str) -> bool:
+    """A start line only torchtitan's trainer prints (`Training starts at step N` alone is anyone's)."""
+    if any(rx.search(line) for rx in (MESH_RX, OLD_MESH_RX, INITIALIZED_RX, INITIALIZED_2025_RX, VERSION_RX)):
+        return True
+    starts = STARTS_RX.search(line)
+    return starts is not None and starts.group(2) is not None
 
 
 class _Parser(RunRows):
@@ -172,11 +205,12 @@ class _Parser(RunRows):
         self.last_stamp: datetime | None = None
         self.memory_step: int | None = None
         self.memory_seen: set[int | None] = set()  # the ranks whose memory of `memory_step` was read
+        self.last_row: dict[str, Any] | None = None  # the last step's row, while the emitter holds it
 
     def new_run(self) -> None:
         if self.last_step is not None:
             self.run_key += 1
-            self.last_step, self.last_stamp = None, None
+            self.last_step, self.last_stamp, self.last_row = None, None, None
             self.memory_step, self.memory_seen = None, set()
 
     def line(self, n: int, text: str) -> None:
@@ -242,7 +276,22 @@ class _Parser(RunRows):
                 self.param(
                     n, "device_memory_mib", round(float(share.group(1)) / float(share.group(2)) * 102400)
                 )
+        loss = None if cut and cut.group(1) == "loss" else printed_number(match.group(2))
+        if loss == NO_LOSS_HERE:
+            loss = None
+            who = f"rank {rank}" if rank is not None else "the printing rank"
+            self.param(n, "loss_not_logged", f"{who} prints -1.0: it holds no last pipeline stage")
         if step == self.last_step:
+            pending = self.out.tables.get("iterations") or []
+            row = self.last_row
+            if (
+                loss is not None
+                and row is not None
+                and row["lm_loss"] is None
+                and pending
+                and pending[-1] is row
+            ):
+                row["lm_loss"] = loss  # the last stage's rank, after one that holds no loss (LOG_RANK=0,15)
             return  # the same step from another rank
         self.run(n)
         stamp = STAMP_RX.search(body)
@@ -263,7 +312,7 @@ class _Parser(RunRows):
             "run_key": self.run_key,
             "iteration": step,
             "rank": rank,
-            "lm_loss": None if cut and cut.group(1) == "loss" else printed_number(match.group(2)),
+            "lm_loss": loss,
             "grad_norm": printed_number(fields["grad_norm"][0]) if "grad_norm" in fields else None,
             "tflops_reported": printed_number(fields["tflops"][0]) if "tflops" in fields else None,
             "elapsed_s": elapsed,
@@ -271,6 +320,7 @@ class _Parser(RunRows):
             "line_no": n,
         }
         self.out.add("iterations", row)
+        self.last_row = row
         for key, name in METRIC_KEYS.items():
             if key in fields:
                 value = fields[key][0]
@@ -315,9 +365,11 @@ class _Parser(RunRows):
         elif COMPILE_RX.search(body):
             self.param(n, "torch_compile", True)
         elif match := INITIALIZED_2025_RX.search(body):
-            local, global_, accumulation, seq, steps = (int(g) for g in match.groups())
+            local, global_, seq, steps = (int(match.group(i)) for i in (1, 2, 4, 5))
             self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
-            self.param(n, "gradient_accumulation_steps", accumulation)
+            if match.group(3) is not None:
+                self.param(n, "gradient_accumulation_steps", match.group(3))
+            accumulation = int(match.group(3) or 1)  # none printed before torchtitan had any
             if (
                 local and accumulation and global_ % (local * accumulation) == 0
             ):  # global = local x dp x accum.
