@@ -57,7 +57,7 @@ from tracelog.parsers.megatron_lines import (
     per_thousand,
     timers_by_regex,
 )
-from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, memory_rows
+from tracelog.parsers.megatron_memory import MEMORY_GB_MARK, MEMORY_MARK, line_memory_rows, memory_rows
 from tracelog.parsers.megatron_runs import count_at_or_before, iteration_order, run_starts
 from tracelog.parsers.megatron_spelling import as_classic, partly_read
 from tracelog.parsers.megatron_state import ensure_run, stateful_batches
@@ -73,9 +73,10 @@ from tracelog.parsers.megatron_wrap import (
 
 FORMAT = "megatron"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "11"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
+VERSION = "12"  # "6": the 2019 colon-less keys, `cached` memory, partly read lines; "7": an MPI launch;
 # "8": Slurm's `CANCELLED AT` glued behind `[after training is done]` is a crash event; "9": folded lines;
-# "10": the `ranks_seen` run parameter; "11": a line cut inside its last figure drops that figure
+# "10": the `ranks_seen` run parameter; "11": a line cut inside its last figure drops that figure; "12": ms-swift's
+# `memory(GiB)` on the iteration line as a memory row
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -435,6 +436,8 @@ def _parse_block(
         if not extra.is_empty():
             metrics = generic_metrics(candidates, extra)
             yield Batch("iteration_metrics", [m for m in metrics if not glued_params(m, runs)])
+            if line_memory := line_memory_rows(metrics):
+                yield Batch("memory", line_memory)
             for m in metrics:
                 if (
                     m["key"].replace("_", " ") == ACTUAL_SEQLEN

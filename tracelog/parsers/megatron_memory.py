@@ -1,7 +1,9 @@
 """Megatron's memory reports as rows: `memory (MB) |` of every era (`cached` for reserved in 2019) and
-`memory (GB) |` since 2025, one row per `[Rank N]` report."""
+`memory (GB) |` since 2025, one row per `[Rank N]` report; and a fork's memory figure on the iteration line."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import polars as pl
 
@@ -54,3 +56,25 @@ def memory_rows(memory: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
     )
     rows = attach_iteration(rows, anchors)
     return rows.with_columns(pl.coalesce("_it", "iteration").alias("iteration")).drop("_it")
+
+
+LINE_MEMORY_KEY = "memory(GiB)"
+"""ms-swift's Megatron trainer (`megatron sft` / `pt` / `rlhf`) prints on each iteration line `memory(GiB):
+21.54`: `round(torch.cuda.max_memory_reserved() / 1024**3, 2)` of the rank that prints the line, the last
+(modelscope/ms-swift, swift/megatron/trainers/base.py `training_log`)."""
+
+
+def line_memory_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The peak reserved memory an iteration line prints (`LINE_MEMORY_KEY`) as a memory row of its
+    iteration, the printing rank unnamed."""
+    return [
+        {
+            "line_no": m["line_no"],
+            "run_key": m["run_key"],
+            "rank": None,
+            "iteration": m["iteration"],
+            "max_reserved_mib": m["value"] * 1024.0,
+        }
+        for m in metrics
+        if m["key"] == LINE_MEMORY_KEY and m["value"] is not None
+    ]
