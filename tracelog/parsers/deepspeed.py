@@ -72,10 +72,11 @@ from tracelog.parsers.deepspeed_timers import glued_bar, script_step, timer_line
 
 FORMAT = "deepspeed"
 # the resume state and what a parse reads: a grown log saved by an earlier version is parsed again whole
-VERSION = "11"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
+VERSION = "12"  # "6": a script's `Step N time` lines, the launcher's command, `[Summary]`;
 # "7": AMP off is no fp32; "8": the ZeRO stage (and the dtype since 0.8.1) of `Creating ... ZeRO stage N optimizer`
 # "9": the echo's body without its header line; an editor's line numbers; "10": a traceback whose header was lost;
-# "11": a step's seconds from the logger's times where nothing else gives them
+# "11": a step's seconds from the logger's times where nothing else gives them; "12": srun's label on an empty line
+# (`0:`, its blank gone in a paste) is an empty line
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -86,7 +87,7 @@ OPEN_STEPS = 4  # iterations kept open for lines of lagging ranks before they ar
 # a launcher's rank label (`[rank3]:`, `3: `), a pdsh host, or an editor's line number pasted before the
 # logger's timestamp (vim's `:set number`: `114 [2023-09-12 00:26:13,144] [INFO] ...`), which says no rank
 RANK_PREFIX_RX = re.compile(
-    r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):\s|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-)|\d{1,9}[ \t]+(?=\[\d{4}-\d\d-\d\d))"
+    r"^\s*(?:\[rank(\d+)\]:\s?|(\d+):(?:\s|$)|([A-Za-z0-9][\w.-]*):\s+(?=\[\d{4}-)|\d{1,9}[ \t]+(?=\[\d{4}-\d\d-\d\d))"
 )
 LOG_PREFIX_RX = re.compile(
     r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d{1,6})?)\d*\]\s*\[(\w+)\]\s*\[([^\]:]+):(\d+):([^\]]+)\]\s?(.*)$"
