@@ -16,8 +16,10 @@ import re
 from tracelog.parsers.prefixes import RAY_PREFIX
 
 # Lightning's TQDM bar (`Epoch 0:  3%|▎  | 9000/301500 [1:42:42<55:37:46, v_num=0, reduced_train_loss=...]`);
-# some releases draw its description as `Epoch 0: :` (NVIDIA/NeMo#7957, 2023-11).
-BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+)\s*\[([^\]]*)\]?")
+# some releases draw its description as `Epoch 0: :` (NVIDIA/NeMo#7957, 2023-11). A run of unknown length
+# (`max_steps=-1` over an iterable dataset) has no total: tqdm prints it `?` (`tqdm.format_meter`: `total_fmt`
+# of a None total), as in `614/? [23:53<00:00, v_num=, ...]` (NVIDIA/NeMo#11900, now NVIDIA-NeMo/Speech).
+BAR_RX = re.compile(r"Epoch (\d+):\s*(?::\s*)?(?:\d+%\|[^|]*\|\s*)?(\d+)/(\d+|\?)\s*\[([^\]]*)\]?")
 BAR_START = r"Epoch \d+:\s*(?::\s*)?\d+%\|"
 BAR_START_RX = re.compile(BAR_START)
 # A carriage return as a terminal copy shows it: `^M` (caret and M), with the cursor-up tqdm writes before

@@ -70,8 +70,9 @@ from tracelog.parsers.prefixes import RAY_PREFIX_RX
 from tracelog.parsers.run_rows import tqdm_seconds
 
 FORMAT = "nemo"
-VERSION = "5"  # "3": a rounded `global_step` read with the bar's count; "4": a pasted `^M` between redraws;
-# "5": the rich model summary, and its total as the parameter count where no model parallelism splits it
+VERSION = "6"  # "3": a rounded `global_step` read with the bar's count; "4": a pasted `^M` between redraws;
+# "5": the rich model summary, and its total as the parameter count where no model parallelism splits it; "6": the
+# bar of a run of unknown length (`614/?`), and a bar whose every value is blank as progress only
 # A grown log resumes after its last complete line from the state `parse` hands out (`RESUME_TABLE`);
 # the rows of these tables are written again whole at the end of every parse, so a resume replaces them.
 FINISH_TABLES = ("run_params",)
@@ -157,7 +158,7 @@ def detect(head: str) -> int:
     score = 0
     if re.search(r"Training epoch \d+, iteration \d+/\d+ \|", head):
         score += 40
-    if re.search(r"Epoch \d+:.*\d+/\d+ \[[^\]]*(?:reduced_train_loss|global_step)=", head):
+    if re.search(r"Epoch \d+:.*\d+/(?:\d+|\?) \[[^\]]*(?:reduced_train_loss|global_step)=", head):
         score += 30
     if score and "[NeMo " in head:
         score += 5
@@ -413,21 +414,22 @@ class _Parser:
             if sep:
                 fields.append((key.strip(), raw.strip()))
         step = int(match.group(2))
-        if not any(key in ITERATION_KEYS or key == "global_step" for key, _ in fields):
-            return True  # a bar drawn before any metric: progress only
+        if not any((key in ITERATION_KEYS or key == "global_step") and raw for key, raw in fields):
+            return True  # a bar drawn before any metric (or with every value blank): progress only
         rate = RATE_RX.match(match.group(4).split(", ")[1]) if ", " in match.group(4) else None
         seconds = tqdm_seconds(float(rate.group(1)), rate.group(2)) if rate else None
         if seconds is not None and "train_step_timing in s" not in dict(fields):
             # no step timing logged: the bar's own rate (tqdm's moving average) is the seconds per step
             fields.append(("train_step_timing in s", repr(round(seconds, 6))))
-        self.iteration_row(n, step, int(match.group(3)), fields, rank, bar=True)
+        total = int(match.group(3)) if match.group(3).isdigit() else None  # `?`: a run of unknown length
+        self.iteration_row(n, step, total, fields, rank, bar=True)
         return True
 
     def iteration_row(
         self,
         n: int,
         step: int,
-        total: int,
+        total: int | None,
         fields: list[tuple[str, str]],
         rank: int | None,
         bar: bool = False,
