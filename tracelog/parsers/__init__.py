@@ -14,6 +14,7 @@ from tracelog.errors import TracelogError
 from tracelog.parsers import (
     allreduce_bench,
     automodel,
+    composer,
     deepspeed,
     hf_trainer,
     megatron,
@@ -39,6 +40,7 @@ PARSERS: list[ModuleType] = [
     torchtitan,
     nanotron,
     automodel,
+    composer,
     hf_trainer,
     table,
     nccl_tests,
