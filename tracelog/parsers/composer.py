@@ -55,11 +55,11 @@ from tracelog.parsers.composer_block import (
     LR_RX,
     METRIC_NAMES,
     MFU_KEY,
-    PAIR_RX,
     Block,
     Figure,
     eval_key,
     memory_row,
+    pairs_of,
     rate_seconds,
     read_value,
 )
@@ -298,16 +298,16 @@ class _Parser(RunRows):
             self.pairs(n, body, rest, block)
 
     def pairs(self, n: int, text: str, rest: str, block: Block) -> None:
-        cut = False
-        for pair in PAIR_RX.finditer(rest):
-            value, was_cut = read_value(pair.group("value"))
+        """The figures behind a header on its own line; one cut short, or words that give none, leave the line
+        read in part."""
+        pairs, unread = pairs_of(rest)
+        for phase, key, printed in pairs:
+            value, _ = read_value(printed)
             if value is None:
-                cut = cut or was_cut
-                continue
-            block.add(
-                pair.group("phase") or "", Figure(pair.group("key"), pair.group("value"), value, n, text)
-            )
-        if cut:
+                unread += 1
+            else:
+                block.add(phase, Figure(key, printed, value, n, text))
+        if unread or not pairs:
             self.partly_read(n, text)
 
     def metric(self, n: int, text: str, match: re.Match[str], rank: int | None) -> None:
@@ -317,7 +317,7 @@ class _Parser(RunRows):
         if block is None:
             self.out.add("unparsed", {"line_no": n, "text": text})
             return
-        value, cut = read_value(match.group("value"))
+        value, cut = read_value(match.group("value").strip())
         if value is None:
             if cut:
                 self.partly_read(n, text)
@@ -325,7 +325,9 @@ class _Parser(RunRows):
                 self.out.add("unparsed", {"line_no": n, "text": text})
             return
         self.run(n)
-        block.add(match.group("phase"), Figure(match.group("key"), match.group("value"), value, n, text))
+        block.add(
+            match.group("phase"), Figure(match.group("key"), match.group("value").strip(), value, n, text)
+        )
 
     def partly_read(self, n: int, text: str) -> None:
         what = "a figure cut short (Composer prints four decimals), not kept"

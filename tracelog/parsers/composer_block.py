@@ -54,10 +54,30 @@ HEADER_RX = re.compile(
     r"(?P<value>\d+)(?:/(?P<total>\d+))?\](?P<colon>:?)(?P<rest>.*)$"
 )
 EVAL_HEADER_RX = re.compile(r"^\[Eval batch=(\d+)/(\d+)\] Eval on (\S+) data(:?)\s*$")
-LINE_RX = re.compile(r"^\s*(?P<phase>Train|Eval) (?P<key>[^\s:][^\s]*?): (?P<value>.*?)\s*$")
-# the pairs of a header's own line: `[batch=16/100]: loss/train: 2.3000`, or a paste that joined a block
-# onto its header (`[batch=1/50]:  Train loss/train/total: 1.6896  LanguageCrossEntropy: 1.6547`)
-PAIR_RX = re.compile(r"(?:(?P<phase>Train|Eval) )?(?P<key>[A-Za-z_][\w./-]*): (?P<value>\S+)")
+LINE_RX = re.compile(r"^\s*(?P<phase>Train|Eval) (?P<key>[^\s:][^\s]*?): (?P<value>.*)$")
+KEY_RX = re.compile(r"[A-Za-z_][\w./-]*")
+
+
+def pairs_of(rest: str) -> tuple[list[tuple[str, str, str]], int]:
+    """The `key: value` pairs behind a header on its own line, (phase, key, value) each, and the words that
+    are none: `[batch=16/100]: loss/train: 2.3000` (2022), or a paste that joined a block onto its header
+    (`[batch=1/50]:  Train loss/train/total: 1.6896  LanguageCrossEntropy: 1.6547`). Read word by word, in
+    time linear in the line however it is garbled."""
+    words, pairs, other, at = rest.split(), [], 0, 0
+    while at < len(words):
+        phase = ""
+        if words[at] in ("Train", "Eval") and at + 1 < len(words) and words[at + 1].endswith(":"):
+            phase, at = words[at], at + 1
+        word = words[at]
+        if word.endswith(":") and at + 1 < len(words) and KEY_RX.fullmatch(word[:-1]):
+            pairs.append((phase, word[:-1], words[at + 1]))
+            at += 2
+        else:
+            other += 1
+            at += 1
+    return pairs, other
+
+
 NUMBER_RX = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$|^[-+]?(?:nan|inf)$")
 CUT_RX = re.compile(r"^[-+]?\d+\.\d{0,3}$")
 """A float Composer did not print whole: it prints every float to four decimals, so fewer were cut off (a

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from tracelog.parsers.composer_block import EVAL_HEADER_RX, HEADER_RX, LINE_RX, PAIR_RX
+from tracelog.parsers.composer_block import EVAL_HEADER_RX, HEADER_RX, LINE_RX, pairs_of
 from tracelog.parsers.composer_config import RULE
 
 TORCHRUN_BANNER = "Setting OMP_NUM_THREADS environment variable for each process"
@@ -58,7 +58,7 @@ def detect(head: str) -> int:
         header = HEADER_RX.match(line)
         if header and header.group("colon"):
             headers += 1
-            metrics += bool(PAIR_RX.search(header.group("rest")))
+            metrics += bool(pairs_of(header.group("rest"))[0])
         elif LINE_RX.match(line) and line[:1] in "\t ":
             metrics += 1
         elif EVAL_HEADER_RX.match(line):
