@@ -16,8 +16,9 @@ in batches.
 The run's configuration is the YAML echo of llm-foundry and the `Config:` block of Composer
 (`composer_config`), and llm-foundry's start lines, printed bare until late 2023 (`Building trainer...`,
 `cfg.n_params=1.25e+08`) and since behind its logger's prefix (`2024-09-30 02:05:36,662:
-rank0[73][MainThread]: INFO: llmfoundry.command_utils.train: Building trainer...`, whose rank and level are
-read). Composer's `Using precision Precision.AMP_BF16` gives the precision; the checkpoint loads and saves
+rank0[73][MainThread]: INFO: llmfoundry.command_utils.train: Building trainer...`; a warning or an error
+behind it is an event), and the command that launched it (`composer -n 8 train.py yamls/...`, `torchrun
+... train.py ...`: `launch_command`, its processes per node and nodes). Composer's `Using precision Precision.AMP_BF16` gives the precision; the checkpoint loads and saves
 it logs are events, as are warnings, tracebacks and the launcher's `Global rank N (PID p) exited with code
 c`. llm-foundry's `Done.` after `trainer.fit()` is `training_done`.
 
@@ -31,7 +32,8 @@ block (a warning) leaves the block open.
 
 One run per launch: once a run has printed a batch, the lines a launch prints first (llm-foundry's
 `Building tokenizer...`, `Initializing model...`, `Building trainer...`, the config echo, Composer's
-`Config:` block, the launcher's `Starting distributed environment`), a batch more than one below the last
+`Config:` block, a launch command, torchrun's `Setting OMP_NUM_THREADS` banner, Composer's launcher's
+`Starting distributed environment`), a batch more than one below the last
 its rank printed, or another total start the next run (a relaunch, a resume from a checkpoint). A figure cut
 short (a float with fewer than Composer's four decimals: a log that stops mid-line) is not kept; its line is
 unparsed with an `unread_figures` event. Lines of no meaning here are `unparsed`. Memory stays at one block
