@@ -16,11 +16,11 @@ from tracelog.model.quantization import (
     tp_alignment,
     wave_quantization,
 )
+from tracelog.model.roofline import linear_layer_roofline
 from tracelog.model.timing import (
     bubble_fraction,
     dp_comm_seconds,
     dp_traffic,
-    linear_layer_roofline,
     p2p_seconds,
     predict_iteration,
     tp_async_hidden_seconds,

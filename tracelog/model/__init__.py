@@ -35,12 +35,11 @@ from tracelog.model.memory import (
     zero_state_bytes,
 )
 from tracelog.model.quantization import gemm_quantization, tile_quantization, tp_alignment, wave_quantization
+from tracelog.model.roofline import Roofline, linear_layer_roofline
 from tracelog.model.timing import (
     DEFAULT_COMPUTE_EFFICIENCY,
-    Roofline,
     TimeBreakdown,
     bubble_fraction,
-    linear_layer_roofline,
     predict_iteration,
 )
 
