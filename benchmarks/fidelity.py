@@ -44,6 +44,7 @@ import pandas as pd
 from tracelog import api
 from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.attention_backend import default_attention_backend
 from tracelog.analysis.predictions import infer
 from tracelog.analysis.what_if import configuration_defaults, what_if
 from tracelog.model.flops import ModelConfig, flops_narayanan
@@ -615,9 +616,7 @@ def _published_inputs(index: int, rec: Mapping[str, Any]) -> run_inputs.RunInput
     flash = rec.get("flash_attention")
     framework = str(config.get("framework") or "megatron")
     params["attention_backend"] = (
-        run_inputs.default_attention_backend(framework)
-        if _missing(flash)
-        else ("flash" if flash else "unfused")
+        default_attention_backend(framework) if _missing(flash) else ("flash" if flash else "unfused")
     )
     row = {"run_id": index, "framework": "megatron", **config, "sec_per_it": rec.get("sec_per_it")}
     return infer(run_inputs.build(row, params))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracelog.analysis import calibration
-from tracelog.analysis.inputs import backend_is_flash
+from tracelog.analysis.attention_backend import backend_is_flash
 from tracelog.analysis.plan_space import Constraint, Layout, layouts
 from tracelog.errors import TracelogError
 from tracelog.hardware import (

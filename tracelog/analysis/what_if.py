@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tracelog.analysis import calibration
 from tracelog.analysis import inputs as run_inputs
+from tracelog.analysis.attention_backend import backend_is_flash, default_attention_backend
 from tracelog.analysis.calibration import TEXTBOOK
 from tracelog.analysis.predictions import prediction_table, run_prediction
 from tracelog.errors import TracelogError
@@ -48,12 +49,12 @@ def what_if(
     plus `gpu_model`, `fabric` and `nics_per_node`), or for `config` alone when `run_id` is None. Nothing
     is written. With `calibrated`, the constants `tracelog calibrate` stored in `store` are used (a `compute scale`
     row says which); without, the textbook model. `attention_backend` (Megatron-LM's names, see
-    `inputs.ATTENTION_BACKENDS`) overrides how the run's attention ran; a configuration alone takes its
-    framework's default (`inputs.default_attention_backend`). `run_params` are run parameters as a log
+    `attention_backend.ATTENTION_BACKENDS`) overrides how the run's attention ran; a configuration alone takes its
+    framework's default (`attention_backend.default_attention_backend`). `run_params` are run parameters as a log
     prints them (`overlap_grad_reduce`, `overlap_param_gather`, `tp_comm_overlap`, ...: "True"/"False"),
     over the run's own."""
     if attention_backend is not None:
-        run_inputs.backend_is_flash(attention_backend)  # a name Megatron-LM knows, or an error
+        backend_is_flash(attention_backend)  # a name Megatron-LM knows, or an error
     unknown = sorted(set(config) - set(PREDICT_CONFIG_KEYS) - {"gpu_model", "fabric", "nics_per_node"})
     if unknown:
         raise TracelogError(
@@ -72,7 +73,7 @@ def what_if(
     assumed = None
     if attention_backend is None and run_id is None:
         framework = str(row.get("framework") or "megatron")
-        attention_backend = run_inputs.default_attention_backend(framework)
+        attention_backend = default_attention_backend(framework)
         assumed = f"attention not given: {attention_backend}, {framework}'s default (--attention-backend)"
     if attention_backend is not None:
         params = {k: v for k, v in params.items() if k != "use_flash_attn"}

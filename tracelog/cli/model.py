@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracelog import api
-from tracelog.analysis.inputs import ATTENTION_BACKENDS
+from tracelog.analysis.attention_backend import ATTENTION_BACKENDS
 from tracelog.cli.base import (
     Context,
     cli,
