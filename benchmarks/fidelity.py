@@ -95,7 +95,7 @@ RUN_FLAGS = (
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_fp32",
     "async_tensor_model_parallel_allreduce", "cross_entropy_loss_fusion", "use_precision_aware_optimizer",
     "model.megatron_amp_O2", "model.fp8_params", "account_for_embedding_in_pipeline_split",
-    "account_for_loss_in_pipeline_split", "overlap_moe_expert_parallel_comm", "torch_compile",
+    "account_for_loss_in_pipeline_split", "overlap_moe_expert_parallel_comm", "torch_compile", "compiled_loss",
 )  # fmt: skip
 # (NeMo 1's configuration keys as its experiment configuration prints them: `model.optim.name`, ...)
 RUN_SETTINGS = (

@@ -107,7 +107,7 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'async_tensor_model_parallel_allreduce', 'cross_entropy_loss_fusion', 'cross_entropy_fusion_impl',
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
     'json.zero_optimization.reduce_bucket_size', 'device_memory_mib', 'account_for_embedding_in_pipeline_split',
-    'account_for_loss_in_pipeline_split', 'torch_compile', 'rms_norm_eps', 'rope_theta',
+    'account_for_loss_in_pipeline_split', 'torch_compile', 'compiled_loss', 'rms_norm_eps', 'rope_theta',
     'tie_word_embeddings', {optimizer_params})
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
@@ -491,11 +491,15 @@ def async_tp_allreduce(inputs: RunInputs) -> bool:
 
 
 def cross_entropy(inputs: RunInputs) -> str:
-    """How the run's loss ran (`TrainConfig.cross_entropy`): Megatron-core's `cross_entropy_loss_fusion`
+    """How the run's loss ran (`TrainConfig.cross_entropy`): `compiled` where the run compiled PyTorch's
+    cross entropy (`compiled_loss`: torchtitan's "Compiling the loss function with torch.compile",
+    `model.torch_native`); else Megatron-core's `cross_entropy_loss_fusion`
     and `cross_entropy_fusion_impl` (`native` or `te`) as the run prints them (NeMo 1 copies its config's
     keys into Megatron-core's TransformerConfig, `build_transformer_config`); unset, Megatron-LM's default
     (`--cross-entropy-loss-fusion` off) except NeMo 2, whose `GPTConfig` turns the fusion on
     (nemo/collections/llm/gpt/model/base.py, `cross_entropy_loss_fusion: bool = True`)."""
+    if inputs.flag("compiled_loss"):
+        return "compiled"
     fused = inputs.flag("cross_entropy_loss_fusion")
     if fused is None:
         fused = inputs.framework == "nemo"

@@ -28,9 +28,14 @@ PREDICT_CONFIG_KEYS = (
 def configuration_defaults(framework: str, params: dict[str, str]) -> dict[str, str]:
     """`params` with what a configuration given without a log leaves to its framework's defaults today:
     Megatron-LM overlaps the backward pass's tensor-parallel all-reduce with the weight gradient unless
-    told `--no-async-tensor-model-parallel-allreduce` (`run_inputs.async_tp_allreduce`)."""
+    told `--no-async-tensor-model-parallel-allreduce` (`run_inputs.async_tp_allreduce`); torchtitan
+    compiles its loss whenever it compiles (`[compile] components = ["model", "loss"]` by default since
+    2025-08, and the loss with `--training.compile` since 2025-04: `model.torch_native`), unless told
+    `compiled_loss` False, as a run from before 2025-04 must be."""
     if framework == "megatron":
         return {"async_tensor_model_parallel_allreduce": "True", **params}
+    if framework == "torchtitan" and "torch_compile" in params:
+        return {"compiled_loss": params["torch_compile"], **params}
     return dict(params)
 
 

@@ -102,6 +102,12 @@ from tracelog.store.benches import is_bench_ref
     "[default: the run's log; without a run, not compiled, both trainers' default]",
 )
 @click.option(
+    "--compiled-loss/--no-compiled-loss",
+    default=None,
+    help="torchtitan: whether the loss ran under torch.compile (from 2025-04 whenever the run compiled; "
+    "since 2025-08 `--compile.components`).  [default: the run's log; without a run, as --torch-compile]",
+)
+@click.option(
     "--normalization",
     type=click.Choice(["LayerNorm", "RMSNorm"], case_sensitive=False),
     help="The blocks' norm (Megatron-LM's --normalization): an eager trainer runs RMSNorm as six kernels.  "
@@ -121,6 +127,7 @@ def predict(
     uncalibrated: bool,
     fmt: str,
     torch_compile: bool | None,
+    compiled_loss: bool | None,
     normalization: str | None,
     **config: Any,
 ) -> None:
@@ -144,6 +151,8 @@ def predict(
     """
     values = {k: v for k, v in config.items() if v is not None}
     run_params = {"torch_compile": str(torch_compile)} if torch_compile is not None else {}
+    if compiled_loss is not None:
+        run_params["compiled_loss"] = str(compiled_loss)
     if normalization is not None:
         run_params["normalization"] = normalization
     with user_errors():

@@ -15,7 +15,7 @@ Recompute = Literal["none", "selective", "full", "op"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full", "op")
 """`selective` is Megatron-LM's (the attention core), `op` torchtitan's per-operation policy
 (`model.checkpointing`)."""
-CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("unfused", "fused", "te")
+CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("unfused", "fused", "te", "compiled")
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,8 @@ class TrainConfig:
     `async_tensor_model_parallel_allreduce`, on by default since 2021-09; Transformer Engine's linear
     layers always). `cross_entropy`: how the vocabulary-parallel loss runs (`CROSS_ENTROPY_BYTES` in
     `model.gemm`): `unfused` (Megatron's `vocab_parallel_cross_entropy`), `fused`
-    (`--cross-entropy-loss-fusion`) or `te` (`--cross-entropy-fusion-impl te`). `compiled`: the
+    (`--cross-entropy-loss-fusion`), `te` (`--cross-entropy-fusion-impl te`) or `compiled` (PyTorch's
+    cross entropy under torch.compile: torchtitan's compiled loss, `model.torch_native`). `compiled`: the
     element-wise work runs in fused kernels (a framework's own, or torch.compile's); False for a PyTorch
     trainer run eagerly (`model.eager`).
     MoE (Megatron-core's names): `ep` experts' parallel size (`--expert-model-parallel-size`), `etp` their

@@ -29,6 +29,7 @@ from tracelog.model.float8 import LOW_PRECISION_GEMMS
 from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
 from tracelog.model.memory import storage_bytes, storage_precision
 from tracelog.model.quantization import gemm_quantization
+from tracelog.model.torch_native import compiled_loss_passes
 
 MATMUL_SHARE: dict[str, float] = {
     "ampere": 271.2 / 312,
@@ -453,9 +454,13 @@ logits per hidden value) the unfused loss takes 6 % of Nemotron 8B's step (NeMo 
 
 def cross_entropy_seconds(cfg: ModelConfig, train: TrainConfig, gpu: Gpu) -> tuple[float, float]:
     """Forward and backward seconds of the loss over one micro-batch's logits on the last pipeline stage,
-    bandwidth-bound (`CROSS_ENTROPY_BYTES`), on the padded vocabulary shard V/t of M = b·s/cp tokens."""
+    bandwidth-bound (`CROSS_ENTROPY_BYTES`, or a compiled PyTorch loss's passes,
+    `torch_native.compiled_loss_passes`), on the padded vocabulary shard V/t of M = b·s/cp tokens."""
     elements = microbatch_tokens(cfg, train) * vocab_shard(cfg, train)
-    forward_b, backward_b, forward_k, backward_k = CROSS_ENTROPY_BYTES[train.cross_entropy]
+    if train.cross_entropy == "compiled":  # PyTorch's, under torch.compile (`model.torch_native`)
+        forward_b, backward_b, forward_k, backward_k = compiled_loss_passes(train)
+    else:
+        forward_b, backward_b, forward_k, backward_k = CROSS_ENTROPY_BYTES[train.cross_entropy]
     forward = _memory("cross_entropy", elements * forward_b, gpu, kernels=forward_k).time_s
     backward = _memory("cross_entropy_backward", elements * backward_b, gpu, kernels=backward_k).time_s
     return forward, backward
