@@ -1,6 +1,7 @@
 """What torchtitan's log says only by name, read for the model: the shape of a flavour, FSDP as ZeRO-3, the
-activation checkpointing mode, torch.compile, and the checkpointer's saves. The samples are invented, in the
-shape of torchtitan's own lines (train.py, parallelize_llama.py, components/checkpoint.py)."""
+activation checkpointing mode, torch.compile of the blocks and of the loss, and the checkpointer's saves. The
+samples are invented, in the shape of torchtitan's own lines (train.py, parallelize_llama.py,
+components/checkpoint.py, components/loss.py), but one, published, which says where it comes from."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ SEVENTY_B = """\
 [rank0]:[titan] 2025-06-12 10:00:09,300 - root - INFO - Building llama3 70B
 [rank0]:[titan] 2025-06-12 10:00:10,100 - root - INFO - CUDA capacity: NVIDIA H100 80GB HBM3 with 79.11GiB memory
 [rank0]:[titan] 2025-06-12 10:00:10,200 - root - INFO - Model llama3 70B size: 70,553,706,496 total parameters
+[rank0]:[titan] 2025-06-12 10:00:10,250 - root - INFO - Compiling the loss function with torch.compile
 [rank0]:[titan] 2025-06-12 10:00:10,300 - root - INFO - Applied Tensor Parallelism to the model
 [rank0]:[titan] 2025-06-12 10:00:10,400 - root - INFO - Applied selective activation checkpointing to the model
 [rank0]:[titan] 2025-06-12 10:00:10,500 - root - INFO - Compiling each TransformerBlock with torch.compile
@@ -90,7 +92,7 @@ def test_a_seventy_b_run_gets_its_shape_fsdp_and_per_op_checkpointing(tmp_path: 
     assert kinds == ["checkpoint_saving", "checkpoint_saved", "timeout"]
     # the watchdog's timeout: the save names no step, so the flag names the last step logged before it
     message = api.sql(db, "SELECT message FROM flags WHERE severity = 'critical'")["message"].iloc[0]
-    assert message.endswith("The last checkpoint saved before it: iteration 20 (line 16).")
+    assert message.endswith("The last checkpoint saved before it: iteration 20 (line 17).")
 
 
 def test_ddp_full_checkpointing_and_layer_frequency_sac() -> None:
@@ -233,3 +235,68 @@ def test_the_oom_rule_holds_a_run_to_the_device_memory_the_model_takes(tmp_path:
     assert "88.0 GiB is 92% of the 96 GiB of the GPU" in flag.message
     capacity = api.sql(db, "SELECT value FROM predictions WHERE metric = 'gpu_capacity_mib'")["value"]
     assert list(capacity) == [flag.expected]
+
+
+# published, verbatim: dudeperf3ct/dudeperf3ct.github.io, content/projects/train_llm_part2.md at 2824d847 ("an
+# example log from running smoke test": torchtitan on 2 H100, a Llama 3.2 1B through its transformers backend,
+# 2026-01), as its W&B log view shows it, each line's time on a line of its own and an elision
+SMOKE_TEST = """\
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,186 - root - INFO - CUDA capacity: NVIDIA H100 80GB HBM3 with 79.18GiB memory
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,198 - root - INFO - Model transformers_modeling_backend_custom llama32_1b_tok32k size: 1,040,254,976 total parameters
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,198 - root - INFO - Compiling the loss function with torch.compile
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,214 - root - INFO - Compiling each TransformerBlock with torch.compile
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,216 - root - INFO - Applied DDP to the model
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,281 - root - INFO - Peak FLOPS used for computing MFU: 9.890e+14
+2026-01-09 19:01:15
+[titan] 2026-01-09 19:01:15,282 - root - INFO - CUDA memory usage for model: 2.07GiB(2.62%)
+...
+2026-01-09 19:02:58
+[titan] 2026-01-09 19:02:58,105 - root - INFO - step: 100  loss:  9.4939  grad_norm: 18.2500  memory: 72.82GiB(91.97%)  tps: 55,314  tflops: 412.06  mfu: 41.66%
+2026-01-09 19:03:41
+[titan] 2026-01-09 19:03:41,340 - root - INFO - [GC] Performing periodic GC collection took 0.00 seconds
+2026-01-09 19:03:42
+[titan] 2026-01-09 19:03:42,734 - root - INFO - step: 150  loss:  8.5498  grad_norm: 70.0000  memory: 72.82GiB(91.97%)  tps: 55,069  tflops: 410.23  mfu: 41.48%
+2026-01-09 19:04:26
+[titan] 2026-01-09 19:04:26,189 - root - INFO - [GC] Performing periodic GC collection took 0.00 seconds
+2026-01-09 19:04:27
+[titan] 2026-01-09 19:04:27,595 - root - INFO - step: 200  loss:  8.1258  grad_norm: 208.0000  memory: 72.82GiB(91.97%)  tps: 54,783  tflops: 408.11  mfu: 41.26%
+2026-01-09 19:05:11
+[titan] 2026-01-09 19:05:11,142 - root - INFO - [GC] Performing periodic GC collection took 0.00 seconds
+"""
+
+
+def test_a_compiled_loss_is_read_from_its_line() -> None:
+    assert torchtitan.detect(SMOKE_TEST) > 0
+    tables = rows_by_table(torchtitan.parse, SMOKE_TEST)
+    (run,) = tables["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["compiled_loss"] == "True" and params["torch_compile"] == "True"
+    assert run["zero_stage"] == 0  # `Applied DDP`
+    assert [r["iteration"] for r in tables["iterations"]] == [100, 150, 200]
+    # a log of 2024 compiled its blocks only: no loss line, no `compiled_loss`
+    (old,) = rows_by_table(torchtitan.parse, SEVENTY_B.replace("Compiling the loss", "Compiling the lost"))[
+        "runs"
+    ]
+    assert "compiled_loss" not in {p["name"] for p in old["run_params"]}
+
+
+def test_a_stored_run_with_a_compiled_loss_is_predicted_with_it(tmp_path: Path) -> None:
+    from tracelog.analysis import inputs as run_inputs
+    from tracelog.store import Store
+
+    log = tmp_path / "smoke.log"
+    log.write_text(SMOKE_TEST)
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(log)])
+    with Store(db) as store:
+        ((row, params),) = run_inputs.load_rows(store)
+    assert params["compiled_loss"] == "True"
+    train = train_of(row | {"layers": 16, "hidden": 2048, "heads": 32, "seq_len": 8192, "vocab": 32768,
+                            "gbs": 12, "mbs": 6, "dp": 2}, params)  # fmt: skip
+    assert train is not None and train.cross_entropy == "compiled"

@@ -28,7 +28,8 @@ What the model needs and the log says only by name (`model_inputs`): the shape o
 without printing its arguments (`Building llama3 8B`, `Model llama3 8B size: ...`; `torchtitan_flavors`),
 FSDP as ZeRO-3 (`Applied FSDP to the model`, or a mesh with dp_shard > 1), and activation checkpointing
 (`Applied selective activation checkpointing to the model`, `Applied FullAC ...`: recompute `op` or
-`full`); `Compiling each TransformerBlock with torch.compile` is kept as a parameter. The checkpointer's
+`full`); `Compiling each TransformerBlock with torch.compile` and `Compiling the loss function with
+torch.compile` are kept as parameters (`torch_compile`, `compiled_loss`). The checkpointer's
 saves are events (`Finished saving the checkpoint ...`: `checkpoint_saved`).
 
 A launch starts the next run once steps were read, whatever its step numbers: its command
@@ -55,10 +56,11 @@ from tracelog.parsers.run_rows import RunRows, printed_number
 from tracelog.parsers.torchtitan_flavors import flavor_shape
 
 FORMAT = "torchtitan"
-VERSION = "5"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
+VERSION = "6"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
 # `step: 640/644 = 99.3789%`, and `Training completed` as the `training_done` event; "4": a step line cut inside its
 # last figure keeps its other figures; "5": a loss of -1.0 (a rank without the last pipeline stage) is no loss, and
-# the trainer-initialized line of spring 2025 (no accumulation) is read
+# the trainer-initialized line of spring 2025 (no accumulation) is read; "6": `Compiling the loss function with
+# torch.compile` as `compiled_loss`
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
@@ -139,6 +141,9 @@ AC_RX = re.compile(r"\bApplied (\w+) activation checkpointing to the model")
 (`SelectiveAC`, `FullAC`, `MemoryBudgetAC`: distributed/activation_checkpoint.py)."""
 SHARDING_RX = re.compile(r"\bApplied (FSDP|HSDP|DDP) to the model")
 COMPILE_RX = re.compile(r"\bCompiling each TransformerBlock with torch\.compile")
+COMPILE_LOSS_RX = re.compile(r"\bCompiling the loss function with torch\.compile")
+"""components/loss.py since bbb1b616e (2025-04-02): the loss compiled with the run (`--training.compile`; since
+2025-08 `--compile.components`, which may compile it alone); before, torchtitan never compiled it."""
 LAYER_SAC_RX = re.compile(r"selective[_-]ac[_-]option[= ]+['\"]?\d")
 CHECKPOINT_RX = re.compile(
     r"\b(?:Finished (saving|staging|loading) the checkpoint|(Saving) the checkpoint)\b"
@@ -364,6 +369,8 @@ class _Parser(RunRows):
             self.param(n, "data_parallel", match.group(1))
         elif COMPILE_RX.search(body):
             self.param(n, "torch_compile", True)
+        elif COMPILE_LOSS_RX.search(body):
+            self.param(n, "compiled_loss", True)
         elif match := INITIALIZED_2025_RX.search(body):
             local, global_, seq, steps = (int(match.group(i)) for i in (1, 2, 4, 5))
             self.run(n).update(mbs=local, gbs=global_, seq_len=seq, train_iters=steps)
