@@ -208,3 +208,32 @@ def test_fsdp2_holds_unsharded_copies_and_pytorchs_loss_holds_three_logits():
     titan = activations_per_gpu(LLAMA3_8B, fsdp(recompute="full"))
     megatron = activations_per_gpu(LLAMA3_8B, fsdp(recompute="full", framework="megatron"))
     assert titan - megatron == pytest.approx(6 * logits)
+
+
+def test_under_tp_the_policy_gathers_the_attention_and_mlp_inputs_again():
+    """`_save_list` saves `reduce_scatter_tensor` and no all-gather: the backward pass gathers the two
+    sequence-parallel norms' outputs again (torchtitan's 8B on 64 H100: FSDP 8 x TP 8, local batch 12)."""
+    from dataclasses import replace
+
+    from tracelog.model.checkpointing import op_recomputed_tp_collectives
+    from tracelog.model.collectives import predict_collective
+    from tracelog.model.timing import tp_comm_seconds, tp_overlap_seconds, tp_repeated_seconds
+
+    sp = fsdp(tp=8, dp=8, gbs=96, mbs=12, sequence_parallel=True, recompute="op")
+    assert op_recomputed_tp_collectives(sp) == ("all_gather", 2)
+    # full recomputation repeats the whole forward, its collectives counted already; no TP, nothing
+    assert op_recomputed_tp_collectives(replace(sp, recompute="full"))[1] == 0
+    assert op_recomputed_tp_collectives(fsdp(recompute="op"))[1] == 0
+    # without sequence parallelism the second norm reads wo's all-reduced output, rebuilt
+    assert op_recomputed_tp_collectives(replace(sp, sequence_parallel=False)) == ("all_reduce", 1)
+    assert hardware.link(H100.intra_node_link).unidirectional_gbps == 450  # NVLink 4
+    gather = predict_collective("all_gather", 12 * 8192 * 4096 * 2, 8, 450).time_us * 1e-6
+    assert sp.microbatches == 1
+    assert tp_repeated_seconds(LLAMA3_8B, sp, H100) == pytest.approx(2 * 32 * gather)
+    without = tp_comm_seconds(LLAMA3_8B, replace(sp, recompute="none"), H100)
+    assert tp_comm_seconds(LLAMA3_8B, sp, H100) - without == pytest.approx(2 * 32 * gather)
+    # overlapped (async TP), they run under the GEMMs like the rest but end no pipelined reduce-scatter
+    ops = tuple(layer_forward_ops(LLAMA3_8B, sp, H100))
+    total, repeated = without + 2 * 32 * gather, 2 * 32 * gather
+    overlapped = tp_overlap_seconds(total, 10.0, ops, LLAMA3_8B, sp, H100, repeated)
+    assert overlapped == pytest.approx(tp_overlap_seconds(without, 10.0, ops, LLAMA3_8B, sp, H100))

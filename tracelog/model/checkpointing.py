@@ -36,6 +36,21 @@ compiled, the backward reads only the `aten.max` after it, so it is not kept (pu
 tensorwise float8 at 47.77 GiB with `aten.abs` listed and without). Not modelled: the model knows no
 torchtitan commit.
 
+**Under tensor parallelism** the policy saves `reduce_scatter_tensor` but no all-gather (`_save_list` at
+9dec370, at 820504e and e7c0cae of 2025-06, and today's distributed/activation_checkpoint.py, whose
+communication list adds `all_to_all_single` for MoE): torchtitan's plan (`apply_tp`) gathers each
+sequence-parallel norm's output before the attention and the MLP (`PrepareModuleInput`, Shard(1) to
+Replicate, a DTensor redistribute issuing `_c10d_functional.all_gather_into_tensor`), and the backward pass
+needs both gathered inputs (the recomputed wk and w3 products read them, and so do the weight gradients of
+wq, wk, wv, w1 and w3), so it gathers them again: two all-gathers of s·b·h a layer and micro-batch on top of
+the backward's own. Compiled, the partitioner honours the tag: it may not recompute a collective of its own
+accord, but "users can override this choice by using torch.utils.checkpoint()" (pytorch/pytorch#147561,
+2025-02, `force_save_collectives` leaves a collective the policy marked for recomputation). Checked with torch
+2.13 on the CPU, a Llama-shaped block under this plan and policy on a fake process group of two ranks: the
+backward runs four all-gathers and two reduce-scatters, eagerly and compiled (AOTAutograd's backward graph),
+against two and two without the policy. Without sequence parallelism (a plan torchtitan does not ship) the
+row-parallel outputs are all-reduced instead, and the one the second norm reads (wo's) is all-reduced again.
+
 Megatron-LM's selective recomputation (Korthikanti et al. 2022 §5) is the other `selective`: it recomputes
 the attention core only, which this policy saves.
 """
@@ -97,3 +112,15 @@ def op_saved_bytes_per_layer(cfg: ModelConfig, train: TrainConfig) -> float:
     if not train.compiled:
         per_token += h + (h / t if scattered else 0.0)
     return 2.0 * tokens * per_token
+
+
+def op_recomputed_tp_collectives(train: TrainConfig, mlp_tensor_parallel: bool = True) -> tuple[str, int]:
+    """The tensor-parallel collectives one layer's backward pass repeats under the policy, per micro-batch,
+    each over s·b·h activations (module docstring): the all-gathers of the attention's and the MLP's input
+    with sequence parallelism, else wo's all-reduce; the MLP's not where its experts are outside TP
+    (`mlp_tensor_parallel` False). None without TP or under another mode."""
+    if train.recompute != "op" or train.tp == 1:
+        return "all_gather", 0
+    if train.sequence_parallel:
+        return "all_gather", 2 if mlp_tensor_parallel else 1
+    return "all_reduce", 1

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link, link, peak_tflops
 from tracelog.hardware import gpu as catalog_gpu
-from tracelog.model.checkpointing import op_recompute_seconds
+from tracelog.model.checkpointing import op_recompute_seconds, op_recomputed_tp_collectives
 from tracelog.model.collectives import (
     DEFAULT_ALPHA_US,
     DEFAULT_LINK_EFFICIENCY,
@@ -110,8 +110,10 @@ def tp_comm_seconds(
 ) -> float:
     """Tensor-parallel all-reduces of one iteration on one GPU: per layer and microbatch 2 in the forward
     and 2 in the backward pass, each of s·b·h activations (Narayanan et al. 2021 §3.2; Shoeybi et al.
-    2019 Fig. 4), 2 more for the recomputed forward with full recomputation. Sequence parallelism swaps
-    each all-reduce for a reduce-scatter plus an all-gather, the same bytes on the bus (Korthikanti 2022
+    2019 Fig. 4), 2 more for the recomputed forward with full recomputation, and the collectives
+    torchtitan's per-operation policy repeats (`op_recomputed_tp_collectives`: the two all-gathers of
+    the attention's and the MLP's input with sequence parallelism). Sequence parallelism swaps each
+    all-reduce for a reduce-scatter plus an all-gather, the same bytes on the bus (Korthikanti 2022
     §4.2.2). Not overlapped with compute."""
     if train.tp == 1:
         return 0.0
@@ -123,7 +125,28 @@ def tp_comm_seconds(
         # experts outside TP: the MLP's two collectives become the token dispatcher's (`model.moe`)
         per_layer //= 2
     layers_per_stage = stage_layers(cfg.layers, train.pp, train.embedding_slots)
-    return per_layer * layers_per_stage * train.microbatches * one
+    repeated = tp_repeated_seconds(cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency, net)
+    return per_layer * layers_per_stage * train.microbatches * one + repeated
+
+
+def tp_repeated_seconds(
+    cfg: ModelConfig,
+    train: TrainConfig,
+    gpu: Gpu | str,
+    fabric: Link | str | None = None,
+    gpus_per_node: int = 8,
+    alpha_us: float = DEFAULT_ALPHA_US,
+    link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+    net: tuple[float, float] | None = None,
+) -> float:
+    """The part of `tp_comm_seconds` that torchtitan's per-operation policy adds: the collectives its
+    backward pass repeats (`op_recomputed_tp_collectives`), each costed as the forward's, on every layer
+    and micro-batch."""
+    op, count = op_recomputed_tp_collectives(train, not (cfg.all_moe and train.expert_tp == 1))
+    if not count:
+        return 0.0
+    one = _tp_collective_seconds(op, cfg, train, gpu, fabric, gpus_per_node, alpha_us, link_efficiency, net)
+    return count * one * stage_layers(cfg.layers, train.pp, train.embedding_slots) * train.microbatches
 
 
 def _tp_collective_seconds(
@@ -460,7 +483,8 @@ def predict_iteration(
         )
     tp_total = tp_comm_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
     if train.tp_comm_overlap and compute_efficiency is None:
-        tp_s = tp_overlap_seconds(tp_total, gemm_s, stage.layer_ops, cfg, train, g)
+        repeated = tp_repeated_seconds(cfg, train, g, fabric, gpus_per_node, alpha_us, link_efficiency, net)
+        tp_s = tp_overlap_seconds(tp_total, gemm_s, stage.layer_ops, cfg, train, g, repeated)
     elif train.tp_comm_overlap:
         tp_s = max(0.0, tp_total - 3 * gemm_s)
     elif compute_efficiency is None:
@@ -524,17 +548,19 @@ def tp_overlap_seconds(
     cfg: ModelConfig,
     train: TrainConfig,
     gpu: Gpu,
+    repeated_s: float = 0.0,
 ) -> float:
     """What tensor-parallel communication still costs when Transformer Engine overlaps it with the GEMMs
     (Megatron-LM `--tp-comm-overlap`, userbuffers with TE's default methods): the collectives the GEMMs
     cannot cover (`tp_total` beyond the fwd+bwd GEMM time), the last `pipeline` chunk of each forward
-    reduce-scatter (a quarter of half of each forward all-reduce's bytes), and the GEMMs that leave
-    `UB_COMM_SMS` SMs to a collective run on the rest (`UB_MARGIN_GEMMS`; the recomputed forward of
-    full recomputation too). Overlap is no free lunch: the split GEMMs and the SMs given away are what
+    reduce-scatter (a quarter of half of each forward all-reduce's bytes; `repeated_s` of `tp_total`, the
+    all-gathers torchtitan's per-operation policy repeats, `tp_repeated_seconds`, has none), and the GEMMs
+    that leave `UB_COMM_SMS` SMs to a collective run on the rest (`UB_MARGIN_GEMMS`; the recomputed
+    forward of full recomputation too). Overlap is no free lunch: the split GEMMs and the SMs given away are what
     it costs (Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition in
     Large Deep Learning Models", ASPLOS: decomposition slows the computation it overlaps)."""
     forward_share = (4 if train.recompute == "full" else 2) / (6 if train.recompute == "full" else 4)
-    last_chunks = tp_total * forward_share / 2 / UB_PIPELINE_SPLITS
+    last_chunks = (tp_total - repeated_s) * forward_share / 2 / UB_PIPELINE_SPLITS
     margin = 0.0
     if gpu.sm_count and gpu.sm_count > UB_COMM_SMS:
         per_layer = sum(op.time_s * UB_MARGIN_GEMMS.get(op.name, 0) for op in layer_ops)
