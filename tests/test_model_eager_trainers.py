@@ -132,3 +132,24 @@ def test_a_stored_torchtitan_run_that_compiled_is_predicted_compiled(tmp_path: P
     params.pop("torch_compile")
     eager = infer(run_inputs.build(row, params))
     assert eager.train is not None and not eager.train.compiled
+
+
+def test_a_composer_run_is_eager_unless_its_configuration_compiles(tmp_path: Path) -> None:
+    """Composer runs the model's operators eagerly unless `compile_config` is given (None by default), and
+    llm-foundry's MPT attention is FlashAttention-2's, as SDPA's flash backend runs it."""
+    from tests.test_parser_composer import SAMPLE
+    from tracelog.model.gemm import SDPA_FRAMEWORKS
+
+    db = tmp_path / "c.duckdb"
+    api.ingest(db, [str(SAMPLE)], complete=True)
+    with Store(db) as store:
+        rows = run_inputs.load_rows(store, "run_id = 1")
+    ((row, params),) = rows
+    assert not any(name.startswith("compile_config") for name in params)
+    eager = infer(run_inputs.build(row, params))
+    assert eager.train is not None and eager.train.framework == "composer" and not eager.train.compiled
+    assert "composer" in SDPA_FRAMEWORKS
+    compiled = infer(run_inputs.build(row, {**params, "compile_config.mode": "default"}))
+    assert compiled.train is not None and compiled.train.compiled
+    empty = infer(run_inputs.build(row, {**params, "compile_config": "None"}))
+    assert empty.train is not None and not empty.train.compiled

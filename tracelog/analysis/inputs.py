@@ -33,11 +33,26 @@ DEFAULT_PRECISION = "bf16"
 FP32_GRAD_FRAMEWORKS = {"megatron"}
 
 NO_RECOMPUTE_ASSUMED = "activation recomputation not given: none assumed"
-EAGER_FRAMEWORKS = ("torchtitan", "hf-trainer")
+EAGER_FRAMEWORKS = ("torchtitan", "hf-trainer", "composer")
 """Trainers that run a model's own PyTorch operators, each its own kernel, unless the run compiles them
 (`torch_compile`: torchtitan's `--training.compile`, the Trainer's `TrainingArguments.torch_compile`, False
-by default in both); `model.eager` counts what that moves. The others fuse them (Megatron-core, Transformer
+by default in both; Composer's `Trainer(compile_config=...)`, None by default, llm-foundry's
+`compile_config` key, `compiles`); `model.eager` counts what that moves. The others fuse them (Megatron-core, Transformer
 Engine, nanotron's Triton and flash-attn kernels)."""
+
+
+def compiles(inputs: RunInputs) -> bool:
+    """Whether the run's operators are compiled (see EAGER_FRAMEWORKS): a framework that fuses them, a
+    `torch_compile` flag, or a Composer configuration that names a `compile_config` (kept by the
+    configuration echo under its own name, or its keys under `compile_config.`)."""
+    if inputs.framework not in EAGER_FRAMEWORKS or inputs.flag("torch_compile"):
+        return True
+    return inputs.framework == "composer" and any(
+        (name == "compile_config" and (value or "").strip() not in ("", "None", "null", "{}"))
+        or name.startswith("compile_config.")
+        for name, value in inputs.run_params.items()
+    )
+
 
 FIGURES_SQL = """
 -- the log's own FLOPs per iteration, line by line: reported TFLOP/s per GPU × seconds per iteration
@@ -447,7 +462,7 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             embedding_slots=embedding_slots(row, inputs),
             async_tp_allreduce=async_tp_allreduce(inputs),
             cross_entropy=cross_entropy(inputs),
-            compiled=inputs.framework not in EAGER_FRAMEWORKS or bool(inputs.flag("torch_compile")),
+            compiled=compiles(inputs),
             **moe_layout(row, inputs.run_params),
         )
         train.microbatches  # noqa: B018 (raises when GBS is not a multiple of DP·MBS)

@@ -118,12 +118,14 @@ went from 1 to 2.25 PFLOP/s, and the backward pass on shared-memory traffic (Zad
 Liu, Thakkar and Dao 2026, "FlashAttention-4", arXiv 2603.05451, and the authors' Together AI blog post).
 Other architectures use `DEFAULT_FLASH_SHARE`."""
 
-SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel")
+SDPA_FRAMEWORKS = ("torchtitan", "nanotron", "hf-trainer", "nemo-automodel", "composer")
 """Trainers whose attention never materialises the s x s scores: torchtitan's models call PyTorch's
 `scaled_dot_product_attention` (a flash or memory-efficient kernel) or FlexAttention; nanotron's Llama
 calls `flash_attn_varlen_func` (nanotron/models/llama.py, `CoreAttention`); the Hugging Face models load
 with `attn_implementation="sdpa"` wherever a model supports it (transformers since 4.36), NeMo Automodel's
-too (or Transformer Engine's fused attention, its `model.backend.attn: te`). Their attention runs the
+too (or Transformer Engine's fused attention, its `model.backend.attn: te`); llm-foundry's MPT under
+Composer calls flash-attn's `flash_attn_varlen_func` (`attn_impl: flash`, llmfoundry/models/layers/
+attention.py) or SDPA (`attn_impl: torch`). Their attention runs the
 FlashAttention-2 kernels, not Transformer Engine's cuDNN ones (`SDPA_FLASH_SHARE`)."""
 
 SDPA_FLASH_SHARE: dict[str, float] = {"hopper": benchmark_share(329.483, (318 + 322) / 2, H100_PEAK_TFLOPS)}
