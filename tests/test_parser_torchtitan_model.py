@@ -300,3 +300,15 @@ def test_a_stored_run_with_a_compiled_loss_is_predicted_with_it(tmp_path: Path) 
     train = train_of(row | {"layers": 16, "hidden": 2048, "heads": 32, "seq_len": 8192, "vocab": 32768,
                             "gbs": 12, "mbs": 6, "dp": 2}, params)  # fmt: skip
     assert train is not None and train.cross_entropy == "compiled"
+
+
+def test_a_context_length_of_zero_is_no_sequence_and_no_error() -> None:
+    """A start line whose context length reads 0 (a mangled log: fuzzing found it) says nothing of the
+    sequence or the batch, where the tokens per step were divided by it."""
+    zero = SEVENTY_B.replace("maximum context length 8192", "maximum context length 0")
+    assert zero != SEVENTY_B
+    (run,) = rows_by_table(torchtitan.parse, zero)["runs"]
+    (whole,) = rows_by_table(torchtitan.parse, SEVENTY_B)["runs"]
+    assert run["train_iters"] == whole["train_iters"] == 1000
+    assert whole["seq_len"] == 8192 and whole["gbs"] == 524_288 // 8192
+    assert "gbs" not in run and run.get("seq_len") != 0

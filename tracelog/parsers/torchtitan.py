@@ -384,9 +384,11 @@ class _Parser(RunRows):
         elif match := INITIALIZED_RX.search(body):
             tokens, context, steps = (int(g.replace(",", "")) for g in match.groups())
             run = self.run(n)
-            run.update(seq_len=context, train_iters=steps)
-            if tokens % context == 0:
-                run["gbs"] = tokens // context
+            run["train_iters"] = steps
+            if context:  # a context length of 0 says nothing of the sequence (and would divide by it)
+                run["seq_len"] = context
+                if tokens % context == 0:
+                    run["gbs"] = tokens // context
             if (per_rank := PER_RANK_RX.search(body)) and context:
                 rank_tokens, accumulation = int(per_rank.group(1).replace(",", "")), int(per_rank.group(2))
                 if accumulation and rank_tokens % (context * accumulation) == 0:
