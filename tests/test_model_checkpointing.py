@@ -137,15 +137,15 @@ def test_a_run_given_op_is_predicted_with_it():
 
 def test_torchtitan_rows_are_scored_on_a_line_of_their_own():
     """benchmarks/torchtitan_runs.toml: 28 published torchtitan rows, out of the other medians. The model
-    is too fast on every one (median 29.9 %: the bound is that figure) but orders each group's rows as
-    measured (rho >= 0.8 in all six groups of three or more)."""
+    is too fast on every one (median 22.9 % now, 29.9 % when the rows were added: the bound is that figure)
+    but orders each group's rows as measured (rho >= 0.8 in all six groups of three or more)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fidelity
 
     rows, _ = fidelity.load_rows(None, heldout_path=None, moe_path=None)
     result = fidelity.score(rows)
     titan = result["time"]["torchtitan"]
-    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.30
+    assert titan["n"] == 28 and titan["median_abs_error"] <= 0.24
     assert result["time"]["published"]["n"] == 24  # the published line is unchanged by them
     assert all(r["error"] < 0 for r in result["torchtitan"]["rows"])
     groups = result["torchtitan"]["groups"]
