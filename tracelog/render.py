@@ -100,44 +100,40 @@ HEADER_LINE = 10
 """The width a header's words fill before they wrap (`sec per it` on one line, `sec per it` / `predicted`)."""
 
 
-def column_width(frame: Rows, column: str, numeric: bool) -> int:
+def column_width(frame: Rows, column: str, numeric: bool) -> tuple[int, int]:
     """The characters a column takes in a table that fits: its widest cell, or its header's longest word
     and at least HEADER_LINE of it (a header wraps between words); a text column folds past
-    FOLDED_TEXT_WIDTH."""
+    FOLDED_TEXT_WIDTH. And its widest cell, what a folded column may grow to."""
     label = _header(column)
     header = max([min(len(label), HEADER_LINE), *(len(word) for word in label.split())])
-    need = max([header, *(len(_cell(v)) for v in frame.column(column))])
-    return need if numeric else min(need, max(FOLDED_TEXT_WIDTH, header))
+    widest = max((len(_cell(v)) for v in frame.column(column)), default=0)
+    need = max(header, widest)
+    return (need if numeric else min(need, max(FOLDED_TEXT_WIDTH, header))), widest
 
 
-def drawn_widths(frame: Rows, width: int) -> dict[str, int]:
-    """Each column's width in a table of `width` characters: as `column_width` counts it, and the room the
-    table leaves then given to the text columns folded at FOLDED_TEXT_WIDTH, first column first, up to
-    their widest cell (a `show` summary's name on one line where the terminal has room for it)."""
-    widths = {c: column_width(frame, c, n) for c, n in zip(frame.columns, frame.numeric, strict=True)}
-    spare = width - 1 - sum(w + 3 for w in widths.values())
-    for column, numeric in zip(frame.columns, frame.numeric, strict=True):
-        if numeric or spare <= 0:
-            continue
-        widest = max((len(_cell(v)) for v in frame.column(column)), default=0)
-        grow = min(max(0, widest - widths[column]), spare)
-        widths[column] += grow
-        spare -= grow
-    return widths
-
-
-def fit_columns(frame: Rows, width: int) -> tuple[Rows, list[str]]:
-    """The leading columns whose cells fit in `width` characters of rich table, and the names left out.
-    Commands list their most useful columns first, so the right of a wide table goes."""
+def fit_columns(frame: Rows, width: int) -> tuple[Rows, list[str], dict[str, int]]:
+    """The leading columns whose cells fit in `width` characters of rich table, the names left out, and
+    each kept column's width: as `column_width` counts it, and the room the table leaves then given to the
+    folded text columns, first column first, up to their widest cell (a `show` summary's name on one line
+    where the terminal has room for it). Commands list their most useful columns first, so the right of a
+    wide table goes."""
     used = 1  # the left border
-    kept: list[str] = []
+    widths: dict[str, int] = {}
+    folded: dict[str, int] = {}  # text columns and their widest cell
     for column, numeric in zip(frame.columns, frame.numeric, strict=True):
-        need = column_width(frame, column, numeric)
-        if kept and used + need + 3 > width:
+        need, widest = column_width(frame, column, numeric)
+        if widths and used + need + 3 > width:
             break
         used += need + 3  # padding either side and the column's border
-        kept.append(column)
-    return frame.select(kept), [c for c in frame.columns if c not in kept]
+        widths[column] = need
+        if not numeric:
+            folded[column] = widest
+    spare = width - used
+    for column, widest in folded.items():
+        grow = min(max(0, widest - widths[column]), max(0, spare))
+        widths[column] += grow
+        spare -= grow
+    return frame.select(list(widths)), [c for c in frame.columns if c not in widths], widths
 
 
 def render(
@@ -176,15 +172,15 @@ def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
     rows = max(10, console.size.height - 8) if console.is_terminal else SCREEN_ROWS
     fits = console.is_terminal or bool(os.environ.get("COLUMNS"))
     hidden: list[str] = []
+    widths: dict[str, int] = {}
     shown = as_rows(frame.head(rows))
     if fits:
-        shown, hidden = fit_columns(shown, console.width)
+        # the widths `fit_columns` counted are drawn as the most: rich would otherwise share the room out
+        # anew and fold a short name or figure (`live.lo` / `g`) to widen a header
+        shown, hidden, widths = fit_columns(shown, console.width)
     else:
         console = _Console(markup=False, emoji=False, highlight=False, width=100_000)
     table = Table(title=title, show_lines=False, header_style="bold")
-    # the widths `fit_columns` counted, as the most: rich would otherwise share the room out anew and fold
-    # a short name or figure (`live.lo` / `g`) to widen a header
-    widths = drawn_widths(shown, console.width) if fits else {}
     for column, numeric in zip(shown.columns, shown.numeric, strict=True):
         label = _header(column) if fits else str(column)
         table.add_column(
