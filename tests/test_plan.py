@@ -372,3 +372,21 @@ def test_a_layout_the_allocator_cache_fills_shows_what_must_fit() -> None:
     headroom = (80 - full.need_gib).min()
     assert f"{len(full)} shown at the whole device" in notes
     assert f"the smallest headroom shown: {headroom:.1f} GiB" in notes
+
+
+def test_the_cache_note_holds_layouts_to_the_usable_memory() -> None:
+    """With a usable share below the whole device, the reserve fills that share (`capacity_bytes`): the
+    layouts it caps are noted and their headroom counted against it, not against the device."""
+    from tracelog.analysis.plan import plan_layouts
+    from tracelog.model.flops import ModelConfig
+
+    shape = ModelConfig(layers=72, hidden=14336, heads=64, seq_len=2048, vocab=250880)
+    frame = plan_layouts(
+        shape, 384, "a100-sxm4-80gb", 2048, zero_stage=1, flash_attention=False, usable_fraction=0.9, top=None
+    )
+    usable = 0.9 * 80
+    capped = frame[frame.mem_gib >= usable * 0.995]
+    assert not capped.empty and (frame.mem_gib <= usable + 1e-9).all()
+    notes = " ".join(frame.attrs["notes"])
+    assert f"{len(capped)} shown at the 72.0 GiB usable (90% of 80 GiB)" in notes
+    assert f"the smallest headroom shown: {(usable - capped.need_gib).min():.1f} GiB" in notes

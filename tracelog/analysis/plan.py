@@ -68,7 +68,8 @@ FEASIBLE_COLUMNS = [
     "dp_link",
 ]
 FULL_DEVICE_SHARE = 0.995
-"""A mem_share from which the caching allocator's reserve has filled the device (`model.memory.allocator_reserve`)."""
+"""A share of the usable memory from which the caching allocator's reserve has filled it
+(`model.memory.allocator_reserve`)."""
 REJECTION_ORDER = ("memory", "constraint", "rule")
 """How `include_rejected` lists the rejected layouts: the nearest to fitting first."""
 
@@ -312,12 +313,15 @@ def plan_layouts(
         + (f" (x the calibrated compute scale {compute_scale:.3g})" if compute_scale != 1.0 else "")
         + (f", interleaved schedule with {vp} chunks per stage where allowed" if vp and vp > 1 else "")
     )
-    full = shown[shown["mem_share"] >= FULL_DEVICE_SHARE]
+    # the reserve yields to the memory a layout may fill (`MemoryOptions.capacity_bytes`), the device's
+    # usable share, so that is what a capped total reaches
+    full = shown[shown["mem_gib"] * 2**30 >= usable_bytes * FULL_DEVICE_SHARE]
     if not full.empty:
+        room = "the whole device" if usable_fraction == 1 else f"the {usable_text}"
         notes.append(
-            f"{len(full)} shown at the whole device in mem_gib: PyTorch's allocator would cache the room "
+            f"{len(full)} shown at {room} in mem_gib: PyTorch's allocator would cache the room "
             "they leave, and yields it before out-of-memory; need_gib is what must fit "
-            f"(the smallest headroom shown: {(g.memory_bytes / 2**30 - full['need_gib']).min():.1f} GiB)"
+            f"(the smallest headroom shown: {(usable_bytes / 2**30 - full['need_gib']).min():.1f} GiB)"
         )
     if hosts > 1:
         notes.append(domain_note(g, host_gpus))
