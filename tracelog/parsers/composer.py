@@ -82,12 +82,12 @@ from tracelog.parsers.composer_lines import (
     PRECISIONS,
     START_RX,
     TIME_UNITS,
-    TORCHRUN_BANNER,
     TORCHRUN_RX,
 )
 from tracelog.parsers.composer_lines import detect as detect
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.nanotron import world_size
+from tracelog.parsers.prefixes import TORCHRUN_BANNER
 from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "composer"

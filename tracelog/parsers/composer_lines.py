@@ -13,7 +13,6 @@ import re
 from tracelog.parsers.composer_block import EVAL_HEADER_RX, HEADER_RX, LINE_RX, pairs_of
 from tracelog.parsers.composer_config import RULE
 
-TORCHRUN_BANNER = "Setting OMP_NUM_THREADS environment variable for each process"
 TORCHRUN_RX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
 LOGGER_RX = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): rank(\d+)\[\d+\]\[[^\]]*\]: "

@@ -57,6 +57,7 @@ from tracelog.parsers.hf_trainer_dict import (
     steps_per_epoch,
 )
 from tracelog.parsers.hf_trainer_shape import block_line, block_start, shape_from_arguments
+from tracelog.parsers.prefixes import TORCHRUN_BANNER
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
@@ -67,7 +68,7 @@ FRAMEWORK = "hf-trainer"
 
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
 RESUMED_RX = re.compile(r"\bContinuing training from global step \d+")
-RELAUNCH_MARK = "Setting OMP_NUM_THREADS environment variable for each process"
+RELAUNCH_MARK = TORCHRUN_BANNER
 # LLaMA-Factory's word that the model recomputes its activations (model/model_utils/checkpointing.py)
 GRADIENT_CHECKPOINTING_RX = re.compile(r"\bGradient checkpointing enabled\b")
 RUNNING_RX = re.compile(r"\*{5} Running (training|Evaluation|Prediction) \*{5}")

@@ -12,6 +12,10 @@ RAY_PREFIX_RX = re.compile(r"^\s*" + RAY_PREFIX)
 starts with it, so a reader may take it off before anything else (a `host: ` prefix it may not: YAML's
 `devices: 8` looks the same)."""
 
+TORCHRUN_BANNER = "Setting OMP_NUM_THREADS environment variable for each process"
+"""What torchrun prints once per node as it starts its processes (torch.distributed.run): a launch begins,
+so the parsers of trainers it starts (torchtitan, the Hugging Face Trainer, Composer) take it for a new run."""
+
 # Launcher prefixes fabric benchmarks and job logs pick up: Open MPI's `[1,0]<stdout>:`, a timestamp (ISO,
 # with its zone: `[2025-11-20T14:55:23+08:00]`), pdsh's `host: `, NeMo-Run's task and rank (`retraining/0 `),
 # Ray's worker (`(head, rank=0, pid=3808) `, as SkyPilot runs a job).

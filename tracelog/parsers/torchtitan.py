@@ -52,6 +52,7 @@ from typing import Any
 
 from tracelog.parsers.base import PARTLY_READ_EVENT, Batch, Emitter, LineSource, drive, guarded
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
+from tracelog.parsers.prefixes import TORCHRUN_BANNER
 from tracelog.parsers.run_rows import RunRows, printed_number
 from tracelog.parsers.torchtitan_flavors import flavor_shape
 
@@ -125,7 +126,6 @@ FLOAT8_COMMAND_RX = re.compile(
     r"|--float8\.enable_float8_linear\b"
 )
 FLOAT8_RX = re.compile(r"\bFloat8 training active\b|\bSwapped to Float8Linear layers\b")
-TORCHRUN_BANNER = "Setting OMP_NUM_THREADS environment variable for each process"
 VERSION_RX = re.compile(r"\btorchtitan version: (\S+)")
 BUILDING_RX = re.compile(r"(?:^|INFO - |\]:)\s*Building [\w.-]+ ")  # the model, its tokenizer, its logger
 MODEL_BUILT_RX = re.compile(r"\bBuilding ([\w.-]+ [\w.-]+)(?: with | on meta device|\s*$)")
