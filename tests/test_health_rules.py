@@ -529,3 +529,45 @@ def test_a_save_and_an_exception_read_the_last_iteration_line_of_the_grown_log(t
     assert [(f["severity"], f["row_ref"], f["message"]) for f in grown] == [
         (f["severity"], f["row_ref"], f["message"]) for f in whole
     ]
+
+
+# NCCL's warning where no verbs library loads, verbatim from pytorch/torchtitan#4628 (September 2026) without
+# its `[rank0]:` prefix; the run it came from went on to train.
+IBV_WARN = (
+    "[2026-09-11 23:05:42] devvm7508:2914395:2914395 [0] misc/ibvwrap.cc:185 (wrap_ibv_alloc_pd) "
+    "NCCL WARN lib wrapper not initialized."
+)
+
+
+def test_nccl_warnings_a_run_trained_on_after_are_information_not_error_lines(tmp_path: Path) -> None:
+    """A healthy run whose ranks each printed NCCL's warning between its steps (the log invented around the
+    published line): one info flag naming the first, not a warning about error lines."""
+    steps = write_log(tmp_path / "steps.log", [{} for _ in range(20)]).read_text().splitlines()
+    warned = [IBV_WARN.replace("[0]", f"[{rank}]") for rank in range(4)]
+    path = tmp_path / "run.log"
+    path.write_text("\n".join([*steps[:3], *warned, *steps[3:]]) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(path)])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["rule"], flag["severity"], flag["row_ref"]) == ("training_health", "info", "line 4")
+    assert flag["message"].startswith("4 NCCL warning line(s) (4 distinct) before the last step")
+    assert "lib wrapper not initialized" in flag["message"] and "error line" not in flag["message"]
+
+
+def test_an_nccl_warning_after_the_last_step_or_saying_it_died_is_still_an_error_line(tmp_path: Path) -> None:
+    """The same warning as the log's last line is what a dying communicator prints (a warning); one that
+    says a collective timed out stays an error line with steps after it (invented line), worded as a
+    failure training went on from."""
+    db = ingest_with_tail(tmp_path, [IBV_WARN])
+    (flag,) = tracelog.api.flags(db).to_dict("records")
+    assert (flag["severity"], flag["row_ref"]) == ("warning", "line 21")
+    assert flag["message"].startswith("1 error line(s) in the log")
+
+    steps = write_log(tmp_path / "steps.log", [{} for _ in range(20)]).read_text().splitlines()
+    timed_out = "node7:1:2 [3] NCCL WARN NET/IB : req 0/1 tag 7 peer 10.0.0.2 collective timed out"
+    path = tmp_path / "timeout.log"
+    path.write_text("\n".join([*steps[:10], timed_out, *steps[10:]]) + "\n")
+    api.ingest(tmp_path / "o.duckdb", [str(path)])
+    (flag,) = tracelog.api.flags(tmp_path / "o.duckdb").to_dict("records")
+    assert flag["message"].startswith("1 error line(s) in the log; the last: node7:1:2 [3] NCCL WARN")
+    assert "training went on after it" in flag["message"]

@@ -230,6 +230,8 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             FROM events e LEFT JOIN last_step s USING (run_id) LEFT JOIN last_traceback b USING (run_id)
             WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.run_id IS NOT NULL
               AND e.kind IN ('error', 'oom', 'crash', 'nccl_warn', 'timeout')
+              -- NCCL's warnings in a run that trained on after them are diagnostics (`nccl_warnings`)
+              AND NOT (e.kind = 'nccl_warn' AND e.line_no < coalesce(s.stepped, 0) AND NOT ({FATAL_SQL}))
         )
         SELECT run_id, arg_max(text, line_no), max(line_no), count(*),
                -- an error line glued to the end of the last step's line (a progress bar that did not end
@@ -285,6 +287,44 @@ def ended_in_error(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
             )
         )
     return flags
+
+
+def nccl_warnings(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
+    """NCCL's `WARN` lines in a run that went on training after them, none saying it died (`FATAL_SQL`):
+    information, not error lines. NCCL warns of what it falls back from and goes on (`lib wrapper not
+    initialized` where no verbs library loads, a path it cannot resolve in sysfs), so a healthy run can
+    print one on every rank; counted as errors they raised a warning on runs that were fine. One after
+    the last step, or in a run with no step, is still an error line (`ended_in_error`): it is what a
+    dying communicator prints."""
+    scope = run_ranges.prepare(store, scope)
+    rows = store.con.execute(
+        f"""
+        WITH last_step AS (
+            SELECT run_id, last_line AS stepped FROM {run_ranges.PARTS} WHERE {scope.runs} AND part = 'all'
+        )
+        SELECT e.run_id, count(*), arg_min(e.text, e.line_no), min(e.line_no), count(DISTINCT e.text)
+        FROM events e JOIN last_step s USING (run_id)
+        WHERE {scope.runs.replace("run_id", "e.run_id")} AND e.kind = 'nccl_warn'
+          AND e.line_no < s.stepped AND NOT ({FATAL_SQL})
+        GROUP BY e.run_id
+        """
+    ).fetchall()
+    return [
+        _flag(
+            "training_health",
+            "info",
+            run_id,
+            f"{count} NCCL warning line(s) ({distinct} distinct) before the last step, and the run trained on"
+            f" after them; the first: {_sentence(text)}",
+            "NCCL warns of what it falls back from (a verbs library it could not load, a network it skipped):"
+            " check that the transport and bandwidth it settled on are the ones the job expects "
+            "(NCCL_DEBUG=INFO prints its choice, and the job's bandwidth flags compare them).",
+            row_ref=f"line {line}",
+            measured=float(count),
+            expected=0.0,
+        )
+        for run_id, count, text, line, distinct in rows
+    ]
 
 
 # Megatron's mark that its training loop returned (`print_datetime('after training is done')`): a job that
@@ -569,6 +609,7 @@ RULES = (
     sec_per_it_drift,
     straggler_steps,
     ended_in_error,
+    nccl_warnings,
 )
 
 
