@@ -308,9 +308,13 @@ def test_a_2023_llama_fine_tune_through_hugging_face() -> None:
         "bf16",
     )
     assert (run["zero_stage"], run["recompute"], run["params"]) == (3, "none", 6_740_000_000)
-    assert "layers" not in run  # the checkpoint's name says no shape here
+    # the checkpoint's name gives its shape (parsers.checkpoints): Llama 2 7B, untied, 32 KV heads
+    shape = ("layers", "hidden", "heads", "query_groups", "ffn_hidden", "vocab", "swiglu")
+    assert tuple(run[k] for k in shape) == (32, 4096, 32, 32, 11008, 32000, True)
     params = {p["name"]: p["value"] for p in run["run_params"]}
     assert params["model.pretrained_model_name_or_path"] == "meta-llama/Llama-2-7b-hf"
+    assert params["shape_from"].startswith("checkpoint meta-llama/Llama-2-7b-hf")
+    assert params["untie_embeddings_and_output_weights"] == "True"
     assert params["model.max_seq_len"] == "${max_seq_len}"
     (memory, _) = rows["memory"]
     assert (memory["allocated_mib"], memory["reserved_mib"]) == pytest.approx(

@@ -38,11 +38,14 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.checkpoints import fill_run
 from tracelog.parsers.event_words import EVENT_WORDS_RX, kind_of
 from tracelog.parsers.run_rows import RunRows, printed_number
 
 FORMAT = "nemo_automodel"
-VERSION = "2"  # "2": the step scheduler, LR scheduler and optimizer blocks
+VERSION = (
+    "3"  # "2": the step scheduler, LR scheduler and optimizer blocks; "3": the shape of the checkpoint named
+)
 
 PREFIX_RX = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| (DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [^|]*\| "
@@ -307,6 +310,7 @@ class _Parser(RunRows):
                     run.setdefault("gpus", ranks * tp * pp)
             if run.get("gpus") and not run.get("dp") and run["gpus"] % (tp * pp * cp) == 0:
                 run["dp"] = run["gpus"] // (tp * pp * cp)  # `dp_size: none`: what the other dimensions leave
+            fill_run(run, ("model.pretrained_model_name_or_path", "model_name"))  # it prints no shape
             self.out.add("runs", run)
 
 

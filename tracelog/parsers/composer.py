@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tracelog.parsers.base import PARTLY_READ_EVENT, Batch, Emitter, LineSource, drive, guarded
+from tracelog.parsers.checkpoints import fill_run
 from tracelog.parsers.composer_block import (
     COLUMN_KEYS,
     EVAL_HEADER_RX,
@@ -91,7 +92,7 @@ from tracelog.parsers.prefixes import TORCHRUN_BANNER
 from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "composer"
-VERSION = "1"
+VERSION = "2"  # "2": a Hugging Face model named by its checkpoint gets its shape (parsers.checkpoints)
 
 
 class _Parser(RunRows):
@@ -469,6 +470,7 @@ class _Parser(RunRows):
             if "gpus" not in columns and note.get("world"):
                 columns["gpus"] = note["world"]  # the samples per second over those per device
             run.update(columns)
+            fill_run(run, ("model.pretrained_model_name_or_path",))  # a Hugging Face model (`hf_causal_lm`)
             if (backend := attention_backend(config)) is not None:  # the name the model reads
                 said = next(
                     p["line_no"] for p in run["run_params"] if p["name"] == "model.attn_config.attn_impl"

@@ -1,0 +1,116 @@
+"""Shapes of published checkpoints looked up by the name a log gives (`parsers.checkpoints`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tracelog import api
+from tracelog.model.flops import ModelConfig, params_from_config
+from tracelog.parsers.checkpoints import FAMILIES, Checkpoint, checkpoint, fill_run
+
+from .conftest import SAMPLES
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "hidden", "groups"),
+    [
+        ("meta-llama/Llama-2-7b-hf", 32, 4096, 32),
+        ("meta-llama/Llama-2-70b-chat-hf", 80, 8192, 8),
+        ("/checkpoints/hf/Meta-Llama-3-8B-Instruct/", 32, 4096, 8),
+        ("meta-llama/Llama-3.1-405B", 126, 16384, 8),
+        ("meta-llama/Llama-3.3-70B-Instruct", 80, 8192, 8),
+        ("'meta-llama/Llama-3.2-3B'", 28, 3072, 8),
+        ("mistralai/Mistral-7B-Instruct-v0.2", 32, 4096, 8),
+        ("Qwen/Qwen2.5-0.5B-Instruct", 24, 896, 2),
+        ("Qwen/Qwen2-72B", 80, 8192, 8),
+        ("Qwen/Qwen3-4B", 36, 2560, 8),
+    ],
+)
+def test_a_checkpoint_is_known_by_its_id_or_folder_whatever_its_variant(
+    name: str, layers: int, hidden: int, groups: int
+) -> None:
+    found = checkpoint(name)
+    assert found is not None and (found.layers, found.hidden, found.query_groups) == (layers, hidden, groups)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "meta-llama/Llama-2-34b-hf",  # never released: no size of its family
+        "mistralai/Mistral-7B-v0.3",  # a larger vocabulary the table does not hold
+        "Qwen/Qwen2.5-Coder-7B",
+        "codellama/CodeLlama-7b-hf",
+        "gpt2",
+        "",
+    ],
+)
+def test_a_name_the_table_does_not_hold_gives_no_shape(name: str) -> None:
+    assert checkpoint(name) is None
+
+
+def _count(found: Checkpoint) -> int:
+    config = ModelConfig(
+        layers=found.layers,
+        hidden=found.hidden,
+        heads=found.heads,
+        seq_len=4096,
+        vocab=found.vocab,
+        ffn_hidden=found.ffn_hidden,
+        query_groups=found.query_groups,
+        kv_channels=found.kv_channels,
+        swiglu=True,
+        tied_embeddings=found.tied is not False,
+        learned_positions=False,
+        bias=False,
+        rms_norm=True,
+    )
+    return params_from_config(config)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "size", "found"),
+    [(pattern.pattern, size, found) for pattern, sizes in FAMILIES for size, found in sizes.items()],
+)
+def test_every_shape_counts_the_size_its_name_gives(pattern: str, size: str, found: Checkpoint) -> None:
+    """A mistyped width or depth moves the count far off the size in the checkpoint's name: every row
+    counts within 10 % of it (Llama 2 7B counts 6.74 B, Qwen2.5 7B 7.62 B), or a quarter of a billion
+    below 4 B (Llama 3.2 1B counts 1.24 B)."""
+    billions = float(size)
+    assert _count(found) / 1e9 == pytest.approx(billions, abs=max(0.1 * billions, 0.25))
+
+
+def test_the_log_keeps_what_it_stated_and_the_checkpoint_fills_the_rest() -> None:
+    said = [{"name": "model_name", "value": "meta-llama/Llama-3.2-1B", "line_no": 12}]
+    stated = {"run_params": list(said), "vocab": 128258, "seq_len": 2048}
+    fill_run(stated, ("model.pretrained_model_name_or_path", "model_name"))
+    assert (stated["layers"], stated["hidden"], stated["vocab"], stated["seq_len"]) == (
+        16,
+        2048,
+        128258,
+        2048,
+    )
+    params = {p["name"]: (p["value"], p["line_no"]) for p in stated["run_params"]}
+    assert params["untie_embeddings_and_output_weights"] == ("False", 12)
+    assert "kv_channels" not in params
+    shaped = {"run_params": [{"name": "model_name", "value": "Qwen/Qwen3-8B", "line_no": 3}], "hidden": 1024}
+    fill_run(shaped, ("model_name",))
+    assert "layers" not in shaped and len(shaped["run_params"]) == 1  # the log's own shape wins whole
+
+
+def test_the_automodel_sample_is_priced_by_its_checkpoints_shape(tmp_path: Path) -> None:
+    """The invented NeMo Automodel sample names `meta-llama/Llama-3.2-1B` and prints no shape; its run now
+    gets one, and the shape's parameter count is the one the log prints (`Trainable parameters`)."""
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(SAMPLES / "nemo_automodel_llama3_2_1b_sft_h100.log")])
+    (run,) = api.runs(db).to_dict("records")
+    assert (run["layers"], run["hidden"], run["heads"], run["vocab"]) == (16, 2048, 32, 128256)
+    assert run["sec_per_it_predicted"] > 0
+    found = checkpoint("meta-llama/Llama-3.2-1B")
+    assert found is not None and _count(found) == run["params"] == 1_235_814_400
+    assert re.search(
+        r"Trainable parameters: +1,235,814,400",
+        (SAMPLES / "nemo_automodel_llama3_2_1b_sft_h100.log").read_text(),
+    )
