@@ -6,8 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tracelog import api
+from tracelog.cli import cli
 from tracelog.model.flops import ModelConfig, params_from_config
 from tracelog.parsers.checkpoints import FAMILIES, Checkpoint, checkpoint, fill_run
 
@@ -114,3 +116,28 @@ def test_the_automodel_sample_is_priced_by_its_checkpoints_shape(tmp_path: Path)
         r"Trainable parameters: +1,235,814,400",
         (SAMPLES / "nemo_automodel_llama3_2_1b_sft_h100.log").read_text(),
     )
+
+
+def test_set_model_gives_a_run_its_checkpoints_shape_and_prices_it_again(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(SAMPLES / "nemo_automodel_llama3_2_1b_sft_h100.log")])
+    before = api.runs(db).sec_per_it_predicted.iloc[0]
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", str(db), "set", "1", "--model", "Qwen/Qwen2.5-7B-Instruct"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("run 1: updated;")
+    (run,) = api.runs(db).to_dict("records")
+    assert (run["layers"], run["hidden"], run["heads"], run["vocab"]) == (28, 3584, 28, 152064)
+    assert run["sec_per_it_predicted"] > 4 * before  # 7.6 B parameters where there were 1.2 B
+    params = dict(api.sql(db, "SELECT name, value FROM run_params WHERE run_id = 1").values.tolist())
+    assert params["shape_from"] == "checkpoint Qwen/Qwen2.5-7B-Instruct (tracelog set)"
+    assert params["untie_embeddings_and_output_weights"] == "True"  # Llama 3.2 1B's tied, replaced
+
+    unknown = runner.invoke(cli, ["--db", str(db), "set", "1", "--model", "acme/SuperLM-9B"])
+    assert unknown.exit_code == 1
+    assert (
+        "no published checkpoint known by the name 'acme/SuperLM-9B'; tracelog knows Llama 2"
+        in unknown.output
+    )
+    bench = runner.invoke(cli, ["--db", str(db), "set", "bench:1", "--model", "meta-llama/Llama-2-7b-hf"])
+    assert bench.exit_code == 1 and "a bench trains nothing" in bench.output

@@ -29,6 +29,7 @@ from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult
 from tracelog.intake import FollowRound, IngestFailure, RunState, follow, ingest
 from tracelog.locations import DATA_PATH_ENVVAR, config_folder, data_path
+from tracelog.parsers import checkpoints
 from tracelog.queries import (
     Db,
     benches,
@@ -251,7 +252,7 @@ def set_hardware(
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         raise TracelogError(
-            "nothing to set: give --gpu, --fabric, --nodes, --gpus-per-node or --nics-per-node"
+            "nothing to set: give --gpu, --fabric, --nodes, --gpus-per-node, --nics-per-node or --model"
         )
     if bench_lookup.is_bench_ref(ref):
         bench_id = bench_lookup.resolve_bench(store, ref)
@@ -260,6 +261,25 @@ def set_hardware(
         return bench_id, bench_lookup.flag_count(store, bench_id)
     run_id = run_lookup.resolve_run(store, ref)
     _set_run(store, run_id, values)
+    refresher.refresh(store, [run_id], [])
+    return run_id, len(flag_list.flags(store, run_ids=[run_id]))
+
+
+def set_model(db: Db, ref: str | int, checkpoint: str) -> tuple[int, int]:
+    """Say which published checkpoint a run trained, where its log printed no shape (or the wrong one): the
+    run takes the checkpoint's shape (`parsers.checkpoints`) and its predictions and flags are recomputed.
+    Returns its id and its number of flags."""
+    found = checkpoints.checkpoint(checkpoint)
+    if found is None:
+        raise TracelogError(
+            f"no published checkpoint known by the name {checkpoint!r}; tracelog knows {checkpoints.KNOWN} "
+            "(a Hugging Face id or a folder of that name)"
+        )
+    store = connect(db)
+    run_id = run_lookup.resolve_run(store, ref)
+    params = checkpoints.shape_params(found, checkpoint)
+    params["shape_from"] = f"checkpoint {checkpoint.strip()} (tracelog set)"
+    run_lookup.set_shape(store, run_id, checkpoints.shape_columns(found), params)
     refresher.refresh(store, [run_id], [])
     return run_id, len(flag_list.flags(store, run_ids=[run_id]))
 

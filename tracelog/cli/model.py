@@ -18,6 +18,7 @@ from tracelog.cli.base import (
     uncalibrated_option,
     user_errors,
 )
+from tracelog.errors import TracelogError
 from tracelog.render import render
 from tracelog.store.benches import is_bench_ref
 
@@ -233,6 +234,13 @@ LINK_COLUMNS = ("id", "name", "kind", "scope", "unidirectional_gbps", "bidirecti
     type=click.IntRange(min=1),
     help="NICs per node: a fabric given per port (opa-100, roce-200g) counts this many per node.",
 )
+@click.option(
+    "--model",
+    "checkpoint",
+    metavar="CHECKPOINT",
+    help="The published checkpoint a run trained (meta-llama/Llama-3.1-8B): its shape, for a log that "
+    "prints none.",
+)
 @pass_ctx
 def set_(
     obj: Context,
@@ -242,26 +250,26 @@ def set_(
     nodes: int | None,
     gpus_per_node: int | None,
     nics_per_node: int | None,
+    checkpoint: str | None,
 ) -> None:
-    """Say what a run (or a bench, as bench:ID) ran on after ingest; its predictions and flags are
-    recomputed.
+    """Say what a run (or a bench, as bench:ID) ran on, or which checkpoint a run trained, after ingest;
+    its predictions and flags are recomputed.
 
     \b
     Example:
         tracelog set 176b-tp4 --gpu a100-sxm4-80gb --nodes 48 --gpus-per-node 8
         tracelog set bench:3 --fabric ib-hdr-x8 --nodes 2 --gpus-per-node 8
         tracelog set bench:4 --fabric opa-100 --nics-per-node 4
+        tracelog set sft-run --model Qwen/Qwen2.5-7B-Instruct --gpu h100-sxm5-80gb
     """
+    hardware = {"gpu": gpu, "fabric": fabric, "nodes": nodes, "gpus_per_node": gpus_per_node}
     with user_errors():
-        subject_id, count = api.set_hardware(
-            obj.store(),
-            run,
-            gpu=gpu,
-            fabric=fabric,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            nics_per_node=nics_per_node,
-        )
+        if checkpoint is not None and is_bench_ref(run):
+            raise TracelogError("--model names what a run trained; a bench trains nothing")
+        if checkpoint is not None:
+            subject_id, count = api.set_model(obj.store(), run, checkpoint)
+        if checkpoint is None or any(v is not None for v in (*hardware.values(), nics_per_node)):
+            subject_id, count = api.set_hardware(obj.store(), run, nics_per_node=nics_per_node, **hardware)
     flags = f"{count} flag{'s' * (count != 1)}"
     if is_bench_ref(run):
         click.echo(f"bench {subject_id}: updated; {flags} (see tracelog show bench:{subject_id})")

@@ -104,6 +104,12 @@ FAMILIES: tuple[tuple[re.Pattern[str], dict[str, Checkpoint]], ...] = (
     ),
 )
 
+KNOWN = (
+    "Llama 2 (7B, 13B, 70B), Llama 3, 3.1 and 3.3 (8B, 70B, 405B), Llama 3.2 (1B, 3B), Mistral 7B (v0.1, "
+    "v0.2), Qwen2 and Qwen2.5 (0.5B to 72B), Qwen3 (0.6B to 32B)"
+)
+"""The families and sizes of the table, as an error names them."""
+
 
 def checkpoint(name: str) -> Checkpoint | None:
     """The shape of the checkpoint `name` names (a Hugging Face id or a local folder), None for one the

@@ -298,6 +298,18 @@ def rename(store: Store, run_id: int, name: str) -> None:
 
 
 @lake.retried
+def set_shape(store: Store, run_id: int, columns: dict[str, object], params: dict[str, str]) -> None:
+    """The user's word on what a run trained (`tracelog set --model`): its shape columns, and the run
+    parameters that say what its blocks are built of, each replacing what the log printed under that name."""
+    with store.transaction():
+        sets = ", ".join(f'"{k}" = ?' for k in columns)
+        store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*columns.values(), run_id])
+        for name, value in params.items():
+            store.con.execute("DELETE FROM run_params WHERE run_id = ? AND name = ?", [run_id, name])
+            store.con.execute("INSERT INTO run_params VALUES (?, ?, ?, NULL)", [run_id, name, value])
+
+
+@lake.retried
 def set_columns(store: Store, run_id: int, values: dict[str, object]) -> None:
     """Set hardware columns of a run (gpu_model, fabric, nodes, GPUs and NICs per node); the GPU count follows
     from nodes × GPUs per node where the log did not state it."""
