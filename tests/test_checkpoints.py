@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -141,3 +143,53 @@ def test_set_model_gives_a_run_its_checkpoints_shape_and_prices_it_again(tmp_pat
     )
     bench = runner.invoke(cli, ["--db", str(db), "set", "bench:1", "--model", "meta-llama/Llama-2-7b-hf"])
     assert bench.exit_code == 1 and "a bench trains nothing" in bench.output
+
+
+def _seconds(frame: pd.DataFrame) -> float:
+    return float(frame.set_index("metric").loc["sec_per_it", "value"])
+
+
+def test_predict_model_is_the_checkpoints_shape_and_an_option_still_wins() -> None:
+    layout = {"gpu": "h100-sxm5-80gb", "seq_len": 4096, "gbs": 64, "mbs": 2, "dp": 8, "zero_stage": 3}
+    named = api.predict(None, checkpoint="mistralai/Mistral-7B-v0.1", **layout)
+    spelt = api.predict(
+        None,
+        **layout,
+        **{"layers": 32, "hidden": 4096, "heads": 32, "query_groups": 8, "ffn_hidden": 14336},
+        **{"vocab": 32000, "swiglu": True},
+        run_params={
+            "position_embedding_type": "rope",
+            "normalization": "RMSNorm",
+            "add_bias_linear": "False",
+            "untie_embeddings_and_output_weights": "True",
+        },
+    )
+    assert _seconds(named) == pytest.approx(_seconds(spelt), rel=1e-12)
+    shallower = api.predict(None, checkpoint="mistralai/Mistral-7B-v0.1", layers=16, **layout)
+    assert _seconds(shallower) < 0.6 * _seconds(named)
+
+
+def test_plan_model_plans_the_checkpoints_shape(tmp_path: Path) -> None:
+    args = ["--gpus", "64", "--gpu", "h100-sxm5-80gb", "--seq", "4096", "--gbs", "256", "--top", "3"]
+    runner = CliRunner()
+    db = ["--db", str(tmp_path / "none.duckdb")]
+    named = runner.invoke(
+        cli, [*db, "plan", *args, "--model", "meta-llama/Meta-Llama-3-8B", "--format", "json"]
+    )
+    assert named.exit_code == 0, named.output
+    expected = api.plan(
+        None,
+        api.PlanRequest(
+            gpus=64, gpu="h100-sxm5-80gb", seq_len=4096, gbs=256, top=3, layers=32, hidden=4096, heads=32,
+            query_groups=8, ffn_hidden=14336, vocab=128256, swiglu=True, dropout=False,
+            tied_embeddings=False, llama_block=True,
+        ),
+    )  # fmt: skip
+    rows = json.loads(named.stdout)  # the notes go to stderr
+    assert [r["pred_sec_per_it"] for r in rows] == pytest.approx(expected.pred_sec_per_it.tolist())
+    assert [[r["dp"], r["tp"], r["pp"], r["mbs"]] for r in rows] == expected[
+        ["dp", "tp", "pp", "mbs"]
+    ].values.tolist()
+
+    neither = runner.invoke(cli, [*db, "plan", *args])
+    assert neither.exit_code == 1 and "give the model: --model CHECKPOINT, or --layers" in neither.output

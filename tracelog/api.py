@@ -143,6 +143,7 @@ def predict(
     attention_backend: str | None = None,
     calibrated: bool = True,
     run_params: dict[str, str] | None = None,
+    checkpoint: str | None = None,
     **config: object,
 ) -> pd.DataFrame:
     """What the model predicts, with its parts (time, throughput, memory, FLOPs) and what it had to
@@ -154,7 +155,12 @@ def predict(
     arguments say it, a configuration alone takes its framework's default, flash for Megatron-LM).
     The constants `calibrate` stored are used unless `calibrated` is False (the textbook model). Without
     a run, `db` is only read for those constants, and only when given. `run_params` are run parameters
-    as a log prints them (`torch_compile`, `overlap_grad_reduce`, ...: "True"/"False"), over the run's."""
+    as a log prints them (`torch_compile`, `overlap_grad_reduce`, ...: "True"/"False"), over the run's.
+    `checkpoint` names a published checkpoint whose shape stands where the keywords give none."""
+    if checkpoint is not None:
+        found = _checkpoint(checkpoint)
+        config = {**checkpoints.shape_columns(found), **config}
+        run_params = {**checkpoints.shape_params(found, checkpoint), **(run_params or {})}
     if run is not None:
         store: Store | None = connect(db)
     else:
@@ -265,16 +271,33 @@ def set_hardware(
     return run_id, len(flag_list.flags(store, run_ids=[run_id]))
 
 
+def _checkpoint(name: str) -> checkpoints.Checkpoint:
+    found = checkpoints.checkpoint(name)
+    if found is None:
+        raise TracelogError(
+            f"no published checkpoint known by the name {name!r}; tracelog knows {checkpoints.KNOWN} "
+            "(a Hugging Face id or a folder of that name)"
+        )
+    return found
+
+
+def checkpoint_shape(name: str) -> dict[str, object]:
+    """A published checkpoint's shape as `PlanRequest` fields (an unknown name is an error)."""
+    found = _checkpoint(name)
+    columns = checkpoints.shape_columns(found)
+    return {
+        **{k: v for k, v in columns.items() if k in PlanRequest.__dataclass_fields__},
+        "kv_channels": found.kv_channels,
+        "tied_embeddings": found.tied is not False,
+        "llama_block": True,
+    }
+
+
 def set_model(db: Db, ref: str | int, checkpoint: str) -> tuple[int, int]:
     """Say which published checkpoint a run trained, where its log printed no shape (or the wrong one): the
     run takes the checkpoint's shape (`parsers.checkpoints`) and its predictions and flags are recomputed.
     Returns its id and its number of flags."""
-    found = checkpoints.checkpoint(checkpoint)
-    if found is None:
-        raise TracelogError(
-            f"no published checkpoint known by the name {checkpoint!r}; tracelog knows {checkpoints.KNOWN} "
-            "(a Hugging Face id or a folder of that name)"
-        )
+    found = _checkpoint(checkpoint)
     store = connect(db)
     run_id = run_lookup.resolve_run(store, ref)
     params = checkpoints.shape_params(found, checkpoint)

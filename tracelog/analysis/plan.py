@@ -451,6 +451,9 @@ class PlanRequest:
     constraints: tuple[str, ...] = ()
     top: int | None = 20
     include_rejected: bool = False
+    kv_channels: int | None = None
+    tied_embeddings: bool = True
+    llama_block: bool = False  # RMSNorm, rotary positions, no biases (Llama and its kin), else GPT's
 
 
 def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
@@ -466,6 +469,11 @@ def plan(request: PlanRequest, store: Store | None = None) -> pd.DataFrame:
         query_groups=request.query_groups,
         swiglu=request.swiglu,
         dropout=request.dropout,
+        kv_channels=request.kv_channels,
+        tied_embeddings=request.tied_embeddings,
+        rms_norm=request.llama_block,
+        bias=not request.llama_block,
+        learned_positions=not request.llama_block,
     )
     frame = plan_layouts(
         cfg,

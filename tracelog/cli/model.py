@@ -33,6 +33,12 @@ from tracelog.store.benches import is_bench_ref
     help="Flat share of the dense peak for all FLOPs, instead of each operation timed at its own "
     "(its GEMM shape, the GPU and precision, memory-bound parts from HBM bandwidth).",
 )
+@click.option(
+    "--model",
+    "checkpoint",
+    metavar="CHECKPOINT",
+    help="A published checkpoint (meta-llama/Llama-3.1-8B) whose shape stands where the options give none.",
+)
 @click.option("--layers", type=click.IntRange(min=1))
 @click.option("--hidden", type=click.IntRange(min=1))
 @click.option("--heads", type=click.IntRange(min=1))
@@ -149,6 +155,8 @@ def predict(
         tracelog predict --gpu h100-sxm5-80gb --framework torchtitan --layers 32 --hidden 4096 --heads 32 \\
             --query-groups 8 --ffn-hidden 14336 --swiglu --seq 8192 --vocab 128256 --gbs 16 --mbs 2 \\
             --dp 8 --zero 3 --recompute op --torch-compile
+        tracelog predict --gpu h100-sxm5-80gb --model Qwen/Qwen2.5-7B --seq 4096 --gbs 64 --mbs 2 --dp 8 \\
+            --zero 3 --framework hf-trainer
     """
     values = {k: v for k, v in config.items() if v is not None}
     run_params = {"torch_compile": str(torch_compile)} if torch_compile is not None else {}
@@ -280,20 +288,26 @@ def set_(
 @cli.command()
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs in the job.")
 @click.option("--gpu", required=True, help="GPU model, a hardware catalog id such as a100-sxm4-80gb.")
-@click.option("--layers", type=click.IntRange(min=1), required=True, help="Transformer layers.")
-@click.option("--hidden", type=click.IntRange(min=1), required=True, help="Hidden size.")
-@click.option("--heads", type=click.IntRange(min=1), required=True, help="Attention heads.")
+@click.option(
+    "--model",
+    "checkpoint",
+    metavar="CHECKPOINT",
+    help="A published checkpoint (meta-llama/Llama-3.1-70B) whose shape to plan, instead of the shape's options.",
+)
+@click.option("--layers", type=click.IntRange(min=1), help="Transformer layers.")
+@click.option("--hidden", type=click.IntRange(min=1), help="Hidden size.")
+@click.option("--heads", type=click.IntRange(min=1), help="Attention heads.")
 @click.option("--seq", "seq_len", type=click.IntRange(min=1), required=True, help="Sequence length.")
-@click.option("--vocab", type=click.IntRange(min=1), required=True, help="Vocabulary size (padded).")
+@click.option("--vocab", type=click.IntRange(min=1), help="Vocabulary size (padded).")
 @click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size in samples.")
 @click.option("--ffn-hidden", type=click.IntRange(min=1), help="MLP width.  [default: 4 x hidden]")
 @click.option("--query-groups", type=click.IntRange(min=1), help="GQA key/value groups.  [default: heads]")
 @click.option("--swiglu", is_flag=True, help="SwiGLU MLP (three GEMMs).")
 @click.option(
     "--dropout/--no-dropout",
-    default=True,
-    show_default=True,
-    help="Dropout above zero (Megatron-LM's default 0.1), whose masks stay for the backward pass.",
+    default=None,
+    help="Dropout above zero (Megatron-LM's default 0.1), whose masks stay for the backward pass.  "
+    "[default: on; off with --model, whose recipes train without]",
 )
 @click.option(
     "--attention-backend",
@@ -350,8 +364,20 @@ def plan(obj: Context, fmt: str, constraints: tuple[str, ...], uncalibrated: boo
         tracelog plan --gpus 384 --gpu a100-sxm4-80gb --layers 72 --hidden 14336 --heads 64 \\
             --seq 2048 --vocab 250880 --gbs 2048 --zero 1 --attention-backend unfused \\
             --fabric opa-100 --nics-per-node 4 --constraint 'mbs >= 2' --top 10
+        tracelog plan --gpus 512 --gpu h100-sxm5-80gb --model meta-llama/Llama-3.1-70B --seq 8192 \\
+            --gbs 1024 --distributed-optimizer --recompute selective
     """
     with user_errors():
+        checkpoint = request.pop("checkpoint")
+        if checkpoint is not None:
+            shape = api.checkpoint_shape(checkpoint)
+            request.update({k: v for k, v in shape.items() if request.get(k) in (None, False)})
+        elif not all(request.get(k) for k in ("layers", "hidden", "heads", "vocab")):
+            raise TracelogError(
+                "give the model: --model CHECKPOINT, or --layers, --hidden, --heads and --vocab"
+            )
+        if request["dropout"] is None:
+            request["dropout"] = checkpoint is None
         db = obj.store(read_only=True) if obj.exists() else None
         if uncalibrated:
             request["compute_scale"] = 1.0
