@@ -100,7 +100,8 @@ RUN_FLAGS = (
 # (NeMo 1's configuration keys as its experiment configuration prints them: `model.optim.name`, ...)
 RUN_SETTINGS = (
     "cross_entropy_fusion_impl", "nccl_version", "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype",
-    "model.optim.name", "model.optim.dtype", "moe_token_dispatcher_type",
+    "model.optim.name", "model.optim.dtype", "moe_token_dispatcher_type", "attention_kernel",
+    "model.attn_config.attn_impl", "fsdp_config.mixed_precision",
 )  # fmt: skip
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 

@@ -34,7 +34,24 @@ def test_layout_is_consistent(run):
     assert run["tp"] * run["pp"] * run["dp"] * run.get("cp", 1) == run["gpus"]
     assert run["gbs"] % (run["dp"] * run["mbs"]) == 0
     assert run["hidden"] % run["heads"] == 0
-    assert run["zero_stage"] in (0, 1, 2, 3) and run["framework"] == "hf-trainer"
+    assert run["zero_stage"] in (0, 1, 2, 3)
+    assert run["framework"] == ("composer" if run["id"].startswith("foundry-") else "hf-trainer")
+
+
+@pytest.mark.parametrize("run", FOUNDRY, ids=lambda r: r["id"])
+def test_mpt_rows_carry_the_mixed_precision_and_attention_their_sources_name(run):
+    """The table's MP Mode column is the run's `fsdp_config.mixed_precision` (Composer's DEFAULT reduces the
+    gradients in fp32); the attention implementation is the one the benchmark script ran (`--attn_impl`)."""
+    mode = run["source"].split(" | ")[15]
+    assert mode in ("DEFAULT", "PURE") and run["fsdp_config.mixed_precision"] == mode
+    impl = run["model.attn_config.attn_impl"]
+    assert f"'--attn_impl {impl}'" in run["source"] and f"attn_impl '{impl}'" in run["note"]
+
+
+@pytest.mark.parametrize("run", FLASH, ids=lambda r: r["id"])
+def test_flash_attention_rows_ran_flashattention_1(run):
+    """The FlashAttention repository's training table predates FlashAttention-2 (4a6eaa9f, 2022-11-29)."""
+    assert run["attention_kernel"] == "flash-attn-1" and "2022-11-29" in run["note"]
 
 
 @pytest.mark.parametrize("run", FOUNDRY, ids=lambda r: r["id"])

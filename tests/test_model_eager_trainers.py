@@ -153,3 +153,24 @@ def test_a_composer_run_is_eager_unless_its_configuration_compiles(tmp_path: Pat
     assert compiled.train is not None and compiled.train.compiled
     empty = infer(run_inputs.build(row, {**params, "compile_config": "None"}))
     assert empty.train is not None and not empty.train.compiled
+
+
+def test_composers_mixed_precision_mode_sets_the_reduction_dtype(tmp_path: Path) -> None:
+    """composer/trainer/mosaic_fsdp_utils.py `get_mixed_precision` (v0.16.4, v0.17.2): DEFAULT (also an
+    `fsdp_config` without the key) reduces in fp32, PURE in the training precision; DDP reduces nothing
+    through FSDP."""
+    from tests.test_parser_composer import SAMPLE
+
+    db = tmp_path / "c.duckdb"
+    api.ingest(db, [str(SAMPLE)], complete=True)
+    with Store(db) as store:
+        ((row, params),) = run_inputs.load_rows(store, "run_id = 1")
+    assert params["fsdp_config.mixed_precision"] == "PURE"
+    for mode, fp32 in (("PURE", False), ("DEFAULT", True), ("FULL", True)):
+        run = infer(run_inputs.build(row, {**params, "fsdp_config.mixed_precision": mode}))
+        assert run.train is not None and run.train.fp32_reduce is fp32, mode
+    unset = {k: v for k, v in params.items() if k != "fsdp_config.mixed_precision"}
+    run = infer(run_inputs.build(row, unset))
+    assert run.train is not None and run.train.fp32_reduce
+    named = infer(run_inputs.build(row, {**unset, "fsdp_config.mixed_precision.reduce_dtype": "bf16"}))
+    assert named.train is not None and not named.train.fp32_reduce

@@ -263,3 +263,22 @@ def test_deepspeed_zero_2_and_3_communicate_every_micro_batch() -> None:
     assert overlapped.dp_comm_total_s == pytest.approx(seconds[2])
     assert overlapped.dp_comm_s < overlapped.dp_comm_total_s
     assert overlapped.dp_comm_s >= 8 * one[2].last_reduce_s
+
+
+def test_composers_fsdp_gathers_and_reduces_every_micro_batch_and_default_reduces_in_fp32() -> None:
+    """Composer leaves FSDP syncing gradients on every micro-batch (`no_sync` is for DDP only), and FSDP then
+    frees the gathered parameters after each backward, SHARD_GRAD_OP's too; its DDP reduces once. Composer's
+    mixed precision DEFAULT reduce-scatters in fp32 (`reduce_dtype` float32) and gathers bf16 parameters."""
+    layout = {"gbs": 512, "mbs": 1, "dp": 64, "framework": "composer"}  # 8 micro-batches
+    fabric = ("a100-sxm4-80gb", "ib-hdr-x8")
+    for stage in (2, 3):
+        train = TrainConfig(**layout, zero_stage=stage)  # type: ignore[arg-type]
+        one = dp_traffic(BLOOM, train, *fabric)
+        assert dp_comm_seconds(BLOOM, train, *fabric) == pytest.approx(8 * one.total_s)
+    ddp = TrainConfig(**layout, zero_stage=0)  # type: ignore[arg-type]
+    assert dp_comm_seconds(BLOOM, ddp, *fabric) == pytest.approx(dp_traffic(BLOOM, ddp, *fabric).total_s)
+    pure = dp_traffic(BLOOM, TrainConfig(**layout, zero_stage=3), *fabric)  # type: ignore[arg-type]
+    default = dp_traffic(BLOOM, TrainConfig(**layout, zero_stage=3, fp32_reduce=True), *fabric)  # type: ignore[arg-type]
+    assert default.gather_s == pytest.approx(pure.gather_s)
+    # twice the bytes, the same collectives' fixed latency
+    assert 1.5 < default.reduce_s / pure.reduce_s < 2.0

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import SAMPLES, source_of
 from tracelog import api, parsers
+from tracelog.analysis.attention_backend import flash_attention
 from tracelog.parsers import nemo
 from tracelog.store import Store
 
@@ -267,9 +268,9 @@ def test_a_nemo_run_is_modelled_with_fused_attention(tmp_path) -> None:
     with Store(db) as store:
         (nemo_run,) = run_inputs.load(store)
         assert nemo_run.framework == "nemo" and "transformer_impl" not in nemo_run.run_params
-        assert run_inputs.flash_attention(nemo_run)
+        assert flash_attention(nemo_run.framework, nemo_run.run_params)
         old = dataclasses.replace(nemo_run, framework="megatron")
-        assert not run_inputs.flash_attention(old)
+        assert not flash_attention(old.framework, old.run_params)
 
 
 def test_peak_memory_in_bytes_on_the_printer_line_is_a_memory_row() -> None:

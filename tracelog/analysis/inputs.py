@@ -14,12 +14,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from tracelog import hardware
+from tracelog.analysis.attention_backend import attention_kernel, flash_attention
 from tracelog.analysis.moe_inputs import MOE_PARAMS, moe_layout, moe_shape
 from tracelog.analysis.optimizer_state import OPTIMIZER_PARAMS, adam_state_bytes, shards_optimizer_state
 from tracelog.errors import TracelogError
 from tracelog.hardware import Gpu, Link
 from tracelog.model.flops import RECOMPUTE_MODES, ModelConfig, Recompute, TrainConfig
-from tracelog.model.gemm import SDPA_FRAMEWORKS
 from tracelog.store import Store
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -123,7 +123,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'reduce_bucket_size', 'zero_config', 'json.zero_optimization.overlap_comm',
     'json.zero_optimization.reduce_bucket_size', 'device_memory_mib', 'account_for_embedding_in_pipeline_split',
     'account_for_loss_in_pipeline_split', 'torch_compile', 'compiled_loss', 'rms_norm_eps', 'rope_theta',
-    'tie_word_embeddings', {optimizer_params})
+    'tie_word_embeddings', 'attention_kernel', 'model.attn_config.attn_impl', 'fsdp_config.mixed_precision',
+    'fsdp_config.mixed_precision.reduce_dtype', {optimizer_params})
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
 """.replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS + MOE_PARAMS))
@@ -209,6 +210,21 @@ def fp16_grad_buffer(inputs: RunInputs) -> bool:
     if inputs.precision == "fp16":
         return not (accumulate or in_fp32)
     return accumulate is False or in_fp32 is False
+
+
+def fsdp_reduces_in_fp32(inputs: RunInputs, zero_stage: int | None) -> bool:
+    """Whether Composer's FSDP reduce-scatters the 16-bit gradients in fp32: its mixed-precision mode
+    `DEFAULT` (the mode an `fsdp_config` without `mixed_precision` gets) keeps `param_dtype` at the training
+    precision and sets `reduce_dtype = torch.float32`; `PURE` reduces in the training precision, `FULL`
+    runs everything in fp32 (composer/trainer/mosaic_fsdp_utils.py `get_mixed_precision`, v0.16.4 and
+    v0.17.2, the releases llm-foundry 0.3 and 0.4 pinned); a dictionary names `reduce_dtype` itself."""
+    if inputs.framework != "composer" or not zero_stage:
+        return False
+    params = inputs.run_params
+    given = params.get("fsdp_config.mixed_precision.reduce_dtype")
+    if given is not None:
+        return given.strip().lower() in ("fp32", "float32", "torch.float32", "float")
+    return (params.get("fsdp_config.mixed_precision") or "DEFAULT").strip().upper() in ("DEFAULT", "FULL")
 
 
 def _int(value: Any) -> int | None:
@@ -447,8 +463,10 @@ def _train_config(row: dict[str, Any], inputs: RunInputs) -> TrainConfig | None:
             distributed_optimizer=sharded,
             fp32_grads=fp32_grads,
             fp32_grad_buffer=fp32_buffer,
+            fp32_reduce=fsdp_reduces_in_fp32(inputs, zero_stage),
             adam_state_bytes=adam_state_bytes(inputs.run_params, inputs.precision),
-            flash_attention=flash_attention(inputs),
+            flash_attention=flash_attention(inputs.framework, inputs.run_params),
+            attention_kernel=attention_kernel(inputs.run_params, inputs.assumptions),
             overlap_grad_reduce=bool(
                 inputs.flag("overlap_grad_reduce")
                 or inputs.flag("overlap_comm")
@@ -522,29 +540,6 @@ def cross_entropy(inputs: RunInputs) -> str:
         return "unfused"
     impl = (inputs.run_params.get("cross_entropy_fusion_impl") or "native").strip().lower()
     return "te" if impl == "te" else "fused"
-
-
-def flash_attention(inputs: RunInputs) -> bool:
-    """Whether attention ran without materialising the s x s scores: `--use-flash-attn`, or Transformer
-    Engine (`--transformer-impl transformer_engine`, Megatron-LM's default since 2024, and NeMo 2's),
-    whose fused attention picks a flash or cuDNN kernel, unless `--attention-backend` forces the unfused
-    path. A Megatron log that prints its arguments without `transformer_impl` predates it: unfused."""
-    params = inputs.run_params
-    if inputs.flag("use_flash_attn"):
-        return True
-    backend = (params.get("attention_backend") or "").lower()
-    if "unfused" in backend or "local" in backend:
-        return False
-    if "flash" in backend or "fused" in backend:
-        return True
-    if inputs.framework in SDPA_FRAMEWORKS:
-        return True
-    if inputs.framework == "nemo" and "transformer_impl" not in params:
-        # NeMo 2 builds its GPT models from Transformer Engine layer specs (`gpt_layer_spec` defaults to
-        # `transformer_engine_layer_spec` in nemo/collections/llm/gpt/model/base.py) with
-        # `attention_backend` auto: a fused or flash kernel.
-        return True
-    return (params.get("transformer_impl") or "").lower() == "transformer_engine"
 
 
 def with_recompute(inputs: RunInputs, recompute: str, reason: str) -> RunInputs:

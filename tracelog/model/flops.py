@@ -153,10 +153,14 @@ class TrainConfig:
     main grads, the BF16 optimizer of Megatron-DeepSpeed); otherwise they take the size of `precision`.
     `fp32_grad_buffer`: with Megatron's distributed optimizer, its data-parallel gradient buffer is fp32
     (Megatron-LM's default with bf16; off with Megatron-core's `grad_reduce_in_fp32` off).
+    `fp32_reduce`: the data-parallel reduction moves the gradients in fp32 though they are computed in the
+    training precision (Composer's FSDP mixed precision `DEFAULT`, `reduce_dtype` float32).
     `adam_state_bytes`: bytes per parameter of Adam's master weights and two moments, 12 in fp32 (the
     ZeRO paper's K, `model.memory.ADAM_STATE_BYTES`), fewer where the optimizer keeps them narrower
     (Megatron-core's precision-aware optimizer, NeMo 1's distributed Adam: `analysis.optimizer_state`).
-    `flash_attention`: attention without the s² score matrix (Dao et al. 2022); the `overlap_*` and
+    `flash_attention`: attention without the s² score matrix (Dao et al. 2022); `attention_kernel` which
+    fused kernel of an earlier generation ran it (`model.attention_kernels`: flash-attn-1, triton), None for
+    the framework's own (FlashAttention-2, or cuDNN under Transformer Engine); the `overlap_*` and
     `tp_comm_overlap` switches are Megatron-LM's arguments of the same names (DeepSpeed's `overlap_comm`
     maps to `overlap_grad_reduce`); `framework` is megatron, megatron-deepspeed or deepspeed.
     `embedding_slots`: DeepSpeed's pipeline partition counts each embedding as a layer
@@ -190,8 +194,10 @@ class TrainConfig:
     distributed_optimizer: bool = False
     fp32_grads: bool = False
     fp32_grad_buffer: bool = True
+    fp32_reduce: bool = False
     adam_state_bytes: float = 12.0
     flash_attention: bool = False
+    attention_kernel: str | None = None
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False

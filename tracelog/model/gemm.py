@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracelog.hardware import Gpu, normalize_precision, peak_tflops
+from tracelog.model.attention_kernels import kernel_ratio
 from tracelog.model.eager import eager_elementwise_bytes, eager_kernels
 from tracelog.model.float8 import LOW_PRECISION_GEMMS
 from tracelog.model.flops import ModelConfig, TrainConfig, microbatch_tokens
@@ -243,10 +244,19 @@ class Op:
     batch: int = 1
 
 
-def flash_share(gpu: Gpu, framework: str = "megatron") -> float:
-    """Fused attention's sustained share of the dense BF16 peak on `gpu`: for a trainer that calls PyTorch's
-    SDPA its architecture's SDPA_FLASH_SHARE where one is known; else its compute capability's entry
+def flash_share(
+    gpu: Gpu, framework: str = "megatron", kernel: str | None = None, head_dim: int = 128
+) -> float:
+    """Fused attention's sustained share of the dense BF16 peak on `gpu`: for a named `kernel` of an earlier
+    generation (`model.attention_kernels`), FlashAttention-2's share on the architecture times the kernel's
+    ratio to it at `head_dim`; for a trainer that calls PyTorch's SDPA, or a run that names FlashAttention-2,
+    its architecture's SDPA_FLASH_SHARE where one is known; else its compute capability's entry
     (FLASH_SHARE_BY_COMPUTE_CAPABILITY), else its architecture's (FLASH_SHARE), else the default."""
+    if kernel is not None:
+        flash2 = SDPA_FLASH_SHARE.get(gpu.architecture) or FLASH_SHARE.get(
+            gpu.architecture, DEFAULT_FLASH_SHARE
+        )
+        return flash2 * kernel_ratio(kernel, gpu.architecture, head_dim)
     if framework in SDPA_FRAMEWORKS and gpu.architecture in SDPA_FLASH_SHARE:
         return SDPA_FLASH_SHARE[gpu.architecture]
     by_cc = FLASH_SHARE_BY_COMPUTE_CAPABILITY.get(gpu.compute_capability or "")
@@ -379,7 +389,8 @@ def layer_forward_ops(cfg: ModelConfig, train: TrainConfig, gpu: Gpu, compute_sc
     if train.flash_attention:
         flops = 4.0 * batch * s * s_kv * d / 2  # QKᵀ and AV, causal: half the tiles
         no_tc = no_tensor_core_factor(gpu, precision)
-        share = flash_share(gpu, train.framework) * alignment_factor(d, no_tensor_core=no_tc)
+        kernel = train.attention_kernel
+        share = flash_share(gpu, train.framework, kernel, d) * alignment_factor(d, no_tensor_core=no_tc)
         eff = min(1.0, share * scale)
         moved = 4 * batch * s * d * act  # Q, K, V read, O written; the scores stay on chip
         ops.append(

@@ -249,7 +249,7 @@ def dp_traffic(
         params -= experts * (1 - (train.expert_dp - 1) / (d - 1))  # the expert grads' smaller group
     weight_bytes = storage_bytes(train.precision)
     fp32_buffer = train.distributed_optimizer and train.fp32_grad_buffer
-    grad_bytes = 4 if train.fp32_grads or fp32_buffer else weight_bytes
+    grad_bytes = 4 if train.fp32_grads or fp32_buffer or train.fp32_reduce else weight_bytes
     bottleneck = link_for(d, gpus_per_node, g, _resolve_link(fabric), stride=train.tp)
     bw = bottleneck.unidirectional_gbps
     alpha_us, link_efficiency = _group_constants(alpha_us, link_efficiency, net, d, gpus_per_node, train.tp)
@@ -278,7 +278,18 @@ def dp_traffic(
 
 DEEPSPEED_ENGINES = ("deepspeed", "megatron-deepspeed", "hf-trainer")
 """Frameworks whose ZeRO stages 2 and 3 run DeepSpeed's engine (the Hugging Face Trainer's ZeRO comes from
-its DeepSpeed integration; its FSDP runs are given as ZeRO stages too, `heldout2_runs.toml`)."""
+its DeepSpeed integration; the FlashAttention repository's DDP runs are given as ZeRO stages too,
+`heldout2_runs.toml`)."""
+
+FSDP_EVERY_MICROBATCH = ("composer",)
+"""Trainers whose PyTorch FSDP (ZeRO-2 or -3 here) syncs gradients after every micro-batch: Composer enters
+`no_sync` only for a DDP-wrapped model (composer/trainer/trainer.py `_train_microbatches`, v0.16.4:
+`if self.state.deepspeed_enabled or not isinstance(self.state.model, DistributedDataParallel):
+sync_context = contextlib.nullcontext()`), so FSDP reduce-scatters each micro-batch's gradients, and while
+it syncs them it frees the unsharded parameters after the backward pass for every sharded strategy,
+SHARD_GRAD_OP too (torch/distributed/fsdp/_runtime_utils.py `_should_free_in_backward`: `state._sync_gradients
+or handle._sharding_strategy in RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES`), so each micro-batch gathers them
+again."""
 
 
 def dp_rounds(train: TrainConfig) -> tuple[int, int]:
@@ -289,12 +300,15 @@ def dp_rounds(train: TrainConfig) -> tuple[int, int]:
     `allreduce_gradients`: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as
     well"), and ZeRO-3 frees each layer's gathered weights after its forward and its backward, so every
     micro-batch gathers them again for both (Rajbhandari et al. 2020 §5.3; PyTorch FSDP's FULL_SHARD the
-    same). Other frameworks run them once: Megatron's distributed optimizer reduces at the boundary, and
+    same); Composer's FSDP does both every micro-batch, SHARD_GRAD_OP's gathers included
+    (`FSDP_EVERY_MICROBATCH`). Other frameworks run them once: Megatron's distributed optimizer reduces at the boundary, and
     torchtitan's FSDP2 with pipeline parallelism keeps the weights through the micro-batches and syncs
     gradients on the last backward only (torch.distributed.pipelining)."""
+    m = train.microbatches
+    if train.framework in FSDP_EVERY_MICROBATCH and train.zero_stage >= 2:
+        return m, m
     if train.framework not in DEEPSPEED_ENGINES:
         return 1, 1
-    m = train.microbatches
     return (m if train.zero_stage >= 2 else 1), (m if train.zero_stage == 3 else 1)
 
 
