@@ -154,6 +154,23 @@ def test_a_composer_run_is_eager_unless_its_configuration_compiles(tmp_path: Pat
     empty = infer(run_inputs.build(row, {**params, "compile_config": "None"}))
     assert empty.train is not None and not empty.train.compiled
 
+    # the same log with a `compile_config` in its echo (invented: llm-foundry's key, Composer's default mode),
+    # stored and read back as the refresh reads it
+    text = SAMPLE.read_text().replace(
+        "precision: amp_bf16\nfsdp_config:\n",
+        "precision: amp_bf16\ncompile_config:\n  mode: default\nfsdp_config:\n",
+        1,
+    )
+    assert "compile_config:" in text
+    (tmp_path / "compiled.log").write_text(text)
+    api.ingest(tmp_path / "k.duckdb", [str(tmp_path / "compiled.log")], complete=True)
+    with Store(tmp_path / "k.duckdb") as store:
+        rows = run_inputs.load_rows(store, "TRUE")
+    said = [(row, params) for row, params in rows if params.get("compile_config.mode") == "default"]
+    assert len(said) == 1 and len(rows) == 2  # the launch whose echo holds it
+    stored = infer(run_inputs.build(*said[0]))
+    assert stored.train is not None and stored.train.compiled
+
 
 def test_composers_mixed_precision_mode_sets_the_reduction_dtype(tmp_path: Path) -> None:
     """composer/trainer/mosaic_fsdp_utils.py `get_mixed_precision` (v0.16.4, v0.17.2): DEFAULT (also an

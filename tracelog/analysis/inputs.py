@@ -125,6 +125,8 @@ WHERE {where} AND name IN ('use_distributed_optimizer', 'position_embedding_type
     'account_for_loss_in_pipeline_split', 'torch_compile', 'compiled_loss', 'rms_norm_eps', 'rope_theta',
     'tie_word_embeddings', 'attention_kernel', 'model.attn_config.attn_impl', 'fsdp_config.mixed_precision',
     'fsdp_config.mixed_precision.reduce_dtype', {optimizer_params})
+    -- Composer's `compile_config` (`compiles`): the echo keeps it under its own name or its keys under it
+    OR {where} AND (name = 'compile_config' OR starts_with(name, 'compile_config.'))
 UNION ALL
 SELECT run_id, 'nccl_version', value FROM run_hardware WHERE {where} AND fact = 'nccl_version'
 """.replace("{optimizer_params}", ", ".join(f"'{name}'" for name in OPTIMIZER_PARAMS + MOE_PARAMS))
