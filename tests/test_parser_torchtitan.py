@@ -293,3 +293,55 @@ def test_a_step_line_cut_inside_its_last_figure_keeps_its_other_figures() -> Non
     ]
     # the whole line's memory and mfu stand
     assert [m["max_reserved_mib"] for m in out["memory"]] == [41.2 * 1024, 41.2 * 1024]
+
+
+# Verbatim, twinanda/ml-cookbook `slurm/torchtitan/README.md` (commit faf9fe5), the "Expected output" of FLUX.1-schnell
+# pretraining on 2 nodes of 8 H100: torchtitan counts no FLOPs for FLUX, so it prints `tflops: 0.00  mfu: 0.00%`.
+FLUX_NO_FLOPS = """\
+[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%
+[titan] 2025-06-11 14:51:50,202 - root - INFO - step: 8200  loss:  0.5149  memory: 76.90GiB(97.11%)  tps: 1,567,390  tflops: 0.00  mfu: 0.00%
+[titan] 2025-06-11 15:05:19,178 - root - INFO - step: 8300  loss:  0.5146  memory: 76.82GiB(97.01%)  tps: 1,555,416  tflops: 0.00  mfu: 0.00%
+"""
+
+# Verbatim, pytorch/torchtitan PR 1437 (a FlexAttention debug run): the allocator kept no statistics, so every line
+# prints `memory:  0.00GiB(0.00%)`.
+NO_MEMORY_STATS = """\
+[rank0]:[titan] 2025-07-21 15:57:42,774 - root - INFO - step:  3  loss:  4.9925  grad_norm:  2.6422  memory:  0.00GiB(0.00%)  tps: 30,768  tflops: 3.15  mfu: 0.32%
+[rank0]:[titan] 2025-07-21 15:57:43,242 - root - INFO - step:  4  loss:  4.6671  grad_norm:  2.5457  memory:  0.00GiB(0.00%)  tps: 35,051  tflops: 3.59  mfu: 0.36%
+[rank0]:[titan] 2025-07-21 15:57:43,713 - root - INFO - step:  5  loss:  4.4394  grad_norm:  2.2714  memory:  0.00GiB(0.00%)  tps: 34,824  tflops: 3.57  mfu: 0.36%
+"""
+
+
+def test_tflops_of_zero_for_a_model_torchtitan_counts_no_flops_of_is_no_rate() -> None:
+    out = collect(FLUX_NO_FLOPS)
+    assert [(r["iteration"], r["lm_loss"], r["tflops_reported"]) for r in out["iterations"]] == [
+        (700, 0.7052, None),
+        (8200, 0.5149, None),
+        (8300, 0.5146, None),
+    ]
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert params["tflops_not_counted"].startswith("tflops: 0.00, mfu: 0.00%")
+    # the memory is measured all the same: 76.79 GiB of the 79.2 GiB its share gives
+    assert [m["max_reserved_mib"] for m in out["memory"]] == [76.79 * 1024, 76.90 * 1024, 76.82 * 1024]
+    assert params["device_memory_mib"] == "81090"
+
+
+def test_memory_of_zero_gib_at_zero_percent_is_no_peak() -> None:
+    out = collect(NO_MEMORY_STATS)
+    assert "memory" not in out
+    assert [(r["iteration"], r["tflops_reported"]) for r in out["iterations"]] == [
+        (3, 3.15),
+        (4, 3.59),
+        (5, 3.57),
+    ]
+    (run,) = out["runs"]
+    params = {p["name"]: p["value"] for p in run["run_params"]}
+    assert "memory_not_measured" in params and "device_memory_mib" not in params
+
+
+def test_a_small_printed_rate_beside_a_nonzero_mfu_is_kept() -> None:
+    # invented: a rate that rounds to 0.00 while the MFU printed beside it is not 0 stays as printed
+    line = "[titan] 2026-01-12 09:30:01,100 - root - INFO - step: 30  loss:  3.41250  memory:  1.20GiB(1.52%)  tps: 12  tflops: 0.00  mfu: 0.01%\n"
+    (row,) = collect(line)["iterations"]
+    assert row["tflops_reported"] == 0.0

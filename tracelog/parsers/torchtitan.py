@@ -57,11 +57,12 @@ from tracelog.parsers.run_rows import RunRows, printed_number
 from tracelog.parsers.torchtitan_flavors import flavor_shape
 
 FORMAT = "torchtitan"
-VERSION = "6"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
+VERSION = "7"  # "2": a launch (its command, torchrun's banner, the trainer's first lines) starts a run; "3": a fork's
 # `step: 640/644 = 99.3789%`, and `Training completed` as the `training_done` event; "4": a step line cut inside its
 # last figure keeps its other figures; "5": a loss of -1.0 (a rank without the last pipeline stage) is no loss, and
 # the trainer-initialized line of spring 2025 (no accumulation) is read; "6": `Compiling the loss function with
-# torch.compile` as `compiled_loss`
+# torch.compile` as `compiled_loss`; "7": `tflops: 0.00` with `mfu: 0.00%` (a model whose FLOPs torchtitan does not
+# count) is no rate, and `memory: 0.00GiB(0.00%)` (an allocator without statistics) no memory row
 
 NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 RANK_RX = re.compile(r"^\s*\[rank(\d+)\]:")
@@ -266,12 +267,19 @@ class _Parser(RunRows):
             self.new_run()  # a restart from a checkpoint logs steps again
         if step != self.memory_step:  # ranks print a step's lines together: only its own are held
             self.memory_step, self.memory_seen = step, set()
+        share = MEMORY_SHARE_RX.search(body)
+        if share and float(share.group(1)) == 0 and float(share.group(2)) == 0:
+            # the allocator kept no statistics (PYTORCH_NO_CUDA_MEMORY_CACHING=1, a device without them): no
+            # peak was measured, and 0 MiB would read as a run that used no memory
+            fields.pop("memory", None)
+            self.param(
+                n, "memory_not_measured", "memory: 0.00GiB(0.00%): the device reported no reserved memory"
+            )
         if "memory" in fields and rank not in self.memory_seen:
             self.memory_seen.add(rank)
             gib = printed_number(fields["memory"][0])
             at = {"run_key": self.run_key, "iteration": step, "rank": rank, "line_no": n}
             self.out.add("memory", {**at, "max_reserved_mib": gib * 1024 if gib is not None else None})
-            share = MEMORY_SHARE_RX.search(body)
             said = self.run(n)["run_params"]
             if (
                 share
@@ -319,7 +327,7 @@ class _Parser(RunRows):
             "rank": rank,
             "lm_loss": loss,
             "grad_norm": printed_number(fields["grad_norm"][0]) if "grad_norm" in fields else None,
-            "tflops_reported": printed_number(fields["tflops"][0]) if "tflops" in fields else None,
+            "tflops_reported": self.tflops(n, fields),
             "elapsed_s": elapsed,
             "ts": ts,
             "line_no": n,
@@ -332,6 +340,21 @@ class _Parser(RunRows):
                 metric = {"run_key": self.run_key, "iteration": step, "key": name, "text": value}
                 self.out.add("iteration_metrics", {**metric, "value": printed_number(value), "line_no": n})
         self.last_step, self.last_stamp = step, ts
+
+    def tflops(self, n: int, fields: dict[str, tuple[str, str]]) -> float | None:
+        """The step's TFLOP/s per GPU as printed (`num_flops_per_token * tps`), none where it prints 0.00 with
+        an MFU of 0.00%: a model whose FLOPs torchtitan does not count (`get_nparams_and_flops` returns 0, as
+        for FLUX: torchtitan/models/flux/README.md, TODO), not a measured rate."""
+        if "tflops" not in fields:
+            return None
+        tflops = printed_number(fields["tflops"][0])
+        mfu = printed_number(fields["mfu"][0]) if "mfu" in fields else None
+        if tflops == 0 and mfu in (0, None):
+            self.param(
+                n, "tflops_not_counted", "tflops: 0.00, mfu: 0.00%: torchtitan counts no FLOPs for this model"
+            )
+            return None
+        return tflops
 
     def config(self, n: int, body: str) -> bool:
         """A line of the launch or of the trainer's start that says the run's layout, size or length; after
