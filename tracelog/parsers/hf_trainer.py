@@ -61,9 +61,10 @@ from tracelog.parsers.prefixes import TORCHRUN_BANNER
 from tracelog.parsers.run_rows import RunRows, tqdm_seconds
 
 FORMAT = "hf_trainer"
-VERSION = "6"  # "3": a first dict before any bar takes the step of the bar drawn again after it;
+VERSION = "7"  # "3": a first dict before any bar takes the step of the bar drawn again after it;
 # "4": DeepSpeed's AMP off is no fp32; "5": the configuration's norm, rotary and tied-embedding keys and
-# `torch_compile` kept; "6": a log viewer's `[1757] ` line numbers
+# `torch_compile` kept; "6": a log viewer's `[1757] ` line numbers; "7": the logger's clock to the millisecond
+# where its prefix prints them, and DeepSpeed's `step=N` right after the bar at N - 1 the next dict's step
 FRAMEWORK = "hf-trainer"
 
 SAVED_RX = re.compile(r"\bSaving model checkpoint to \S+")
@@ -157,6 +158,7 @@ class _Parser(RunRows):
         self.timer_since: dict[str, int] = {}
         self.timer_bar: int | None = None
         self.ds_last_step: int | None = None
+        self.ds_done: int | None = None
 
     # ------------------------------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -167,7 +169,7 @@ class _Parser(RunRows):
             self.bar_step, self.bar_rate, self.train_total, self.bar_rows = None, None, None, []
             self.step_source = None
             self.ds_skipped, self.skipped_pending, self.overflows, self.loss_scale = None, 0, None, None
-            self.timer_since, self.timer_bar, self.ds_last_step = {}, None, None
+            self.timer_since, self.timer_bar, self.ds_last_step, self.ds_done = {}, None, None, None
             self.ended, self.bar_placed, self.step_keys, self.unplaced = False, False, set(), None
             self.printed = {}
 
@@ -238,7 +240,7 @@ class _Parser(RunRows):
             self.unplaced = (*self.unplaced[:3], step, self.bar_rate) if right_after else None
         if step != self.bar_step and step > 0:
             self.timer_since, self.timer_bar = {}, step
-        self.bar_step = step
+        self.bar_step, self.ds_done = step, None
         named = self.runs.get(self.run_key, {}).get("train_iters") == total
         if self.logged == 0 and not self.ended and step > 0 and named:
             if self.bar_rows and self.bar_rows[-1][0] == step:
@@ -319,6 +321,10 @@ class _Parser(RunRows):
         if advance and self._same_step(pairs, n):
             self.guessed = False
             return last  # LLaMA-Factory logs each step twice: through its logger, then plain
+        if advance and self.ds_done is not None and self.ds_done > last:
+            self.step_source = self.step_source or "tqdm bar"  # and DeepSpeed's step line after it
+            self.guessed = False
+            return self.ds_done
         if self.bar_step is not None and (self.bar_step > last or not advance):
             self.step_source = self.step_source or "tqdm bar"
             self.from_bar, self.guessed = True, False

@@ -44,6 +44,8 @@ class DeepSpeedParser(Protocol):
     timer_since: dict[str, int]
     timer_bar: int | None
     ds_last_step: int | None
+    bar_step: int | None  # the step the Trainer's training bar was last drawn at
+    ds_done: int | None  # DeepSpeed's step N right after the bar at N - 1: the next dict's step
 
     def run(self, line_no: int) -> dict[str, Any]: ...
     def param(self, line_no: int, name: str, value: Any) -> None: ...
@@ -117,6 +119,11 @@ def timers(parser: DeepSpeedParser, n: int, msg: str) -> None:
 
 
 def ds_step(parser: DeepSpeedParser, n: int, step: int, total: int) -> None:
+    """DeepSpeed's `step=N` line, printed as the engine's step N ends (engine.py `_take_model_step`): the
+    steps done. The Trainer's bar, drawn at N - 1 before it, moves to N right after (its `on_step_end`), a
+    redraw that a terminal's copy loses where the dict logged at N is printed over it (`tqdm.write`): the
+    dict after this line is step N's (transformers#14531: `1999/24128 [...][...] step=2000, ...`)."""
+    parser.ds_done = step if parser.bar_step is not None and parser.bar_step == step - 1 else None
     parser.ds_last_step, parser.timer_since, parser.timer_bar = step, {}, None
     if parser.ds_skipped is None and not parser.config.get(parser.run_key) and step > STEPS_PER_PRINT:
         # the first step line of a tail: its count is of steps this log does not hold (see deepspeed.py)

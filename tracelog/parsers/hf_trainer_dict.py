@@ -96,9 +96,11 @@ HEADER_RX = {
 # %(name)s - ` format transformers' example scripts configure and LLaMA-Factory used before 0.6 (llmtuner:
 # `03/12/2024 11:24:33 - INFO - llmtuner.extras.callbacks - `)
 LOGGER_PREFIX_RX = re.compile(r">> (?=\{)|^.*? - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - [\w.]+ - (?=\{)")
-# ISO, or the example scripts' `datefmt="%m/%d/%Y %H:%M:%S"` (month first)
+# ISO, with the milliseconds of logging's default `asctime` (`2021-01-15 10:28:50,371`: transformers' examples
+# with `[%(levelname)s|%(filename)s:%(lineno)s] %(asctime)s >> %(message)s`) where it prints them, or the
+# example scripts' `datefmt="%m/%d/%Y %H:%M:%S"` (month first)
 LOGGER_STAMP_RX = re.compile(
-    r"(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[ T](?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)"
+    r"(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[ T](?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)(?:[,.](?P<f>\d{1,6})(?!\d))?"
     r"|(?P<us_m>\d\d)/(?P<us_d>\d\d)/(?P<us_y>\d{4}) (?P<us_H>\d\d):(?P<us_M>\d\d):(?P<us_S>\d\d)"
 )
 
@@ -111,7 +113,8 @@ def logger_prefix_end(part: str) -> int:
 
 def logger_clock(part: str) -> float | None:
     """The time a logger's prefix gives a dict (`LOGGER_PREFIX_RX`) as seconds since the prefix's midnight
-    plus its day (a whole-second clock, differenced between dicts); None without one."""
+    plus its day (differenced between dicts; to the second, or to the millisecond where the prefix prints
+    them); None without one."""
     at = logger_prefix_end(part)
     stamp = LOGGER_STAMP_RX.search(part, 0, at) if at > 0 else None
     if stamp is None:
@@ -122,7 +125,8 @@ def logger_clock(part: str) -> float | None:
         day = date(y, m, d).toordinal()
     except ValueError:  # day first after all: no date to tell
         return None
-    return float(((day * 24 + hour) * 60 + minute) * 60 + second)
+    fraction = stamp.group("f") if not us else None
+    return ((day * 24 + hour) * 60 + minute) * 60 + second + (float("0." + fraction) if fraction else 0.0)
 
 
 def steps_per_epoch(run: dict[str, Any]) -> int | None:
