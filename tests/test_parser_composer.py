@@ -439,3 +439,47 @@ def test_an_mpt_with_grouped_query_attention_and_a_gated_mlp() -> None:
         2048, 16, 4, 5632, True
     )  # fmt: skip
     assert run["vocab"] == 50368  # MPTConfig's default, the echo printing none
+
+
+# Verbatim, mosaicml/llm-foundry PR 884 (https://github.com/mosaicml/llm-foundry/pull/884), the start of a finetuning
+# run as its author pasted it: Composer's own loggers in llm-foundry's format, then the YAML echo, no batch yet.
+STARTED_NO_BATCH = """\
+2024-01-19 15:51:44,402: rank0[11406][MainThread]: INFO: composer.trainer.trainer: Run name: interactive-il0GeA
+2024-01-19 15:51:45,555: rank0[11406][MainThread]: INFO: composer.trainer.trainer: Stepping schedulers every batch. To step schedulers every epoch, set `step_schedulers_every_batch=False`.
+2024-01-19 15:51:45,556: rank0[11406][MainThread]: DEBUG: composer.loggers.mosaicml_logger: Logging model initialized time to metadata
+2024-01-19 15:51:45,566: rank0[11406][MainThread]: INFO: composer.loggers.mosaicml_logger: Logged 1 metadata to MosaicML, waiting on 1
+2024-01-19 15:51:45,566: rank0[11406][MainThread]: INFO: composer.trainer.trainer: Setting seed to 17
+2024-01-19 15:51:45,566: rank0[11406][MainThread]: INFO: composer.utils.reproducibility: Setting seed to 17
+max_seq_len: 2048
+global_seed: 17
+model:
+  name: mpt_causal_lm
+  init_device: meta
+  d_model: 768
+  n_heads: 12
+  n_layers: 12
+  expansion_ratio: 4
+  max_seq_len: 2048
+  vocab_size: 50368
+  attn_config:
+    attn_impl: triton
+"""
+
+
+def test_a_start_logged_by_composers_own_loggers_is_composers() -> None:
+    head = head_text(STARTED_NO_BATCH.encode())
+    assert parsers.detect(head, "train.log") is composer
+    (run,) = collect(STARTED_NO_BATCH)["runs"]
+    assert (run["seq_len"], run["layers"], run["hidden"], run["heads"], run["vocab"]) == (
+        2048,
+        12,
+        768,
+        12,
+        50368,
+    )
+
+
+def test_one_line_of_llm_foundrys_format_is_not_enough() -> None:
+    # invented: a single logger line of this shape in another tool's output claims nothing
+    line = "2024-01-19 15:51:44,402: rank0[11406][MainThread]: INFO: composer.trainer.trainer: Run name: x\n"
+    assert composer.detect(line) == 0

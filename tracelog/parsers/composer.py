@@ -92,7 +92,7 @@ from tracelog.parsers.prefixes import TORCHRUN_BANNER
 from tracelog.parsers.run_rows import RunRows
 
 FORMAT = "composer"
-VERSION = "2"  # "2": a Hugging Face model named by its checkpoint gets its shape (parsers.checkpoints)
+VERSION = "3"  # "2": a head with two lines of Composer's or llm-foundry's loggers in llm-foundry's format is Composer's; "3": a Hugging Face model named by its checkpoint gets its shape (parsers.checkpoints)
 
 
 class _Parser(RunRows):

@@ -70,4 +70,9 @@ def detect(head: str) -> int:
         r": rank\d+\[\d+\]\[\w+\]: INFO: (?:llmfoundry[\w.]*|__main__): Building trainer\.\.\.", head
     ):
         return 30
+    # the trainer's own loggers through llm-foundry's format (`... rank0[11406][MainThread]: INFO:
+    # composer.trainer.trainer: Run name: ...`): a paste or a launch that stops before its first batch
+    named = (LOGGER_RX.match(TORCHRUN_RX.sub("", line, count=1)) for line in head.split("\n"))
+    if sum(1 for m in named if m and m.group(4).startswith(("composer.", "llmfoundry"))) >= 2:
+        return 30
     return 0
