@@ -325,3 +325,42 @@ def test_numbers_that_stop_end_the_gutter() -> None:
     text = numbered(LATENCY_4.split("\n\n")[0]) + LATENCY_4.split("\n\n", 1)[1]
     found = matrices(collect(text))
     assert found["latency_gpu_p2p_off"][(3, 3)] == 2.11 and found["latency_cpu_p2p_off"][(0, 1)] == 6.70
+
+
+# Verbatim, NVIDIA/nccl issue 1264 (8 x H100 SXM), the unidirectional P2P=Disabled matrix with its trailing spaces and
+# the first row of the next matrix as the issue's excerpt stops, inside its last figure (`375.6` of a `%6.02f` figure).
+CUT_IN_A_FIGURE = (  # its lines keep the trailing space the sample prints after every figure
+    "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)\n"
+    "   D\\D     0      1      2      3      4      5      6      7 \n"
+    "     0 2474.76  37.19  37.20  36.91  37.06  37.16  37.28  37.24 \n"
+    "     1  36.36 2512.44  37.35  36.32  36.95  37.12  36.74  36.30 \n"
+    "     2  36.34  36.27 2498.88  36.46  37.51  37.54  36.37  37.23 \n"
+    "     3  36.74  37.12  37.23 2499.38  37.00  37.86  36.69  37.02 \n"
+    "     4  36.87  37.10  37.36  37.14 2499.63  37.26  37.25  37.47 \n"
+    "     5  37.45  37.52  37.02  37.56  37.07 2514.71  38.05  37.26 \n"
+    "     6  36.79  36.40  37.49  37.41  37.31  37.10 2504.76  37.38 \n"
+    "     7  37.02  37.38  37.24  37.09  37.92  37.46  37.38 2503.38 \n"
+    "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n"
+    "   D\\D     0      1      2      3      4      5      6      7 \n"
+    "     0 2494.76 371.02 376.65 376.60 376.82 375.59 375.94 375.6\n"
+)
+
+
+def test_a_row_cut_inside_its_last_figure_keeps_the_figures_before_it() -> None:
+    out = collect(CUT_IN_A_FIGURE)
+    found = matrices(out)
+    assert len(found["bandwidth_uni_p2p_off"]) == 64 and found["bandwidth_uni_p2p_off"][(1, 1)] == 2512.44
+    assert found["bandwidth_uni_p2p_on"] == {
+        (0, 0): 2494.76, (0, 1): 371.02, (0, 2): 376.65, (0, 3): 376.6, (0, 4): 376.82, (0, 5): 375.59, (0, 6): 375.94
+    }  # fmt: skip
+    assert [u["line_no"] for u in out["unparsed"]] == [13]
+    kinds = [(e["kind"], e["line_no"]) for e in out["events"]]
+    assert ("unread_figures", 13) in kinds and ("incomplete", 13) in kinds
+
+
+def test_a_cut_figure_that_reads_as_a_slow_pair_is_not_kept() -> None:
+    # invented: the same row cut after the first digit of its last figure leaves `3`, which would read as a 3 GB/s pair
+    text = CUT_IN_A_FIGURE.replace("375.94 375.6", "375.94 3")
+    found = matrices(collect(text))
+    assert min(found["bandwidth_uni_p2p_on"].values()) == 371.02
+    assert (0, 7) not in found["bandwidth_uni_p2p_on"]

@@ -31,10 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelog.parsers.base import Batch, Emitter, LineSource, drive, guarded, strip_prefix
+from tracelog.parsers.base import PARTLY_READ_EVENT, Batch, Emitter, LineSource, drive, guarded, strip_prefix
 
 FORMAT = "p2p"
-VERSION = "2"
+VERSION = "3"  # "3": a row cut inside its last figure keeps its other figures, the cut one not kept
 TOOL = "p2pBandwidthLatencyTest"
 
 TITLE_RX = re.compile(r"^\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]")
@@ -52,6 +52,9 @@ COLUMNS_RX = re.compile(r"^(D\\D|GPU|CPU)((?:\s+\d+)+)\s*$")
 ROW_RX = re.compile(r"^(\d+)\s+(.*)$")
 FAILURE_RX = re.compile(r"Cuda failure|CUDA error|Segmentation fault|\bAborted\b|\bKilled\b")
 PROMPT_RX = re.compile(r"^(?:[\w.-]+@([\w.-]+)[^$#]*[$#]|[$#])\s*(\S*p2pBandwidthLatencyTest\b.*)$")
+PRINTED_FIGURE_RX = re.compile(r"^-?\d+\.\d\d$")
+"""A bandwidth or latency figure as the sample prints every one (`printf("%6.02f ", ...)`); a row's last
+figure with fewer decimals was cut short, by a paste or a log that stops mid-line."""
 NOTE_RX = re.compile(
     r"^(\*{3}NOTE: In case a device|So you can see lesser Bandwidth|NOTE: The CUDA Samples are not meant)"
 )
@@ -229,7 +232,7 @@ class _Parser:
         if match := COLUMNS_RX.match(body):
             return self.columns_line(n, match)
         if (match := ROW_RX.match(body)) and self.kind is not None:
-            return self.row(n, int(match.group(1)), match.group(2).split())
+            return self.row(n, int(match.group(1)), match.group(2).split(), body)
         if NOTE_RX.match(body):
             if self.bench is not None:
                 self.bench.line_end = n
@@ -280,7 +283,7 @@ class _Parser:
         bench.size = max(bench.size, len(self.columns))
         return True
 
-    def row(self, n: int, src: int, cells: list[str]) -> bool:
+    def row(self, n: int, src: int, cells: list[str], text: str) -> bool:
         if len(cells) != len(self.columns) or self.bench is None or self.kind is None:
             return False
         try:
@@ -288,9 +291,14 @@ class _Parser:
         except ValueError:
             return False
         bench = self.current(n)
-        for dst, value in zip(self.columns, values, strict=True):
+        cut = self.unit != "bool" and not PRINTED_FIGURE_RX.match(cells[-1])
+        if cut:  # a paste or a log that stops inside the row's last figure: `375.6` of `375.60`, `3` of `375.94`
+            values.pop()
+            self.out.add("unparsed", {"line_no": n, "text": text})
+            self.event(PARTLY_READ_EVENT, f"matrix row cut inside its last figure, `{cells[-1]}` not kept", n)
+        for dst, value in zip(self.columns, values, strict=False):
             self.cell(bench, self.kind, src, dst, value, self.unit, n)
-        bench.matrices[self.kind] += 1
+        bench.matrices[self.kind] += 0 if cut else 1  # a row short of a cell leaves its matrix partial
         return True
 
     def cell(self, bench: _Bench, kind: str, src: int, dst: int, value: float, unit: str, n: int) -> None:
