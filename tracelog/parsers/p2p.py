@@ -292,7 +292,9 @@ class _Parser:
             return False
         bench = self.current(n)
         cut = self.unit != "bool" and not PRINTED_FIGURE_RX.match(cells[-1])
-        if cut:  # a paste or a log that stops inside the row's last figure: `375.6` of `375.60`, `3` of `375.94`
+        if (
+            cut
+        ):  # a paste or a log that stops inside the row's last figure: `375.6` of `375.60`, `3` of `375.94`
             values.pop()
             self.out.add("unparsed", {"line_no": n, "text": text})
             self.event(PARTLY_READ_EVENT, f"matrix row cut inside its last figure, `{cells[-1]}` not kept", n)
