@@ -193,3 +193,22 @@ def test_plan_model_plans_the_checkpoints_shape(tmp_path: Path) -> None:
 
     neither = runner.invoke(cli, [*db, "plan", *args])
     assert neither.exit_code == 1 and "give the model: --model CHECKPOINT, or --layers" in neither.output
+
+
+def test_ingest_model_stands_for_the_runs_shape_and_an_unknown_one_reads_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    log = str(SAMPLES / "nemo_automodel_llama3_2_1b_sft_h100.log")
+    runner = CliRunner()
+    unknown = runner.invoke(cli, ["--db", str(db), "ingest", log, "--model", "acme/SuperLM-9B"])
+    assert (
+        unknown.exit_code == 1
+        and "no published checkpoint known by the name 'acme/SuperLM-9B'" in unknown.output
+    )
+    assert not db.exists() or api.sql(db, "SELECT count(*) AS n FROM sources").n.iloc[0] == 0
+    landed = runner.invoke(cli, ["--db", str(db), "ingest", log, "--model", "Qwen/Qwen2.5-1.5B"])
+    assert landed.exit_code == 0, landed.output
+    (run,) = api.runs(db).to_dict("records")
+    assert (run["layers"], run["hidden"], run["heads"], run["vocab"]) == (28, 1536, 12, 151936)
+    params = dict(api.sql(db, "SELECT name, value FROM run_params WHERE run_id = 1").values.tolist())
+    assert params["shape_from"] == "checkpoint Qwen/Qwen2.5-1.5B (ingest --model)"
+    assert "untie_embeddings_and_output_weights" not in params  # Llama 3.2 1B's, which Qwen's does not say

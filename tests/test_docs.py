@@ -26,6 +26,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 PLACEHOLDERS = {
     "run.log": "sample_logs/megatron_lm_llama3_8b_h100.log",
     "nccl.txt": "sample_logs/nccl_all_reduce_8xa100.txt",
+    "sft.log": "sample_logs/nemo_automodel_llama3_2_1b_sft_h100.log",
     "RUN": "1",
 }
 
@@ -58,6 +59,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "sample_logs", folder / "sample_logs")
     shutil.copy(folder / PLACEHOLDERS["run.log"], folder / "run.log")
     shutil.copy(folder / PLACEHOLDERS["nccl.txt"], folder / "nccl.txt")
+    shutil.copy(folder / PLACEHOLDERS["sft.log"], folder / "sft.log")
     (folder / "logs").mkdir()
     shutil.copy(folder / "sample_logs/deepspeed_zero2_gpt2_1b3.log", folder / "logs/ds.log")
     (folder / "jobs").mkdir()

@@ -21,6 +21,7 @@ from tracelog import hardware as catalog
 from tracelog.analysis import refresh as refresher
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
+from tracelog.parsers import checkpoints
 from tracelog.queries import Db, connect
 from tracelog.store import Store, StoreLocked
 from tracelog.store.runs import PREDICTED_SQL
@@ -47,6 +48,7 @@ def ingest(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     nics_per_node: int | None = None,
+    model: str | None = None,
     force: bool = False,
     verify: bool = False,
     progress: ProgressFor | None = None,
@@ -57,7 +59,8 @@ def ingest(
 
     Paths are expanded once, here. `gpu` is a catalog id or the name a tool prints (`NVIDIA
     A100-SXM4-80GB`), `fabric` a catalog link id (a port's counts `nics_per_node` of them); both are
-    checked before anything is read. `parser`
+    checked before anything is read, as is `model`, a published checkpoint the runs trained (its shape
+    stands for theirs, `parsers.checkpoints`). `parser`
     skips detection. A file that fails is reported and skipped; the files before and after it still land.
     `verify` checks every MiB of a grown file's old bytes, not a sample (`fingerprint.verify_prefix`).
     `jobs` > 1 parses that many files at once in worker processes while this process writes them, in
@@ -77,6 +80,7 @@ def ingest(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         nics_per_node=nics_per_node,
+        model=model,
     )
     results: list[IngestResult | IngestFailure] = []
     expanded = files.expand(paths)
@@ -104,8 +108,13 @@ def _run_options(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     nics_per_node: int | None = None,
+    model: str | None = None,
 ) -> RunOptions:
     """What `ingest` was told about the runs, checked against the catalog before anything is read."""
+    if model is not None and checkpoints.checkpoint(model) is None:
+        raise TracelogError(
+            f"no published checkpoint known by the name {model!r}; tracelog knows {checkpoints.KNOWN}"
+        )
     return RunOptions(
         clusters=cluster_config.load(store.path, paths, store.data_path),
         name=name,
@@ -115,6 +124,7 @@ def _run_options(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         nics_per_node=nics_per_node,
+        checkpoint=model,
     )
 
 
@@ -158,7 +168,7 @@ def follow(
     """Ingest the files, then what they gain while a run writes them, until Ctrl-C (KeyboardInterrupt)
     or `idle_s` seconds without a change; returns how many rounds ingested something. `facts` are what
     `ingest` is told about the runs: `name`, `tags`, `gpu`, `fabric`, `nodes`, `gpus_per_node`,
-    `nics_per_node`.
+    `nics_per_node`, `model`.
 
     Every `interval_s` the files are looked at (`watch.Watch`: folders and globs expanded again, so a
     new job's log joins); a round ingests those that changed the way `ingest` does (a grown log resumes

@@ -16,9 +16,10 @@ import numpy as np
 import polars as pl
 
 from tracelog.clusters import Clusters
+from tracelog.parsers import checkpoints
 from tracelog.parsers.base import PARTLY_READ_EVENT, RESUME_TABLE, RETRACT_TABLE, Batch
 from tracelog.store import Store, progress
-from tracelog.store.runs import set_tags
+from tracelog.store.runs import set_shape_in, set_tags
 from tracelog.store.tables import (
     BENCH_CHILD_TABLES,
     MODEL_OUTPUT_TABLES,
@@ -40,6 +41,7 @@ class RunOptions:
     gpus_per_node: int | None = None
     nics_per_node: int | None = None
     clusters: Clusters | None = None  # the [cluster.NAME] sections that apply (see `resolve`)
+    checkpoint: str | None = None  # the published checkpoint the runs trained (`parsers.checkpoints`)
 
 
 def records(rows: Any) -> list[dict[str, Any]]:
@@ -277,10 +279,15 @@ class SourceWriter:
             "gpus_per_node": opts.gpus_per_node,
             "nics_per_node": opts.nics_per_node,
         }
+        found = checkpoints.checkpoint(opts.checkpoint) if opts.checkpoint is not None else None
         for run_key, run_id in self.run_ids.items():
             sets = {k: v for k, v in values.items() if v is not None}
             if opts.name:
                 sets["name"] = opts.name if len(self.run_ids) == 1 else f"{opts.name}.{run_key}"
+            if found is not None and opts.checkpoint is not None:
+                said = checkpoints.shape_params(found, opts.checkpoint)
+                said["shape_from"] = f"checkpoint {opts.checkpoint.strip()} (ingest --model)"
+                set_shape_in(self.store, run_id, checkpoints.shape_columns(found), said)
             if sets:
                 cols = ", ".join(f'"{k}" = ?' for k in sets)
                 self.store.con.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", [*sets.values(), run_id])

@@ -49,6 +49,11 @@ PROGRESS_AFTER_S = 2.0
     type=click.IntRange(min=1),
     help="NICs per node: a --fabric given per port (opa-100, roce-200g) counts this many per node.",
 )
+@click.option(
+    "--model",
+    metavar="CHECKPOINT",
+    help="The published checkpoint the runs trained (meta-llama/Llama-3.1-8B): its shape stands for theirs.",
+)
 @click.option("--force", is_flag=True, help="Ingest again files already ingested.")
 @click.option(
     "--verify",
@@ -101,6 +106,7 @@ def ingest(
     nodes: int | None,
     gpus_per_node: int | None,
     nics_per_node: int | None,
+    model: str | None,
     force: bool,
     verify: bool,
     complete: bool,
@@ -131,7 +137,7 @@ def ingest(
                 "--follow ingests what the files gain: --force, --jobs and --complete do not apply"
             )
         options = dict(name=name, tags=parsed_tags, gpu=gpu, fabric=fabric, nodes=nodes)
-        options.update(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, verify=verify)
+        options.update(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, verify=verify, model=model)
         with refused_to_native_code():
             _follow(obj, paths, parser_id or old_format_id, options, interval, idle, err)
         return
@@ -151,6 +157,7 @@ def ingest(
                 nodes=nodes,
                 gpus_per_node=gpus_per_node,
                 nics_per_node=nics_per_node,
+                model=model,
                 force=force,
                 verify=verify,
                 progress=bar,

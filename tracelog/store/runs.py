@@ -299,14 +299,39 @@ def rename(store: Store, run_id: int, name: str) -> None:
 
 @lake.retried
 def set_shape(store: Store, run_id: int, columns: dict[str, object], params: dict[str, str]) -> None:
-    """The user's word on what a run trained (`tracelog set --model`): its shape columns, and the run
-    parameters that say what its blocks are built of, each replacing what the log printed under that name."""
+    """The user's word on what a run trained (`tracelog set --model`), in a transaction of its own."""
     with store.transaction():
-        sets = ", ".join(f'"{k}" = ?' for k in columns)
-        store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*columns.values(), run_id])
-        for name, value in params.items():
-            store.con.execute("DELETE FROM run_params WHERE run_id = ? AND name = ?", [run_id, name])
-            store.con.execute("INSERT INTO run_params VALUES (?, ?, ?, NULL)", [run_id, name, value])
+        set_shape_in(store, run_id, columns, params)
+
+
+def set_shape_in(store: Store, run_id: int, columns: dict[str, object], params: dict[str, str]) -> None:
+    """The user's word on what a run trained (`set --model`, `ingest --model`): its shape columns, and the
+    run parameters that say what its blocks are built of, each replacing what the log printed under that
+    name. What an earlier lookup of the log's own checkpoint name derived (the parameters written on the
+    line of its `shape_from`) goes first: it described another checkpoint."""
+    store.con.execute(
+        """
+        DELETE FROM run_params WHERE run_id = $run AND name IN (SELECT unnest($derived))
+          AND line_no IN (SELECT line_no FROM run_params WHERE run_id = $run AND name = 'shape_from')
+        """,
+        {"run": run_id, "derived": list(DERIVED_PARAMS)},
+    )
+    sets = ", ".join(f'"{k}" = ?' for k in columns)
+    store.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*columns.values(), run_id])
+    for name, value in params.items():
+        store.con.execute("DELETE FROM run_params WHERE run_id = ? AND name = ?", [run_id, name])
+        store.con.execute("INSERT INTO run_params VALUES (?, ?, ?, NULL)", [run_id, name, value])
+
+
+DERIVED_PARAMS = (
+    "shape_from",
+    "position_embedding_type",
+    "normalization",
+    "add_bias_linear",
+    "untie_embeddings_and_output_weights",
+    "kv_channels",
+)
+"""The run parameters a checkpoint's lookup writes (`parsers.checkpoints.shape_params`)."""
 
 
 @lake.retried
