@@ -270,14 +270,23 @@ def set_(
         tracelog set bench:4 --fabric opa-100 --nics-per-node 4
         tracelog set sft-run --model Qwen/Qwen2.5-7B-Instruct --gpu h100-sxm5-80gb
     """
-    hardware = {"gpu": gpu, "fabric": fabric, "nodes": nodes, "gpus_per_node": gpus_per_node}
     with user_errors():
         if checkpoint is not None and is_bench_ref(run):
             raise TracelogError("--model names what a run trained; a bench trains nothing")
         if checkpoint is not None:
             subject_id, count = api.set_model(obj.store(), run, checkpoint)
-        if checkpoint is None or any(v is not None for v in (*hardware.values(), nics_per_node)):
-            subject_id, count = api.set_hardware(obj.store(), run, nics_per_node=nics_per_node, **hardware)
+        if checkpoint is None or any(
+            v is not None for v in (gpu, fabric, nodes, gpus_per_node, nics_per_node)
+        ):
+            subject_id, count = api.set_hardware(
+                obj.store(),
+                run,
+                gpu=gpu,
+                fabric=fabric,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                nics_per_node=nics_per_node,
+            )
     flags = f"{count} flag{'s' * (count != 1)}"
     if is_bench_ref(run):
         click.echo(f"bench {subject_id}: updated; {flags} (see tracelog show bench:{subject_id})")
