@@ -9,6 +9,7 @@ Run metrics (subject_kind 'run'):
   flops_per_iteration  one row per formula: narayanan (eq. 3), megatron-lm, hardware, bloom, 6nd
   sec_per_it, compute_s, tp_comm_s, bubble_s, dp_comm_s, dp_comm_total_s, p2p_s   model.timing.predict_iteration
   ep_comm_s            MoE runs: the exposed expert-parallel dispatch and combine (model.moe)
+  cp_comm_s            PyTorch's context-parallel ring: its exposed K/V exchange and merges (model.context_parallel)
   bubble_fraction      (p−1)/(v·m)
   tflops_per_gpu       model FLOPs (in the formula the log's figure matches) over predicted time
   mfu                  Megatron-LM model FLOPs (no recomputation) over predicted time and dense peak
@@ -258,6 +259,8 @@ def _time_rows(
     ]
     if time.ep_comm_s:
         rows.append(_row("ep_comm_s", time.ep_comm_s, "s", "tracelog.model.moe", None))
+    if time.cp_comm_s:
+        rows.append(_row("cp_comm_s", time.cp_comm_s, "s", "tracelog.model.context_parallel", None))
     gpus = train.gpus
     formula = match.formula if match and _close(match.ratio) else "megatron-lm"
     tflops = flops[formula] / (time.total_s * gpus * 1e12)
@@ -528,6 +531,7 @@ _VIEW: dict[str, tuple[str, str, float, str]] = {
     "dp_comm_s": ("time", "data-parallel gradients, exposed", 1.0, "s"),
     "p2p_s": ("time", "pipeline sends between stages", 1.0, "s"),
     "ep_comm_s": ("time", "expert-parallel dispatch and combine, exposed", 1.0, "s"),
+    "cp_comm_s": ("time", "context-parallel ring (K/V exchange and merges), exposed", 1.0, "s"),
     "bubble_fraction": ("time", "bubble fraction (p-1)/(v·m)", 100.0, "%"),
     "tflops_per_gpu": ("throughput", "TFLOP/s per GPU", 1.0, "TFLOP/s"),
     "mfu": ("throughput", "MFU (model FLOPs over dense peak)", 100.0, "%"),

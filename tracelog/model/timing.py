@@ -17,6 +17,7 @@ from tracelog.model.collectives import (
     predict_collective,
     spans_nodes,
 )
+from tracelog.model.context_parallel import ring_seconds
 from tracelog.model.flops import ModelConfig, TrainConfig, hardware_flops, microbatch_tokens, stage_layers
 from tracelog.model.gemm import (
     FLASH_BACKWARD_FACTOR,
@@ -65,6 +66,7 @@ class TimeBreakdown:
     p2p_s: float = 0.0
     optimizer_s: float = 0.0
     ep_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
 
 
 def bubble_fraction(pp: int, microbatches: int, chunks: int = 1) -> float:
@@ -516,8 +518,16 @@ def predict_iteration(
         # micro-batch's forward or backward (Megatron-core's combined 1F1B schedule, `combined_1f1b.py`):
         # exposed only past the stage's compute
         ep_s = max(0.0, ep_s - per_mb * m)
+    attention_s = (
+        0.0
+        if compute_efficiency is not None
+        else sum(op.time_s for op in stage.layer_ops if op.kind == "attention")
+    )
+    cp_s = ring_seconds(
+        cfg, train, g, attention_s, _resolve_link(fabric), gpus_per_node, alpha_us, link_efficiency, net
+    )
     fraction = bubble_fraction(train.pp, m, train.chunks)
-    bubble_s = fraction * (per_mb * m + tp_s + p2p_total + ep_s)
+    bubble_s = fraction * (per_mb * m + tp_s + p2p_total + ep_s + cp_s)
     # Megatron-LM's interleaved schedule sends a chunk's activations while the next chunk computes
     # (`--overlap-p2p-communication`, on unless `--no-overlap-p2p-communication`; arguments.py: it acts on
     # the interleaved schedule only, and not in warm-up and flush, whose sends the bubble term holds)
@@ -533,9 +543,9 @@ def predict_iteration(
     reductions, gathers = dp_rounds(train)
     dp_s = reductions * reduce_s + gathers * gather_s
     dp_total_s = reductions * dp.reduce_s + gathers * dp.gather_s
-    total = compute_s + tp_s + p2p_s + bubble_s + dp_s + ep_s
+    total = compute_s + tp_s + p2p_s + bubble_s + dp_s + ep_s + cp_s
     return TimeBreakdown(
-        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp_total_s, flops, m, p2p_s, optimizer_s, ep_s
+        compute_s, bubble_s, tp_s, dp_s, total, fraction, dp_total_s, flops, m, p2p_s, optimizer_s, ep_s, cp_s
     )
 
 
