@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,34 @@ def test_a_command_freezes_what_it_leaves_at_exit(small_db: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "megatron_lm" in done.stdout  # the command ran as ever
     assert done.stderr.strip().splitlines()[-1] == "frozen [True, True]"
+
+
+BLAS_AT_NUMPY = """
+import os, sys
+from tracelog.cli import main
+sys.argv = ["tracelog", "--version"]
+try:
+    main()
+except SystemExit:
+    pass
+before = len(os.listdir("/proc/self/task"))
+import numpy  # as pyarrow imports it for the first write
+print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
+@pytest.mark.parametrize(("given", "kept"), [(None, "1"), ("3", "3")])
+def test_a_command_starts_no_blas_threads_unless_told_to(given: str | None, kept: str) -> None:
+    """OpenBLAS started a thread per core when numpy loaded, each spinning 0.1 s for work that never came
+    (0.1 s of CPU of every ingest, on 2 cores): a command runs it on one thread, unless the user set it."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_AT_NUMPY], capture_output=True, text=True, env=env, check=True
+    )
+    value, started = done.stdout.split()[-2:]
+    assert value == kept
+    if given is None:
+        assert started == "0"
