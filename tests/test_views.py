@@ -165,6 +165,14 @@ def check_ranges(store: Store) -> None:
     con = store.con
     lines = run_buckets.lines_sql(RANGE_LINES)
     names = [name for name, _, _ in run_buckets.PARTIALS]
+    # the buckets the refresh summed (`partial_columns`: CASE over each kind of line) are those of the
+    # PARTIALS' own FILTER clauses over the rows
+    assert_same_rows(
+        con.execute(
+            run_buckets.partials_sql(run_buckets.lines_sql("SELECT * FROM iterations"), keys="run_id, bucket")
+        ).fetchall(),
+        con.execute(f"SELECT run_id, bucket, {', '.join(names)} FROM iteration_buckets").fetchall(),
+    )
     assert_same_rows(
         con.execute(
             f"SELECT * FROM ({run_buckets.partials_sql(lines, keys='run_id, part')}) "

@@ -338,7 +338,6 @@ PART_RANGES = ("all", "warmup", "steady")
 
 def _parts(store: Store) -> None:
     """`PARTS`: the aggregates of each run's `PART_RANGES`."""
-    partials = ", ".join(f"{aggregate} AS {name}" for name, aggregate, _ in PARTIALS)
     combined = ", ".join(f"{combine} AS {name}" for name, _, combine in PARTIALS)
     store.con.execute(
         f"""
@@ -347,7 +346,7 @@ def _parts(store: Store) -> None:
             SELECT r.run_id, r.part, {", ".join(f"b.{n}" for n, _, _ in PARTIALS)}
             FROM {RANGES} r JOIN iteration_buckets b ON b.run_id = r.run_id WHERE {_in_buckets("b")}
             UNION ALL
-            SELECT run_id, part, {partials} FROM ({_edge_lines()}) GROUP BY run_id, part
+            {run_buckets.partial_columns(_edge_lines(), keys="run_id, part")}
         ) WHERE part IN {PART_RANGES} GROUP BY run_id, part
         """
     )
