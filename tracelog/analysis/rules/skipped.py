@@ -77,7 +77,9 @@ def nan_and_skipped(store: Store, t: Thresholds, scope: Scope) -> list[Flag]:
     }
     rows, left_out = _with_losses_left_out(rows, megatron)
     flags: list[Flag] = []
-    calibrating = _calibrating(store, scope)
+    # a run without a skipped line has no calibration to find (the ranges' first skipped line is its
+    # whole run's), and is not read line by line for one
+    calibrating = _calibrating(store, scope, [row[0] for row in rows if row[8] is not None])
     barely = _barely_trained(store, t, scope, [row for row in rows if row[0] not in calibrating])
     flags.extend(barely.values())
     counted = _deepspeed_counts(store, scope)
@@ -194,19 +196,23 @@ CALIBRATION_OVERFLOWS = 32
 `--initial-loss-scale`, reaches 1 after 32 of them."""
 
 
-def _calibrating(store: Store, scope: Scope) -> dict[int, tuple[float, float]]:
+def _calibrating(store: Store, scope: Scope, skipping: list[int]) -> dict[int, tuple[float, float]]:
     """Runs whose every skipped step is the fp16 loss scale calibrating: from the run's first step, each
     line's interval skipped whole, its loss scale (above 1) lower than the line's before, and no skip after
     those lines, `CALIBRATION_OVERFLOWS` at most. A log of a run's first ten steps, all of them overflows
     from 2**28 down to 2**23, is the scaler at work, not a run that skipped most of its steps; a log whose
     skips stop and start again, or whose scale stays put, is not. Per run: its first and last scale so far.
-    Only the lines before a run's first clean one are read line by line (32 at most carry the skips)."""
+    Only the runs in `skipping` (those with a skipped line) are read, and of them only the lines before a
+    run's first clean one line by line (32 at most carry the skips)."""
+    if not skipping:
+        return {}
+    runs = f"{scope.runs} AND run_id IN ({', '.join(str(int(r)) for r in skipping)})"
     rows = store.con.execute(
         f"""
         WITH candidates AS (
             SELECT run_id, sum(skipped) AS total,
                    min(line_no) FILTER (coalesce(skipped, 0) = 0 AND coalesce(nan, 0) = 0) AS clean
-            FROM iterations WHERE {scope.runs} AND iteration > 0 GROUP BY run_id
+            FROM iterations WHERE {runs} AND iteration > 0 GROUP BY run_id
             HAVING sum(skipped) BETWEEN 1 AND {CALIBRATION_OVERFLOWS}
         ), lines AS (
             SELECT i.run_id, i.line_no, coalesce(i.skipped, 0) AS skipped, i.loss_scale,
