@@ -54,6 +54,22 @@ def test_a_step_cancelled_after_training_is_done_is_a_warning_with_the_idle_time
     assert "No checkpoint saved" not in message and "died" not in message
 
 
+def test_the_done_mark_is_found_when_every_run_is_refreshed_at_once(tmp_path: Path) -> None:
+    """The done mark is looked for after the earliest last step of the runs refreshed together (a literal
+    range of line numbers): a short log's mark, at line 4, is still found beside a run whose last step is at
+    line 50 of its own file."""
+    done = "[after training is done] datetime: 2025-11-24 21:52:53"
+    short, long = tmp_path / "short.log", tmp_path / "long.log"
+    short.write_text("\n".join([*(iteration_line(i) for i in range(48, 51)), done, CANCELLED]) + "\n")
+    long.write_text("\n".join(iteration_line(i) for i in range(1, 51)) + "\n")
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(short), str(long)])
+    api.refresh(db)  # both runs in one scope
+    (flag,) = [f for f in api.flags(db).to_dict("records") if f["rule"] == "training_health"]
+    assert (flag["severity"], flag["row_ref"]) == ("warning", "line 5")
+    assert "Training had finished before it" in flag["message"]
+
+
 def test_a_step_cancelled_before_training_is_done_stays_critical(tmp_path: Path) -> None:
     (flag,) = flags_of(tmp_path, [*(iteration_line(i) for i in range(48, 51)), CANCELLED])
     assert (flag["severity"], flag["row_ref"]) == ("critical", "line 4")
