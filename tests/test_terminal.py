@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,10 +100,55 @@ def test_progress_bar_shows_the_file_name_not_markup(tmp_path: Path, monkeypatch
     assert "[progress.description]" not in text
 
 
-def test_no_progress_bar_off_a_terminal(tmp_path: Path) -> None:
-    progress = cli_logs.IngestProgress(Console(file=io.StringIO()))
+def test_no_progress_bar_off_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_logs, "PROGRESS_AFTER_S", 0.0)
+    out = io.StringIO()
+    progress = cli_logs.IngestProgress(Console(file=out))
     with progress(str(LLAMA)) as advance:
         assert advance is None
+    progress.close()
+    assert out.getvalue() == ""
+
+
+def test_the_bar_shows_once_due_with_the_bytes_read_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until the bar is due, nothing is drawn and the bytes are only counted; the bar then starts where
+    the file has got to, with the count of files done."""
+    out = io.StringIO()
+    progress = cli_logs.IngestProgress(Console(file=out, force_terminal=True, width=120, markup=False))
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    for log in (first, second):
+        log.write_bytes(b"x" * 4000)
+    with progress(str(first)) as advance:
+        advance(4000)
+    with progress(str(second)) as advance:
+        advance(1000)
+        assert progress.bar is None and out.getvalue() == ""
+        monkeypatch.setattr(cli_logs, "PROGRESS_AFTER_S", 0.0)
+        advance(1000)
+        assert progress.bar is not None
+        (task,) = progress.bar.tasks
+        assert (task.description, task.completed, task.total) == ("second.log", 2000, 4000)
+        assert task.fields["done"] == "1 files done"
+    progress.close()
+
+
+def test_an_ingest_does_not_load_rich_before_its_bar_is_due(tmp_path: Path) -> None:
+    """rich is 18 ms of start-up: a quick ingest, which draws no bar and prints no table, goes without it."""
+    code = (
+        "import sys\nfrom tracelog.cli import cli\ntry:\n"
+        "    cli.main(sys.argv[1:], prog_name='tracelog', standalone_mode=False)\n"
+        "finally:\n    print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--db", str(tmp_path / "r.duckdb"), "ingest", str(LLAMA)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "ingested as megatron" in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
 def test_a_table_from_plain_rows_is_the_table_from_the_frame(

@@ -6,16 +6,16 @@ import math
 import os
 import sys
 from decimal import Decimal
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from tracelog.store.rows import Rows
 
 if TYPE_CHECKING:
     import pandas as pd
+    from rich.console import Console
 
 FORMATS = ("table", "csv", "json", "markdown")
 SCREEN_ROWS = 50
@@ -158,17 +158,28 @@ def render(
         click.echo()
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """The reader of the pipe stopped (`| head`): handed to the command line, which ends quietly with
-        status 0 as after the other formats (rich's own answer is status 1)."""
-        self.quiet = True
-        raise BrokenPipeError
+@cache
+def _console_class() -> type[Console]:
+    """The console tables are printed on. rich (15 ms of start-up) is loaded by the first table printed,
+    not by every command: an ingest prints none."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """The reader of the pipe stopped (`| head`): handed to the command line, which ends quietly
+            with status 0 as after the other formats (rich's own answer is status 1)."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console
 
 
 def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
     """A rich table: as many rows as the terminal shows (SCREEN_ROWS in a pipe), columns that fit."""
-    console = _Console(markup=False, emoji=False, highlight=False)
+    from rich.table import Table
+
+    console_class = _console_class()
+    console = console_class(markup=False, emoji=False, highlight=False)
     rows = max(10, console.size.height - 8) if console.is_terminal else SCREEN_ROWS
     fits = console.is_terminal or bool(os.environ.get("COLUMNS"))
     hidden: list[str] = []
@@ -179,7 +190,7 @@ def _table(frame: pd.DataFrame | Rows, title: str | None) -> None:
         # anew and fold a short name or figure (`live.lo` / `g`) to widen a header
         shown, hidden, widths = fit_columns(shown, console.width)
     else:
-        console = _Console(markup=False, emoji=False, highlight=False, width=100_000)
+        console = console_class(markup=False, emoji=False, highlight=False, width=100_000)
     table = Table(title=title, show_lines=False, header_style="bold")
     for column, numeric in zip(shown.columns, shown.numeric, strict=True):
         label = _header(column) if fits else str(column)

@@ -10,17 +10,20 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from tracelog import api
 from tracelog.cli.base import Context, cli, format_option, parse_tags, pass_ctx, user_errors
 from tracelog.cli.probes import refused_to_native_code
 from tracelog.parsers import formats
 from tracelog.render import render
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 PROGRESS_AFTER_S = 2.0
 """An ingest shows its progress bar once it has taken this long: under it, the bar would only flicker."""
@@ -130,7 +133,6 @@ def ingest(
     if old_format_id is not None:
         click.echo("Warning: ingest --format is now --parser (--format is the output format)", err=True)
     parsed_tags = parse_tags(tags)
-    err = Console(stderr=True, markup=False, highlight=False)
     if follow:
         if force or jobs != 1 or complete:
             raise click.UsageError(
@@ -139,12 +141,12 @@ def ingest(
         options = dict(name=name, tags=parsed_tags, gpu=gpu, fabric=fabric, nodes=nodes)
         options.update(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, verify=verify, model=model)
         with refused_to_native_code():
-            _follow(obj, paths, parser_id or old_format_id, options, interval, idle, err)
+            _follow(obj, paths, parser_id or old_format_id, options, interval, idle)
         return
     if interval != 5.0 or idle is not None:
         raise click.UsageError("--interval and --idle go with --follow")
-    bar = IngestProgress(err)
-    with user_errors(), stdin_ends_at_ctrl_c("-" in paths, err), refused_to_native_code():
+    bar = IngestProgress()
+    with user_errors(), stdin_ends_at_ctrl_c("-" in paths), refused_to_native_code():
         try:
             results = api.ingest(
                 obj.store(create=True),
@@ -190,7 +192,7 @@ def _tell(result: api.IngestResult | api.IngestFailure, at: str = "") -> bool:
 
 
 @contextmanager
-def stdin_ends_at_ctrl_c(reading_stdin: bool, err: Console) -> Iterator[None]:
+def stdin_ends_at_ctrl_c(reading_stdin: bool) -> Iterator[None]:
     """While standard input is read, the first Ctrl-C ends the input instead of the ingest: in
     `python train.py | tracelog ingest -` it stops the writer too, whose end closes the pipe, and what was
     read lands as one file. A second Ctrl-C aborts (nothing of the input lands), as one always did
@@ -199,6 +201,7 @@ def stdin_ends_at_ctrl_c(reading_stdin: bool, err: Console) -> Iterator[None]:
         yield
         return
     pressed: list[int] = []
+    err = stderr_console()  # made here, not in the handler
 
     def first_press(signum: int, frame: Any) -> None:
         if pressed:
@@ -223,7 +226,6 @@ def _follow(
     options: dict[str, Any],
     interval: float,
     idle: float | None,
-    err: Console,
 ) -> None:
     """`ingest --follow`: each round's files and new flags, a line each with the time. Ctrl-C is how a
     follow ends: every round before it is committed (the one it stops, if any, is rolled back)."""
@@ -249,7 +251,7 @@ def _follow(
                 idle_s=idle,
                 on_round=told,
                 parser=parser,
-                progress=FileProgress(err),
+                progress=FileProgress(),
                 **options,
             )
         except KeyboardInterrupt:
@@ -274,7 +276,7 @@ class FileProgress:
     """A follow's progress: a bar per file, shown once that file has taken `PROGRESS_AFTER_S` (a round
     that reads a few new lines prints nothing extra)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console | None = None) -> None:
         self.console = console
 
     @contextmanager
@@ -287,57 +289,86 @@ class FileProgress:
             bar.close()
 
 
+@cache
+def stderr_console() -> Console:
+    """Standard error as rich writes to it (progress bars, notes), made when first needed: rich (18 ms of
+    start-up) is then loaded by an ingest that runs long enough for its bar, not by every one."""
+    from rich.console import Console
+
+    return Console(stderr=True, markup=False, highlight=False)
+
+
 class IngestProgress:
     """One progress bar for the whole ingest, shown once it has run `PROGRESS_AFTER_S` (so a quick ingest
     prints nothing extra, and any longer one, a big file, a .gz, stdin or a folder of small files, shows
     where it is): a line for the file being read (bytes of its size, or bytes read where the size is not
-    known) and the count of files done. File names are printed literally, never as rich markup."""
+    known) and the count of files done. File names are printed literally, never as rich markup. Until the
+    bar is due the bytes are only counted: the console (standard error's when none is given) is asked
+    whether it is a terminal then, and the bar made."""
 
-    def __init__(self, console: Console) -> None:
-        self.enabled = console.is_terminal
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console
         self.started_at = time.monotonic()
-        self.shown = False
-        self.bar = Progress(
-            TextColumn("{task.description}", style="progress.description", markup=False),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TextColumn("{task.fields[done]}", markup=False),
-            console=console,
-            transient=True,
-            auto_refresh=True,
-        )
+        self.bar: Progress | None = None
+        self.off = False  # not a terminal: nothing is drawn
         self.done = 0
+        self.current: list[Any] | None = None  # the file being read: name, size, bytes read, its task
 
     def _maybe_show(self) -> None:
-        if not self.shown and time.monotonic() - self.started_at >= PROGRESS_AFTER_S:
+        if self.off or time.monotonic() - self.started_at < PROGRESS_AFTER_S:
+            return
+        if self.bar is None:
+            console = self.console if self.console is not None else stderr_console()
+            if not console.is_terminal:
+                self.off = True
+                return
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self.bar = Progress(
+                TextColumn("{task.description}", style="progress.description", markup=False),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("{task.fields[done]}", markup=False),
+                console=console,
+                transient=True,
+                auto_refresh=True,
+            )
             self.bar.start()
-            self.shown = True
+        current = self.current
+        if current is not None and current[3] is None:
+            name, size, read, _ = current
+            done = f"{self.done} files done" if self.done else ""
+            current[3] = self.bar.add_task(name, total=size, completed=read, done=done)
 
     @contextmanager
     def __call__(self, path: str) -> Iterator[Any]:
-        if not self.enabled:
+        self._maybe_show()
+        if self.off:
             yield None
             return
         size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else None
         if path.endswith(".gz"):
             size = None  # the bytes counted are the decompressed ones
-        name = "stdin" if path == "-" else os.path.basename(path)
-        task = self.bar.add_task(name, total=size, done=f"{self.done} files done" if self.done else "")
+        current = self.current = ["stdin" if path == "-" else os.path.basename(path), size, 0, None]
         self._maybe_show()
 
         def advance(n: int) -> None:
-            self.bar.advance(task, n)
+            current[2] += n
+            if current[3] is not None and self.bar is not None:
+                self.bar.advance(current[3], n)
             self._maybe_show()
 
         try:
             yield advance
         finally:
-            self.bar.remove_task(task)
+            if current[3] is not None and self.bar is not None:
+                self.bar.remove_task(current[3])
+            self.current = None
             self.done += 1
 
     def close(self) -> None:
-        if self.shown:
+        if self.bar is not None:
             self.bar.stop()
 
 
