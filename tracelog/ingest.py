@@ -524,7 +524,7 @@ def _may_merge(store: Store, parser: ModuleType) -> bool:
 
 def _describing_formats() -> set[str]:
     """The formats whose files describe runs other files describe too (event files, `store.merge`)."""
-    return {p.FORMAT for p in parsers.PARSERS if getattr(p, "DESCRIBES_RUNS_OF_OTHER_FILES", False)}
+    return set(parsers.DESCRIBING_FORMATS)
 
 
 def _merge_same_runs(store: Store, writer: SourceWriter, file_format: str) -> dict[int, int]:
