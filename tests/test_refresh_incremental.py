@@ -161,3 +161,59 @@ def test_the_refresh_after_growth_reads_the_new_lines_not_the_old_buckets(tmp_pa
             (3.0,)
         ]
         assert store.scalar("SELECT sum(lines) FROM iteration_buckets") == 59
+
+
+@pytest.mark.usefixtures("narrow_buckets")
+def test_a_run_whose_precision_changed_is_summed_again(tmp_path: Path) -> None:
+    """A line's NaN count depends on its run's precision (`run_buckets.NAN_LINES`: a grad norm of NaN beside
+    a finite loss and no skip count is a NaN only without an fp16 scaler): buckets summed under another
+    precision are summed again from the first line, and hold what the rows say under the new one (here in
+    bucket 1 of 10)."""
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(write_log(tmp_path / "run.log", [{"loss": 3.0 - i * 0.01} for i in range(40)]))])
+    with Store(db) as store:
+        store.con.execute("UPDATE iterations SET grad_norm = 'nan', skipped = NULL WHERE line_no = 7")
+    api.refresh(db)
+    with Store(db) as store:
+        assert store.scalar("SELECT sum(nan_lines) FROM iteration_buckets") == 0  # fp16 or unknown: no NaN
+        store.con.execute("UPDATE runs SET precision = 'bf16'")
+    api.refresh(db)
+    with Store(db) as store:
+        names = ", ".join(name for name, _, _ in run_buckets.PARTIALS)
+        summed = store.con.execute(
+            f"SELECT run_id, bucket, {names} FROM iteration_buckets ORDER BY ALL"
+        ).fetchall()
+        rows = run_buckets.partials_sql(run_buckets.lines_sql("SELECT * FROM iterations"))
+        assert summed == store.con.execute(f"SELECT * FROM ({rows}) ORDER BY ALL").fetchall()
+        assert store.scalar("SELECT sum(nan_lines) FROM iteration_buckets") == 1
+    assert any("1 NaN iteration(s)" in f["message"] for f in api.flags(db).to_dict("records"))
+
+
+@pytest.mark.usefixtures("narrow_buckets")
+def test_a_new_flat_loss_threshold_reads_the_run_again(tmp_path: Path) -> None:
+    """Stretches kept at one threshold are found again at another, from the run's first line: a stretch of
+    15 lines early in the run, too short at the default 20, is found at 12, as a direct refresh at 12
+    finds it."""
+    rows = [{"loss": 3.0 - i * 1e-3} for i in range(200)]
+    for i in range(30, 45):
+        rows[i] = {"loss": 2.5}
+    full = write_log(tmp_path / "full.log", rows)
+    lines = full.read_bytes().splitlines(keepends=True)
+    log = tmp_path / "run.log"
+    grown = tmp_path / "grown.duckdb"
+    with Store(grown) as store:
+        log.write_bytes(b"".join(lines[:120]))
+        land(store, log)
+        log.write_bytes(b"".join(lines))
+        land(store, log)
+        assert store.scalar("SELECT count(*) FROM flat_loss_stretches") == 0
+    api.refresh(grown, thresholds={"flat_loss_lines": "12"})
+    direct = tmp_path / "direct.duckdb"
+    api.ingest(direct, [str(full)])
+    api.refresh(direct, thresholds={"flat_loss_lines": "12"})
+    with Store(grown) as g, Store(direct) as d:
+        query = "SELECT * EXCLUDE (run_id) FROM flat_loss_stretches ORDER BY ALL"
+        assert g.con.execute(query).fetchall() == d.con.execute(query).fetchall() != []
+        kept = "SELECT rule, checked_line, context_line, threshold FROM run_progress ORDER BY rule"
+        assert g.con.execute(kept).fetchall() == d.con.execute(kept).fetchall()
+        assert snapshot(g)["flags"] == snapshot(d)["flags"]

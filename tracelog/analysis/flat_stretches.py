@@ -20,7 +20,7 @@ from __future__ import annotations
 from tracelog.analysis import run_buckets
 from tracelog.analysis.run_buckets import UPDATING, rows_from
 from tracelog.analysis.scope import Scope
-from tracelog.store import Store
+from tracelog.store import Store, progress
 
 RULE = "flat_loss"
 LINES = f"isfinite(lm_loss) AND lm_loss <> 0 AND {UPDATING}"
@@ -54,27 +54,15 @@ SELECT * FROM stretches WHERE steps >= $threshold
 def update(store: Store, threshold: float, scope: Scope) -> None:
     """Bring `flat_loss_stretches` and `run_progress` up to the last line of every run in scope."""
     con = store.con
-    runs = f"run_id IN (SELECT run_id FROM runs WHERE {scope.runs})"
-    if not scope.new:
-        con.execute(
-            f"DELETE FROM run_progress WHERE {runs} AND rule = '{RULE}' AND threshold IS DISTINCT FROM $t",
-            {"t": threshold},
-        )
-    progress = dict(
-        (run, (checked, anchor))
-        for run, checked, anchor in con.execute(
-            f"SELECT run_id, checked_line, context_line FROM run_progress WHERE {runs} AND rule = '{RULE}'"
-        ).fetchall()
-    )
+    # a run read with another threshold is read again from its first line
+    marks, unmarked = progress.read(con, RULE, scope.runs, threshold)
     starts: dict[int, int | None] = {
-        int(run): (anchor if anchor <= checked else _anchor_before(store, run, checked + 1))
-        for run, (checked, anchor) in progress.items()
+        **{
+            run: (anchor if anchor <= checked else _anchor_before(store, run, checked + 1))
+            for run, (checked, anchor) in marks.items()
+        },
+        **dict.fromkeys(unmarked),
     }
-    starts.update(
-        (int(run), None)
-        for (run,) in con.execute(f"SELECT run_id FROM runs WHERE {scope.runs}").fetchall()
-        if run not in starts
-    )
     if not scope.new:
         whole = [run for run, start in starts.items() if start is None]
         if whole:

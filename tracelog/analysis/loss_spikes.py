@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tracelog.analysis.run_buckets import rows_from
 from tracelog.analysis.scope import Scope
-from tracelog.store import Store
+from tracelog.store import Store, progress
 from tracelog.store.progress import LOSS_SPIKE_WINDOW as WINDOW
 from tracelog.store.progress import VALID_LOSS as VALID
 
@@ -30,32 +30,18 @@ a loss falling or rising as training starts stays far below it."""
 def update(store: Store, threshold: float, scope: Scope) -> None:
     """Bring `loss_spikes` and `run_progress` up to the last line of every run in scope."""
     con = store.con
-    runs = f"run_id IN (SELECT run_id FROM runs WHERE {scope.runs})"
     # a run checked with another threshold is checked again from its first line: its progress goes, and
     # a run with no progress row has no spikes kept either (both go together); new runs have neither
-    if not scope.new:
-        con.execute(
-            f"DELETE FROM run_progress WHERE {runs} AND rule = '{RULE}' "
-            "AND threshold IS DISTINCT FROM $threshold",
-            {"threshold": threshold},
-        )
-        con.execute(
-            f"DELETE FROM loss_spikes WHERE {runs} AND run_id NOT IN "
-            f"(SELECT run_id FROM run_progress WHERE rule = '{RULE}')"
-        )
+    marks, unmarked = progress.read(con, RULE, scope.runs, threshold)
+    if unmarked and not scope.new:
+        con.execute(f"DELETE FROM loss_spikes WHERE run_id IN ({', '.join(map(str, unmarked))})")
     # each run's lines from its context line on, by a literal range per run (DuckDB then reads those row
     # groups only; a range joined from run_progress read the whole run)
-    progress = {
-        int(run): (int(checked), int(context))
-        for run, checked, context in con.execute(
-            f"SELECT run_id, checked_line, context_line FROM run_progress WHERE {runs} AND rule = '{RULE}'"
-        ).fetchall()
-    }
     starts: dict[int, int | None] = {
-        int(run): progress[run][1] if run in progress else None
-        for (run,) in con.execute(f"SELECT run_id FROM runs WHERE {scope.runs}").fetchall()
+        **{run: context for run, (_, context) in marks.items()},
+        **dict.fromkeys(unmarked),
     }
-    checked = " ".join(f"WHEN {run} THEN {line}" for run, (line, _) in progress.items())
+    checked = " ".join(f"WHEN {run} THEN {line}" for run, (line, _) in marks.items())
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE loss_window AS

@@ -21,7 +21,7 @@ precision changed since is summed again from its first line.
 from __future__ import annotations
 
 from tracelog.analysis.scope import Scope
-from tracelog.store import Store
+from tracelog.store import Store, progress
 
 RULE = "buckets"
 BUCKET_LINES = 16384
@@ -238,25 +238,15 @@ def update(store: Store, scope: Scope) -> None:
     """Bring the buckets of every run in scope up to its last line."""
     con = store.con
     runs = f"SELECT run_id FROM runs WHERE {scope.runs}"
-    if not scope.new:
-        # summed under another precision: summed again from the first line
-        con.execute(
-            f"""
-            DELETE FROM run_progress WHERE rule = '{RULE}' AND run_id IN (
-                SELECT b.run_id FROM iteration_buckets b
-                JOIN (SELECT run_id, {NO_SCALER} AS now_no_scaler FROM runs) USING (run_id)
-                WHERE b.run_id IN ({runs}) AND b.no_scaler IS DISTINCT FROM now_no_scaler
-            )
-            """
-        )
-    checked = dict(
-        con.execute(
-            f"SELECT run_id, checked_line FROM run_progress WHERE rule = '{RULE}' AND run_id IN ({runs})"
-        ).fetchall()
+    # a run summed under another precision than its own now is summed again from its first line
+    rescaled = (
+        f"EXISTS (SELECT 1 FROM iteration_buckets b WHERE b.run_id = r.run_id "
+        f"AND b.no_scaler IS DISTINCT FROM {NO_SCALER.replace('precision', 'r.precision')})"
     )
-    in_scope = [r for (r,) in con.execute(runs).fetchall()]
+    marks, unmarked = progress.read(con, RULE, scope.runs, stale=None if scope.new else rescaled)
     starts: dict[int, int | None] = {
-        run: (checked[run] + 1) // BUCKET_LINES * BUCKET_LINES if run in checked else None for run in in_scope
+        **{run: (checked + 1) // BUCKET_LINES * BUCKET_LINES for run, (checked, _) in marks.items()},
+        **dict.fromkeys(unmarked),
     }
     for run in _changed_below(store, starts):
         starts[run] = None

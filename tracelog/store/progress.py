@@ -30,3 +30,35 @@ def rewind(con: duckdb.DuckDBPyConnection, run_id: int, line_no: int) -> None:
         """,
         {"run": run_id, "line": line_no},
     )
+
+
+def read(
+    con: duckdb.DuckDBPyConnection,
+    rule: str,
+    runs: str,
+    threshold: float | None = None,
+    stale: str | None = None,
+) -> tuple[dict[int, tuple[int, int]], list[int]]:
+    """A rule's marks over the runs in scope, in one query: (checked line, context line) of each run that
+    has one, and the runs that have none, in the order of their ids. A mark written at another `threshold`,
+    or of a run `stale` says (a predicate over `r`, the run's row), is no mark: it is deleted, and the
+    run is read again from its first line. (Each was a statement of its own before each rule's reading:
+    the deletions, the marks, the runs in scope.)"""
+    where = runs.replace("run_id", "r.run_id")
+    same = "p.threshold IS NOT DISTINCT FROM $threshold" if threshold is not None else "true"
+    rows = con.execute(
+        f"""
+        SELECT r.run_id, p.checked_line, p.context_line, p.run_id IS NOT NULL AND {same} AND NOT ({stale or "false"})
+        FROM runs r LEFT JOIN run_progress p ON p.run_id = r.run_id AND p.rule = '{rule}'
+        WHERE {where} ORDER BY r.run_id
+        """,
+        {"threshold": threshold} if threshold is not None else {},
+    ).fetchall()
+    marks = {int(run): (int(checked), int(context)) for run, checked, context, valid in rows if valid}
+    dropped = sorted({int(run) for run, checked, _, valid in rows if checked is not None and not valid})
+    if dropped:
+        con.execute(
+            f"DELETE FROM run_progress WHERE rule = '{rule}' AND run_id IN ({', '.join(map(str, dropped))})"
+        )
+    unmarked = sorted({int(run) for run, *_ in rows} - marks.keys())
+    return marks, unmarked
