@@ -16,7 +16,8 @@ from tests.conftest import SAMPLES
 from tests.test_growth import land, snapshot
 from tests.test_health_rules import write_log
 from tracelog import api
-from tracelog.analysis import run_buckets
+from tracelog.analysis import refresh, run_buckets
+from tracelog.analysis.scope import Scope
 from tracelog.store import Store
 
 GROWN = [
@@ -217,3 +218,21 @@ def test_a_new_flat_loss_threshold_reads_the_run_again(tmp_path: Path) -> None:
         kept = "SELECT rule, checked_line, context_line, threshold FROM run_progress ORDER BY rule"
         assert g.con.execute(kept).fetchall() == d.con.execute(kept).fetchall()
         assert snapshot(g)["flags"] == snapshot(d)["flags"]
+
+
+def test_a_refresh_of_what_runs_gained_alone_runs_on_one_thread(tmp_path: Path) -> None:
+    """A refresh whose runs all have their buckets kept reads only what they gained, on one DuckDB thread
+    (`refresh.REFRESH_THREADS`); one that sums a run from its first line keeps DuckDB's own count."""
+    db = tmp_path / "t.duckdb"
+    api.ingest(db, [str(SAMPLES / "megatron_lm_llama3_8b_h100.log")])
+    with Store(db) as store:
+        runs = [
+            r for (r,) in store.con.execute("SELECT run_id FROM iteration_buckets GROUP BY ALL").fetchall()
+        ]
+        assert runs and refresh._incremental(store, Scope.of(runs, []))
+        assert refresh._incremental(store, Scope.of([], [1]))  # benches only: no run is summed
+        store.con.execute(
+            f"DELETE FROM run_progress WHERE rule = 'buckets' AND run_id = {runs[0]}"
+        )  # a merge
+        assert not refresh._incremental(store, Scope.of(runs, []))
+        assert not refresh._incremental(store, Scope.of(None, None))
