@@ -105,6 +105,22 @@ def test_grown_log_adds_only_new_lines_to_the_same_runs(store: Store, tmp_path: 
     assert iterations.iteration.is_unique
 
 
+def test_a_grown_logs_rows_go_into_the_file_at_its_commit(tmp_path: Path) -> None:
+    """The resumed ingest of a grown log checkpoints at its commit, so its rows are written once, into the
+    database file, not into the write-ahead log first and copied into the file at the next checkpoint."""
+    lines = LLAMA.read_text().splitlines(keepends=True)
+    log, db = tmp_path / "live.log", tmp_path / "t.duckdb"
+    log.write_text("".join(lines[: len(lines) // 2]))
+    wal = Path(f"{db}.wal")
+    with Store(db) as store:
+        ingest_file(store, str(log))
+        log.write_text("".join(lines))
+        assert ingest_file(store, str(log)).status == "appended"
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert store.scalar("SELECT current_setting('checkpoint_threshold')") == "16.0 MiB"  # put back
+        assert store.scalar("SELECT count(*) FROM iterations") > 14
+
+
 def test_failure_mid_file_leaves_database_as_before(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     ingest_file(store, str(BLOOM))
     before = counts(store)

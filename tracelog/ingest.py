@@ -339,7 +339,7 @@ def _resume_file(
         if progress is not None:
             progress(resume.committed)
         try:
-            with store.memory_limit(INGEST_MEMORY_LIMIT), store.transaction():
+            with store.memory_limit(INGEST_MEMORY_LIMIT), store.checkpoint_at_commit(), store.transaction():
                 return _ingest_stream(
                     store,
                     path,

@@ -437,6 +437,23 @@ class Store:
             self.con.execute(f"SET memory_limit = '{previous}'")
 
     @contextmanager
+    def checkpoint_at_commit(self) -> Iterator[None]:
+        """The transaction that commits inside this writes its rows into the database file at its commit
+        instead of through the write-ahead log, which the next commit's checkpoint (or the close) copied
+        into the file again: DuckDB checkpoints at a commit whose log would pass `checkpoint_threshold`,
+        and one whose log would pass `auto_checkpoint_skip_wal_threshold` skips the log. A DuckLake store
+        writes no log of its own: nothing changes there."""
+        if self.lake:
+            yield
+            return
+        previous = self.scalar("SELECT current_setting('checkpoint_threshold')")
+        self.con.execute("SET checkpoint_threshold = '0KiB'")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET checkpoint_threshold = '{previous}'")
+
+    @contextmanager
     def threads(self, count: int) -> Iterator[None]:
         """DuckDB's worker threads set for a while (the inserts of a streaming ingest), then put back."""
         previous = self.scalar("SELECT current_setting('threads')")
