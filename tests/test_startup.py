@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ import pytest
 from tests.conftest import SAMPLES
 from tracelog import api
 from tracelog.cli.base import COMMAND_MODULES, cli
+from tracelog.parsers.base import prefetched
 
 HEAVY = (
     "pandas",  # half of a reading command's start-up: a printed table is built from plain rows
@@ -34,6 +37,7 @@ HEAVY = (
     "tracelog.api",
     "tracelog.report",
     "tracelog.cli.logs",
+    "tracelog.cli.intake",
     "tracelog.cli.model",
 )
 LOADED = """
@@ -82,9 +86,11 @@ def test_reading_commands_load_no_parser_polars_or_report(small_db: Path, args: 
 
 def test_the_guard_sees_a_command_that_needs_the_parsers(small_db: Path) -> None:
     """`ingest` must load the parsers: were the check blind (a wrong module name, output lost), this
-    fails."""
+    fails. It goes without the library surface (`api`: the planner, the report's queries, the export), and
+    a file already ingested, whose refresh is not owed, without the refresh."""
     heavy, _ = loaded(small_db, "ingest", str(SAMPLES / "megatron_lm_llama3_8b_h100.log"))
-    assert {"tracelog.parsers", "tracelog.ingest", "tracelog.api", "tracelog.cli.logs"} <= set(heavy)
+    assert {"tracelog.parsers", "tracelog.ingest", "tracelog.cli.intake"} <= set(heavy)
+    assert not {"tracelog.api", "tracelog.cli.logs", "tracelog.analysis.refresh"} & set(heavy)
 
 
 def test_a_store_owing_a_refresh_loads_it_and_is_refreshed(tmp_path: Path) -> None:
@@ -107,7 +113,10 @@ def test_a_store_owing_a_refresh_loads_it_and_is_refreshed(tmp_path: Path) -> No
 def test_the_library_and_the_ingest_command_load_without_pandas() -> None:
     """pandas is 0.3 s of start-up; the modules only load it where they return a DataFrame. (Ingest
     itself runs without it on DuckDB 2.0; DuckDB 1.5 imports it to bind a parameter.)"""
-    code = "import sys, tracelog.api, tracelog.cli.logs, tracelog.analysis.refresh; print('pandas' in sys.modules)"
+    code = (
+        "import sys, tracelog.api, tracelog.cli.logs, tracelog.cli.intake, tracelog.analysis.refresh; "
+        "print('pandas' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -261,3 +270,36 @@ def test_a_command_starts_no_blas_threads_unless_told_to(given: str | None, kept
     assert value == kept
     if given is None:
         assert started == "0"
+
+
+def test_meanwhile_runs_while_the_worker_produces_its_first_item() -> None:
+    """`prefetched(meanwhile=)`: the caller's thread does its own work (an ingest loads the refresh there)
+    once the worker has started, before it waits for the first item: here the first item waits for it."""
+    started = threading.Event()
+
+    def items() -> Iterator[int]:
+        assert started.wait(timeout=10), "meanwhile ran only after the first item"
+        yield from range(3)
+
+    assert list(prefetched(items(), 1, meanwhile=started.set)) == [0, 1, 2]
+
+
+def test_the_refresh_loads_while_a_grown_log_is_parsed(tmp_path: Path) -> None:
+    """The refresh (the model, the rules: some 70 ms of imports) is loaded while the parser reads the first
+    block, not before the ingest starts."""
+    lines = (SAMPLES / "megatron_lm_llama3_8b_h100.log").read_text().splitlines(keepends=True)
+    log, db = tmp_path / "live.log", tmp_path / "t.duckdb"
+    log.write_text("".join(lines[: len(lines) // 2]))
+    api.ingest(db, [str(log)])
+    log.write_text("".join(lines))
+    code = (
+        "import sys\nfrom tracelog.parsers import base\nfrom tracelog import intake\n"
+        "real = base.prefetched\nseen = []\n"
+        "def spy(items, depth, meanwhile=None):\n"
+        "    seen.append((meanwhile is not None, 'tracelog.analysis.refresh' in sys.modules))\n"
+        "    return real(items, depth, meanwhile)\n"
+        "import tracelog.ingest\ntracelog.ingest.prefetched = spy\n"
+        f"print(intake.ingest({str(db)!r}, [{str(log)!r}])[0].status, seen[-1])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split(maxsplit=1) == ["appended", "(True, False)\n"]

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from tracelog import api
 from tracelog.cli import cli
-from tracelog.cli import logs as cli_logs
+from tracelog.cli import intake as cli_intake
 from tracelog.render import FOLDED_TEXT_WIDTH, render
 
 from .conftest import SAMPLES
@@ -84,10 +84,10 @@ def test_columns_choose_and_order(tmp_path: Path) -> None:
 
 
 def test_progress_bar_shows_the_file_name_not_markup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_logs, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(cli_intake, "PROGRESS_AFTER_S", 0.0)
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120, markup=False)
-    progress = cli_logs.IngestProgress(console)
+    progress = cli_intake.IngestProgress(console)
     name = tmp_path / "megatron-[300mb].log"
     name.write_bytes(b"x" * 1000)
     with progress(str(name)) as advance:
@@ -101,9 +101,9 @@ def test_progress_bar_shows_the_file_name_not_markup(tmp_path: Path, monkeypatch
 
 
 def test_no_progress_bar_off_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_logs, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(cli_intake, "PROGRESS_AFTER_S", 0.0)
     out = io.StringIO()
-    progress = cli_logs.IngestProgress(Console(file=out))
+    progress = cli_intake.IngestProgress(Console(file=out))
     with progress(str(LLAMA)) as advance:
         assert advance is None
     progress.close()
@@ -116,7 +116,7 @@ def test_the_bar_shows_once_due_with_the_bytes_read_before(
     """Until the bar is due, nothing is drawn and the bytes are only counted; the bar then starts where
     the file has got to, with the count of files done."""
     out = io.StringIO()
-    progress = cli_logs.IngestProgress(Console(file=out, force_terminal=True, width=120, markup=False))
+    progress = cli_intake.IngestProgress(Console(file=out, force_terminal=True, width=120, markup=False))
     first, second = tmp_path / "first.log", tmp_path / "second.log"
     for log in (first, second):
         log.write_bytes(b"x" * 4000)
@@ -125,7 +125,7 @@ def test_the_bar_shows_once_due_with_the_bytes_read_before(
     with progress(str(second)) as advance:
         advance(1000)
         assert progress.bar is None and out.getvalue() == ""
-        monkeypatch.setattr(cli_logs, "PROGRESS_AFTER_S", 0.0)
+        monkeypatch.setattr(cli_intake, "PROGRESS_AFTER_S", 0.0)
         advance(1000)
         assert progress.bar is not None
         (task,) = progress.bar.tasks

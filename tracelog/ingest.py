@@ -143,6 +143,7 @@ def ingest_file(
     parsed: Parsed | None = None,
     within: Within | None = None,
     complete: bool = False,
+    meanwhile: Callable[[], object] | None = None,
 ) -> IngestResult:
     """Ingest one file in one transaction: all of it, the rest of it once it grew, or nothing.
 
@@ -155,11 +156,24 @@ def ingest_file(
 
     `within`, in a DuckLake store, is run inside a new file's transaction once its rows are written (the
     refresh of its predictions and flags, so that the file lands with them in one commit beside other
-    writers); where it raises `Deferred`, the file lands without it."""
+    writers); where it raises `Deferred`, the file lands without it. `meanwhile` is called on this thread
+    once the parser has started on its own, while the first batch is parsed (the caller loads there what it
+    needs after the file, off the way of the parse)."""
     options = options or RunOptions()
     try:
         if not store.lake:
-            return _ingest_file(store, path, format_id, options, force, progress, verify, parsed, complete)
+            return _ingest_file(
+                store,
+                path,
+                format_id,
+                options,
+                force,
+                progress,
+                verify,
+                parsed,
+                complete,
+                meanwhile=meanwhile,
+            )
         # A shared DuckLake store: the file is parsed before its transaction (the CPU-bound part, done
         # by every writer at once), so that a commit lost to another writer (store.lake) costs only the
         # writing again, from the spool. A file the store already knows by its path (grown, or the same)
@@ -170,13 +184,34 @@ def ingest_file(
         try:
             return lake.retrying(
                 lambda: _ingest_file(
-                    store, path, format_id, options, force, progress, verify, parsed, complete, keys, within
+                    store,
+                    path,
+                    format_id,
+                    options,
+                    force,
+                    progress,
+                    verify,
+                    parsed,
+                    complete,
+                    keys,
+                    within,
+                    meanwhile=meanwhile,
                 )
             )
         except Deferred:
             return lake.retrying(
                 lambda: _ingest_file(
-                    store, path, format_id, options, force, progress, verify, parsed, complete, keys
+                    store,
+                    path,
+                    format_id,
+                    options,
+                    force,
+                    progress,
+                    verify,
+                    parsed,
+                    complete,
+                    keys,
+                    meanwhile=meanwhile,
                 )
             )
     finally:
@@ -200,6 +235,7 @@ def _ingest_file(
     complete: bool = False,
     lake_keys: tuple[int, ...] = (),
     within: Within | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> IngestResult:
     plain_file = is_plain_file(path)
     hold = holds_last_line(path, complete)
@@ -268,7 +304,7 @@ def _ingest_file(
 
     if resume is not None:
         try:
-            return _resume_file(store, path, options, resume, progress, hold)
+            return _resume_file(store, path, options, resume, progress, hold, meanwhile)
         except (KeyError, TypeError, ValueError, IndexError):
             pass  # a resume state this code cannot read (edited, or of a damaged file): parse it all again
     try:
@@ -309,6 +345,7 @@ def _ingest_file(
                     force,
                     parsed=parsed,
                     hold=hold,
+                    meanwhile=meanwhile,
                 )
                 if replace is not None:
                     result.status = "replaced"
@@ -329,6 +366,7 @@ def _resume_file(
     resume: Resume,
     progress: Progress | None,
     hold: bool = True,
+    meanwhile: Callable[[], object] | None = None,
 ) -> IngestResult:
     try:
         stream = open(path, "rb")  # noqa: SIM115
@@ -350,6 +388,7 @@ def _resume_file(
                     progress,
                     resume=resume,
                     hold=hold,
+                    meanwhile=meanwhile,
                 )
         except AlreadyIngested as dup:
             return _already(store, path, dup.source_id)
@@ -396,6 +435,7 @@ def _ingest_stream(
     resume: Resume | None = None,
     parsed: Parsed | None = None,
     hold: bool = False,
+    meanwhile: Callable[[], object] | None = None,
 ) -> IngestResult:
     # `hold`: a plain file may still be written to, and its last line waits for its newline
     # (`files.holds_last_line`). Only a plain file's parse can be resumed, and not after a last line
@@ -432,6 +472,8 @@ def _ingest_stream(
     start = resume.committed if resume is not None else 0
     try:
         if parsed is not None:
+            if meanwhile is not None:
+                meanwhile()
             with store.threads(INSERT_THREADS):
                 for batch in parsed.batches():
                     writer.write(batch)
@@ -444,7 +486,7 @@ def _ingest_stream(
             # The parser runs ahead on a worker thread; the store (one connection, one transaction) stays
             # here.
             with store.threads(INSERT_THREADS):
-                for batch in prefetched(batches, PREFETCH_BATCHES):
+                for batch in prefetched(batches, PREFETCH_BATCHES, meanwhile):
                     writer.write(batch)
             committed = start + source.bytes_read - source.pending_bytes
             pending, lines_total = source.pending_bytes, source.lines_total

@@ -18,11 +18,10 @@ from typing import Any
 from tracelog import clusters as cluster_config
 from tracelog import files, parse_jobs
 from tracelog import hardware as catalog
-from tracelog.analysis import refresh as refresher
 from tracelog.errors import TracelogError
 from tracelog.ingest import IngestResult, Progress, RunOptions, Unrecognised, ingest_file
 from tracelog.parsers import checkpoints
-from tracelog.queries import Db, connect
+from tracelog.queries import Db, connect, refresher
 from tracelog.store import Store, StoreLocked
 from tracelog.store.runs import PREDICTED_SQL
 from tracelog.watch import Watch
@@ -198,7 +197,7 @@ def follow(
                 done = [(c.path, c.from_folder) for c in changes]
                 _ingest_files(store, done, parser, options, False, verify, progress, None, results)
                 if any(
-                    isinstance(r, IngestFailure) and isinstance(r.error, refresher.RefreshInterrupted)
+                    isinstance(r, IngestFailure) and isinstance(r.error, refresher().RefreshInterrupted)
                     for r in results
                 ):
                     raise KeyboardInterrupt  # Ctrl-C during a refresh: it stays owed, the next command redoes it
@@ -274,8 +273,9 @@ def _ingest_files(
                     advance,
                     verify=verify,
                     parsed=parsed,
-                    within=refresher.refresh_landing if store.lake else None,
+                    within=refresher().refresh_landing if store.lake else None,
                     complete=complete,
+                    meanwhile=refresher,
                 )
             except Unrecognised as exc:
                 # A folder's README or job script is not a failure; a file named on its own is.
@@ -294,12 +294,13 @@ def _ingest_files(
         pending = "SELECT refresh_pending FROM sources WHERE source_id = ?"
         if result.refreshed or not store.scalar(pending, [result.source_id]):
             continue  # already refreshed: an unchanged file, or a new one in a DuckLake store
+        refresh = refresher()
         try:
-            result.warning = refresher.try_refresh_source(store, result.source_id)
+            result.warning = refresh.try_refresh_source(store, result.source_id)
             for into in result.merged.values():  # a run that gained this file's rows
                 joined = store.scalar("SELECT source_id FROM runs WHERE run_id = ?", [into])
-                result.warning = result.warning or refresher.try_refresh_source(store, joined)
-        except refresher.RefreshInterrupted as exc:
+                result.warning = result.warning or refresh.try_refresh_source(store, joined)
+        except refresh.RefreshInterrupted as exc:
             results.append(IngestFailure(path, exc))
             break  # Ctrl-C: the files after this one are not read
         if result.status == "already ingested" and result.warning is None:

@@ -145,7 +145,8 @@ COMMAND_MODULES = {
         "tag",
         "untag",
     ),
-    "tracelog.cli.logs": ("compare", "export", "ingest", "report"),
+    "tracelog.cli.intake": ("ingest",),
+    "tracelog.cli.logs": ("compare", "export", "report"),
     "tracelog.cli.model": ("calibrate", "hardware", "plan", "predict", "set"),
     "tracelog.cli.clusters": ("cluster",),
 }

@@ -255,8 +255,9 @@ class _Raised:
 _DONE = object()
 
 
-def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
-    """`items`, produced on a worker thread up to `depth` ahead of the caller.
+def prefetched(items: Iterator[T], depth: int, meanwhile: Callable[[], object] | None = None) -> Iterator[T]:
+    """`items`, produced on a worker thread up to `depth` ahead of the caller; `meanwhile` is called on the
+    caller's thread once the worker has started, before the first item is waited for.
 
     Polars and DuckDB release the GIL, so stages on different threads use different cores while memory
     stays bounded by the queue. An exception on the worker (Ctrl-C included) is raised here; an exception
@@ -291,6 +292,8 @@ def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
     worker.start()
     closing = False
     try:
+        if meanwhile is not None:
+            meanwhile()
         while True:
             item = handoff.get()
             if item is _DONE:
