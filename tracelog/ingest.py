@@ -186,39 +186,19 @@ def ingest_file(
         if parsed is None and is_plain_file(path) and not _known_path(store, path):
             parsed = parse_to_spool(path, format_id, spool_folder(), complete)
         keys = lake.file_keys(source_path(path), parsed.fingerprint if parsed is not None else None)
+
+        def attempt(inside: Within | None) -> IngestResult:
+            return lake.retrying(
+                lambda: _ingest_file(
+                    store, path, format_id, options, force, progress, verify, parsed, complete, keys, inside,
+                    meanwhile=meanwhile,
+                )
+            )  # fmt: skip
+
         try:
-            return lake.retrying(
-                lambda: _ingest_file(
-                    store,
-                    path,
-                    format_id,
-                    options,
-                    force,
-                    progress,
-                    verify,
-                    parsed,
-                    complete,
-                    keys,
-                    within,
-                    meanwhile=meanwhile,
-                )
-            )
-        except Deferred:
-            return lake.retrying(
-                lambda: _ingest_file(
-                    store,
-                    path,
-                    format_id,
-                    options,
-                    force,
-                    progress,
-                    verify,
-                    parsed,
-                    complete,
-                    keys,
-                    meanwhile=meanwhile,
-                )
-            )
+            return attempt(within)
+        except Deferred:  # what ran inside the transaction failed: the file lands without it
+            return attempt(None)
     finally:
         if parsed is not None:
             parsed.discard()
